@@ -1,0 +1,112 @@
+// IndexSnapshot: one loaded, immutable version of a FAISS IVF-PQ index.
+//
+// The inverted lists (the bulk of the index) are memory-mapped read-only from
+// the file, so they live in the shared, reclaimable page cache; only the
+// coarse centroids, the PQ codebooks and the optional precomputed table are
+// on the heap. FAISS types and exceptions never leave index_snapshot.cc.
+//
+// Thread-safety: an IndexSnapshot is immutable after Load(); Search() is const
+// and safe to call from any number of threads at once. Per-call parameters
+// (nprobe, the id filter) travel in the call, never in shared state.
+#ifndef KNND_INDEX_SNAPSHOT_H_
+#define KNND_INDEX_SNAPSHOT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace knnd {
+
+enum class Metric { kL2, kInnerProduct };
+
+const char* MetricName(Metric metric);  // "l2" or "inner_product"
+
+// What is known about a loaded index; filled by Load(), then constant.
+struct IndexInfo {
+  std::string path;
+  std::string index_type;  // e.g. "LT128_128,IVF1024,PQ32" in factory terms
+  bool has_pretransform = false;  // OPQ, PCA ... applied to queries first
+  int64_t version = 0;
+  int dim = 0;
+  Metric metric = Metric::kL2;
+  int64_t ntotal = 0;
+  int64_t nlist = 0;
+  int pq_m = 0;
+  int pq_nbits = 0;
+  int64_t code_size_bytes = 0;
+  int stored_nprobe = 1;  // the nprobe saved in the file
+  int64_t file_bytes = 0;
+  // Heap memory of the index: coarse centroids + PQ codebooks + pre-transform
+  // matrices + precomputed table (reported separately as well).
+  int64_t heap_bytes = 0;
+  int64_t precomputed_table_bytes = 0;
+  // Bytes of the file holding inverted lists (codes + ids), memory-mapped.
+  int64_t mapped_list_bytes = 0;
+  absl::Time load_time = absl::InfinitePast();
+  absl::Duration load_duration;
+};
+
+struct LoadOptions {
+  // Version number the snapshot reports (set by the caller that owns the
+  // versioning scheme).
+  int64_t version = 1;
+  // Build the IVF-PQ precomputed table (nlist * M * 256 * 4 heap bytes).
+  bool use_precomputed_table = true;
+  // Read the file once in a forked child first: a corrupt file that would
+  // crash FAISS's reader then yields an error instead of killing the caller.
+  bool probe_in_subprocess = true;
+};
+
+// One search call. Buffers are owned by the caller and must hold
+// num_queries * k entries.
+struct SearchArgs {
+  const float* queries = nullptr;  // num_queries * dim, row-major
+  int64_t num_queries = 0;
+  int k = 0;
+  int nprobe = 1;
+  // Sorted ascending; empty means no filter.
+  absl::Span<const int64_t> allowed_ids;
+  float* distances = nullptr;
+  int64_t* ids = nullptr;
+};
+
+class IndexSnapshot {
+ public:
+  // Reads `path` with the inverted lists memory-mapped, checks that it is an
+  // IVF-PQ index (optionally behind a pre-transform such as OPQ) whose every
+  // inverted list lies inside the file, and turns list prefetch threads off.
+  // A missing, truncated, corrupt or unsupported file is an error whose
+  // message says what is wrong; never a crash.
+  static absl::StatusOr<std::unique_ptr<IndexSnapshot>> Load(
+      const std::string& path, const LoadOptions& options);
+
+  ~IndexSnapshot();
+  IndexSnapshot(const IndexSnapshot&) = delete;
+  IndexSnapshot& operator=(const IndexSnapshot&) = delete;
+
+  const IndexInfo& info() const { return info_; }
+
+  // k-NN search. Results of each query are sorted closest first; missing
+  // neighbours are id -1 with distance +inf (L2) or -inf (inner product).
+  // Arguments are assumed validated (see search_request.h); a FAISS error
+  // is returned as INTERNAL.
+  absl::Status Search(const SearchArgs& args) const;
+
+  // The FAISS objects; opaque outside index_snapshot.cc.
+  struct Faiss;
+
+ private:
+  IndexSnapshot(std::unique_ptr<Faiss> faiss, IndexInfo info);
+
+  std::unique_ptr<Faiss> faiss_;
+  IndexInfo info_;
+};
+
+}  // namespace knnd
+
+#endif  // KNND_INDEX_SNAPSHOT_H_

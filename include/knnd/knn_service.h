@@ -1,0 +1,59 @@
+// KnnServiceImpl: the gRPC handlers of knnd.v1.KnnService. Thin by design:
+// pin the snapshot, parse and validate, admit through the gate, hand the job
+// to the Batcher, and map the outcome to a gRPC status. Handlers never
+// search; they return at once and the reactor finishes on a worker thread.
+//
+// Ownership: borrows the holder, gate and batcher, which must outlive it.
+// Thread-safety: handlers run concurrently on gRPC's callback threads.
+#ifndef KNND_KNN_SERVICE_H_
+#define KNND_KNN_SERVICE_H_
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "knnd/admission_gate.h"
+#include "knnd/batcher.h"
+#include "knnd/index_holder.h"
+#include "knnd/search_request.h"
+#include "knnd/v1/knn_service.grpc.pb.h"
+
+namespace knnd {
+
+class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
+ public:
+  struct Options {
+    int max_k = 1024;
+    int64_t max_queries_per_request = 4096;
+    int default_nprobe = 0;  // 0: the index file's nprobe
+    int max_nprobe = 0;      // 0: nlist
+    int64_t max_filter_ids = 1000000;
+    int64_t max_receive_message_bytes = 64 << 20;
+    int retry_pushback_ms = 50;
+    absl::Duration slow_request = absl::Milliseconds(250);  // 0: no log
+  };
+
+  KnnServiceImpl(const Options& options, IndexHolder* holder,
+                 AdmissionGate* gate, Batcher* batcher)
+      : options_(options), holder_(holder), gate_(gate), batcher_(batcher) {}
+
+  grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* context,
+                                   const knnd::v1::SearchRequest* request,
+                                   knnd::v1::SearchResponse* response) override;
+
+  grpc::ServerUnaryReactor* GetIndexInfo(
+      grpc::CallbackServerContext* context,
+      const knnd::v1::GetIndexInfoRequest* request,
+      knnd::v1::GetIndexInfoResponse* response) override;
+
+ private:
+  SearchLimits LimitsFor(const IndexInfo& index) const;
+
+  const Options options_;
+  IndexHolder* const holder_;
+  AdmissionGate* const gate_;
+  Batcher* const batcher_;
+};
+
+}  // namespace knnd
+
+#endif  // KNND_KNN_SERVICE_H_

@@ -1,0 +1,68 @@
+// Server: assembles knnd from its configuration and runs its lifecycle:
+//   Create()     build the worker pool, gate, batcher and gRPC service
+//   Start()      listen; grpc.health.v1 answers NOT_SERVING
+//   LoadIndex()  load + check the index, run warm-up queries, publish it;
+//                health turns SERVING
+//   Drain()      health NOT_SERVING, refuse new searches (UNAVAILABLE), let
+//                in-flight ones finish within the grace period, stop gRPC
+//
+// Ownership: owns every component; the gRPC server is destroyed before the
+// worker pool, so no reactor can outlive the threads that finish it.
+// Thread-safety: Drain() may be called from a signal-handling thread while
+// requests run; the lifecycle methods are otherwise called in order from one
+// thread.
+#ifndef KNND_SERVER_H_
+#define KNND_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/server.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "knnd/admission_gate.h"
+#include "knnd/batcher.h"
+#include "knnd/index_holder.h"
+#include "knnd/knn_service.h"
+#include "knnd/v1/config.pb.h"
+#include "knnd/worker_pool.h"
+
+namespace knnd {
+
+class Server {
+ public:
+  // `config` must have passed ValidateConfig().
+  static absl::StatusOr<std::unique_ptr<Server>> Create(
+      const knnd::v1::ServerConfig& config);
+  ~Server();
+
+  absl::Status Start();
+  absl::Status LoadIndex();
+  // Returns true when every in-flight request finished within `grace`.
+  bool Drain(absl::Duration grace);
+
+  // The port the search API is bound to (useful with port 0).
+  int port() const { return port_; }
+  IndexHolder& holder() { return holder_; }
+  AdmissionGate& gate() { return *gate_; }
+  int num_workers() const { return pool_->num_threads(); }
+
+ private:
+  explicit Server(const knnd::v1::ServerConfig& config) : config_(config) {}
+  void SetServing(bool serving);
+  absl::Status WarmUp(const IndexSnapshot& snapshot);
+
+  const knnd::v1::ServerConfig config_;
+  IndexHolder holder_;
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<AdmissionGate> gate_;
+  std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<KnnServiceImpl> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  int port_ = 0;
+};
+
+}  // namespace knnd
+
+#endif  // KNND_SERVER_H_

@@ -1,0 +1,97 @@
+#include "knnd/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace knnd {
+namespace {
+
+// Collects the parser's messages instead of letting them go to stderr.
+class ErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    errors.push_back(absl::StrCat(line + 1, ":", column + 1, ": ", message));
+  }
+  void AddWarning(int line, google::protobuf::io::ColumnNumber column,
+                  const std::string& message) override {
+    AddError(line, column, message);
+  }
+  std::vector<std::string> errors;
+};
+
+}  // namespace
+
+absl::StatusOr<knnd::v1::ServerConfig> ParseConfig(const std::string& text,
+                                                   const std::string& origin) {
+  knnd::v1::ServerConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  ErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config ", origin, ": ", absl::StrJoin(errors.errors, "; ")));
+  }
+  return config;
+}
+
+absl::StatusOr<knnd::v1::ServerConfig> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open config file ", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseConfig(text.str(), path);
+}
+
+absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
+  auto out_of_range = [](const char* field, uint64_t value, uint64_t lo,
+                         uint64_t hi) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field ", field, "=", value, " is outside [", lo, ", ", hi,
+        "]"));
+  };
+  if (c.max_k() < 1 || c.max_k() > 100000) {
+    return out_of_range("max_k", c.max_k(), 1, 100000);
+  }
+  if (c.max_queries_per_request() < 1) {
+    return out_of_range("max_queries_per_request", c.max_queries_per_request(),
+                        1, c.max_inflight_queries());
+  }
+  if (c.max_inflight_queries() < c.max_queries_per_request()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_inflight_queries=", c.max_inflight_queries(),
+        " is below max_queries_per_request=", c.max_queries_per_request(),
+        ": a full request could never be admitted"));
+  }
+  if (c.max_batch_rows() < 1 || c.max_batch_rows() > 1000000) {
+    return out_of_range("max_batch_rows", c.max_batch_rows(), 1, 1000000);
+  }
+  if (c.num_workers() > 1024) {
+    return out_of_range("num_workers", c.num_workers(), 0, 1024);
+  }
+  if (c.omp_threads_per_worker() < 1 || c.omp_threads_per_worker() > 256) {
+    return out_of_range("omp_threads_per_worker", c.omp_threads_per_worker(),
+                        1, 256);
+  }
+  if (c.max_receive_message_bytes() < 1024 ||
+      c.max_receive_message_bytes() > (uint64_t{1} << 31) - 1) {
+    return out_of_range("max_receive_message_bytes",
+                        c.max_receive_message_bytes(), 1024,
+                        (uint64_t{1} << 31) - 1);
+  }
+  if (c.listen_address().empty()) {
+    return absl::InvalidArgumentError("config field listen_address is empty");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace knnd

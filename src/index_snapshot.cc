@@ -1,0 +1,453 @@
+// The one file that touches FAISS types for serving. Everything FAISS throws
+// is caught here and turned into an absl::Status.
+#include "knnd/index_snapshot.h"
+
+#include <cxxabi.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <typeinfo>
+#include <vector>
+
+#include <faiss/IndexFlat.h>
+#include <faiss/IndexIVFPQ.h>
+#include <faiss/IndexPreTransform.h>
+#include <faiss/VectorTransform.h>
+#include <faiss/impl/IDSelector.h>
+#include <faiss/index_io.h>
+#include <faiss/invlists/OnDiskInvertedLists.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace knnd {
+
+using idx_t = faiss::Index::idx_t;
+
+const char* MetricName(Metric metric) {
+  return metric == Metric::kL2 ? "l2" : "inner_product";
+}
+
+struct IndexSnapshot::Faiss {
+  std::unique_ptr<faiss::Index> root;
+  const faiss::IndexPreTransform* pre = nullptr;  // null without transform
+  const faiss::IndexIVFPQ* ivfpq = nullptr;       // owned by root
+};
+
+namespace {
+
+std::string TypeName(const void* object, const std::type_info& type) {
+  if (object == nullptr) return "null";
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(type.name(), nullptr, nullptr, &status);
+  std::string name = status == 0 ? demangled : type.name();
+  free(demangled);
+  return name;
+}
+
+template <typename T>
+std::string TypeOf(const T* object) {
+  return object == nullptr ? "null" : TypeName(object, typeid(*object));
+}
+
+// Factory-style description of one pre-transform, for logs and GetIndexInfo.
+std::string DescribeTransform(const faiss::VectorTransform* vt) {
+  if (auto* opq = dynamic_cast<const faiss::OPQMatrix*>(vt)) {
+    return absl::StrCat("OPQ", opq->M, "_", opq->d_out);
+  }
+  if (dynamic_cast<const faiss::PCAMatrix*>(vt)) {
+    return absl::StrCat("PCA", vt->d_out);
+  }
+  if (dynamic_cast<const faiss::RandomRotationMatrix*>(vt)) {
+    return absl::StrCat("RR", vt->d_out);
+  }
+  if (dynamic_cast<const faiss::NormalizationTransform*>(vt)) {
+    return "L2norm";
+  }
+  if (dynamic_cast<const faiss::LinearTransform*>(vt)) {
+    // FAISS saves an OPQ matrix as a plain linear transform.
+    return absl::StrCat("LT", vt->d_in, "_", vt->d_out);
+  }
+  return TypeOf(vt);
+}
+
+int64_t TransformHeapBytes(const faiss::VectorTransform* vt) {
+  if (auto* lt = dynamic_cast<const faiss::LinearTransform*>(vt)) {
+    return static_cast<int64_t>((lt->A.size() + lt->b.size()) * sizeof(float));
+  }
+  return 0;
+}
+
+// Explains why a non-IVF-PQ index cannot be served.
+absl::Status Unsupported(const std::string& path, const faiss::Index* index) {
+  const std::string type = TypeOf(index);
+  std::string why;
+  if (type.find("FastScan") != std::string::npos) {
+    why =
+        "FastScan indexes (PQ..x4fs) keep their codes in BlockInvertedLists, "
+        "which FAISS 1.7.3 cannot memory-map; rebuild with plain PQ (e.g. "
+        "'IVF1024,PQ32')";
+  } else if (dynamic_cast<const faiss::IndexIVF*>(index) != nullptr) {
+    why =
+        "knnd serves IVF-PQ indexes only (compressed codes, memory-mapped "
+        "lists); rebuild with a factory string such as 'IVF1024,PQ32'";
+  } else {
+    why =
+        "it is not an inverted-file index, so its vectors would all live on "
+        "the heap; knnd serves IVF-PQ indexes (e.g. 'IVF1024,PQ32')";
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("index file ", path, " holds a ", type,
+                   ", which knnd cannot serve: ", why));
+}
+
+absl::Status Corrupt(const std::string& path, const std::string& what) {
+  return absl::DataLossError(
+      absl::StrCat("index file ", path, " is corrupt: ", what));
+}
+
+// Checks the structure FAISS's reader does not check, above all that every
+// memory-mapped inverted list lies inside the file: FAISS 1.7.3 computes list
+// offsets from sizes stored in the file and a truncated or corrupt file would
+// otherwise crash the first search that touches a list past its end.
+absl::Status CheckStructure(const std::string& path, int64_t file_bytes,
+                            const faiss::IndexIVFPQ& ivf, int d_in) {
+  const faiss::ProductQuantizer& pq = ivf.pq;
+  if (!ivf.is_trained) return Corrupt(path, "the index is not trained");
+  if (ivf.d <= 0 || d_in <= 0) {
+    return Corrupt(path, absl::StrCat("dimension ", ivf.d));
+  }
+  if (ivf.metric_type != faiss::METRIC_L2 &&
+      ivf.metric_type != faiss::METRIC_INNER_PRODUCT) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "index file ", path, " uses FAISS metric ",
+        static_cast<int>(ivf.metric_type),
+        "; knnd serves L2 and inner-product indexes only"));
+  }
+  if (ivf.quantizer == nullptr || ivf.quantizer->d != ivf.d ||
+      ivf.quantizer->ntotal != static_cast<idx_t>(ivf.nlist)) {
+    return Corrupt(path, absl::StrFormat(
+                             "the coarse quantizer (%s, d=%d, ntotal=%d) does "
+                             "not match nlist=%d, d=%d",
+                             TypeOf(ivf.quantizer),
+                             ivf.quantizer ? ivf.quantizer->d : 0,
+                             ivf.quantizer ? ivf.quantizer->ntotal : 0,
+                             ivf.nlist, ivf.d));
+  }
+  if (pq.M == 0 || pq.d != static_cast<size_t>(ivf.d) || pq.d % pq.M != 0 ||
+      pq.nbits == 0 || pq.nbits > 16 || pq.code_size != ivf.code_size ||
+      pq.centroids.size() != pq.d * pq.ksub) {
+    return Corrupt(path, absl::StrFormat(
+                             "product quantizer d=%d M=%d nbits=%d "
+                             "code_size=%d does not fit index d=%d code_size=%d",
+                             pq.d, pq.M, pq.nbits, pq.code_size, ivf.d,
+                             ivf.code_size));
+  }
+  const faiss::InvertedLists* lists = ivf.invlists;
+  if (lists == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "index file ", path, " has no inverted lists (saved without data)"));
+  }
+  auto* ondisk = dynamic_cast<const faiss::OnDiskInvertedLists*>(lists);
+  if (ondisk == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "index file ", path, " has inverted lists of type ", TypeOf(lists),
+        ", which cannot be memory-mapped"));
+  }
+  if (lists->nlist != ivf.nlist || lists->code_size != ivf.code_size) {
+    return Corrupt(path, absl::StrFormat(
+                             "inverted lists nlist=%d code_size=%d differ from "
+                             "the index's nlist=%d code_size=%d",
+                             lists->nlist, lists->code_size, ivf.nlist,
+                             ivf.code_size));
+  }
+  if (ondisk->ptr == nullptr ||
+      ondisk->totsize != static_cast<size_t>(file_bytes)) {
+    return Corrupt(path, "its inverted lists are not mapped from the file");
+  }
+  const size_t entry_bytes = sizeof(idx_t) + ivf.code_size;
+  size_t total_entries = 0;
+  for (size_t i = 0; i < ondisk->lists.size(); ++i) {
+    const auto& list = ondisk->lists[i];
+    const size_t size = list.size;
+    if (list.offset > ondisk->totsize ||
+        size > (ondisk->totsize - list.offset) / entry_bytes ||
+        list.capacity < size) {
+      return Corrupt(
+          path, absl::StrFormat(
+                    "inverted list %d (offset %d, %d entries of %d bytes) "
+                    "ends past the end of the file (%d bytes); the file is "
+                    "truncated or was overwritten",
+                    i, list.offset, size, entry_bytes, ondisk->totsize));
+    }
+    total_entries += size;
+  }
+  if (total_entries != static_cast<size_t>(ivf.ntotal)) {
+    return Corrupt(path, absl::StrFormat(
+                             "inverted lists hold %d vectors but the header "
+                             "says ntotal=%d",
+                             total_entries, ivf.ntotal));
+  }
+  return absl::OkStatus();
+}
+
+// Reads and checks the file; fills `faiss` and the structural part of `info`.
+absl::Status ReadAndCheck(const std::string& path, bool precompute,
+                          IndexSnapshot::Faiss& faiss, IndexInfo& info) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(
+          absl::StrCat("index file ", path, " does not exist"));
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot stat index file ", path, ": ", strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("index path ", path, " is not a regular file"));
+  }
+  if (access(path.c_str(), R_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot read index file ", path, ": ", strerror(errno)));
+  }
+  info.path = path;
+  info.file_bytes = st.st_size;
+
+  int flags = faiss::IO_FLAG_MMAP | faiss::IO_FLAG_READ_ONLY;
+  if (!precompute) flags |= faiss::IO_FLAG_SKIP_PRECOMPUTE_TABLE;
+  try {
+    faiss.root.reset(faiss::read_index(path.c_str(), flags));
+  } catch (const std::bad_alloc&) {
+    return Corrupt(path, "a size in its header asks for more memory than "
+                         "there is");
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    // FAISS messages carry a multi-line "Error in ... at file:line" prefix.
+    if (auto pos = what.find("Error: '"); pos != std::string::npos) {
+      what = what.substr(pos);
+    }
+    return absl::DataLossError(absl::StrCat(
+        "cannot read index file ", path,
+        " (truncated, corrupt or not a FAISS index): ", what));
+  }
+
+  const faiss::Index* inner = faiss.root.get();
+  std::string prefix;
+  if (auto* pre = dynamic_cast<const faiss::IndexPreTransform*>(inner)) {
+    faiss.pre = pre;
+    info.has_pretransform = true;
+    inner = pre->index;
+    int d = pre->d;
+    for (const faiss::VectorTransform* vt : pre->chain) {
+      if (vt == nullptr || vt->d_in != d) {
+        return Corrupt(path, "its pre-transform chain has mismatched sizes");
+      }
+      d = vt->d_out;
+      absl::StrAppend(&prefix, DescribeTransform(vt), ",");
+      info.heap_bytes += TransformHeapBytes(vt);
+    }
+    if (inner == nullptr || inner->d != d) {
+      return Corrupt(path, "its pre-transform output does not match the index");
+    }
+  }
+  auto* ivfpq = dynamic_cast<const faiss::IndexIVFPQ*>(inner);
+  if (ivfpq == nullptr || TypeOf(inner).find("FastScan") != std::string::npos) {
+    return Unsupported(path, inner);
+  }
+  faiss.ivfpq = ivfpq;
+  if (absl::Status s = CheckStructure(path, info.file_bytes, *ivfpq,
+                                      faiss.root->d);
+      !s.ok()) {
+    return s;
+  }
+
+  // Prefetch threads are started per search by default and made nprobe=32
+  // searches 3x slower on these machines (shared/DESIGN.md).
+  auto* ondisk = dynamic_cast<faiss::OnDiskInvertedLists*>(
+      const_cast<faiss::InvertedLists*>(ivfpq->invlists));
+  ondisk->prefetch_nthread = 0;
+
+  const faiss::ProductQuantizer& pq = ivfpq->pq;
+  info.dim = faiss.root->d;
+  info.metric = ivfpq->metric_type == faiss::METRIC_L2 ? Metric::kL2
+                                                        : Metric::kInnerProduct;
+  info.ntotal = ivfpq->ntotal;
+  info.nlist = static_cast<int64_t>(ivfpq->nlist);
+  info.pq_m = static_cast<int>(pq.M);
+  info.pq_nbits = static_cast<int>(pq.nbits);
+  info.code_size_bytes = static_cast<int64_t>(ivfpq->code_size);
+  info.stored_nprobe = static_cast<int>(std::max<size_t>(1, ivfpq->nprobe));
+  info.precomputed_table_bytes =
+      static_cast<int64_t>(ivfpq->precomputed_table.size() * sizeof(float));
+  info.heap_bytes += info.precomputed_table_bytes +
+                     static_cast<int64_t>(pq.centroids.size() * sizeof(float));
+  if (auto* flat = dynamic_cast<const faiss::IndexFlatCodes*>(ivfpq->quantizer)) {
+    info.heap_bytes += static_cast<int64_t>(flat->codes.size());
+  }
+  info.heap_bytes += static_cast<int64_t>(ivfpq->direct_map.array.size() *
+                                          sizeof(idx_t));
+  info.mapped_list_bytes =
+      info.ntotal * static_cast<int64_t>(ivfpq->code_size + sizeof(idx_t));
+  std::string quantizer;
+  if (dynamic_cast<const faiss::IndexFlat*>(ivfpq->quantizer) == nullptr) {
+    quantizer = absl::StrCat("(", TypeOf(ivfpq->quantizer), ")");
+  }
+  info.index_type = absl::StrCat(prefix, "IVF", info.nlist, quantizer, ",PQ",
+                                 info.pq_m,
+                                 info.pq_nbits == 8
+                                     ? ""
+                                     : absl::StrCat("x", info.pq_nbits));
+  return absl::OkStatus();
+}
+
+// An id filter over a sorted id list: no allocation per search, O(log n)
+// per candidate.
+struct SortedIdSelector : faiss::IDSelector {
+  explicit SortedIdSelector(absl::Span<const int64_t> ids) : ids(ids) {}
+  bool is_member(idx_t id) const override {
+    return std::binary_search(ids.begin(), ids.end(), id);
+  }
+  absl::Span<const int64_t> ids;
+};
+
+absl::Status RunSearch(const IndexSnapshot::Faiss& faiss, Metric metric,
+                       const SearchArgs& args) {
+  try {
+    const float* x = args.queries;
+    std::unique_ptr<const float[]> transformed;
+    if (faiss.pre != nullptr) {
+      x = faiss.pre->apply_chain(args.num_queries, args.queries);
+      if (x != args.queries) transformed.reset(x);
+    }
+    faiss::SearchParametersIVF params;
+    params.nprobe = static_cast<size_t>(args.nprobe);
+    SortedIdSelector selector(args.allowed_ids);
+    if (!args.allowed_ids.empty()) params.sel = &selector;
+    faiss.ivfpq->search(args.num_queries, x, args.k, args.distances, args.ids,
+                        &params);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("FAISS search failed: ", e.what()));
+  }
+  const float pad = metric == Metric::kL2
+                        ? std::numeric_limits<float>::infinity()
+                        : -std::numeric_limits<float>::infinity();
+  const int64_t n = args.num_queries * args.k;
+  for (int64_t i = 0; i < n; ++i) {
+    if (args.ids[i] < 0) args.distances[i] = pad;
+  }
+  return absl::OkStatus();
+}
+
+// Status <-> pipe bytes for the probe child: 1 byte code, then the message.
+void WriteStatus(int fd, const absl::Status& status) {
+  std::string out(1, static_cast<char>(status.code()));
+  out.append(status.message().data(), status.message().size());
+  const char* p = out.data();
+  size_t left = out.size();
+  while (left > 0) {
+    ssize_t n = write(fd, p, left);
+    if (n <= 0) return;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+// Reads the file in a forked child, runs one search there, and reports how
+// it went. The parent learns of a corrupt file that crashes FAISS's reader
+// (e.g. a division by a zero field) from the child's signal, and stays up.
+absl::Status ProbeInSubprocess(const std::string& path) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    IndexSnapshot::Faiss faiss;
+    IndexInfo info;
+    absl::Status status = ReadAndCheck(path, /*precompute=*/false, faiss, info);
+    if (status.ok()) {
+      std::vector<float> query(static_cast<size_t>(info.dim), 0.0f);
+      float distance;
+      int64_t id;
+      SearchArgs args{query.data(), 1, 1, 1, {}, &distance, &id};
+      status = RunSearch(faiss, info.metric, args);
+    }
+    WriteStatus(fds[1], status);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string reply;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n > 0) {
+      reply.append(buf, static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;
+    }
+  }
+  close(fds[0]);
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(wstatus)) {
+    return Corrupt(path, absl::StrCat("reading it crashed a probe process (",
+                                      strsignal(WTERMSIG(wstatus)), ")"));
+  }
+  if (reply.empty()) {
+    return absl::InternalError(absl::StrCat(
+        "the probe process for ", path, " exited without an answer"));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(reply[0]),
+                      reply.substr(1));
+}
+
+}  // namespace
+
+IndexSnapshot::IndexSnapshot(std::unique_ptr<Faiss> faiss, IndexInfo info)
+    : faiss_(std::move(faiss)), info_(std::move(info)) {}
+
+IndexSnapshot::~IndexSnapshot() = default;
+
+absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
+    const std::string& path, const LoadOptions& options) {
+  const absl::Time start = absl::Now();
+  if (options.probe_in_subprocess) {
+    if (absl::Status s = ProbeInSubprocess(path); !s.ok()) return s;
+  }
+  auto faiss = std::make_unique<Faiss>();
+  IndexInfo info;
+  if (absl::Status s =
+          ReadAndCheck(path, options.use_precomputed_table, *faiss, info);
+      !s.ok()) {
+    return s;
+  }
+  info.version = options.version;
+  info.load_time = absl::Now();
+  info.load_duration = info.load_time - start;
+  return std::unique_ptr<IndexSnapshot>(
+      new IndexSnapshot(std::move(faiss), std::move(info)));
+}
+
+absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
+  return RunSearch(*faiss_, info_.metric, args);
+}
+
+}  // namespace knnd

@@ -1,0 +1,142 @@
+// knnd: serves k-NN search over one memory-mapped FAISS IVF-PQ index.
+#include <signal.h>
+#include <string.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "knnd/build_info.h"
+#include "knnd/config.h"
+#include "knnd/server.h"
+#include "spdlog/cfg/helpers.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, config, "",
+          "Path of a text-format knnd.v1.ServerConfig file (see "
+          "config/knnd.textproto). Flags below override its fields.");
+// Unset optional flags leave the config file's value (or its default) alone.
+ABSL_FLAG(absl::optional<std::string>, index, absl::nullopt,
+          "FAISS IVF-PQ index file to serve.");
+ABSL_FLAG(absl::optional<std::string>, listen, absl::nullopt,
+          "host:port of the gRPC search API (default 0.0.0.0:50051).");
+ABSL_FLAG(absl::optional<int>, workers, absl::nullopt,
+          "Search threads; 0 = one per CPU core (the default).");
+ABSL_FLAG(absl::optional<std::string>, log_level, absl::nullopt,
+          "trace, debug, info (default), warn, error, critical or off.");
+ABSL_FLAG(absl::optional<bool>, reflection, absl::nullopt,
+          "Serve gRPC server reflection (default true).");
+
+namespace {
+
+absl::StatusOr<knnd::v1::ServerConfig> BuildConfig() {
+  knnd::v1::ServerConfig config;
+  if (!absl::GetFlag(FLAGS_config).empty()) {
+    absl::StatusOr<knnd::v1::ServerConfig> loaded =
+        knnd::LoadConfigFile(absl::GetFlag(FLAGS_config));
+    if (!loaded.ok()) return loaded.status();
+    config = std::move(*loaded);
+  }
+  if (auto v = absl::GetFlag(FLAGS_index)) config.set_index_path(*v);
+  if (auto v = absl::GetFlag(FLAGS_listen)) config.set_listen_address(*v);
+  if (auto v = absl::GetFlag(FLAGS_workers)) {
+    if (*v < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--workers=", *v, " must be >= 0"));
+    }
+    config.set_num_workers(static_cast<uint32_t>(*v));
+  }
+  if (auto v = absl::GetFlag(FLAGS_log_level)) config.set_log_level(*v);
+  if (auto v = absl::GetFlag(FLAGS_reflection)) config.set_enable_reflection(*v);
+  if (config.index_path().empty()) {
+    return absl::InvalidArgumentError(
+        "no index to serve: give --index PATH or index_path in --config");
+  }
+  if (absl::Status s = knnd::ValidateConfig(config); !s.ok()) return s;
+  return config;
+}
+
+absl::Status SetUpLogging(const std::string& level_name) {
+  const spdlog::level::level_enum level = spdlog::level::from_str(level_name);
+  if (level == spdlog::level::off && level_name != "off") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "log_level=", level_name,
+        " is not one of trace, debug, info, warn, error, critical, off"));
+  }
+  auto logger = spdlog::stderr_color_mt("knnd");
+  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%L%$ %v");
+  logger->set_level(level);
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::FlagsUsageConfig usage;
+  usage.version_string = [] { return knnd::BuildInfoLine() + "\n"; };
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "src/main.cc");
+  };
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(
+      "serves batched k-NN search over gRPC from one memory-mapped FAISS "
+      "IVF-PQ index.\n  knnd --index INDEX [--config FILE] [--listen "
+      "HOST:PORT] [--workers N] [--log_level LEVEL]");
+  absl::ParseCommandLine(argc, argv);
+
+  absl::StatusOr<knnd::v1::ServerConfig> config = BuildConfig();
+  if (!config.ok()) {
+    std::fprintf(stderr, "knnd: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = SetUpLogging(config->log_level()); !s.ok()) {
+    std::fprintf(stderr, "knnd: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+
+  // Signals are taken synchronously by this thread (sigwait below); every
+  // thread started from here on inherits the blocked mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  spdlog::info("{}", knnd::BuildInfoLine());
+  absl::StatusOr<std::unique_ptr<knnd::Server>> server =
+      knnd::Server::Create(*config);
+  if (!server.ok()) {
+    spdlog::critical("{}", server.status().ToString());
+    return 1;
+  }
+  if (absl::Status s = (*server)->Start(); !s.ok()) {
+    spdlog::critical("{}", s.ToString());
+    return 1;
+  }
+  if (absl::Status s = (*server)->LoadIndex(); !s.ok()) {
+    spdlog::critical("cannot serve: {}", s.ToString());
+    (*server)->Drain(absl::ZeroDuration());
+    return 1;
+  }
+  for (;;) {
+    int signal = 0;
+    if (sigwait(&signals, &signal) != 0) continue;
+    if (signal == SIGHUP) {
+      spdlog::info("SIGHUP: the served index is a single file; nothing to reload");
+      continue;
+    }
+    spdlog::info("{}: draining", strsignal(signal));
+    break;
+  }
+  (*server)->Drain(absl::Milliseconds(config->drain_grace_period_ms()));
+  return 0;
+}

@@ -1,0 +1,84 @@
+#include "knnd/worker_pool.h"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace knnd {
+
+int AvailableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    return std::max(1, CPU_COUNT(&set));
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+absl::StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Create(
+    const Options& options) {
+  if (options.num_threads < 0 || options.num_threads > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_workers=", options.num_threads, " is outside [0, 1024]"));
+  }
+  if (options.omp_threads_per_worker < 1 ||
+      options.omp_threads_per_worker > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("omp_threads_per_worker=", options.omp_threads_per_worker,
+                     " is outside [1, 256]"));
+  }
+  openblas_set_num_threads(1);
+  const int n =
+      options.num_threads > 0 ? options.num_threads : AvailableCores();
+  std::unique_ptr<WorkerPool> pool(
+      new WorkerPool(options.omp_threads_per_worker));
+  pool->threads_.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    pool->threads_.emplace_back([p = pool.get()] { p->Run(); });
+  }
+  return pool;
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : threads_) t.join();
+}
+
+void WorkerPool::Submit(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  tasks_.push_back(std::move(task));
+}
+
+size_t WorkerPool::queued() const {
+  absl::MutexLock lock(&mu_);
+  return tasks_.size();
+}
+
+void WorkerPool::Run() {
+  // The OpenMP thread count is a per-thread setting: it applies to parallel
+  // regions this worker starts inside FAISS.
+  omp_set_num_threads(omp_threads_);
+  for (;;) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !tasks_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (tasks_.empty()) return;  // stopping, and nothing left to run
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
+  }
+}
+
+}  // namespace knnd
