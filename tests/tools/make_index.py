@@ -40,9 +40,13 @@ def main():
         xb = np.random.default_rng(a.seed).standard_normal((a.random, a.dim)).astype("float32")
     metric = faiss.METRIC_L2 if a.metric == "l2" else faiss.METRIC_INNER_PRODUCT
     index = faiss.index_factory(xb.shape[1], a.factory, metric)
+    ivf = faiss.extract_index_ivf(index)
+    if isinstance(ivf, faiss.IndexIVFPQ):
+        # The factory's polysemous training takes minutes and is unused here.
+        ivf.do_polysemous_training = False
     index.train(xb)
     index.add(xb)
-    faiss.extract_index_ivf(index).nprobe = a.nprobe
+    ivf.nprobe = a.nprobe
     faiss.write_index(index, a.output + ".tmp")
     import os
     os.replace(a.output + ".tmp", a.output)

@@ -1,0 +1,222 @@
+// Tests of the knnd binary as a process: start-up, health, signals, exit
+// codes.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "test_util.h"
+
+namespace knnd {
+namespace {
+
+using ::knnd::testing::FreePort;
+using ::knnd::testing::IndexSpec;
+using ::knnd::testing::MakeData;
+using ::knnd::testing::TempDir;
+using ::knnd::testing::WriteIndex;
+using ::testing::HasSubstr;
+using Health = grpc::health::v1::HealthCheckResponse;
+
+extern "C" char** environ;
+
+// A knnd child process with stderr captured to a file.
+class Daemon {
+ public:
+  Daemon(const std::vector<std::string>& args, const std::string& log_path)
+      : log_path_(log_path) {
+    std::vector<std::string> argv = {KNND_BINARY};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> c_argv;
+    for (auto& a : argv) c_argv.push_back(a.data());
+    c_argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 2, log_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 2, 1);
+    EXPECT_EQ(posix_spawn(&pid_, KNND_BINARY, &actions, nullptr, c_argv.data(),
+                          environ),
+              0);
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Daemon() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      Wait();
+    }
+  }
+  void Signal(int signal) { kill(pid_, signal); }
+  // Returns the wait status.
+  int Wait() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+  std::string Log() const {
+    std::ifstream in(log_path_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_path_;
+};
+
+// Health of `address`; UNKNOWN while it cannot be reached.
+Health::ServingStatus CheckHealth(grpc::health::v1::Health::Stub& stub) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(500));
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = stub.Check(&context, {}, &response);
+  return status.ok() ? response.status() : Health::UNKNOWN;
+}
+
+TEST(Daemon, HealthFollowsLoadAndSigtermWhileALongBatchFinishesAndExitsZero) {
+  TempDir tmp;
+  IndexSpec spec;
+  spec.n = 60000;
+  spec.d = 64;
+  spec.factory = "IVF128,PQ16";
+  WriteIndex(tmp.path("big.index"), spec);
+  const int port = FreePort();
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  {
+    std::ofstream config(tmp.path("knnd.textproto"));
+    config << "index_path: \"" << tmp.path("big.index") << "\"\n"
+           << "listen_address: \"" << address << "\"\n"
+           << "metrics_listen_address: \"127.0.0.1:" << FreePort() << "\"\n"
+           << "num_workers: 2\n"
+           << "warmup_queries: 3000\n"      // keeps NOT_SERVING observable
+           << "default_nprobe: 128\n"
+           << "max_batch_rows: 512\n"
+           << "drain_grace_period_ms: 60000\n";
+  }
+  Daemon daemon({"--config", tmp.path("knnd.textproto")}, tmp.path("knnd.log"));
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+
+  // NOT_SERVING first (server up, index loading / warming), then SERVING.
+  bool saw_not_serving = false;
+  Health::ServingStatus status = Health::UNKNOWN;
+  const absl::Time give_up = absl::Now() + absl::Seconds(120);
+  while (status != Health::SERVING && absl::Now() < give_up) {
+    status = CheckHealth(*health);
+    saw_not_serving |= status == Health::NOT_SERVING;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(status, Health::SERVING) << daemon.Log();
+  EXPECT_TRUE(saw_not_serving) << daemon.Log();
+
+  // A long batch: 4096 queries visiting every list.
+  auto stub = knnd::v1::KnnService::NewStub(channel);
+  const std::vector<float> queries = MakeData(4096, spec.d, 5);
+  knnd::v1::SearchRequest long_request;
+  *long_request.mutable_vectors() = {queries.begin(), queries.end()};
+  long_request.set_k(10);
+  long_request.set_nprobe(128);
+  grpc::Status long_status;
+  knnd::v1::SearchResponse long_response;
+  std::thread long_call([&] {
+    grpc::ClientContext context;
+    long_status = stub->Search(&context, long_request, &long_response);
+  });
+  absl::SleepFor(absl::Milliseconds(400));  // let it be admitted
+  daemon.Signal(SIGTERM);
+
+  // While it drains, health turns NOT_SERVING and new work is refused.
+  bool saw_draining = false;
+  for (int i = 0; i < 400 && !saw_draining; ++i) {
+    saw_draining = CheckHealth(*health) == Health::NOT_SERVING;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(saw_draining);
+  long_call.join();
+  ASSERT_TRUE(long_status.ok()) << long_status.error_message() << "\n"
+                                << daemon.Log();
+  ASSERT_EQ(long_response.ids_size(), 4096 * 10);
+  for (int64_t id : long_response.ids()) {
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, spec.n);
+  }
+  const int exit_status = daemon.Wait();
+  EXPECT_TRUE(WIFEXITED(exit_status)) << daemon.Log();
+  EXPECT_EQ(WEXITSTATUS(exit_status), 0) << daemon.Log();
+  EXPECT_THAT(daemon.Log(), HasSubstr("draining"));
+}
+
+TEST(Daemon, BadIndexFilesExitNonZeroWithAMessage) {
+  TempDir tmp;
+  IndexSpec spec;
+  WriteIndex(tmp.path("good.index"), spec);
+  std::string good;
+  {
+    std::ifstream in(tmp.path("good.index"), std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  struct Case {
+    std::string name;
+    std::string bytes;
+    std::string message;
+  } cases[] = {
+      {"truncated.index", good.substr(0, good.size() * 2 / 3), "is corrupt"},
+      {"empty.index", "", "cannot read index file"},
+      {"text.index", "this is not a FAISS index at all\n", "cannot read index"},
+  };
+  for (const Case& c : cases) {
+    {
+      std::ofstream out(tmp.path(c.name), std::ios::binary);
+      out << c.bytes;
+    }
+    Daemon daemon({"--index", tmp.path(c.name), "--listen", "127.0.0.1:0"},
+                  tmp.path("log"));
+    const int status = daemon.Wait();
+    ASSERT_TRUE(WIFEXITED(status)) << c.name << " killed knnd: " << daemon.Log();
+    EXPECT_EQ(WEXITSTATUS(status), 1) << c.name;
+    EXPECT_THAT(daemon.Log(), HasSubstr(c.message)) << c.name;
+    EXPECT_THAT(daemon.Log(), HasSubstr(tmp.path(c.name)));
+  }
+  Daemon missing({"--index", tmp.path("absent.index"), "--listen", "127.0.0.1:0"},
+                 tmp.path("log"));
+  const int status = missing.Wait();
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_THAT(missing.Log(), HasSubstr("does not exist"));
+}
+
+TEST(Daemon, UsageErrorsExitTwo) {
+  TempDir tmp;
+  Daemon no_index({"--listen", "127.0.0.1:0"}, tmp.path("log"));
+  int status = no_index.Wait();
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_THAT(no_index.Log(), HasSubstr("no index to serve"));
+  {
+    std::ofstream config(tmp.path("bad.textproto"));
+    config << "max_k: 10\nno_such_field: 3\n";
+  }
+  Daemon bad_config({"--config", tmp.path("bad.textproto")}, tmp.path("log"));
+  status = bad_config.Wait();
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_THAT(bad_config.Log(), HasSubstr("no_such_field"));
+}
+
+TEST(Daemon, VersionNamesFaissBuild) {
+  TempDir tmp;
+  Daemon version({"--version"}, tmp.path("log"));
+  EXPECT_EQ(WEXITSTATUS(version.Wait()), 0);
+  EXPECT_THAT(version.Log(), HasSubstr("faiss 1.7.3"));
+}
+
+}  // namespace
+}  // namespace knnd

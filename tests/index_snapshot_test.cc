@@ -1,0 +1,267 @@
+#include "knnd/index_snapshot.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <set>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <faiss/index_factory.h>
+#include <faiss/index_io.h>
+
+#include "test_util.h"
+
+namespace knnd {
+namespace {
+
+using ::knnd::testing::IndexSpec;
+using ::knnd::testing::MakeData;
+using ::knnd::testing::ReferenceSearch;
+using ::knnd::testing::TempDir;
+using ::knnd::testing::WriteIndex;
+using ::testing::HasSubstr;
+
+std::unique_ptr<IndexSnapshot> MustLoad(const std::string& path,
+                                        LoadOptions options = {}) {
+  auto loaded = IndexSnapshot::Load(path, options);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return loaded.ok() ? std::move(*loaded) : nullptr;
+}
+
+struct Results {
+  std::vector<float> distances;
+  std::vector<int64_t> ids;
+};
+
+Results Search(const IndexSnapshot& s, const std::vector<float>& queries, int k,
+               int nprobe, std::vector<int64_t> allowed = {}) {
+  Results r;
+  const int64_t n = static_cast<int64_t>(queries.size()) / s.info().dim;
+  r.distances.resize(n * k);
+  r.ids.resize(n * k);
+  SearchArgs args;
+  args.queries = queries.data();
+  args.num_queries = n;
+  args.k = k;
+  args.nprobe = nprobe;
+  args.allowed_ids = allowed;
+  args.distances = r.distances.data();
+  args.ids = r.ids.data();
+  absl::Status status = s.Search(args);
+  EXPECT_TRUE(status.ok()) << status;
+  return r;
+}
+
+void ExpectSameAsFaiss(const std::string& path, const IndexSpec& spec) {
+  auto snapshot = MustLoad(path);
+  ASSERT_NE(snapshot, nullptr);
+  for (int nq : {1, 100}) {
+    std::vector<float> queries = MakeData(nq, spec.d, 99);
+    for (int nprobe : {1, 8}) {
+      Results got = Search(*snapshot, queries, 10, nprobe);
+      std::vector<float> want_d;
+      std::vector<int64_t> want_i;
+      ReferenceSearch(path, queries, 10, nprobe, &want_d, &want_i);
+      EXPECT_EQ(got.ids, want_i) << "nq=" << nq << " nprobe=" << nprobe;
+      EXPECT_THAT(got.distances,
+                  ::testing::Pointwise(::testing::FloatNear(1e-3), want_d));
+    }
+  }
+}
+
+TEST(IndexSnapshot, L2ResultsEqualFaissOnTheSameFile) {
+  TempDir tmp;
+  IndexSpec spec;
+  WriteIndex(tmp.path("l2.index"), spec);
+  ExpectSameAsFaiss(tmp.path("l2.index"), spec);
+}
+
+TEST(IndexSnapshot, InnerProductBehindOpqEqualsFaiss) {
+  TempDir tmp;
+  IndexSpec spec;
+  spec.factory = "OPQ8,IVF32,PQ8";
+  spec.inner_product = true;
+  WriteIndex(tmp.path("ip.index"), spec);
+  ExpectSameAsFaiss(tmp.path("ip.index"), spec);
+  auto snapshot = MustLoad(tmp.path("ip.index"));
+  EXPECT_EQ(snapshot->info().metric, Metric::kInnerProduct);
+  EXPECT_TRUE(snapshot->info().has_pretransform);
+}
+
+TEST(IndexSnapshot, ReportsStructureAndMemory) {
+  TempDir tmp;
+  IndexSpec spec;
+  spec.n = 3000;
+  spec.d = 32;
+  spec.factory = "IVF16,PQ4";
+  spec.nprobe = 5;
+  WriteIndex(tmp.path("a.index"), spec);
+  auto s = MustLoad(tmp.path("a.index"));
+  const IndexInfo& info = s->info();
+  EXPECT_EQ(info.dim, 32);
+  EXPECT_EQ(info.ntotal, 3000);
+  EXPECT_EQ(info.nlist, 16);
+  EXPECT_EQ(info.pq_m, 4);
+  EXPECT_EQ(info.pq_nbits, 8);
+  EXPECT_EQ(info.code_size_bytes, 4);
+  EXPECT_EQ(info.stored_nprobe, 5);
+  EXPECT_EQ(info.index_type, "IVF16,PQ4");
+  EXPECT_EQ(info.mapped_list_bytes, 3000 * (4 + 8));
+  // centroids 16*32*4 + codebooks 4*256*8*4 + precomputed 16*4*256*4
+  EXPECT_EQ(info.precomputed_table_bytes, 16 * 4 * 256 * 4);
+  EXPECT_EQ(info.heap_bytes, 16 * 32 * 4 + 256 * 32 * 4 + 16 * 4 * 256 * 4);
+  LoadOptions no_table;
+  no_table.use_precomputed_table = false;
+  auto lean = MustLoad(tmp.path("a.index"), no_table);
+  EXPECT_EQ(lean->info().precomputed_table_bytes, 0);
+  // Same answers without the table.
+  std::vector<float> q = MakeData(20, 32, 5);
+  EXPECT_EQ(Search(*s, q, 5, 4).ids, Search(*lean, q, 5, 4).ids);
+}
+
+TEST(IndexSnapshot, AllowListReturnsOnlyAllowedIdsAndPadsTheRest) {
+  TempDir tmp;
+  IndexSpec spec;
+  WriteIndex(tmp.path("f.index"), spec);
+  auto s = MustLoad(tmp.path("f.index"));
+  std::vector<int64_t> allowed = {3, 17, 256, 1024, 4095};
+  std::vector<float> q = MakeData(10, spec.d, 8);
+  Results r = Search(*s, q, 8, static_cast<int>(s->info().nlist), allowed);
+  const std::set<int64_t> ok(allowed.begin(), allowed.end());
+  for (int i = 0; i < 10; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      const int64_t id = r.ids[i * 8 + j];
+      if (j < 5) {
+        EXPECT_TRUE(ok.count(id)) << "query " << i << " got id " << id;
+      } else {
+        // Only 5 ids exist: the tail is padding.
+        EXPECT_EQ(id, -1);
+        EXPECT_EQ(r.distances[i * 8 + j], std::numeric_limits<float>::infinity());
+      }
+    }
+  }
+}
+
+TEST(IndexSnapshot, MissingFileIsNotFound) {
+  auto s = IndexSnapshot::Load("/nonexistent/x.index", {});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.status().message(), HasSubstr("/nonexistent/x.index"));
+}
+
+TEST(IndexSnapshot, RefusesTypesItCannotServeAndSaysWhy) {
+  TempDir tmp;
+  struct Case {
+    std::string factory;
+    std::string why;
+  } cases[] = {
+      {"IVF32,PQ8x4fs", "FastScan"},
+      {"IVF32,Flat", "IVF-PQ indexes only"},
+      {"Flat", "not an inverted-file index"},
+      {"HNSW8", "not an inverted-file index"},
+  };
+  for (const Case& c : cases) {
+    IndexSpec spec;
+    spec.n = 2000;
+    spec.factory = c.factory;
+    const std::string path = tmp.path("t.index");
+    std::vector<float> x = MakeData(spec.n, spec.d, 1);
+    std::unique_ptr<faiss::Index> index(
+        faiss::index_factory(spec.d, c.factory.c_str()));
+    index->train(spec.n, x.data());
+    index->add(spec.n, x.data());
+    faiss::write_index(index.get(), path.c_str());
+    auto s = IndexSnapshot::Load(path, {});
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.factory << ": " << s.status();
+    EXPECT_THAT(s.status().message(), HasSubstr(c.why)) << c.factory;
+  }
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Loads `path` and searches it in a child process, so that a crash shows as
+// a signal instead of killing the test. Returns the child's wait status.
+int LoadAndSearchInChild(const std::string& path, bool probe) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    LoadOptions options;
+    options.probe_in_subprocess = probe;
+    auto s = IndexSnapshot::Load(path, options);
+    if (s.ok()) {
+      std::vector<float> q = MakeData(4, (*s)->info().dim, 3);
+      std::vector<float> d(4 * 10);
+      std::vector<int64_t> ids(4 * 10);
+      SearchArgs args{q.data(), 4, 10, static_cast<int>((*s)->info().nlist),
+                      {}, d.data(), ids.data()};
+      (void)(*s)->Search(args);
+      _exit(0);
+    }
+    _exit(s.status().message().empty() ? 3 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+TEST(IndexSnapshot, TruncatedFilesAreRefusedWithoutACrash) {
+  TempDir tmp;
+  IndexSpec spec;
+  WriteIndex(tmp.path("full.index"), spec);
+  const std::string full = ReadFile(tmp.path("full.index"));
+  const std::string path = tmp.path("cut.index");
+  for (size_t keep : {size_t{0}, size_t{3}, size_t{40}, full.size() / 10,
+                      full.size() / 2, full.size() - 100, full.size() - 1}) {
+    WriteFile(path, full.substr(0, keep));
+    auto s = IndexSnapshot::Load(path, {});
+    EXPECT_FALSE(s.ok()) << "kept " << keep << " of " << full.size();
+    EXPECT_THAT(s.status().message(), HasSubstr(path));
+    // Without the probe, the structural checks alone must hold.
+    const int status = LoadAndSearchInChild(path, /*probe=*/false);
+    EXPECT_TRUE(WIFEXITED(status)) << "kept " << keep << ": child died of "
+                                   << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), 1) << "kept " << keep;
+  }
+}
+
+TEST(IndexSnapshot, ByteFlippedFilesNeverCrashTheLoader) {
+  TempDir tmp;
+  IndexSpec spec;
+  spec.n = 2000;
+  WriteIndex(tmp.path("good.index"), spec);
+  const std::string good = ReadFile(tmp.path("good.index"));
+  const std::string path = tmp.path("flipped.index");
+  std::mt19937 rng(77);
+  // Every byte of the header region, then random positions in the rest.
+  std::vector<size_t> positions;
+  for (size_t i = 0; i < 200 && i < good.size(); ++i) positions.push_back(i);
+  std::uniform_int_distribution<size_t> anywhere(0, good.size() - 1);
+  for (int i = 0; i < 100; ++i) positions.push_back(anywhere(rng));
+  int refused = 0;
+  for (size_t pos : positions) {
+    std::string bad = good;
+    bad[pos] = static_cast<char>(bad[pos] ^ 0xA5);
+    WriteFile(path, bad);
+    const int status = LoadAndSearchInChild(path, /*probe=*/true);
+    ASSERT_TRUE(WIFEXITED(status))
+        << "flip at byte " << pos << " killed the loader with signal "
+        << WTERMSIG(status);
+    if (WEXITSTATUS(status) == 1) ++refused;
+  }
+  // Flips in the header are caught; flips inside codes or ids are harmless.
+  EXPECT_GT(refused, 50);
+}
+
+}  // namespace
+}  // namespace knnd

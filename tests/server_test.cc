@@ -1,0 +1,300 @@
+// End-to-end through gRPC against an in-process server.
+#include "knnd/server.h"
+
+#include <set>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "test_util.h"
+
+namespace knnd {
+namespace {
+
+using ::knnd::testing::IndexSpec;
+using ::knnd::testing::MakeData;
+using ::knnd::testing::ReferenceSearch;
+using ::knnd::testing::RunningServer;
+using ::knnd::testing::StartServer;
+using ::knnd::testing::TempDir;
+using ::knnd::testing::TestConfig;
+using ::knnd::testing::WriteIndex;
+using ::testing::HasSubstr;
+
+grpc::Status Call(RunningServer& s, const knnd::v1::SearchRequest& request,
+                  knnd::v1::SearchResponse* response,
+                  grpc::ClientContext* context = nullptr) {
+  grpc::ClientContext local;
+  return s.stub->Search(context != nullptr ? context : &local, request,
+                        response);
+}
+
+knnd::v1::SearchRequest Request(const std::vector<float>& q, int k) {
+  knnd::v1::SearchRequest r;
+  *r.mutable_vectors() = {q.begin(), q.end()};
+  r.set_k(k);
+  return r;
+}
+
+class ServerTest : public ::testing::TestWithParam<bool> {};
+
+// Results over gRPC equal FAISS's own search of the same file, for one and
+// for a hundred queries, L2 (param false) and inner product (true).
+TEST_P(ServerTest, ResultsEqualDirectFaissSearch) {
+  TempDir tmp;
+  IndexSpec spec;
+  spec.inner_product = GetParam();
+  WriteIndex(tmp.path("s.index"), spec);
+  RunningServer s = StartServer(TestConfig(tmp.path("s.index")));
+  ASSERT_NE(s.stub, nullptr);
+  for (int nq : {1, 100}) {
+    for (int nprobe : {2, 16}) {
+      std::vector<float> q = MakeData(nq, spec.d, 31);
+      auto request = Request(q, 10);
+      request.set_nprobe(nprobe);
+      knnd::v1::SearchResponse response;
+      grpc::Status status = Call(s, request, &response);
+      ASSERT_TRUE(status.ok()) << status.error_message();
+      std::vector<float> want_d;
+      std::vector<int64_t> want_i;
+      ReferenceSearch(tmp.path("s.index"), q, 10, nprobe, &want_d, &want_i);
+      EXPECT_EQ(std::vector<int64_t>(response.ids().begin(),
+                                     response.ids().end()),
+                want_i)
+          << "nq=" << nq << " nprobe=" << nprobe;
+      EXPECT_EQ(response.num_queries(), static_cast<uint32_t>(nq));
+      EXPECT_EQ(response.k(), 10);
+      EXPECT_EQ(response.nprobe(), static_cast<uint32_t>(nprobe));
+      EXPECT_EQ(response.index_version(), 1);
+      EXPECT_EQ(response.metric(), spec.inner_product
+                                       ? knnd::v1::METRIC_INNER_PRODUCT
+                                       : knnd::v1::METRIC_L2);
+      // The raw-bytes form gives the same answer.
+      knnd::v1::SearchRequest raw;
+      raw.set_k(10);
+      raw.set_nprobe(nprobe);
+      raw.set_dim(spec.d);
+      raw.set_vectors_f32le(std::string(
+          reinterpret_cast<const char*>(q.data()), q.size() * sizeof(float)));
+      knnd::v1::SearchResponse raw_response;
+      ASSERT_TRUE(Call(s, raw, &raw_response).ok());
+      EXPECT_THAT(raw_response.ids(), ::testing::ElementsAreArray(response.ids()));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ByMetric, ServerTest, ::testing::Bool(),
+                         [](const auto& info) {
+                           return info.param ? "InnerProduct" : "L2";
+                         });
+
+class ServerFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WriteIndex(tmp_.path("s.index"), spec_);
+    config_ = TestConfig(tmp_.path("s.index"));
+    config_.set_max_k(50);
+    config_.set_max_queries_per_request(20);
+    config_.set_max_nprobe(16);
+    config_.set_max_filter_ids(8);
+    config_.set_max_receive_message_bytes(64 * 1024);
+  }
+  TempDir tmp_;
+  IndexSpec spec_;
+  knnd::v1::ServerConfig config_;
+};
+
+TEST_F(ServerFixture, EveryBadInputGetsItsStatusAndTheServerKeepsServing) {
+  RunningServer s = StartServer(config_);
+  const std::vector<float> one = MakeData(1, spec_.d, 3);
+  struct Case {
+    std::string name;
+    knnd::v1::SearchRequest request;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  auto add = [&](std::string name, knnd::v1::SearchRequest r,
+                 grpc::StatusCode code, std::string message) {
+    cases.push_back({std::move(name), std::move(r), code, std::move(message)});
+  };
+  {
+    auto r = Request(one, 5);
+    r.set_dim(16);
+    add("wrong dim", r, grpc::INVALID_ARGUMENT,
+        "dim=16 does not match the index dimension 32");
+  }
+  add("no queries", Request({}, 5), grpc::INVALID_ARGUMENT, "no query vectors");
+  add("too many queries", Request(MakeData(21, spec_.d, 3), 5),
+      grpc::INVALID_ARGUMENT, "num_queries=21 exceeds max_queries_per_request=20");
+  add("k zero", Request(one, 0), grpc::INVALID_ARGUMENT, "k=0 must be positive");
+  add("k too big", Request(one, 51), grpc::INVALID_ARGUMENT,
+      "k=51 exceeds max_k=50");
+  {
+    auto r = Request(one, 5);
+    r.set_nprobe(17);
+    add("nprobe", r, grpc::INVALID_ARGUMENT, "nprobe=17 is outside [1, 16]");
+  }
+  {
+    auto r = Request(one, 5);
+    r.set_vectors(3, std::nanf(""));
+    add("nan", r, grpc::INVALID_ARGUMENT, "query 0 has a non-finite value");
+  }
+  {
+    knnd::v1::SearchRequest r;
+    r.set_k(5);
+    r.set_vectors_f32le(std::string(4 * 32 + 2, 'a'));
+    add("bytes", r, grpc::INVALID_ARGUMENT,
+        "vectors_f32le has 130 bytes, not a multiple of 4*dim=128");
+  }
+  {
+    auto r = Request(one, 5);
+    for (int i = 0; i < 9; ++i) r.add_allowed_ids(i);
+    add("filter", r, grpc::INVALID_ARGUMENT,
+        "allowed_ids has 9 ids, more than max_filter_ids=8");
+  }
+  {
+    knnd::v1::SearchRequest r;
+    r.set_k(5);
+    r.set_vectors_f32le(std::string(70 * 1024, 'a'));
+    add("message size", r, grpc::RESOURCE_EXHAUSTED, "larger than max");
+  }
+  for (const Case& c : cases) {
+    knnd::v1::SearchResponse response;
+    grpc::Status status = Call(s, c.request, &response);
+    EXPECT_EQ(status.error_code(), c.code) << c.name << ": "
+                                           << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message)) << c.name;
+    // And a good request still works.
+    knnd::v1::SearchResponse good;
+    ASSERT_TRUE(Call(s, Request(one, 5), &good).ok()) << "after " << c.name;
+    EXPECT_EQ(good.ids_size(), 5);
+  }
+}
+
+TEST_F(ServerFixture, FullGateAnswersResourceExhaustedWithPushback) {
+  config_.set_max_inflight_queries(20);
+  config_.set_retry_pushback_ms(75);
+  RunningServer s = StartServer(config_);
+  // Hold the whole budget, as 20 queued queries would.
+  auto held = s.server->gate().TryAdmit(20, 0);
+  ASSERT_TRUE(held.ok());
+  grpc::ClientContext context;
+  knnd::v1::SearchResponse response;
+  grpc::Status status =
+      Call(s, Request(MakeData(1, spec_.d, 3), 5), &response, &context);
+  EXPECT_EQ(status.error_code(), grpc::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("max_inflight_queries=20"));
+  auto pushback = context.GetServerTrailingMetadata().find(
+      "grpc-retry-pushback-ms");
+  ASSERT_NE(pushback, context.GetServerTrailingMetadata().end());
+  EXPECT_EQ(std::string(pushback->second.data(), pushback->second.size()),
+            "75");
+  held->Release();
+  knnd::v1::SearchResponse ok;
+  EXPECT_TRUE(Call(s, Request(MakeData(1, spec_.d, 3), 5), &ok).ok());
+}
+
+TEST_F(ServerFixture, ExpiredDeadlineIsRefusedWithoutSearching) {
+  RunningServer s = StartServer(config_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() -
+                       std::chrono::seconds(1));
+  knnd::v1::SearchResponse response;
+  grpc::Status status =
+      Call(s, Request(MakeData(1, spec_.d, 3), 5), &response, &context);
+  EXPECT_EQ(status.error_code(), grpc::DEADLINE_EXCEEDED);
+}
+
+TEST_F(ServerFixture, AllowListReturnsOnlyAllowedIds) {
+  RunningServer s = StartServer(config_);
+  auto r = Request(MakeData(5, spec_.d, 12), 6);
+  const std::set<int64_t> allowed = {11, 222, 3333, 4000, 4999};
+  for (int64_t id : allowed) r.add_allowed_ids(id);
+  r.set_nprobe(16);
+  knnd::v1::SearchResponse response;
+  ASSERT_TRUE(Call(s, r, &response).ok());
+  ASSERT_EQ(response.ids_size(), 30);
+  for (int i = 0; i < 30; ++i) {
+    const int64_t id = response.ids(i);
+    if (id == -1) continue;  // fewer allowed ids in the probed lists than k
+    EXPECT_TRUE(allowed.count(id)) << "id " << id << " is not allowed";
+  }
+}
+
+TEST_F(ServerFixture, GetIndexInfoReportsIndexAndLimits) {
+  RunningServer s = StartServer(config_);
+  grpc::ClientContext context;
+  knnd::v1::GetIndexInfoResponse info;
+  ASSERT_TRUE(s.stub->GetIndexInfo(&context, {}, &info).ok());
+  EXPECT_EQ(info.dim(), 32u);
+  EXPECT_EQ(info.ntotal(), spec_.n);
+  EXPECT_EQ(info.nlist(), 32u);
+  EXPECT_EQ(info.pq_m(), 8u);
+  EXPECT_EQ(info.code_size_bytes(), 8u);
+  EXPECT_EQ(info.metric(), knnd::v1::METRIC_L2);
+  EXPECT_EQ(info.index_type(), "IVF32,PQ8");
+  EXPECT_EQ(info.version(), 1);
+  EXPECT_EQ(info.default_nprobe(), 4u);  // saved in the file
+  EXPECT_EQ(info.max_nprobe(), 16u);
+  EXPECT_EQ(info.max_k(), 50);
+  EXPECT_EQ(info.max_queries_per_request(), 20u);
+  EXPECT_EQ(info.max_filter_ids(), 8u);
+  EXPECT_GT(info.file_bytes(), spec_.n * 16);
+  EXPECT_GT(info.heap_bytes(), 0);
+  EXPECT_GT(info.load_time_unix_seconds(), 1.7e9);
+}
+
+TEST_F(ServerFixture, HealthIsNotServingUntilLoadedThenNotServingWhenDraining) {
+  auto server = Server::Create(config_);
+  ASSERT_TRUE(server.ok());
+  ASSERT_TRUE((*server)->Start().ok());
+  auto channel = grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string((*server)->port()),
+      grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  auto check = [&](const std::string& service) {
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::Status status = health->Check(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.status();
+  };
+  using R = grpc::health::v1::HealthCheckResponse;
+  EXPECT_EQ(check(""), R::NOT_SERVING);
+  EXPECT_EQ(check("knnd.v1.KnnService"), R::NOT_SERVING);
+  // Before the index is loaded, searches are UNAVAILABLE.
+  auto stub = knnd::v1::KnnService::NewStub(channel);
+  {
+    grpc::ClientContext context;
+    knnd::v1::SearchResponse response;
+    auto status = stub->Search(&context, Request(MakeData(1, 32, 1), 1), &response);
+    EXPECT_EQ(status.error_code(), grpc::UNAVAILABLE);
+    EXPECT_THAT(status.error_message(), HasSubstr("not loaded"));
+  }
+  ASSERT_TRUE((*server)->LoadIndex().ok());
+  EXPECT_EQ(check(""), R::SERVING);
+  EXPECT_EQ(check("knnd.v1.KnnService"), R::SERVING);
+  // Hold a request's share so that the drain has to wait; meanwhile health
+  // says NOT_SERVING and new searches are UNAVAILABLE.
+  auto held = (*server)->gate().TryAdmit(1, 0);
+  ASSERT_TRUE(held.ok());
+  std::thread drainer([&] { (*server)->Drain(absl::Seconds(30)); });
+  while (!(*server)->gate().draining()) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(check(""), R::NOT_SERVING);
+  {
+    grpc::ClientContext context;
+    knnd::v1::SearchResponse response;
+    auto status = stub->Search(&context, Request(MakeData(1, 32, 1), 1), &response);
+    EXPECT_EQ(status.error_code(), grpc::UNAVAILABLE);
+    EXPECT_THAT(status.error_message(), HasSubstr("draining"));
+  }
+  held->Release();
+  drainer.join();
+}
+
+}  // namespace
+}  // namespace knnd
