@@ -12,7 +12,7 @@ DEBIAN_PACKAGES := cmake g++ make pkg-config git zlib1g-dev \
   libfaiss-dev libopenblas-dev libgrpc++-dev libprotobuf-dev \
   protobuf-compiler protobuf-compiler-grpc libabsl-dev libspdlog-dev \
   prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev \
-  python3-faiss python3-grpcio python3-grpc-tools python3-numpy \
+  python3-faiss python3-grpcio python3-protobuf python3-numpy \
   dataset-fashion-mnist
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
