@@ -40,7 +40,7 @@ def main():
         xb = np.random.default_rng(a.seed).standard_normal((a.random, a.dim)).astype("float32")
     metric = faiss.METRIC_L2 if a.metric == "l2" else faiss.METRIC_INNER_PRODUCT
     index = faiss.index_factory(xb.shape[1], a.factory, metric)
-    ivf = faiss.extract_index_ivf(index)
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
     if isinstance(ivf, faiss.IndexIVFPQ):
         # The factory's polysemous training takes minutes and is unused here.
         ivf.do_polysemous_training = False

@@ -1,0 +1,234 @@
+// search_bench: knnd over loopback gRPC against in-process FAISS on the same
+// index, in one run, so that the ratios hold on a shared, noisy machine.
+//
+//   build/search_bench [--n 200000] [--d 128] [--factory IVF1024,PQ32]
+//                      [--nprobe 16] [--seconds 2] [--index FILE]
+//
+// Cases (all at the same nprobe and k=10):
+//   faiss-heap   faiss::read_index (lists on the heap), one thread, the ceiling
+//   faiss-mmap   knnd's IndexSnapshot (lists memory-mapped), one thread
+//   knnd-grpc    a knnd server in this process, C clients over 127.0.0.1,
+//                for batch sizes 1, 8, 32, 256 and 1..64 concurrent clients
+#include <algorithm>
+#include <map>
+#include <random>
+#include <atomic>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include <faiss/IVFlib.h>
+#include <faiss/IndexIVF.h>
+#include <faiss/IndexIVFPQ.h>
+#include <faiss/index_factory.h>
+#include <faiss/index_io.h>
+#include <grpcpp/grpcpp.h>
+#include <omp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "knnd/build_info.h"
+#include "knnd/index_snapshot.h"
+#include "knnd/server.h"
+#include "knnd/v1/knn_service.grpc.pb.h"
+
+ABSL_FLAG(int64_t, n, 200000, "Vectors in the synthetic index.");
+ABSL_FLAG(int, d, 128, "Dimension.");
+ABSL_FLAG(std::string, factory, "IVF1024,PQ32", "FAISS factory string.");
+ABSL_FLAG(int, nprobe, 16, "nprobe for every case.");
+ABSL_FLAG(double, seconds, 2.0, "Duration of each measurement.");
+ABSL_FLAG(std::string, index, "/tmp/knnd_bench.index",
+          "Index file; built from seeded data when absent.");
+ABSL_FLAG(std::string, concurrency, "1,4,16,64", "Client counts.");
+ABSL_FLAG(std::string, batches, "1,8,32,256", "Queries per request.");
+
+namespace {
+
+constexpr int kK = 10;
+
+// Clustered seeded data, the shape real embeddings have.
+std::vector<float> MakeData(int64_t n, int d, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  const int clusters = 256;
+  std::vector<float> centres(static_cast<size_t>(clusters) * d);
+  for (float& v : centres) v = 3.0f * normal(rng);
+  std::uniform_int_distribution<int> pick(0, clusters - 1);
+  std::vector<float> x(static_cast<size_t>(n) * d);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* c = centres.data() + static_cast<size_t>(pick(rng)) * d;
+    for (int j = 0; j < d; ++j) x[i * d + j] = c[j] + normal(rng);
+  }
+  return x;
+}
+
+void BuildIfAbsent(const std::string& path) {
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    std::fclose(f);
+    return;
+  }
+  const int64_t n = absl::GetFlag(FLAGS_n);
+  const int d = absl::GetFlag(FLAGS_d);
+  std::fprintf(stderr, "building %s over %lld x %d (seed 1) ...\n",
+               absl::GetFlag(FLAGS_factory).c_str(), static_cast<long long>(n), d);
+  std::vector<float> x = MakeData(n, d, 1);
+  std::unique_ptr<faiss::Index> index(
+      faiss::index_factory(d, absl::GetFlag(FLAGS_factory).c_str()));
+  if (auto* pq = dynamic_cast<faiss::IndexIVFPQ*>(
+          faiss::ivflib::extract_index_ivf(index.get()))) {
+    pq->do_polysemous_training = false;
+  }
+  const int64_t train = std::min<int64_t>(n, 100000);
+  index->train(train, x.data());
+  index->add(n, x.data());
+  const std::string tmp = path + ".tmp";
+  faiss::write_index(index.get(), tmp.c_str());
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+struct Measured {
+  double qps = 0;
+  double p50_ms = 0;
+  double p99_ms = 0;
+};
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1)))];
+}
+
+// Runs `call(thread, iteration)` (returning queries done) on `threads`
+// threads for the configured duration.
+template <typename Call>
+Measured Run(int threads, Call call) {
+  const absl::Duration duration = absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  std::vector<std::vector<double>> latencies(threads);
+  std::atomic<int64_t> queries{0};
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int64_t i = 0; absl::Now() - start < duration; ++i) {
+        const absl::Time t0 = absl::Now();
+        queries += call(t, i);
+        latencies[t].push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::vector<double> all;
+  for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  return {static_cast<double>(queries) / seconds, Percentile(all, 0.5),
+          Percentile(all, 0.99)};
+}
+
+std::vector<int> ParseList(const std::string& s) {
+  std::vector<int> out;
+  for (absl::string_view part : absl::StrSplit(s, ',')) {
+    int v;
+    if (absl::SimpleAtoi(part, &v)) out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  omp_set_num_threads(1);
+  const std::string path = absl::GetFlag(FLAGS_index);
+  BuildIfAbsent(path);
+  const int nprobe = absl::GetFlag(FLAGS_nprobe);
+  std::vector<float> queries = MakeData(4096, absl::GetFlag(FLAGS_d), 2);
+  const int d = absl::GetFlag(FLAGS_d);
+  const int64_t pool_rows = 4096;
+
+  std::printf("# search_bench  %s\n", knnd::BuildInfoLine().c_str());
+  std::printf("# index %s, nprobe %d, k %d, %.1f s per case\n", path.c_str(),
+              nprobe, kK, absl::GetFlag(FLAGS_seconds));
+
+  // In-process baselines, one thread (one core), for each batch size.
+  std::unique_ptr<faiss::Index> heap(faiss::read_index(path.c_str()));
+  faiss::SearchParametersIVF params;
+  params.nprobe = nprobe;
+  auto snapshot = knnd::IndexSnapshot::Load(path, {});
+  if (!snapshot.ok()) {
+    std::fprintf(stderr, "%s\n", snapshot.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("\n## in-process, 1 thread\n| batch | faiss-heap q/s | faiss-mmap q/s | mmap/heap |\n|---|---|---|---|\n");
+  std::map<int, double> heap_qps;
+  for (int batch : ParseList(absl::GetFlag(FLAGS_batches))) {
+    std::vector<float> D(batch * kK);
+    std::vector<int64_t> I(batch * kK);
+    auto offset = [&](int64_t i) { return ((i * batch) % (pool_rows - batch)) * d; };
+    Measured h = Run(1, [&](int, int64_t i) {
+      heap->search(batch, queries.data() + offset(i), kK, D.data(), I.data(), &params);
+      return batch;
+    });
+    Measured m = Run(1, [&](int, int64_t i) {
+      knnd::SearchArgs args{queries.data() + offset(i), batch, kK, nprobe, {},
+                            D.data(), I.data()};
+      (void)(*snapshot)->Search(args);
+      return batch;
+    });
+    heap_qps[batch] = h.qps;
+    std::printf("| %d | %.0f | %.0f | %.2f |\n", batch, h.qps, m.qps, m.qps / h.qps);
+  }
+
+  // knnd over loopback gRPC.
+  knnd::v1::ServerConfig config;
+  config.set_index_path(path);
+  config.set_listen_address("127.0.0.1:0");
+  config.set_enable_reflection(false);
+  config.set_default_nprobe(nprobe);
+  auto server = knnd::Server::Create(config);
+  if (!server.ok() || !(*server)->Start().ok() || !(*server)->LoadIndex().ok()) {
+    std::fprintf(stderr, "cannot start knnd\n");
+    return 1;
+  }
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  std::printf("\n## knnd over loopback gRPC (%d workers), vs faiss-heap 1 thread\n"
+              "| batch | clients | q/s | p50 ms | p99 ms | rejected | q/s vs faiss-heap |\n"
+              "|---|---|---|---|---|---|---|\n",
+              (*server)->num_workers());
+  for (int batch : ParseList(absl::GetFlag(FLAGS_batches))) {
+    for (int clients : ParseList(absl::GetFlag(FLAGS_concurrency))) {
+      std::vector<std::unique_ptr<knnd::v1::KnnService::Stub>> stubs;
+      for (int c = 0; c < clients; ++c) {
+        grpc::ChannelArguments args;
+        args.SetInt("grpc.channel_id", c);  // one connection per client
+        stubs.push_back(knnd::v1::KnnService::NewStub(grpc::CreateCustomChannel(
+            address, grpc::InsecureChannelCredentials(), args)));
+      }
+      std::atomic<int64_t> rejected{0};
+      Measured g = Run(clients, [&](int t, int64_t i) -> int64_t {
+        knnd::v1::SearchRequest request;
+        request.set_k(kK);
+        const int64_t row = ((i * clients + t) * batch) % (pool_rows - batch);
+        request.set_vectors_f32le(
+            reinterpret_cast<const char*>(queries.data() + row * d),
+            static_cast<size_t>(batch) * d * sizeof(float));
+        knnd::v1::SearchResponse response;
+        grpc::ClientContext context;
+        if (!stubs[t]->Search(&context, request, &response).ok()) {
+          ++rejected;
+          return 0;
+        }
+        return batch;
+      });
+      std::printf("| %d | %d | %.0f | %.2f | %.2f | %lld | %.2f |\n", batch,
+                  clients, g.qps, g.p50_ms, g.p99_ms,
+                  static_cast<long long>(rejected.load()), g.qps / heap_qps[batch]);
+      std::fflush(stdout);
+    }
+  }
+  (*server)->Drain(absl::Seconds(5));
+  return 0;
+}
