@@ -16,6 +16,12 @@ const char* RejectReasonName(RejectReason reason) {
       return "draining";
     case RejectReason::kTooLarge:
       return "too_large";
+    case RejectReason::kInvalid:
+      return "invalid";
+    case RejectReason::kDeadline:
+      return "deadline";
+    case RejectReason::kNotReady:
+      return "not_ready";
   }
   return "unknown";
 }

@@ -31,13 +31,13 @@ struct Batcher::Running {
 };
 
 absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
-    const Options& options, WorkerPool* pool) {
+    const Options& options, WorkerPool* pool, Metrics* metrics) {
   if (options.max_batch_rows <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_batch_rows=", options.max_batch_rows, " must be positive"));
   }
   if (pool == nullptr) return absl::InvalidArgumentError("no worker pool");
-  return std::unique_ptr<Batcher>(new Batcher(options, pool));
+  return std::unique_ptr<Batcher>(new Batcher(options, pool, metrics));
 }
 
 void Batcher::Submit(std::unique_ptr<SearchJob> job) {
@@ -47,12 +47,14 @@ void Batcher::Submit(std::unique_ptr<SearchJob> job) {
   auto running = std::make_shared<Running>(std::move(job), units);
   for (int64_t begin = 0; begin < rows; begin += step) {
     const int64_t end = std::min(rows, begin + step);
-    pool_->Submit([running, begin, end] { RunUnit(running, begin, end); });
+    pool_->Submit([running, begin, end, metrics = metrics_] {
+      RunUnit(running, begin, end, metrics);
+    });
   }
 }
 
 void Batcher::RunUnit(const std::shared_ptr<Running>& running, int64_t begin,
-                      int64_t end) {
+                      int64_t end, Metrics* metrics) {
   SearchJob& job = *running->job;
   const absl::Time start = absl::Now();
   if (!running->started.exchange(true)) running->first_start = start;
@@ -78,6 +80,7 @@ void Batcher::RunUnit(const std::shared_ptr<Running>& running, int64_t begin,
       if (absl::Status s = job.snapshot->Search(args); !s.ok()) {
         running->Fail(std::move(s));
       }
+      if (metrics != nullptr) metrics->RecordBatchRows(args.num_queries);
     }
   }
   if (running->units_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;

@@ -1,5 +1,6 @@
 #include "knnd/config.h"
 
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -88,8 +89,24 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
                         c.max_receive_message_bytes(), 1024,
                         (uint64_t{1} << 31) - 1);
   }
+  if (c.max_connection_age_ms() > INT32_MAX) {
+    return out_of_range("max_connection_age_ms", c.max_connection_age_ms(), 0,
+                        INT32_MAX);
+  }
+  if (c.max_connection_age_grace_ms() > INT32_MAX) {
+    return out_of_range("max_connection_age_grace_ms",
+                        c.max_connection_age_grace_ms(), 0, INT32_MAX);
+  }
   if (c.listen_address().empty()) {
     return absl::InvalidArgumentError("config field listen_address is empty");
+  }
+  if (c.metrics_listen_address().empty()) {
+    return absl::InvalidArgumentError(
+        "config field metrics_listen_address is empty");
+  }
+  if (c.metrics_residency_scan_bytes() == 0) {
+    return absl::InvalidArgumentError(
+        "config field metrics_residency_scan_bytes=0 must be positive");
   }
   return absl::OkStatus();
 }

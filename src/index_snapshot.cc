@@ -24,16 +24,31 @@
 #include <faiss/impl/IDSelector.h>
 #include <faiss/index_io.h>
 #include <faiss/invlists/OnDiskInvertedLists.h>
+#include <faiss/utils/distances.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "knnd/index_metadata.h"
 
 namespace knnd {
 
 using idx_t = faiss::Index::idx_t;
 
 const char* MetricName(Metric metric) {
-  return metric == Metric::kL2 ? "l2" : "inner_product";
+  switch (metric) {
+    case Metric::kL2: return "l2";
+    case Metric::kInnerProduct: return "inner_product";
+    case Metric::kCosine: return "cosine";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Metric> ParseMetric(absl::string_view name) {
+  if (name == "l2") return Metric::kL2;
+  if (name == "ip" || name == "inner_product") return Metric::kInnerProduct;
+  if (name == "cosine") return Metric::kCosine;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "metric '", name, "' is not one of l2, ip (inner_product), cosine"));
 }
 
 struct IndexSnapshot::Faiss {
@@ -419,6 +434,43 @@ absl::Status ProbeInSubprocess(const std::string& path) {
                       reply.substr(1));
 }
 
+// Applies the metadata sidecar of `path`, if it has one, to `info`: the
+// sidecar must describe this file (checksum, dim, ntotal, FAISS metric).
+absl::Status ApplyMetadata(const std::string& path, bool verify_checksum,
+                           IndexInfo& info) {
+  const std::string sidecar = MetadataPath(path);
+  absl::StatusOr<knnd::v1::IndexMetadata> meta = ReadIndexMetadata(sidecar);
+  if (absl::IsNotFound(meta.status())) return absl::OkStatus();
+  if (!meta.ok()) return meta.status();
+  if (verify_checksum) {
+    if (absl::Status s = VerifyIndexChecksum(path, *meta); !s.ok()) return s;
+  }
+  absl::StatusOr<Metric> metric = ParseMetric(meta->metric());
+  if (!metric.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(sidecar, ": ", metric.status().message()));
+  }
+  const Metric file_metric =
+      *metric == Metric::kCosine ? Metric::kInnerProduct : *metric;
+  if (meta->dim() != static_cast<uint32_t>(info.dim) ||
+      meta->ntotal() != info.ntotal || file_metric != info.metric ||
+      (*metric == Metric::kCosine && !meta->normalized())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s (dim=%d ntotal=%d metric=%s normalized=%s) does not describe "
+        "index file %s (dim=%d ntotal=%d metric=%s)",
+        sidecar, meta->dim(), meta->ntotal(), meta->metric(),
+        meta->normalized() ? "true" : "false", path, info.dim, info.ntotal,
+        MetricName(info.metric)));
+  }
+  info.metric = *metric;
+  info.has_metadata = true;
+  info.normalized = meta->normalized();
+  info.factory = meta->factory();
+  info.source = meta->source();
+  info.created = meta->created();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 IndexSnapshot::IndexSnapshot(std::unique_ptr<Faiss> faiss, IndexInfo info)
@@ -439,6 +491,10 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = ApplyMetadata(path, options.verify_checksum, info);
+      !s.ok()) {
+    return s;
+  }
   info.version = options.version;
   info.load_time = absl::Now();
   info.load_duration = info.load_time - start;
@@ -447,7 +503,20 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
 }
 
 absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
-  return RunSearch(*faiss_, info_.metric, args);
+  if (info_.metric != Metric::kCosine) {
+    return RunSearch(*faiss_, info_.metric, args);
+  }
+  // The indexed vectors were normalised at build time, so inner products are
+  // cosines only if the queries are normalised too. A copy: the caller's
+  // buffer is the request message's.
+  std::vector<float> normalized(args.queries,
+                                args.queries + args.num_queries * info_.dim);
+  faiss::fvec_renorm_L2(static_cast<size_t>(info_.dim),
+                        static_cast<size_t>(args.num_queries),
+                        normalized.data());
+  SearchArgs copy = args;
+  copy.queries = normalized.data();
+  return RunSearch(*faiss_, info_.metric, copy);
 }
 
 }  // namespace knnd

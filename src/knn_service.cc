@@ -14,8 +14,12 @@ namespace knnd {
 namespace {
 
 knnd::v1::Metric ToProto(Metric metric) {
-  return metric == Metric::kL2 ? knnd::v1::METRIC_L2
-                               : knnd::v1::METRIC_INNER_PRODUCT;
+  switch (metric) {
+    case Metric::kL2: return knnd::v1::METRIC_L2;
+    case Metric::kInnerProduct: return knnd::v1::METRIC_INNER_PRODUCT;
+    case Metric::kCosine: return knnd::v1::METRIC_COSINE;
+  }
+  return knnd::v1::METRIC_UNSPECIFIED;
 }
 
 }  // namespace
@@ -32,38 +36,44 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
     knnd::v1::SearchResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Time arrival = absl::Now();
-  auto fail = [&](const absl::Status& status) {
+  auto reject = [&](RejectReason reason, const absl::Status& status) {
     spdlog::debug("Search from {} failed: {}", context->peer(),
                   status.ToString());
+    metrics_->RecordRejection(reason);
+    metrics_->RecordRpc(Metrics::Rpc::kSearch, status.code(),
+                        absl::Now() - arrival);
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   };
 
   std::shared_ptr<const IndexSnapshot> snapshot = holder_->Pin();
   if (snapshot == nullptr) {
-    return fail(absl::UnavailableError("the index is not loaded yet"));
+    return reject(RejectReason::kNotReady,
+                  absl::UnavailableError("the index is not loaded yet"));
   }
   const IndexInfo& index = snapshot->info();
   absl::StatusOr<ParsedSearch> parsed =
       ParseSearchRequest(*request, index, LimitsFor(index));
-  if (!parsed.ok()) return fail(parsed.status());
+  if (!parsed.ok()) return reject(RejectReason::kInvalid, parsed.status());
 
   const absl::Time deadline = absl::FromChrono(context->deadline());
   if (deadline <= arrival) {
-    return fail(absl::DeadlineExceededError(
-        "the deadline had passed when the request arrived"));
+    return reject(RejectReason::kDeadline,
+                  absl::DeadlineExceededError(
+                      "the deadline had passed when the request arrived"));
   }
 
   SearchShape shape{parsed->num_queries, parsed->k, parsed->nprobe,
                     static_cast<int64_t>(parsed->allowed_ids.size())};
-  absl::StatusOr<AdmissionGate::Ticket> ticket =
-      gate_->TryAdmit(parsed->num_queries, EstimateSearchBytes(index, shape));
+  RejectReason refused = RejectReason::kQueueFull;  // set on failure
+  absl::StatusOr<AdmissionGate::Ticket> ticket = gate_->TryAdmit(
+      parsed->num_queries, EstimateSearchBytes(index, shape), &refused);
   if (!ticket.ok()) {
     if (absl::IsResourceExhausted(ticket.status())) {
       context->AddTrailingMetadata("grpc-retry-pushback-ms",
                                    std::to_string(options_.retry_pushback_ms));
     }
-    return fail(ticket.status());
+    return reject(refused, ticket.status());
   }
 
   const int64_t results = parsed->num_queries * parsed->k;
@@ -90,9 +100,11 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
   job->is_cancelled = [context] { return context->IsCancelled(); };
   job->ticket = std::move(*ticket);
   const absl::Duration slow = options_.slow_request;
-  job->on_done = [reactor, context, arrival, slow, shape](
+  job->on_done = [reactor, context, arrival, slow, shape, metrics = metrics_](
                      const absl::Status& status, const JobTimes& times) {
     const absl::Duration total = absl::Now() - arrival;
+    metrics->RecordSearchWork(shape.num_queries, times.queue, times.search);
+    metrics->RecordRpc(Metrics::Rpc::kSearch, status.code(), total);
     if (!status.ok()) {
       spdlog::debug("Search from {} failed after {}: {}", context->peer(),
                     absl::FormatDuration(total), status.ToString());
@@ -116,11 +128,16 @@ grpc::ServerUnaryReactor* KnnServiceImpl::GetIndexInfo(
     const knnd::v1::GetIndexInfoRequest* /*request*/,
     knnd::v1::GetIndexInfoResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::Time arrival = absl::Now();
+  auto finish = [&](const absl::Status& status) {
+    metrics_->RecordRpc(Metrics::Rpc::kGetIndexInfo, status.code(),
+                        absl::Now() - arrival);
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
+  };
   std::shared_ptr<const IndexSnapshot> snapshot = holder_->Pin();
   if (snapshot == nullptr) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                 "the index is not loaded yet"));
-    return reactor;
+    return finish(absl::UnavailableError("the index is not loaded yet"));
   }
   const IndexInfo& index = snapshot->info();
   const SearchLimits limits = LimitsFor(index);
@@ -147,8 +164,12 @@ grpc::ServerUnaryReactor* KnnServiceImpl::GetIndexInfo(
       static_cast<uint32_t>(limits.max_queries_per_request));
   response->set_max_filter_ids(static_cast<uint32_t>(limits.max_filter_ids));
   response->set_max_receive_message_bytes(options_.max_receive_message_bytes);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  response->set_has_metadata(index.has_metadata);
+  response->set_normalized(index.normalized);
+  response->set_factory(index.factory);
+  response->set_source(index.source);
+  response->set_created(index.created);
+  return finish(absl::OkStatus());
 }
 
 }  // namespace knnd

@@ -26,6 +26,9 @@ ABSL_FLAG(absl::optional<std::string>, index, absl::nullopt,
           "FAISS IVF-PQ index file to serve.");
 ABSL_FLAG(absl::optional<std::string>, listen, absl::nullopt,
           "host:port of the gRPC search API (default 0.0.0.0:50051).");
+ABSL_FLAG(absl::optional<std::string>, metrics_listen, absl::nullopt,
+          "host:port of the Prometheus /metrics endpoint (default "
+          "0.0.0.0:9090).");
 ABSL_FLAG(absl::optional<int>, workers, absl::nullopt,
           "Search threads; 0 = one per CPU core (the default).");
 ABSL_FLAG(absl::optional<std::string>, log_level, absl::nullopt,
@@ -45,6 +48,9 @@ absl::StatusOr<knnd::v1::ServerConfig> BuildConfig() {
   }
   if (auto v = absl::GetFlag(FLAGS_index)) config.set_index_path(*v);
   if (auto v = absl::GetFlag(FLAGS_listen)) config.set_listen_address(*v);
+  if (auto v = absl::GetFlag(FLAGS_metrics_listen)) {
+    config.set_metrics_listen_address(*v);
+  }
   if (auto v = absl::GetFlag(FLAGS_workers)) {
     if (*v < 0) {
       return absl::InvalidArgumentError(
@@ -89,7 +95,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "serves batched k-NN search over gRPC from one memory-mapped FAISS "
       "IVF-PQ index.\n  knnd --index INDEX [--config FILE] [--listen "
-      "HOST:PORT] [--workers N] [--log_level LEVEL]");
+      "HOST:PORT] [--metrics_listen HOST:PORT] [--workers N] [--log_level LEVEL]");
   absl::ParseCommandLine(argc, argv);
 
   absl::StatusOr<knnd::v1::ServerConfig> config = BuildConfig();

@@ -1,5 +1,6 @@
 #include "knnd/server.h"
 
+#include <climits>
 #include <random>
 #include <vector>
 
@@ -19,6 +20,12 @@ namespace {
 constexpr char kServiceName[] = "knnd.v1.KnnService";
 
 double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// A config duration in ms where 0 means "never" as a gRPC channel argument,
+// for which INT_MAX means "never". ValidateConfig() bounds it to INT_MAX.
+int MillisOrInfinite(uint32_t ms) {
+  return ms == 0 ? INT_MAX : static_cast<int>(ms);
+}
 
 }  // namespace
 
@@ -41,10 +48,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
       static_cast<int64_t>(config.max_inflight_bytes());
   server->gate_ = std::make_unique<AdmissionGate>(gate_options);
 
+  Metrics::Options metrics_options;
+  metrics_options.listen_address = config.metrics_listen_address();
+  metrics_options.process.max_residency_scan_bytes_per_scrape =
+      static_cast<int64_t>(config.metrics_residency_scan_bytes());
+  absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Create(
+      metrics_options, server->gate_.get(), server->pool_.get());
+  if (!metrics.ok()) return metrics.status();
+  server->metrics_ = std::move(*metrics);
+
   Batcher::Options batcher_options;
   batcher_options.max_batch_rows = static_cast<int>(config.max_batch_rows());
-  absl::StatusOr<std::unique_ptr<Batcher>> batcher =
-      Batcher::Create(batcher_options, server->pool_.get());
+  absl::StatusOr<std::unique_ptr<Batcher>> batcher = Batcher::Create(
+      batcher_options, server->pool_.get(), server->metrics_.get());
   if (!batcher.ok()) return batcher.status();
   server->batcher_ = std::move(*batcher);
 
@@ -63,7 +79,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   service_options.slow_request = absl::Milliseconds(config.slow_request_ms());
   server->service_ = std::make_unique<KnnServiceImpl>(
       service_options, &server->holder_, server->gate_.get(),
-      server->batcher_.get());
+      server->batcher_.get(), server->metrics_.get());
   return server;
 }
 
@@ -75,6 +91,7 @@ Server::~Server() {
 }
 
 absl::Status Server::Start() {
+  if (absl::Status s = metrics_->StartExposer(); !s.ok()) return s;
   grpc::EnableDefaultHealthCheckService(true);
   if (config_.enable_reflection()) {
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -84,6 +101,14 @@ absl::Status Server::Start() {
                            grpc::InsecureServerCredentials(), &port_);
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(config_.max_receive_message_bytes()));
+  // GOAWAY after max_connection_age_ms, so clients reconnect and re-resolve
+  // and long-lived HTTP/2 connections spread over new replicas.
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_AGE_MS,
+      MillisOrInfinite(config_.max_connection_age_ms()));
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+      MillisOrInfinite(config_.max_connection_age_grace_ms()));
   builder.RegisterService(service_.get());
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port_ == 0) {
@@ -96,6 +121,8 @@ absl::Status Server::Start() {
   spdlog::info("listening on {} (port {}), {} workers x {} OpenMP threads",
                config_.listen_address(), port_, pool_->num_threads(),
                config_.omp_threads_per_worker());
+  spdlog::info("metrics on http://{}/metrics (port {})",
+               config_.metrics_listen_address(), metrics_->port());
   return absl::OkStatus();
 }
 
@@ -125,6 +152,7 @@ absl::Status Server::LoadIndex() {
       MiB(info.precomputed_table_bytes),
       absl::ToDoubleMilliseconds(info.load_duration));
   if (absl::Status s = WarmUp(*snapshot); !s.ok()) return s;
+  metrics_->SetIndexInfo(info);
   holder_.Publish(std::move(snapshot));
   SetServing(true);
   spdlog::info("SERVING");

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
@@ -101,51 +102,79 @@ absl::StatusOr<Matrix> ParseIdx(const std::string& path,
   return m;
 }
 
-// .fvecs / .bvecs: per row a little-endian int32 dim, then dim values.
-absl::StatusOr<Matrix> ParseVecs(const std::string& path,
-                                 const std::string& bytes, int elem,
-                                 int64_t max_rows) {
+// .fvecs / .bvecs / .ivecs: per row a little-endian int32 dim, then dim
+// values of `elem` bytes. Checks every row's dim; the data starts at 4 bytes
+// into each row of row_bytes.
+struct VecsLayout {
+  int64_t rows = 0;
+  int dim = 0;
+  size_t row_bytes = 0;
+};
+
+absl::StatusOr<VecsLayout> CheckVecs(const std::string& path,
+                                     const std::string& bytes, int elem,
+                                     int64_t max_rows) {
   if (bytes.size() < 4) return BadFormat(path, "empty vecs file");
   int32_t dim;
   std::memcpy(&dim, bytes.data(), 4);
   if (dim <= 0 || dim > (1 << 20)) {
     return BadFormat(path, absl::StrCat("first row has dim=", dim));
   }
-  const size_t row_bytes = 4 + static_cast<size_t>(dim) * elem;
-  if (bytes.size() % row_bytes != 0) {
+  VecsLayout layout;
+  layout.dim = dim;
+  layout.row_bytes = 4 + static_cast<size_t>(dim) * elem;
+  if (bytes.size() % layout.row_bytes != 0) {
     return BadFormat(path, absl::StrCat("size ", bytes.size(),
                                         " is not a multiple of the row size ",
-                                        row_bytes, " (dim=", dim, ")"));
+                                        layout.row_bytes, " (dim=", dim, ")"));
   }
-  int64_t rows = static_cast<int64_t>(bytes.size() / row_bytes);
-  if (max_rows > 0) rows = std::min(rows, max_rows);
-  Matrix m;
-  m.rows = rows;
-  m.dim = dim;
-  m.values.resize(static_cast<size_t>(rows) * dim);
-  for (int64_t i = 0; i < rows; ++i) {
-    const char* row = bytes.data() + i * row_bytes;
+  layout.rows = static_cast<int64_t>(bytes.size() / layout.row_bytes);
+  if (max_rows > 0) layout.rows = std::min(layout.rows, max_rows);
+  for (int64_t i = 0; i < layout.rows; ++i) {
     int32_t d;
-    std::memcpy(&d, row, 4);
+    std::memcpy(&d, bytes.data() + i * layout.row_bytes, 4);
     if (d != dim) {
       return BadFormat(path, absl::StrCat("row ", i, " has dim=", d,
                                           ", expected ", dim));
     }
+  }
+  return layout;
+}
+
+absl::StatusOr<Matrix> ParseVecs(const std::string& path,
+                                 const std::string& bytes, int elem,
+                                 int64_t max_rows) {
+  absl::StatusOr<VecsLayout> layout = CheckVecs(path, bytes, elem, max_rows);
+  if (!layout.ok()) return layout.status();
+  const int dim = layout->dim;
+  Matrix m;
+  m.rows = layout->rows;
+  m.dim = dim;
+  m.values.resize(static_cast<size_t>(m.rows) * dim);
+  for (int64_t i = 0; i < m.rows; ++i) {
+    const char* row = bytes.data() + i * layout->row_bytes + 4;
     float* out = m.values.data() + i * dim;
     if (elem == 4) {
-      std::memcpy(out, row + 4, static_cast<size_t>(dim) * 4);
+      std::memcpy(out, row, static_cast<size_t>(dim) * 4);
     } else {
       for (int j = 0; j < dim; ++j) {
-        out[j] = static_cast<float>(static_cast<uint8_t>(row[4 + j]));
+        out[j] = static_cast<float>(static_cast<uint8_t>(row[j]));
       }
     }
   }
   return m;
 }
 
-// .npy version 1/2/3: magic, version, header length, a Python dict header.
-absl::StatusOr<Matrix> ParseNpy(const std::string& path,
-                                const std::string& bytes, int64_t max_rows) {
+// The header of a .npy file (version 1, 2 or 3): magic, version, header
+// length, then a Python dict literal.
+struct NpyHeader {
+  std::string descr;           // e.g. "'<f4'"
+  std::vector<int64_t> shape;  // any rank
+  size_t data_offset = 0;
+};
+
+absl::StatusOr<NpyHeader> ParseNpyHeader(const std::string& path,
+                                         const std::string& bytes) {
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) {
     return BadFormat(path, "not a .npy file (bad magic)");
   }
@@ -176,12 +205,8 @@ absl::StatusOr<Matrix> ParseNpy(const std::string& path,
     return std::string(absl::StripAsciiWhitespace(
         header.substr(pos + 1, end - pos - (key == "shape" ? 0 : 1))));
   };
-  const std::string descr = field("descr");
-  if (descr != "'<f4'" && descr != "'=f4'" && descr != "'f4'") {
-    return BadFormat(path, absl::StrCat("dtype ", descr,
-                                        " is not little-endian float32 "
-                                        "(convert with .astype('<f4'))"));
-  }
+  NpyHeader parsed;
+  parsed.descr = field("descr");
   if (field("fortran_order") != "False") {
     return BadFormat(path, "array is in Fortran order; save it in C order "
                            "(np.ascontiguousarray)");
@@ -190,18 +215,38 @@ absl::StatusOr<Matrix> ParseNpy(const std::string& path,
   absl::string_view shape = shape_field;
   absl::ConsumePrefix(&shape, "(");
   absl::ConsumeSuffix(&shape, ")");
-  std::vector<std::string> dims = absl::StrSplit(shape, ',', absl::SkipWhitespace());
-  int64_t rows = 0;
-  int64_t dim = 0;
-  if (dims.size() != 2 ||
-      !absl::SimpleAtoi(absl::StripAsciiWhitespace(dims[0]), &rows) ||
-      !absl::SimpleAtoi(absl::StripAsciiWhitespace(dims[1]), &dim) ||
-      dim <= 0) {
-    return BadFormat(path, absl::StrCat("shape (", shape,
+  for (absl::string_view dim :
+       absl::StrSplit(shape, ',', absl::SkipWhitespace())) {
+    int64_t value;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(dim), &value) ||
+        value < 0) {
+      return BadFormat(path, absl::StrCat("shape (", shape, ") is not valid"));
+    }
+    parsed.shape.push_back(value);
+  }
+  parsed.data_offset = offset + header_len;
+  return parsed;
+}
+
+absl::StatusOr<Matrix> ParseNpy(const std::string& path,
+                                const std::string& bytes, int64_t max_rows) {
+  absl::StatusOr<NpyHeader> header = ParseNpyHeader(path, bytes);
+  if (!header.ok()) return header.status();
+  const std::string& descr = header->descr;
+  if (descr != "'<f4'" && descr != "'=f4'" && descr != "'f4'") {
+    return BadFormat(path, absl::StrCat("dtype ", descr,
+                                        " is not little-endian float32 "
+                                        "(convert with .astype('<f4'))"));
+  }
+  if (header->shape.size() != 2 || header->shape[1] <= 0) {
+    return BadFormat(path, absl::StrCat("shape (",
+                                        absl::StrJoin(header->shape, ", "),
                                         ") is not 2-D (rows, dim)"));
   }
-  const size_t data_offset = offset + header_len;
-  if (bytes.size() - data_offset < static_cast<size_t>(rows * dim * 4)) {
+  int64_t rows = header->shape[0];
+  const int64_t dim = header->shape[1];
+  if (bytes.size() - header->data_offset <
+      static_cast<size_t>(rows * dim * 4)) {
     return BadFormat(path, absl::StrCat("data is shorter than ", rows, " x ",
                                         dim, " float32"));
   }
@@ -210,8 +255,68 @@ absl::StatusOr<Matrix> ParseNpy(const std::string& path,
   m.rows = rows;
   m.dim = static_cast<int>(dim);
   m.values.resize(static_cast<size_t>(rows * dim));
-  std::memcpy(m.values.data(), bytes.data() + data_offset,
+  std::memcpy(m.values.data(), bytes.data() + header->data_offset,
               m.values.size() * sizeof(float));
+  return m;
+}
+
+// Integer .npy: int32 or int64 (little-endian), 1-D (one column) or 2-D.
+absl::StatusOr<IdMatrix> ParseNpyIds(const std::string& path,
+                                     const std::string& bytes) {
+  absl::StatusOr<NpyHeader> header = ParseNpyHeader(path, bytes);
+  if (!header.ok()) return header.status();
+  int elem = 0;
+  if (header->descr == "'<i8'" || header->descr == "'=i8'") elem = 8;
+  if (header->descr == "'<i4'" || header->descr == "'=i4'") elem = 4;
+  if (elem == 0) {
+    return BadFormat(path, absl::StrCat("dtype ", header->descr,
+                                        " is not little-endian int64 or "
+                                        "int32 (convert with .astype('<i8'))"));
+  }
+  const std::vector<int64_t>& shape = header->shape;
+  if (shape.empty() || shape.size() > 2 ||
+      (shape.size() == 2 && shape[1] <= 0)) {
+    return BadFormat(path, absl::StrCat("shape (", absl::StrJoin(shape, ", "),
+                                        ") is not 1-D or 2-D"));
+  }
+  IdMatrix m;
+  m.rows = shape[0];
+  m.cols = shape.size() == 2 ? static_cast<int>(shape[1]) : 1;
+  const size_t count = static_cast<size_t>(m.rows) * m.cols;
+  if (bytes.size() - header->data_offset < count * elem) {
+    return BadFormat(path, absl::StrCat("data is shorter than ", m.rows, " x ",
+                                        m.cols, " int", elem * 8));
+  }
+  m.values.resize(count);
+  const char* data = bytes.data() + header->data_offset;
+  for (size_t i = 0; i < count; ++i) {
+    if (elem == 8) {
+      std::memcpy(&m.values[i], data + 8 * i, 8);
+    } else {
+      int32_t v;
+      std::memcpy(&v, data + 4 * i, 4);
+      m.values[i] = v;
+    }
+  }
+  return m;
+}
+
+absl::StatusOr<IdMatrix> ParseIvecs(const std::string& path,
+                                    const std::string& bytes) {
+  absl::StatusOr<VecsLayout> layout = CheckVecs(path, bytes, 4, 0);
+  if (!layout.ok()) return layout.status();
+  IdMatrix m;
+  m.rows = layout->rows;
+  m.cols = layout->dim;
+  m.values.resize(static_cast<size_t>(m.rows) * m.cols);
+  for (int64_t i = 0; i < m.rows; ++i) {
+    const char* row = bytes.data() + i * layout->row_bytes + 4;
+    for (int j = 0; j < m.cols; ++j) {
+      int32_t v;
+      std::memcpy(&v, row + 4 * j, 4);
+      m.values[i * m.cols + j] = v;
+    }
+  }
   return m;
 }
 
@@ -237,6 +342,23 @@ absl::StatusOr<Matrix> ReadVectors(const std::string& path, int64_t max_rows) {
                            "IDX file (optionally .gz)");
   }
   if (m.ok() && m->rows == 0) return BadFormat(path, "holds no vectors");
+  return m;
+}
+
+absl::StatusOr<IdMatrix> ReadIds(const std::string& path) {
+  const std::string lower = absl::AsciiStrToLower(path);
+  absl::string_view name = lower;
+  absl::ConsumeSuffix(&name, ".gz");
+  if (!absl::EndsWith(name, ".npy") && !absl::EndsWith(name, ".ivecs")) {
+    return BadFormat(path, "unknown format for ids; use .npy (int64 or "
+                           "int32) or .ivecs (optionally .gz)");
+  }
+  absl::StatusOr<std::string> bytes = ReadBytes(path);
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<IdMatrix> m = absl::EndsWith(name, ".npy")
+                                   ? ParseNpyIds(path, *bytes)
+                                   : ParseIvecs(path, *bytes);
+  if (m.ok() && m->rows == 0) return BadFormat(path, "holds no rows");
   return m;
 }
 

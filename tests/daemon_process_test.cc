@@ -74,13 +74,20 @@ class Daemon {
   std::string log_path_;
 };
 
-// Health of `address`; UNKNOWN while it cannot be reached.
-Health::ServingStatus CheckHealth(grpc::health::v1::Health::Stub& stub) {
+// Health of `address` over a new connection, as Kubernetes' gRPC probe
+// does; UNKNOWN while it cannot be reached. A long-lived channel is no good
+// here: after its first attempt is refused (knnd not listening yet) gRPC's
+// reconnect backoff can outlast the whole NOT_SERVING phase.
+Health::ServingStatus CheckHealth(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(500));
   grpc::health::v1::HealthCheckResponse response;
-  grpc::Status status = stub.Check(&context, {}, &response);
+  grpc::Status status = stub->Check(&context, {}, &response);
   return status.ok() ? response.status() : Health::UNKNOWN;
 }
 
@@ -106,19 +113,23 @@ TEST(Daemon, HealthFollowsLoadAndSigtermWhileALongBatchFinishesAndExitsZero) {
   }
   Daemon daemon({"--config", tmp.path("knnd.textproto")}, tmp.path("knnd.log"));
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  auto health = grpc::health::v1::Health::NewStub(channel);
 
   // NOT_SERVING first (server up, index loading / warming), then SERVING.
   bool saw_not_serving = false;
+  std::string seen;  // the sequence of answers, for the failure message
   Health::ServingStatus status = Health::UNKNOWN;
   const absl::Time give_up = absl::Now() + absl::Seconds(120);
   while (status != Health::SERVING && absl::Now() < give_up) {
-    status = CheckHealth(*health);
+    Health::ServingStatus now = CheckHealth(address);
+    if (seen.empty() || now != status) {
+      absl::StrAppend(&seen, Health::ServingStatus_Name(now), " ");
+    }
+    status = now;
     saw_not_serving |= status == Health::NOT_SERVING;
     absl::SleepFor(absl::Milliseconds(5));
   }
-  ASSERT_EQ(status, Health::SERVING) << daemon.Log();
-  EXPECT_TRUE(saw_not_serving) << daemon.Log();
+  ASSERT_EQ(status, Health::SERVING) << seen << "\n" << daemon.Log();
+  EXPECT_TRUE(saw_not_serving) << seen << "\n" << daemon.Log();
 
   // A long batch: 4096 queries visiting every list.
   auto stub = knnd::v1::KnnService::NewStub(channel);
@@ -139,7 +150,7 @@ TEST(Daemon, HealthFollowsLoadAndSigtermWhileALongBatchFinishesAndExitsZero) {
   // While it drains, health turns NOT_SERVING and new work is refused.
   bool saw_draining = false;
   for (int i = 0; i < 400 && !saw_draining; ++i) {
-    saw_draining = CheckHealth(*health) == Health::NOT_SERVING;
+    saw_draining = CheckHealth(address) == Health::NOT_SERVING;
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_TRUE(saw_draining);

@@ -18,8 +18,18 @@
 
 namespace knnd {
 
-// Why a request was not admitted (a metrics label).
-enum class RejectReason { kQueueFull, kMemoryBudget, kDraining, kTooLarge };
+// Why a request was not admitted (a metrics label). The gate decides the
+// first four; the handler refuses the others before asking the gate.
+// kNotReady stays last: Metrics sizes its counters by it.
+enum class RejectReason {
+  kQueueFull,
+  kMemoryBudget,
+  kDraining,
+  kTooLarge,
+  kInvalid,   // the request does not parse or breaks a limit
+  kDeadline,  // the deadline had passed on arrival
+  kNotReady,  // no index loaded yet
+};
 const char* RejectReasonName(RejectReason reason);
 
 class AdmissionGate {

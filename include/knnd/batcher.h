@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "knnd/admission_gate.h"
 #include "knnd/index_snapshot.h"
+#include "knnd/metrics.h"
 #include "knnd/worker_pool.h"
 
 namespace knnd {
@@ -58,20 +59,22 @@ class Batcher {
     int max_batch_rows = 256;
   };
 
-  static absl::StatusOr<std::unique_ptr<Batcher>> Create(const Options& options,
-                                                         WorkerPool* pool);
+  // `metrics` (optional) is told the rows of every FAISS call that runs.
+  static absl::StatusOr<std::unique_ptr<Batcher>> Create(
+      const Options& options, WorkerPool* pool, Metrics* metrics = nullptr);
 
   void Submit(std::unique_ptr<SearchJob> job);
 
  private:
   struct Running;
-  Batcher(const Options& options, WorkerPool* pool)
-      : options_(options), pool_(pool) {}
+  Batcher(const Options& options, WorkerPool* pool, Metrics* metrics)
+      : options_(options), pool_(pool), metrics_(metrics) {}
   static void RunUnit(const std::shared_ptr<Running>& running, int64_t begin,
-                      int64_t end);
+                      int64_t end, Metrics* metrics);
 
   const Options options_;
-  WorkerPool* const pool_;  // not owned
+  WorkerPool* const pool_;   // not owned
+  Metrics* const metrics_;   // not owned; may be null
 };
 
 }  // namespace knnd

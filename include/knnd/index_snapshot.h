@@ -17,14 +17,21 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
 namespace knnd {
 
-enum class Metric { kL2, kInnerProduct };
+// kCosine is inner product over L2-normalised vectors: the FAISS file says
+// inner product, its metadata sidecar says the vectors were normalised, and
+// Search() normalises queries to match.
+enum class Metric { kL2, kInnerProduct, kCosine };
 
-const char* MetricName(Metric metric);  // "l2" or "inner_product"
+const char* MetricName(Metric metric);  // "l2", "inner_product" or "cosine"
+
+// Accepts MetricName()'s names and "ip"; anything else is INVALID_ARGUMENT.
+absl::StatusOr<Metric> ParseMetric(absl::string_view name);
 
 // What is known about a loaded index; filled by Load(), then constant.
 struct IndexInfo {
@@ -49,6 +56,13 @@ struct IndexInfo {
   int64_t mapped_list_bytes = 0;
   absl::Time load_time = absl::InfinitePast();
   absl::Duration load_duration;
+  // From the metadata sidecar (index_metadata.h) when the file has one, whose
+  // checksum then matched; empty / false without one.
+  bool has_metadata = false;
+  bool normalized = false;  // vectors L2-normalised at build (metric cosine)
+  std::string factory;      // as given to the builder, e.g. "IVF1024,PQ56"
+  std::string source;       // input file of the build
+  std::string created;      // RFC 3339 UTC
 };
 
 struct LoadOptions {
@@ -60,6 +74,10 @@ struct LoadOptions {
   // Read the file once in a forked child first: a corrupt file that would
   // crash FAISS's reader then yields an error instead of killing the caller.
   bool probe_in_subprocess = true;
+  // When the file has a metadata sidecar, read the whole file once to check
+  // its CRC-32 against the sidecar's (one sequential read of the file), so
+  // that a file changed after it was built is refused instead of served.
+  bool verify_checksum = true;
 };
 
 // One search call. Buffers are owned by the caller and must hold
@@ -80,6 +98,8 @@ class IndexSnapshot {
   // Reads `path` with the inverted lists memory-mapped, checks that it is an
   // IVF-PQ index (optionally behind a pre-transform such as OPQ) whose every
   // inverted list lies inside the file, and turns list prefetch threads off.
+  // A metadata sidecar (MetadataPath(path)), when present, must match the
+  // file: checksum, dim, ntotal and metric.
   // A missing, truncated, corrupt or unsupported file is an error whose
   // message says what is wrong; never a crash.
   static absl::StatusOr<std::unique_ptr<IndexSnapshot>> Load(
@@ -91,7 +111,8 @@ class IndexSnapshot {
 
   const IndexInfo& info() const { return info_; }
 
-  // k-NN search. Results of each query are sorted closest first; missing
+  // k-NN search; with metric cosine the queries are L2-normalised first
+  // (on a copy). Results of each query are sorted closest first; missing
   // neighbours are id -1 with distance +inf (L2) or -inf (inner product).
   // Arguments are assumed validated (see search_request.h); a FAISS error
   // is returned as INTERNAL.

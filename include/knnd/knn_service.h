@@ -3,7 +3,10 @@
 // to the Batcher, and map the outcome to a gRPC status. Handlers never
 // search; they return at once and the reactor finishes on a worker thread.
 //
-// Ownership: borrows the holder, gate and batcher, which must outlive it.
+// Every call is counted in `metrics`, rejections by reason.
+//
+// Ownership: borrows the holder, gate, batcher and metrics, which must
+// outlive it.
 // Thread-safety: handlers run concurrently on gRPC's callback threads.
 #ifndef KNND_KNN_SERVICE_H_
 #define KNND_KNN_SERVICE_H_
@@ -14,6 +17,7 @@
 #include "knnd/admission_gate.h"
 #include "knnd/batcher.h"
 #include "knnd/index_holder.h"
+#include "knnd/metrics.h"
 #include "knnd/search_request.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 
@@ -33,8 +37,12 @@ class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
   };
 
   KnnServiceImpl(const Options& options, IndexHolder* holder,
-                 AdmissionGate* gate, Batcher* batcher)
-      : options_(options), holder_(holder), gate_(gate), batcher_(batcher) {}
+                 AdmissionGate* gate, Batcher* batcher, Metrics* metrics)
+      : options_(options),
+        holder_(holder),
+        gate_(gate),
+        batcher_(batcher),
+        metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* context,
                                    const knnd::v1::SearchRequest* request,
@@ -52,6 +60,7 @@ class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
   IndexHolder* const holder_;
   AdmissionGate* const gate_;
   Batcher* const batcher_;
+  Metrics* const metrics_;
 };
 
 }  // namespace knnd

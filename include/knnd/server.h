@@ -1,6 +1,7 @@
 // Server: assembles knnd from its configuration and runs its lifecycle:
 //   Create()     build the worker pool, gate, batcher and gRPC service
-//   Start()      listen; grpc.health.v1 answers NOT_SERVING
+//   Start()      listen (search API and /metrics); grpc.health.v1 answers
+//                NOT_SERVING
 //   LoadIndex()  load + check the index, run warm-up queries, publish it;
 //                health turns SERVING
 //   Drain()      health NOT_SERVING, refuse new searches (UNAVAILABLE), let
@@ -25,6 +26,7 @@
 #include "knnd/batcher.h"
 #include "knnd/index_holder.h"
 #include "knnd/knn_service.h"
+#include "knnd/metrics.h"
 #include "knnd/v1/config.pb.h"
 #include "knnd/worker_pool.h"
 
@@ -44,6 +46,8 @@ class Server {
 
   // The port the search API is bound to (useful with port 0).
   int port() const { return port_; }
+  // The port /metrics is served on; 0 before Start().
+  int metrics_port() const { return metrics_->port(); }
   IndexHolder& holder() { return holder_; }
   AdmissionGate& gate() { return *gate_; }
   int num_workers() const { return pool_->num_threads(); }
@@ -57,6 +61,10 @@ class Server {
   IndexHolder holder_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<AdmissionGate> gate_;
+  // Between the gate and pool it reads at scrape time and the batcher and
+  // service that record into it: destroyed after its users, before its
+  // sources.
+  std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<KnnServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

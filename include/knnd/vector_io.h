@@ -29,6 +29,19 @@ struct Matrix {
 absl::StatusOr<Matrix> ReadVectors(const std::string& path,
                                    int64_t max_rows = 0);
 
+// A dense row-major int64 matrix: ids to add with, or ground-truth
+// neighbour ids (one row per query).
+struct IdMatrix {
+  int64_t rows = 0;
+  int cols = 0;
+  std::vector<int64_t> values;  // rows * cols
+};
+
+// Reads .npy (little-endian int64 or int32; 1-D means one column, or 2-D,
+// C order) or .ivecs (the TEXMEX / ann-benchmarks ground-truth format);
+// a trailing .gz is decompressed.
+absl::StatusOr<IdMatrix> ReadIds(const std::string& path);
+
 // Writes .npy (float32, C order) or .fvecs, by extension; used by tests and
 // tools to hand data to other programs.
 absl::Status WriteVectors(const std::string& path, const Matrix& matrix);

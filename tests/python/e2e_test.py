@@ -6,6 +6,7 @@ python3-faiss on the same file, bad inputs, and SIGTERM under load.
   e2e_test.py --knnd BUILD/knnd --source-dir . [unittest args]
 """
 import argparse
+import collections
 import os
 import signal
 import socket
@@ -210,9 +211,13 @@ class KnndTest(unittest.TestCase):
             self.assertFalse(t.is_alive(), "a request was left without an answer")
         self.assertEqual(code, 0, self.read_log())
         self.assertGreater(outcomes.count("OK"), 10)
-        # After SIGTERM requests are refused (draining, then the port closes),
-        # never failed half-way or answered wrongly.
-        self.assertEqual(set(outcomes) - {"OK", "UNAVAILABLE"}, set(), outcomes)
+        # After SIGTERM new requests are refused: UNAVAILABLE while draining
+        # and once the port is closed, CANCELLED for one that reaches gRPC in
+        # the instant it shuts down. Every admitted request finished (the
+        # drain waits for them), none was answered wrongly.
+        counts = collections.Counter(outcomes)
+        self.assertEqual(set(counts) - {"OK", "UNAVAILABLE", "CANCELLED"}, set(),
+                         counts)
         self.assertIn("drained", self.read_log())
 
 
