@@ -20,7 +20,7 @@ DEBIAN_PACKAGES := cmake g++ make pkg-config git zlib1g-dev \
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build test demo clean
+.PHONY: deps build test demo bench clean
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -62,3 +62,8 @@ demo: build
 
 clean:
 	rm -rf $(BUILD) $(DEMO_DIR)
+
+# Benchmarks: figures for bench/RESULTS.md (seeded data; see that file).
+bench: build
+	$(BUILD)/bench/search_bench --n 200000 --d 128 --factory IVF1024,PQ32 \
+	  --nprobe 16 --seconds 2 --index /tmp/knnd_bench_200k.index

@@ -188,6 +188,8 @@ int main(int argc, char** argv) {
   config.set_listen_address("127.0.0.1:0");
   config.set_enable_reflection(false);
   config.set_default_nprobe(nprobe);
+  config.set_slow_request_ms(0);  // the queue is meant to fill here
+  config.set_metrics_listen_address("127.0.0.1:0");
   auto server = knnd::Server::Create(config);
   if (!server.ok() || !(*server)->Start().ok() || !(*server)->LoadIndex().ok()) {
     std::fprintf(stderr, "cannot start knnd\n");
