@@ -9,7 +9,12 @@
 //   faiss-mmap   knnd's IndexSnapshot (lists memory-mapped), one thread
 //   knnd-grpc    a knnd server in this process, C clients over 127.0.0.1,
 //                for batch sizes 1, 8, 32, 256 and 1..64 concurrent clients
+//   batching     knnd with request coalescing off vs on (one server per
+//                --queue_delays_us value) at --batching_clients concurrent
+//                single-query clients
+// --cases picks which run (comma-separated: inprocess, grpc, batching).
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <atomic>
@@ -45,6 +50,10 @@ ABSL_FLAG(std::string, index, "/tmp/knnd_bench.index",
           "Index file; built from seeded data when absent.");
 ABSL_FLAG(std::string, concurrency, "1,4,16,64", "Client counts.");
 ABSL_FLAG(std::string, batches, "1,8,32,256", "Queries per request.");
+ABSL_FLAG(std::string, cases, "inprocess,grpc,batching", "Cases to run.");
+ABSL_FLAG(int, batching_clients, 32, "Single-query clients, batching case.");
+ABSL_FLAG(std::string, queue_delays_us, "0,200,500,1000",
+          "max_queue_delay_us values of the batching case (coalescing on).");
 
 namespace {
 
@@ -128,6 +137,65 @@ Measured Run(int threads, Call call) {
           Percentile(all, 0.99)};
 }
 
+// A knnd server in this process, serving `path` on a free loopback port.
+std::unique_ptr<knnd::Server> StartServer(const std::string& path, int nprobe,
+                                          bool coalesce, int delay_us) {
+  knnd::v1::ServerConfig config;
+  config.set_index_path(path);
+  config.set_listen_address("127.0.0.1:0");
+  config.set_enable_reflection(false);
+  config.set_default_nprobe(nprobe);
+  config.set_slow_request_ms(0);  // the queue is meant to fill here
+  config.set_metrics_listen_address("127.0.0.1:0");
+  config.set_coalesce_requests(coalesce);
+  config.set_max_queue_delay_us(delay_us);
+  auto server = knnd::Server::Create(config);
+  if (!server.ok() || !(*server)->Start().ok() || !(*server)->LoadIndex().ok()) {
+    std::fprintf(stderr, "cannot start knnd\n");
+    std::exit(1);
+  }
+  return std::move(*server);
+}
+
+// `clients` closed-loop clients, each on its own connection, sending
+// requests of `batch` queries for the configured duration.
+Measured RunClients(const std::string& address, const std::vector<float>& queries,
+                    int d, int64_t pool_rows, int clients, int batch,
+                    int64_t* rejected_out) {
+  std::vector<std::unique_ptr<knnd::v1::KnnService::Stub>> stubs;
+  for (int c = 0; c < clients; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("grpc.channel_id", c);  // one connection per client
+    stubs.push_back(knnd::v1::KnnService::NewStub(grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args)));
+  }
+  std::atomic<int64_t> rejected{0};
+  Measured g = Run(clients, [&](int t, int64_t i) -> int64_t {
+    knnd::v1::SearchRequest request;
+    request.set_k(kK);
+    const int64_t row = ((i * clients + t) * batch) % (pool_rows - batch);
+    request.set_vectors_f32le(
+        reinterpret_cast<const char*>(queries.data() + row * d),
+        static_cast<size_t>(batch) * d * sizeof(float));
+    knnd::v1::SearchResponse response;
+    grpc::ClientContext context;
+    if (!stubs[t]->Search(&context, request, &response).ok()) {
+      ++rejected;
+      return 0;
+    }
+    return batch;
+  });
+  *rejected_out = rejected.load();
+  return g;
+}
+
+bool CaseOn(const std::string& name) {
+  for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_cases), ',')) {
+    if (c == name) return true;
+  }
+  return false;
+}
+
 std::vector<int> ParseList(const std::string& s) {
   std::vector<int> out;
   for (absl::string_view part : absl::StrSplit(s, ',')) {
@@ -162,75 +230,76 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", snapshot.status().ToString().c_str());
     return 1;
   }
-  std::printf("\n## in-process, 1 thread\n| batch | faiss-heap q/s | faiss-mmap q/s | mmap/heap |\n|---|---|---|---|\n");
   std::map<int, double> heap_qps;
-  for (int batch : ParseList(absl::GetFlag(FLAGS_batches))) {
-    std::vector<float> D(batch * kK);
-    std::vector<int64_t> I(batch * kK);
-    auto offset = [&](int64_t i) { return ((i * batch) % (pool_rows - batch)) * d; };
-    Measured h = Run(1, [&](int, int64_t i) {
-      heap->search(batch, queries.data() + offset(i), kK, D.data(), I.data(), &params);
-      return batch;
-    });
-    Measured m = Run(1, [&](int, int64_t i) {
-      knnd::SearchArgs args{queries.data() + offset(i), batch, kK, nprobe, {},
-                            D.data(), I.data()};
-      (void)(*snapshot)->Search(args);
-      return batch;
-    });
-    heap_qps[batch] = h.qps;
-    std::printf("| %d | %.0f | %.0f | %.2f |\n", batch, h.qps, m.qps, m.qps / h.qps);
-  }
-
-  // knnd over loopback gRPC.
-  knnd::v1::ServerConfig config;
-  config.set_index_path(path);
-  config.set_listen_address("127.0.0.1:0");
-  config.set_enable_reflection(false);
-  config.set_default_nprobe(nprobe);
-  config.set_slow_request_ms(0);  // the queue is meant to fill here
-  config.set_metrics_listen_address("127.0.0.1:0");
-  auto server = knnd::Server::Create(config);
-  if (!server.ok() || !(*server)->Start().ok() || !(*server)->LoadIndex().ok()) {
-    std::fprintf(stderr, "cannot start knnd\n");
-    return 1;
-  }
-  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
-  std::printf("\n## knnd over loopback gRPC (%d workers), vs faiss-heap 1 thread\n"
-              "| batch | clients | q/s | p50 ms | p99 ms | rejected | q/s vs faiss-heap |\n"
-              "|---|---|---|---|---|---|---|\n",
-              (*server)->num_workers());
-  for (int batch : ParseList(absl::GetFlag(FLAGS_batches))) {
-    for (int clients : ParseList(absl::GetFlag(FLAGS_concurrency))) {
-      std::vector<std::unique_ptr<knnd::v1::KnnService::Stub>> stubs;
-      for (int c = 0; c < clients; ++c) {
-        grpc::ChannelArguments args;
-        args.SetInt("grpc.channel_id", c);  // one connection per client
-        stubs.push_back(knnd::v1::KnnService::NewStub(grpc::CreateCustomChannel(
-            address, grpc::InsecureChannelCredentials(), args)));
-      }
-      std::atomic<int64_t> rejected{0};
-      Measured g = Run(clients, [&](int t, int64_t i) -> int64_t {
-        knnd::v1::SearchRequest request;
-        request.set_k(kK);
-        const int64_t row = ((i * clients + t) * batch) % (pool_rows - batch);
-        request.set_vectors_f32le(
-            reinterpret_cast<const char*>(queries.data() + row * d),
-            static_cast<size_t>(batch) * d * sizeof(float));
-        knnd::v1::SearchResponse response;
-        grpc::ClientContext context;
-        if (!stubs[t]->Search(&context, request, &response).ok()) {
-          ++rejected;
-          return 0;
-        }
+  if (CaseOn("inprocess")) {
+    std::printf("\n## in-process, 1 thread\n| batch | faiss-heap q/s | faiss-mmap q/s | mmap/heap |\n|---|---|---|---|\n");
+    for (int batch : ParseList(absl::GetFlag(FLAGS_batches))) {
+      std::vector<float> D(batch * kK);
+      std::vector<int64_t> I(batch * kK);
+      auto offset = [&](int64_t i) { return ((i * batch) % (pool_rows - batch)) * d; };
+      Measured h = Run(1, [&](int, int64_t i) {
+        heap->search(batch, queries.data() + offset(i), kK, D.data(), I.data(), &params);
         return batch;
       });
-      std::printf("| %d | %d | %.0f | %.2f | %.2f | %lld | %.2f |\n", batch,
-                  clients, g.qps, g.p50_ms, g.p99_ms,
-                  static_cast<long long>(rejected.load()), g.qps / heap_qps[batch]);
-      std::fflush(stdout);
+      Measured m = Run(1, [&](int, int64_t i) {
+        knnd::SearchArgs args{queries.data() + offset(i), batch, kK, nprobe, {},
+                              D.data(), I.data()};
+        (void)(*snapshot)->Search(args);
+        return batch;
+      });
+      heap_qps[batch] = h.qps;
+      std::printf("| %d | %.0f | %.0f | %.2f |\n", batch, h.qps, m.qps, m.qps / h.qps);
     }
   }
-  (*server)->Drain(absl::Seconds(5));
+
+  // knnd over loopback gRPC (default batching settings).
+  if (CaseOn("grpc")) {
+    auto server = StartServer(path, nprobe, true,
+                              knnd::v1::ServerConfig().max_queue_delay_us());
+    const std::string address = absl::StrCat("127.0.0.1:", server->port());
+    std::printf("\n## knnd over loopback gRPC (%d workers), vs faiss-heap 1 thread\n"
+                "| batch | clients | q/s | p50 ms | p99 ms | rejected | q/s vs faiss-heap |\n"
+                "|---|---|---|---|---|---|---|\n",
+                server->num_workers());
+    for (int batch : ParseList(absl::GetFlag(FLAGS_batches))) {
+      for (int clients : ParseList(absl::GetFlag(FLAGS_concurrency))) {
+        int64_t rejected = 0;
+        Measured g = RunClients(address, queries, d, pool_rows, clients, batch,
+                                &rejected);
+        std::printf("| %d | %d | %.0f | %.2f | %.2f | %lld | %.2f |\n", batch,
+                    clients, g.qps, g.p50_ms, g.p99_ms,
+                    static_cast<long long>(rejected),
+                    heap_qps.count(batch) ? g.qps / heap_qps[batch] : 0.0);
+        std::fflush(stdout);
+      }
+    }
+    server->Drain(absl::Seconds(5));
+  }
+
+  // Dynamic batching off vs on, single-query clients, one server per setting.
+  if (CaseOn("batching")) {
+    const int clients = absl::GetFlag(FLAGS_batching_clients);
+    std::printf("\n## batching: %d concurrent single-query clients\n"
+                "| coalescing | max_queue_delay_us | q/s | p50 ms | p99 ms | rejected | q/s vs off |\n"
+                "|---|---|---|---|---|---|---|\n", clients);
+    double off_qps = 0;
+    std::vector<std::pair<bool, int>> settings = {{false, 0}};
+    for (int delay : ParseList(absl::GetFlag(FLAGS_queue_delays_us))) {
+      settings.push_back({true, delay});
+    }
+    for (const auto& [coalesce, delay] : settings) {
+      auto server = StartServer(path, nprobe, coalesce, delay);
+      const std::string address = absl::StrCat("127.0.0.1:", server->port());
+      int64_t rejected = 0;
+      Measured g = RunClients(address, queries, d, pool_rows, clients, 1,
+                              &rejected);
+      if (!coalesce) off_qps = g.qps;
+      std::printf("| %s | %d | %.0f | %.2f | %.2f | %lld | %.2f |\n",
+                  coalesce ? "on" : "off", delay, g.qps, g.p50_ms, g.p99_ms,
+                  static_cast<long long>(rejected), g.qps / off_qps);
+      std::fflush(stdout);
+      server->Drain(absl::Seconds(5));
+    }
+  }
   return 0;
 }

@@ -76,6 +76,10 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
   if (c.max_batch_rows() < 1 || c.max_batch_rows() > 1000000) {
     return out_of_range("max_batch_rows", c.max_batch_rows(), 1, 1000000);
   }
+  if (c.max_queue_delay_us() > 1000000) {
+    return out_of_range("max_queue_delay_us", c.max_queue_delay_us(), 0,
+                        1000000);
+  }
   if (c.num_workers() > 1024) {
     return out_of_range("num_workers", c.num_workers(), 0, 1024);
   }

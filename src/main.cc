@@ -23,7 +23,9 @@ ABSL_FLAG(std::string, config, "",
           "config/knnd.textproto). Flags below override its fields.");
 // Unset optional flags leave the config file's value (or its default) alone.
 ABSL_FLAG(absl::optional<std::string>, index, absl::nullopt,
-          "FAISS IVF-PQ index file to serve.");
+          "FAISS IVF-PQ index file to serve, or a directory of numbered "
+          "versions DIR/<N>/index.faiss (the highest complete one is served; "
+          "SIGHUP reloads).");
 ABSL_FLAG(absl::optional<std::string>, listen, absl::nullopt,
           "host:port of the gRPC search API (default 0.0.0.0:50051).");
 ABSL_FLAG(absl::optional<std::string>, metrics_listen, absl::nullopt,
@@ -137,7 +139,10 @@ int main(int argc, char** argv) {
     int signal = 0;
     if (sigwait(&signals, &signal) != 0) continue;
     if (signal == SIGHUP) {
-      spdlog::info("SIGHUP: the served index is a single file; nothing to reload");
+      // Loading a version can take long; the manager's thread does it so
+      // that this loop still answers SIGTERM meanwhile.
+      spdlog::info("SIGHUP: reloading the index");
+      (*server)->index_manager().RequestReload();
       continue;
     }
     spdlog::info("{}: draining", strsignal(signal));

@@ -155,6 +155,16 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
                         .Register(r)
                         .Add({}, RowBuckets());
 
+  auto& reloads =
+      BuildCounter()
+          .Name("knnd_index_reloads_total")
+          .Help("Index versions loaded, the first included: ok = checked and "
+                "published, failed = refused while the previous version kept "
+                "serving.")
+          .Register(r);
+  m->reloads_ok_ = &reloads.Add({{"result", "ok"}});
+  m->reloads_failed_ = &reloads.Add({{"result", "failed"}});
+
   const BuildInfo& build = GetBuildInfo();
   BuildGauge()
       .Name("knnd_build_info")
@@ -248,6 +258,10 @@ void Metrics::SetIndexInfo(const IndexInfo& info) {
   if (absl::Status s = process_->TrackIndexFile(info.path); !s.ok()) {
     spdlog::warn("index residency metrics unavailable: {}", s.ToString());
   }
+}
+
+void Metrics::RecordIndexReload(bool ok) {
+  (ok ? reloads_ok_ : reloads_failed_)->Increment();
 }
 
 void Metrics::RecordRpc(Rpc rpc, absl::StatusCode code,

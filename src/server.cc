@@ -1,11 +1,13 @@
 #include "knnd/server.h"
 
+#include <algorithm>
 #include <climits>
 #include <random>
 #include <vector>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
@@ -19,13 +21,33 @@ namespace {
 
 constexpr char kServiceName[] = "knnd.v1.KnnService";
 
-double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
-
 // A config duration in ms where 0 means "never" as a gRPC channel argument,
 // for which INT_MAX means "never". ValidateConfig() bounds it to INT_MAX.
 int MillisOrInfinite(uint32_t ms) {
   return ms == 0 ? INT_MAX : static_cast<int>(ms);
 }
+
+// Gives this server reflection or takes it away. Linking gRPC's reflection
+// library registers its plugin for every server at static initialisation,
+// so turning reflection off means removing the plugin, and turning it on
+// must not add it twice.
+class ReflectionOption : public grpc::ServerBuilderOption {
+ public:
+  explicit ReflectionOption(bool enabled) : enabled_(enabled) {}
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(
+      std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    auto reflection = std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>();
+    const std::string name = reflection->name();
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [&](const auto& p) { return p->name() == name; }),
+                   plugins->end());
+    if (enabled_) plugins->push_back(std::move(reflection));
+  }
+
+ private:
+  const bool enabled_;
+};
 
 }  // namespace
 
@@ -59,6 +81,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
 
   Batcher::Options batcher_options;
   batcher_options.max_batch_rows = static_cast<int>(config.max_batch_rows());
+  batcher_options.coalesce = config.coalesce_requests();
+  batcher_options.max_queue_delay_us = config.max_queue_delay_us();
   absl::StatusOr<std::unique_ptr<Batcher>> batcher = Batcher::Create(
       batcher_options, server->pool_.get(), server->metrics_.get());
   if (!batcher.ok()) return batcher.status();
@@ -80,6 +104,21 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   server->service_ = std::make_unique<KnnServiceImpl>(
       service_options, &server->holder_, server->gate_.get(),
       server->batcher_.get(), server->metrics_.get());
+
+  IndexManager::Options manager_options;
+  manager_options.index_path = config.index_path();
+  manager_options.load.use_precomputed_table = config.use_precomputed_table();
+  manager_options.load.probe_in_subprocess =
+      config.probe_index_in_subprocess();
+  manager_options.poll_interval =
+      absl::Milliseconds(config.index_poll_interval_ms());
+  manager_options.prepare = [s = server.get()](const IndexSnapshot& snapshot) {
+    return s->WarmUp(snapshot);
+  };
+  absl::StatusOr<std::unique_ptr<IndexManager>> manager = IndexManager::Create(
+      manager_options, &server->holder_, server->metrics_.get());
+  if (!manager.ok()) return manager.status();
+  server->index_manager_ = std::move(*manager);
   return server;
 }
 
@@ -93,9 +132,6 @@ Server::~Server() {
 absl::Status Server::Start() {
   if (absl::Status s = metrics_->StartExposer(); !s.ok()) return s;
   grpc::EnableDefaultHealthCheckService(true);
-  if (config_.enable_reflection()) {
-    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config_.listen_address(),
                            grpc::InsecureServerCredentials(), &port_);
@@ -109,6 +145,8 @@ absl::Status Server::Start() {
   builder.AddChannelArgument(
       GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
       MillisOrInfinite(config_.max_connection_age_grace_ms()));
+  builder.SetOption(
+      std::make_unique<ReflectionOption>(config_.enable_reflection()));
   builder.RegisterService(service_.get());
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port_ == 0) {
@@ -134,26 +172,8 @@ void Server::SetServing(bool serving) {
 }
 
 absl::Status Server::LoadIndex() {
-  LoadOptions options;
-  options.use_precomputed_table = config_.use_precomputed_table();
-  options.probe_in_subprocess = config_.probe_index_in_subprocess();
-  absl::StatusOr<std::unique_ptr<IndexSnapshot>> loaded =
-      IndexSnapshot::Load(config_.index_path(), options);
-  if (!loaded.ok()) return loaded.status();
-  std::shared_ptr<const IndexSnapshot> snapshot = std::move(*loaded);
-  const IndexInfo& info = snapshot->info();
-  spdlog::info(
-      "index {}: {} | {} vectors x {} dims, {} | nlist {}, PQ M={} x {} bits "
-      "({} B/vector) | file {:.1f} MiB mapped, heap {:.1f} MiB (precomputed "
-      "table {:.1f} MiB) | loaded in {:.1f} ms",
-      info.path, info.index_type, info.ntotal, info.dim,
-      MetricName(info.metric), info.nlist, info.pq_m, info.pq_nbits,
-      info.code_size_bytes, MiB(info.file_bytes), MiB(info.heap_bytes),
-      MiB(info.precomputed_table_bytes),
-      absl::ToDoubleMilliseconds(info.load_duration));
-  if (absl::Status s = WarmUp(*snapshot); !s.ok()) return s;
-  metrics_->SetIndexInfo(info);
-  holder_.Publish(std::move(snapshot));
+  absl::StatusOr<IndexManager::Outcome> served = index_manager_->Reload();
+  if (!served.ok()) return served.status();
   SetServing(true);
   spdlog::info("SERVING");
   return absl::OkStatus();

@@ -1,17 +1,23 @@
 #include "knnd/batcher.h"
 
 #include <atomic>
+#include <thread>
+#include <utility>
 
 #include <gtest/gtest.h>
 
 #include "absl/synchronization/notification.h"
+#include "scrape_util.h"
 #include "test_util.h"
 
 namespace knnd {
 namespace {
 
+using ::knnd::testing::FindSample;
+using ::knnd::testing::HttpGet;
 using ::knnd::testing::IndexSpec;
 using ::knnd::testing::MakeData;
+using ::knnd::testing::ParseExposition;
 using ::knnd::testing::ReferenceSearch;
 using ::knnd::testing::TempDir;
 using ::knnd::testing::WriteIndex;
@@ -60,8 +66,49 @@ class BatcherTest : public ::testing::Test {
     return job;
   }
 
+  // Occupies every worker until the returned notification is notified, so
+  // that jobs submitted meanwhile are all queued when the workers return:
+  // what gets coalesced is then decided by count, not by timing.
+  std::unique_ptr<absl::Notification> BlockWorkers() {
+    auto release = std::make_unique<absl::Notification>();
+    for (int i = 0; i < pool_->num_threads(); ++i) {
+      pool_->Submit([r = release.get()] { r->WaitForNotification(); });
+    }
+    return release;
+  }
+
+  // Metrics serving /metrics on a free port, to read knnd_search_batch_rows.
+  std::unique_ptr<Metrics> StartMetrics() {
+    Metrics::Options options;
+    options.listen_address = "127.0.0.1:0";
+    auto metrics = Metrics::Create(options, &gate_, pool_.get());
+    EXPECT_TRUE(metrics.ok()) << metrics.status();
+    EXPECT_TRUE((*metrics)->StartExposer().ok());
+    return std::move(*metrics);
+  }
+
+  // (FAISS calls executed, rows searched) so far.
+  std::pair<double, double> BatchRows(const Metrics& metrics) {
+    auto body = HttpGet(metrics.port(), "/metrics");
+    EXPECT_TRUE(body.ok()) << body.status();
+    auto samples = ParseExposition(body.ok() ? *body : "");
+    return {FindSample(samples, "knnd_search_batch_rows_count").value_or(-1),
+            FindSample(samples, "knnd_search_batch_rows_sum").value_or(-1)};
+  }
+
+  // What one FAISS call for this job alone returns (the per-request truth).
+  std::vector<int64_t> SearchAlone(const SearchJob& job) {
+    std::vector<float> d(job.num_queries * job.k);
+    std::vector<int64_t> ids(job.num_queries * job.k);
+    SearchArgs args{job.queries, job.num_queries, job.k, job.nprobe,
+                    job.allowed_ids, d.data(), ids.data()};
+    EXPECT_TRUE(job.snapshot->Search(args).ok());
+    return ids;
+  }
+
   TempDir tmp_;
   IndexSpec spec_;
+  AdmissionGate gate_{AdmissionGate::Options{}};
   std::shared_ptr<const IndexSnapshot> snapshot_;
   std::unique_ptr<WorkerPool> pool_;
 };
@@ -120,6 +167,198 @@ TEST_F(BatcherTest, TicketIsReleasedAfterCompletion) {
   job->ticket = std::move(*ticket);
   ASSERT_TRUE(Run(**batcher, std::move(job)).ok());
   EXPECT_TRUE(gate.WaitUntilIdle(absl::Now() + absl::Seconds(10)));
+}
+
+// One request of the coalescing tests: its inputs, outputs and outcome.
+struct Request {
+  std::vector<float> queries;
+  std::vector<float> distances;
+  std::vector<int64_t> ids;
+  std::vector<int64_t> want_ids;
+  absl::Status status;
+  absl::Notification done;
+};
+
+TEST_F(BatcherTest, CoalescedResultsEqualPerRequestSearches) {
+  // 16 rows: below FAISS's BLAS threshold (20 queries), so a batch's coarse
+  // search takes the same code path as a request searched alone and ids
+  // must match exactly.
+  Batcher::Options options;
+  options.max_batch_rows = 16;
+  options.max_queue_delay_us = 1000;
+  auto metrics = StartMetrics();
+  auto batcher = Batcher::Create(options, pool_.get(), metrics.get());
+  ASSERT_TRUE(batcher.ok());
+
+  std::vector<int64_t> evens, low;
+  for (int64_t i = 0; i < spec_.n; i += 2) evens.push_back(i);
+  for (int64_t i = 0; i < 500; ++i) low.push_back(i);
+  const std::vector<std::vector<int64_t>> filters = {{}, evens, low};
+
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 12;
+  std::vector<Request> requests(kThreads * kPerThread);
+  std::vector<std::unique_ptr<SearchJob>> jobs;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& r = requests[i];
+    r.queries = MakeData(1 + i % 3, spec_.d, 100 + i);
+    auto job = Job(r.queries, i % 2 == 0 ? 5 : 10, &r.distances, &r.ids);
+    job->nprobe = (i / 2) % 2 == 0 ? 2 : 4;
+    job->allowed_ids = filters[(i / 4) % filters.size()];
+    r.want_ids = SearchAlone(*job);
+    job->on_done = [&r](const absl::Status& s, const JobTimes&) {
+      r.status = s;
+      r.done.Notify();
+    };
+    jobs.push_back(std::move(job));
+  }
+
+  auto release = BlockWorkers();
+  std::vector<std::thread> submitters;
+  for (int t = 0; t < kThreads; ++t) {
+    submitters.emplace_back([&, t] {
+      for (int i = t; i < static_cast<int>(jobs.size()); i += kThreads) {
+        (*batcher)->Submit(std::move(jobs[i]));
+      }
+    });
+  }
+  for (auto& t : submitters) t.join();
+  release->Notify();
+  int64_t rows = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& r = requests[i];
+    r.done.WaitForNotification();
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    EXPECT_EQ(r.ids, r.want_ids) << "request " << i;
+    rows += static_cast<int64_t>(r.queries.size()) / spec_.d;
+  }
+  const auto [batches, sum] = BatchRows(*metrics);
+  EXPECT_EQ(sum, rows);
+  EXPECT_LT(batches, static_cast<double>(requests.size()))
+      << "nothing was coalesced";
+}
+
+TEST_F(BatcherTest, RequestsWithDifferentKeysAreNeverMerged) {
+  auto metrics = StartMetrics();
+  auto batcher = Batcher::Create({256}, pool_.get(), metrics.get());
+  ASSERT_TRUE(batcher.ok());
+  auto other = IndexSnapshot::Load(tmp_.path("b.index"), {});
+  ASSERT_TRUE(other.ok()) << other.status();
+  std::shared_ptr<const IndexSnapshot> other_snapshot = std::move(*other);
+
+  // Seven one-row requests; only the first two share a key.
+  std::vector<Request> requests(7);
+  std::vector<std::unique_ptr<SearchJob>> jobs;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& r = requests[i];
+    r.queries = MakeData(1, spec_.d, 200 + i);
+    auto job = Job(r.queries, i == 2 ? 6 : 5, &r.distances, &r.ids);
+    job->on_done = [&r](const absl::Status& s, const JobTimes&) {
+      r.status = s;
+      r.done.Notify();
+    };
+    jobs.push_back(std::move(job));
+  }
+  jobs[3]->nprobe = 8;
+  jobs[4]->allowed_ids = {1, 2, 3};
+  jobs[5]->allowed_ids = {1, 2, 4};
+  jobs[6]->snapshot = other_snapshot;  // another version of the same file
+
+  auto release = BlockWorkers();
+  for (auto& job : jobs) (*batcher)->Submit(std::move(job));
+  release->Notify();
+  for (Request& r : requests) {
+    r.done.WaitForNotification();
+    EXPECT_TRUE(r.status.ok()) << r.status;
+  }
+  const auto [batches, rows] = BatchRows(*metrics);
+  EXPECT_EQ(rows, 7);
+  EXPECT_EQ(batches, 6) << "only the two requests with equal keys merge";
+}
+
+TEST_F(BatcherTest, ExpiredRequestInABatchIsNotSearchedButItsNeighboursAre) {
+  auto metrics = StartMetrics();
+  auto batcher = Batcher::Create({256}, pool_.get(), metrics.get());
+  ASSERT_TRUE(batcher.ok());
+  std::vector<Request> requests(3);
+  std::vector<std::unique_ptr<SearchJob>> jobs;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& r = requests[i];
+    r.queries = MakeData(2, spec_.d, 300 + i);
+    auto job = Job(r.queries, 5, &r.distances, &r.ids);
+    r.want_ids = SearchAlone(*job);
+    job->on_done = [&r](const absl::Status& s, const JobTimes&) {
+      r.status = s;
+      r.done.Notify();
+    };
+    jobs.push_back(std::move(job));
+  }
+  jobs[1]->deadline = absl::Now() - absl::Milliseconds(1);
+
+  auto release = BlockWorkers();
+  for (auto& job : jobs) (*batcher)->Submit(std::move(job));
+  release->Notify();
+  for (Request& r : requests) r.done.WaitForNotification();
+  EXPECT_TRUE(requests[0].status.ok()) << requests[0].status;
+  EXPECT_TRUE(requests[2].status.ok()) << requests[2].status;
+  EXPECT_EQ(requests[0].ids, requests[0].want_ids);
+  EXPECT_EQ(requests[2].ids, requests[2].want_ids);
+  EXPECT_EQ(requests[1].status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(requests[1].ids, std::vector<int64_t>(10, -7))
+      << "the expired request was searched";
+  EXPECT_EQ(BatchRows(*metrics), std::make_pair(1.0, 4.0))
+      << "one FAISS call over the two live requests";
+}
+
+TEST_F(BatcherTest, ConcurrentSingleQueriesAreCoalescedWithAQueueDelay) {
+  Batcher::Options options;
+  options.max_batch_rows = 8;  // full batches end the wait early
+  options.max_queue_delay_us = 20000;
+  auto metrics = StartMetrics();
+  auto batcher = Batcher::Create(options, pool_.get(), metrics.get());
+  ASSERT_TRUE(batcher.ok());
+  constexpr int kClients = 32;
+  constexpr int kRequestsEach = 20;
+  std::vector<std::thread> clients;
+  std::atomic<int> failures{0};
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      std::vector<float> q = MakeData(1, spec_.d, 400 + c);
+      for (int i = 0; i < kRequestsEach; ++i) {
+        std::vector<float> d;
+        std::vector<int64_t> ids;
+        if (!Run(**batcher, Job(q, 10, &d, &ids)).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  const auto [batches, rows] = BatchRows(*metrics);
+  EXPECT_EQ(rows, kClients * kRequestsEach);
+  EXPECT_GT(rows / batches, 1.0) << batches << " batches";
+}
+
+TEST_F(BatcherTest, WithoutCoalescingEveryUnitIsItsOwnCall) {
+  Batcher::Options options;
+  options.coalesce = false;
+  auto metrics = StartMetrics();
+  auto batcher = Batcher::Create(options, pool_.get(), metrics.get());
+  ASSERT_TRUE(batcher.ok());
+  std::vector<Request> requests(5);
+  auto release = BlockWorkers();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& r = requests[i];
+    r.queries = MakeData(1, spec_.d, 500 + i);
+    auto job = Job(r.queries, 5, &r.distances, &r.ids);
+    job->on_done = [&r](const absl::Status& s, const JobTimes&) {
+      r.status = s;
+      r.done.Notify();
+    };
+    (*batcher)->Submit(std::move(job));
+  }
+  release->Notify();
+  for (Request& r : requests) r.done.WaitForNotification();
+  EXPECT_EQ(BatchRows(*metrics), std::make_pair(5.0, 5.0));
 }
 
 }  // namespace

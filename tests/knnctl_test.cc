@@ -224,5 +224,33 @@ TEST(Knnctl, KilledBuildLeavesTheOldIndexIntact) {
   EXPECT_TRUE(IndexSnapshot::Load(index, {}).ok());
 }
 
+// publish copies a built index and its sidecar into the next numbered
+// version of a directory; a broken file is refused and publishes nothing.
+TEST(Knnctl, PublishWritesNumberedVersions) {
+  TempDir dir;
+  WriteData(dir.path("x.npy"), 2000, 16, 3);
+  CommandResult built = Knnctl(absl::StrCat("build --input ", dir.path("x.npy"),
+                                            " --output ", dir.path("x.index"),
+                                            " --nlist 16 --m 4"));
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  for (int version : {1, 2}) {
+    CommandResult published =
+        Knnctl(absl::StrCat("publish --index ", dir.path("x.index"), " --dir ",
+                            dir.path("versions")));
+    EXPECT_EQ(published.exit_code, 0) << published.output;
+    EXPECT_THAT(published.output,
+                HasSubstr(absl::StrCat("as version ", version)));
+    const std::string index =
+        absl::StrCat(dir.path("versions"), "/", version, "/index.faiss");
+    EXPECT_TRUE(std::ifstream(MetadataPath(index)).good()) << index;
+  }
+  CommandResult missing = Knnctl(absl::StrCat(
+      "publish --index ", dir.path("none.index"), " --dir ", dir.path("versions")));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.output, HasSubstr("none.index"));
+  EXPECT_FALSE(std::ifstream(dir.path("versions") + "/3/index.faiss").good());
+  EXPECT_EQ(Knnctl("publish --index x").exit_code, 2);
+}
+
 }  // namespace
 }  // namespace knnd

@@ -46,7 +46,9 @@ std::vector<float> WriteIndex(const std::string& path, const IndexSpec& spec) {
     ivfpq->do_polysemous_training = false;
   }
   index->train(spec.n, x.data());
-  index->add(spec.n, x.data());
+  std::vector<faiss::Index::idx_t> ids(static_cast<size_t>(spec.n));
+  for (int64_t i = 0; i < spec.n; ++i) ids[i] = spec.first_id + i;
+  index->add_with_ids(spec.n, x.data(), ids.data());
   ivf->nprobe = spec.nprobe;
   faiss::write_index(index.get(), path.c_str());
   return x;

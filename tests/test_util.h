@@ -28,6 +28,9 @@ struct IndexSpec {
   bool inner_product = false;
   int nprobe = 4;  // saved in the file
   uint32_t seed = 1234;
+  // The vectors get ids first_id .. first_id + n - 1 (FAISS's own numbering
+  // when 0), e.g. to tell which index answered.
+  int64_t first_id = 0;
 };
 
 // Trains and fills an index as described, writes it to `path` with FAISS's

@@ -61,6 +61,8 @@ class Metrics {
   // A new snapshot is served: replaces the knnd_index_* series and follows
   // its file's mapping and page-cache residency.
   void SetIndexInfo(const IndexInfo& info);
+  // One index version loaded and either published (ok) or refused.
+  void RecordIndexReload(bool ok);
 
   // One finished call, whatever its outcome; `handling` runs from arrival to
   // the status being sent.
@@ -96,6 +98,8 @@ class Metrics {
   prometheus::Histogram* execution_ = nullptr;
   prometheus::Histogram* request_queries_ = nullptr;
   prometheus::Histogram* batch_rows_ = nullptr;
+  prometheus::Counter* reloads_ok_ = nullptr;
+  prometheus::Counter* reloads_failed_ = nullptr;
 
   absl::Mutex index_mu_;
   prometheus::Family<prometheus::Gauge>* index_info_family_ = nullptr;

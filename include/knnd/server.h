@@ -3,7 +3,8 @@
 //   Start()      listen (search API and /metrics); grpc.health.v1 answers
 //                NOT_SERVING
 //   LoadIndex()  load + check the index, run warm-up queries, publish it;
-//                health turns SERVING
+//                health turns SERVING; later versions come through
+//                index_manager() (SIGHUP, polling, tests)
 //   Drain()      health NOT_SERVING, refuse new searches (UNAVAILABLE), let
 //                in-flight ones finish within the grace period, stop gRPC
 //
@@ -25,6 +26,7 @@
 #include "knnd/admission_gate.h"
 #include "knnd/batcher.h"
 #include "knnd/index_holder.h"
+#include "knnd/index_manager.h"
 #include "knnd/knn_service.h"
 #include "knnd/metrics.h"
 #include "knnd/v1/config.pb.h"
@@ -49,6 +51,7 @@ class Server {
   // The port /metrics is served on; 0 before Start().
   int metrics_port() const { return metrics_->port(); }
   IndexHolder& holder() { return holder_; }
+  IndexManager& index_manager() { return *index_manager_; }
   AdmissionGate& gate() { return *gate_; }
   int num_workers() const { return pool_->num_threads(); }
 
@@ -68,6 +71,9 @@ class Server {
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<KnnServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  // Last: its thread may be reloading (warm-up on the pool, publishing to
+  // the holder, recording metrics) until it is destroyed, first.
+  std::unique_ptr<IndexManager> index_manager_;
   int port_ = 0;
 };
 

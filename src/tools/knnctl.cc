@@ -8,6 +8,7 @@
 //                 [--nprobe P] [--batch N] [--show N]
 //   knnctl info   (--addr HOST:PORT | --index FILE)
 //   knnctl health --addr HOST:PORT      exit 0 when SERVING, 1 otherwise
+//   knnctl publish --index FILE --dir DIR   DIR/<next N>/ for knnd to load
 // Exit codes: 0 done, 1 health: not serving, 2 any error (message on stderr).
 #include <algorithm>
 #include <chrono>
@@ -43,6 +44,7 @@
 #include "knnd/index_eval.h"
 #include "knnd/index_metadata.h"
 #include "knnd/index_snapshot.h"
+#include "knnd/index_source.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 #include "knnd/vector_io.h"
 
@@ -62,6 +64,8 @@ ABSL_FLAG(int, timeout_ms, 10000, "Deadline of each call, in ms.");
 ABSL_FLAG(std::string, index, "",
           "Index file (info: read it locally; eval: the index to measure).");
 ABSL_FLAG(std::string, service, "", "health: service name to check.");
+ABSL_FLAG(std::string, dir, "",
+          "publish: versions directory knnd serves (--index DIR there).");
 ABSL_FLAG(std::string, input, "",
           "build: vectors to index: .npy (float32, 2-D, C order), .fvecs, "
           ".bvecs or IDX (.gz allowed).");
@@ -250,6 +254,23 @@ int Info() {
   grpc::Status s = stub->GetIndexInfo(&context, {}, &info);
   if (!s.ok()) return FailRpc("GetIndexInfo", s);
   std::printf("%s", info.DebugString().c_str());
+  return 0;
+}
+
+int Publish() {
+  const std::string index = absl::GetFlag(FLAGS_index);
+  const std::string dir = absl::GetFlag(FLAGS_dir);
+  if (index.empty() || dir.empty()) {
+    return Fail("publish needs --index FILE and --dir DIR");
+  }
+  absl::StatusOr<knnd::IndexVersion> published =
+      knnd::PublishVersion(dir, index);
+  if (!published.ok()) return Fail(std::string(published.status().message()));
+  std::printf("published: %s as version %lld (%s)\n", index.c_str(),
+              static_cast<long long>(published->version),
+              published->path.c_str());
+  std::printf("next:      kill -HUP $(pidof knnd), or set "
+              "index_poll_interval_ms\n");
   return 0;
 }
 
@@ -686,7 +707,7 @@ int Eval() {
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<int()>> commands = {
       {"build", Build}, {"eval", Eval},     {"search", Search},
-      {"info", Info},   {"health", Health}};
+      {"info", Info},   {"health", Health}, {"publish", Publish}};
   absl::FlagsUsageConfig usage;
   usage.version_string = [] { return knnd::BuildInfoLine() + "\n"; };
   usage.contains_help_flags = [](absl::string_view file) {
@@ -702,7 +723,8 @@ int main(int argc, char** argv) {
       "  knnctl search --addr HOST:PORT (--queries FILE | --random N) "
       "[--k 10] [--nprobe P]\n"
       "  knnctl info (--addr HOST:PORT | --index FILE)\n"
-      "  knnctl health --addr HOST:PORT");
+      "  knnctl health --addr HOST:PORT\n"
+      "  knnctl publish --index FILE --dir DIR");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   // OpenBLAS threads spinning next to FAISS's OpenMP threads oversubscribe
   // the cores (shared/DESIGN.md); FAISS parallelises over rows itself.

@@ -1,0 +1,127 @@
+// IndexManager: moves the served index from one version to the next without
+// dropping a request (TF Serving's availability-preserving policy). A reload
+// loads the target version beside the one serving, checks it, runs the
+// caller's preparation (warm-up queries) on it and only then publishes it
+// through the IndexHolder; requests that pinned the old snapshot finish on
+// it, and its file is unmapped when the last of them lets go. A version that
+// fails any step is refused: the old one keeps serving, the refusal is
+// logged, counted (knnd_index_reloads_total{result="failed"}) and returned.
+//
+// The target is the highest complete version of the IndexSource, or the
+// version pinned by ReloadVersion() (rollback). Checks beyond
+// IndexSnapshot::Load's own: the dimension and the metric must be those of
+// the first version served, since clients were built for them.
+//
+// Triggers: Reload() / ReloadVersion() return the outcome (admin RPC, tests,
+// start-up); RequestReload() only wakes the manager's thread (SIGHUP, which
+// must not block the signal loop); the same thread scans a versions
+// directory every poll_interval when that is set. Reloads are serialised: one
+// that arrives during another waits for it and then finds the target served,
+// so a version is never loaded twice. A version refused once is not loaded
+// again by Reload() (the poll would otherwise reload it every interval);
+// ReloadVersion() tries it again.
+//
+// Ownership: borrows the holder and the metrics, which must outlive it; owns
+// its thread, stopped and joined by the destructor.
+// Thread-safety: all methods are safe to call concurrently.
+#ifndef KNND_INDEX_MANAGER_H_
+#define KNND_INDEX_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "knnd/index_holder.h"
+#include "knnd/index_snapshot.h"
+#include "knnd/index_source.h"
+#include "knnd/metrics.h"
+
+namespace knnd {
+
+class IndexManager {
+ public:
+  struct Options {
+    // A file (version 1) or a versions directory (index_source.h).
+    std::string index_path;
+    // How versions are loaded; `version` is set per load.
+    LoadOptions load;
+    // Time between scans of a versions directory for a newer version; zero
+    // means no polling (a plain file is never polled).
+    absl::Duration poll_interval = absl::ZeroDuration();
+    // Runs on a loaded, checked version before it is published, e.g. the
+    // server's warm-up queries; an error refuses the version. May be empty.
+    std::function<absl::Status(const IndexSnapshot&)> prepare;
+  };
+
+  struct Outcome {
+    int64_t version = 0;  // served after the reload
+    std::string path;     // its index file
+    bool loaded = false;  // false: that version was already serving
+  };
+
+  static absl::StatusOr<std::unique_ptr<IndexManager>> Create(
+      const Options& options, IndexHolder* holder, Metrics* metrics);
+  ~IndexManager();
+  IndexManager(const IndexManager&) = delete;
+  IndexManager& operator=(const IndexManager&) = delete;
+
+  // Serves the target version (the pinned one, else the highest complete
+  // one), loading it if another is serving. An error says which version was
+  // refused and why; the version serving before, if any, still serves.
+  absl::StatusOr<Outcome> Reload();
+
+  // Pins `version` and serves it (rollback); 0 unpins and serves the
+  // highest complete version again. A version that cannot be served leaves
+  // the pin and the served version as they were.
+  absl::StatusOr<Outcome> ReloadVersion(int64_t version);
+
+  // Asks the manager's thread to Reload() soon; returns at once. Requests
+  // made while one is pending are merged.
+  void RequestReload();
+
+ private:
+  IndexManager(const Options& options, IndexHolder* holder, Metrics* metrics)
+      : options_(options), source_(options.index_path), holder_(holder),
+        metrics_(metrics) {}
+
+  // Reload() and ReloadVersion(): `pin` is absent to keep the current pin.
+  absl::StatusOr<Outcome> ReloadTo(absl::optional<int64_t> pin);
+  // Loads, checks, prepares and publishes `target`; no lock held.
+  absl::Status LoadAndPublish(const IndexVersion& target, int expected_dim,
+                              absl::optional<Metric> expected_metric);
+  void Run();
+
+  const Options options_;
+  const IndexSource source_;
+  IndexHolder* const holder_;
+  Metrics* const metrics_;
+
+  absl::Mutex mu_;
+  // True while one reload runs; others wait for it to turn false, so that
+  // no lock is held during the load itself.
+  bool reloading_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t served_version_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none yet
+  std::string served_path_ ABSL_GUARDED_BY(mu_);
+  int64_t pinned_version_ ABSL_GUARDED_BY(mu_) = 0;  // 0: follow the latest
+  // Of the first version served; 0 / absent before it.
+  int dim_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::optional<Metric> metric_ ABSL_GUARDED_BY(mu_);
+  // The last version refused, and why.
+  int64_t refused_version_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status refused_status_ ABSL_GUARDED_BY(mu_);
+  bool reload_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::thread thread_;
+};
+
+}  // namespace knnd
+
+#endif  // KNND_INDEX_MANAGER_H_

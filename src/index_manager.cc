@@ -1,0 +1,215 @@
+#include "knnd/index_manager.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
+
+namespace knnd {
+namespace {
+
+double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+void LogServed(const IndexInfo& info) {
+  spdlog::info(
+      "index {} (version {}): {} | {} vectors x {} dims, {} | nlist {}, PQ "
+      "M={} x {} bits ({} B/vector) | file {:.1f} MiB mapped, heap {:.1f} MiB "
+      "(precomputed table {:.1f} MiB) | loaded in {:.1f} ms",
+      info.path, info.version, info.index_type, info.ntotal, info.dim,
+      MetricName(info.metric), info.nlist, info.pq_m, info.pq_nbits,
+      info.code_size_bytes, MiB(info.file_bytes), MiB(info.heap_bytes),
+      MiB(info.precomputed_table_bytes),
+      absl::ToDoubleMilliseconds(info.load_duration));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<IndexManager>> IndexManager::Create(
+    const Options& options, IndexHolder* holder, Metrics* metrics) {
+  if (options.index_path.empty()) {
+    return absl::InvalidArgumentError("no index path to serve");
+  }
+  if (holder == nullptr || metrics == nullptr) {
+    return absl::InvalidArgumentError(
+        "the index manager needs the holder and the metrics");
+  }
+  if (options.poll_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("poll interval ", absl::FormatDuration(
+                                           options.poll_interval),
+                     " is negative"));
+  }
+  std::unique_ptr<IndexManager> manager(
+      new IndexManager(options, holder, metrics));
+  manager->thread_ = std::thread([m = manager.get()] { m->Run(); });
+  return manager;
+}
+
+IndexManager::~IndexManager() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+absl::StatusOr<IndexManager::Outcome> IndexManager::Reload() {
+  return ReloadTo(absl::nullopt);
+}
+
+absl::StatusOr<IndexManager::Outcome> IndexManager::ReloadVersion(
+    int64_t version) {
+  if (version < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("version=", version, " must be >= 0 (0: the latest)"));
+  }
+  return ReloadTo(version);
+}
+
+void IndexManager::RequestReload() {
+  absl::MutexLock lock(&mu_);
+  reload_requested_ = true;
+}
+
+absl::StatusOr<IndexManager::Outcome> IndexManager::ReloadTo(
+    absl::optional<int64_t> pin) {
+  int64_t target_pin;
+  int64_t served;
+  std::string served_path;
+  int dim;
+  absl::optional<Metric> metric;
+  int64_t refused;
+  absl::Status refused_status;
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](bool* reloading) { return !*reloading; }, &reloading_));
+    reloading_ = true;
+    target_pin = pin.value_or(pinned_version_);
+    served = served_version_;
+    served_path = served_path_;
+    dim = dim_;
+    metric = metric_;
+    refused = refused_version_;
+    refused_status = refused_status_;
+  }
+
+  absl::StatusOr<IndexVersion> target =
+      target_pin > 0 ? source_.Find(target_pin) : source_.Latest();
+  absl::Status status = target.status();
+  bool loaded = false;
+  if (!status.ok()) {
+    spdlog::warn("index reload: {}", status.ToString());
+  } else if (target->version == served && target->path == served_path) {
+    // The target already serves: nothing to load.
+  } else if (!pin.has_value() && target->version == refused) {
+    status = refused_status;
+  } else {
+    status = LoadAndPublish(*target, dim, metric);
+    metrics_->RecordIndexReload(status.ok());
+    if (status.ok()) {
+      loaded = true;
+    } else {
+      status = absl::Status(
+          status.code(),
+          absl::StrCat("index version ", target->version, " (", target->path,
+                       ") refused: ", status.message(),
+                       served == 0 ? ""
+                                   : absl::StrCat("; still serving version ",
+                                                  served)));
+      spdlog::error("{}", status.ToString());
+    }
+  }
+
+  absl::MutexLock lock(&mu_);
+  reloading_ = false;
+  if (!status.ok()) {
+    if (target.ok() && target->version != refused_version_) {
+      refused_version_ = target->version;
+      refused_status_ = status;
+    }
+    return status;
+  }
+  if (loaded) {
+    served_version_ = target->version;
+    served_path_ = target->path;
+    if (refused_version_ == target->version) {
+      refused_version_ = 0;
+      refused_status_ = absl::OkStatus();
+    }
+  }
+  if (pin.has_value()) pinned_version_ = *pin;
+  return Outcome{target->version, target->path, loaded};
+}
+
+absl::Status IndexManager::LoadAndPublish(
+    const IndexVersion& target, int expected_dim,
+    absl::optional<Metric> expected_metric) {
+  LoadOptions load = options_.load;
+  load.version = target.version;
+  absl::StatusOr<std::unique_ptr<IndexSnapshot>> loaded =
+      IndexSnapshot::Load(target.path, load);
+  if (!loaded.ok()) return loaded.status();
+  std::shared_ptr<const IndexSnapshot> snapshot = std::move(*loaded);
+  const IndexInfo& info = snapshot->info();
+  if (expected_dim != 0 && info.dim != expected_dim) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "its dim=%d differs from dim=%d of the index served since start-up; "
+        "clients send %d-dim queries",
+        info.dim, expected_dim, expected_dim));
+  }
+  if (expected_metric.has_value() && info.metric != *expected_metric) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "its metric ", MetricName(info.metric), " differs from metric ",
+        MetricName(*expected_metric),
+        " of the index served since start-up; distances would change meaning"));
+  }
+  if (options_.prepare) {
+    if (absl::Status s = options_.prepare(*snapshot); !s.ok()) return s;
+  }
+  LogServed(info);
+  metrics_->SetIndexInfo(info);
+  {
+    absl::MutexLock lock(&mu_);
+    if (dim_ == 0) {
+      dim_ = info.dim;
+      metric_ = info.metric;
+    }
+  }
+  holder_->Publish(std::move(snapshot));
+  return absl::OkStatus();
+}
+
+void IndexManager::Run() {
+  const bool poll =
+      options_.poll_interval > absl::ZeroDuration() && source_.IsDirectory();
+  if (poll) {
+    spdlog::info("polling {} for new index versions every {}",
+                 source_.path(), absl::FormatDuration(options_.poll_interval));
+  }
+  for (;;) {
+    bool requested;
+    {
+      absl::MutexLock lock(&mu_);
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return reload_requested_ || stopping_;
+      };
+      if (poll) {
+        mu_.AwaitWithTimeout(absl::Condition(&woken), options_.poll_interval);
+      } else {
+        mu_.Await(absl::Condition(&woken));
+      }
+      if (stopping_) return;
+      requested = reload_requested_;
+      reload_requested_ = false;
+    }
+    absl::StatusOr<Outcome> outcome = Reload();
+    if (requested && outcome.ok() && !outcome->loaded) {
+      spdlog::info("index reload: version {} ({}) is already serving",
+                   outcome->version, outcome->path);
+    }
+  }
+}
+
+}  // namespace knnd
