@@ -1,0 +1,35 @@
+// AdminServiceImpl: the gRPC handlers of knnd.v1.AdminService (index version
+// control). ReloadIndex goes through IndexManager, the same serialised path
+// as SIGHUP and polling, and blocks until the reload ends, so it uses gRPC's
+// synchronous API (its own thread pool) rather than the callback threads
+// that serve searches.
+//
+// Ownership: borrows the index manager, which must outlive it.
+// Thread-safety: handlers run concurrently; IndexManager serialises reloads.
+#ifndef KNND_ADMIN_SERVICE_H_
+#define KNND_ADMIN_SERVICE_H_
+
+#include "knnd/index_manager.h"
+#include "knnd/v1/admin_service.grpc.pb.h"
+
+namespace knnd {
+
+class AdminServiceImpl final : public knnd::v1::AdminService::Service {
+ public:
+  explicit AdminServiceImpl(IndexManager* manager) : manager_(manager) {}
+
+  grpc::Status ReloadIndex(grpc::ServerContext* context,
+                           const knnd::v1::ReloadIndexRequest* request,
+                           knnd::v1::ReloadIndexResponse* response) override;
+
+  grpc::Status ListVersions(grpc::ServerContext* context,
+                            const knnd::v1::ListVersionsRequest* request,
+                            knnd::v1::ListVersionsResponse* response) override;
+
+ private:
+  IndexManager* const manager_;
+};
+
+}  // namespace knnd
+
+#endif  // KNND_ADMIN_SERVICE_H_
