@@ -101,6 +101,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   service_options.retry_pushback_ms =
       static_cast<int>(config.retry_pushback_ms());
   service_options.slow_request = absl::Milliseconds(config.slow_request_ms());
+  service_options.default_refine_factor =
+      static_cast<int>(config.default_refine_factor());
+  service_options.max_refine_factor =
+      static_cast<int>(config.max_refine_factor());
   server->service_ = std::make_unique<KnnServiceImpl>(
       service_options, &server->holder_, server->gate_.get(),
       server->batcher_.get(), server->metrics_.get());
@@ -110,6 +114,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   manager_options.load.use_precomputed_table = config.use_precomputed_table();
   manager_options.load.probe_in_subprocess =
       config.probe_index_in_subprocess();
+  manager_options.load.vectors =
+      !config.load_vectors()      ? VectorsPolicy::kIgnore
+      : config.require_vectors()  ? VectorsPolicy::kRequired
+                                  : VectorsPolicy::kOptional;
   manager_options.poll_interval =
       absl::Milliseconds(config.index_poll_interval_ms());
   manager_options.prepare = [s = server.get()](const IndexSnapshot& snapshot) {
@@ -199,6 +207,10 @@ absl::Status Server::WarmUp(const IndexSnapshot& snapshot) {
   args.nprobe = ResolveLimits(1, 1, static_cast<int>(config_.default_nprobe()),
                               static_cast<int>(config_.max_nprobe()), 0, info)
                     .default_nprobe;
+  if (info.has_vectors) {
+    args.refine_factor = static_cast<int>(std::min(
+        config_.default_refine_factor(), config_.max_refine_factor()));
+  }
   args.distances = distances.data();
   args.ids = ids.data();
   const absl::Time start = absl::Now();
