@@ -13,9 +13,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/synchronization/notification.h"
+#include "knnd/batcher.h"
 #include "knnd/index_builder.h"
 #include "knnd/index_eval.h"
 #include "knnd/index_snapshot.h"
+#include "knnd/index_source.h"
 #include "knnd/memory_model.h"
 #include "knnd/search_request.h"
 #include "knnd/vectors_file.h"
@@ -179,6 +182,59 @@ INSTANTIATE_TEST_SUITE_P(Metrics, RerankMetricTest,
                            return std::string(MetricName(info.param));
                          });
 
+// Coalescing never merges requests of different refine_factor: queued
+// together behind busy workers, each request still gets the results of its
+// own refine_factor.
+TEST(Rerank, BatcherKeepsRefineFactorsApart) {
+  TempDir tmp;
+  const VectorsDtype f32 = VectorsDtype::kFloat32;
+  BuildWithVectors(tmp.path("x.index"), Metric::kL2, &f32);
+  std::shared_ptr<const IndexSnapshot> snapshot =
+      Load(tmp.path("x.index"), VectorsPolicy::kRequired);
+  ASSERT_NE(snapshot, nullptr);
+  auto pool = WorkerPool::Create({1, 1});
+  ASSERT_TRUE(pool.ok());
+  Batcher::Options options;
+  options.coalesce = true;
+  auto batcher = Batcher::Create(options, pool->get());
+  ASSERT_TRUE(batcher.ok());
+
+  constexpr int kJobs = 8;
+  std::vector<std::vector<float>> queries(kJobs);
+  std::vector<std::vector<float>> distances(kJobs);
+  std::vector<std::vector<int64_t>> ids(kJobs), want(kJobs);
+  std::vector<absl::Notification> done(kJobs);
+  absl::Notification release;
+  (*pool)->Submit([&release] { release.WaitForNotification(); });
+  for (int i = 0; i < kJobs; ++i) {
+    queries[i] = MakeData(3, kDim, 200 + i);
+    const int refine = i % 2 == 0 ? 0 : kRows / kK;
+    want[i] = Search(*snapshot, queries[i], 2, refine);
+    distances[i].resize(3 * kK);
+    ids[i].resize(3 * kK);
+    auto job = std::make_unique<SearchJob>();
+    job->snapshot = snapshot;
+    job->queries = queries[i].data();
+    job->num_queries = 3;
+    job->k = kK;
+    job->nprobe = 2;
+    job->refine_factor = refine;
+    job->distances = distances[i].data();
+    job->ids = ids[i].data();
+    job->on_done = [&done, i](const absl::Status& s, const JobTimes&) {
+      EXPECT_TRUE(s.ok()) << s;
+      done[i].Notify();
+    };
+    (*batcher)->Submit(std::move(job));
+  }
+  release.Notify();
+  for (int i = 0; i < kJobs; ++i) {
+    done[i].WaitForNotification();
+    EXPECT_EQ(ids[i], want[i]) << "request " << i;
+  }
+  EXPECT_NE(want[0], Search(*snapshot, queries[0], 2, kRows / kK));
+}
+
 // float16 vectors: half the file, ids still those of exact search but for
 // near-ties that the rounding may swap.
 TEST(Rerank, Float16FileHalvesTheBytesAndKeepsRecall) {
@@ -305,6 +361,21 @@ TEST_F(BadVectorsFileTest, IndexAloneServesUnlessVectorsAreRequired) {
   ASSERT_EQ(unlink(path_.c_str()), 0);
   auto missing = IndexSnapshot::Load(tmp_.path("x.index"), required);
   EXPECT_TRUE(absl::IsNotFound(missing.status())) << missing.status();
+}
+
+// knnctl publish copies the vectors file with its index, and refuses one
+// that does not match it.
+TEST_F(BadVectorsFileTest, PublishCarriesTheVectorsAndChecksThem) {
+  auto published = PublishVersion(tmp_.path("versions"), tmp_.path("x.index"));
+  ASSERT_TRUE(published.ok()) << published.status();
+  auto served = Load(published->path, VectorsPolicy::kRequired);
+  ASSERT_NE(served, nullptr);
+  EXPECT_TRUE(served->info().has_vectors);
+
+  ASSERT_EQ(truncate(path_.c_str(), 1000), 0);
+  auto refused = PublishVersion(tmp_.path("versions"), tmp_.path("x.index"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("truncated"));
 }
 
 IndexInfo InfoWithVectors(bool has_vectors) {
