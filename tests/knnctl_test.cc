@@ -230,6 +230,19 @@ TEST(Knnctl, KeepVectorsAndEvalSweepsRefineFactors) {
   EXPECT_GT(recall10.at(16), recall10.at(0) + 0.2) << eval.output;
   EXPECT_THAT(eval.output, HasSubstr("chosen nprobe: 32 refine_factor: 16"));
 
+  CommandResult info = Knnctl(absl::StrCat("info --index ", index));
+  EXPECT_THAT(info.output, HasSubstr("raw vectors:     " + index +
+                                     ".vectors (f16"));
+  {
+    knnd::testing::RunningServer server =
+        knnd::testing::StartServer(knnd::testing::TestConfig(index));
+    ASSERT_NE(server.stub, nullptr);
+    CommandResult search = Knnctl(absl::StrCat(
+        "search --addr ", server.address, " --random 3 --refine_factor 4"));
+    EXPECT_EQ(search.exit_code, 0) << search.output;
+    EXPECT_THAT(search.output, HasSubstr("refine_factor 4"));
+  }
+
   CommandResult rebuilt = Knnctl(build);
   ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
   EXPECT_THAT(rebuilt.output, HasSubstr("removed:"));

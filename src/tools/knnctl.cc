@@ -7,7 +7,7 @@
 //                 --base FILE) [--k 10] [--target_recall 0.95]
 //                 [--nprobes LIST] [--refine_factors LIST]
 //   knnctl search --addr HOST:PORT (--queries FILE | --random N) [--k 10]
-//                 [--nprobe P] [--batch N] [--show N]
+//                 [--nprobe P] [--refine_factor R] [--batch N] [--show N]
 //   knnctl info   (--addr HOST:PORT | --index FILE)
 //   knnctl health --addr HOST:PORT      exit 0 when SERVING, 1 otherwise
 //   knnctl publish --index FILE --dir DIR   DIR/<next N>/ for knnd to load
@@ -110,6 +110,9 @@ ABSL_FLAG(int, threads, 0,
 ABSL_FLAG(std::string, nprobes, "",
           "eval: comma-separated nprobe values; default powers of two up to "
           "nlist.");
+ABSL_FLAG(int, refine_factor, -1,
+          "search: exact re-ranking of refine_factor * k candidates; -1 = "
+          "the server's default, 0 = off.");
 ABSL_FLAG(bool, keep_vectors, false,
           "build: also write the raw vectors to INDEX.vectors (row = id) so "
           "knnd can re-rank IVF-PQ candidates exactly (refine_factor).");
@@ -200,6 +203,10 @@ int Search() {
     knnd::v1::SearchRequest request;
     request.set_dim(static_cast<uint32_t>(queries.dim));
     request.set_k(k);
+    if (absl::GetFlag(FLAGS_refine_factor) >= 0) {
+      request.set_refine_factor(
+          static_cast<uint32_t>(absl::GetFlag(FLAGS_refine_factor)));
+    }
     if (absl::GetFlag(FLAGS_nprobe) > 0) {
       request.set_nprobe(static_cast<uint32_t>(absl::GetFlag(FLAGS_nprobe)));
     }
@@ -224,9 +231,11 @@ int Search() {
       std::printf("\n");
     }
     if (begin == 0) {
-      std::printf("index version %lld, metric %s, nprobe %u\n",
+      std::printf("index version %lld, metric %s, nprobe %u, refine_factor "
+                  "%u\n",
                   static_cast<long long>(response.index_version()),
-                  MetricOf(response.metric()), response.nprobe());
+                  MetricOf(response.metric()), response.nprobe(),
+                  response.refine_factor());
     }
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -259,6 +268,13 @@ int Info() {
         i.mapped_list_bytes / 1048576.0, i.heap_bytes / 1048576.0,
         i.precomputed_table_bytes / 1048576.0,
         absl::ToDoubleMilliseconds(i.load_duration));
+    if (i.has_vectors) {
+      std::printf("raw vectors:     %s (%s, %.1f MiB) for refine_factor > 0\n",
+                  i.vectors_path.c_str(), i.vectors_dtype.c_str(),
+                  i.vectors_file_bytes / 1048576.0);
+    } else if (!i.vectors_error.empty()) {
+      std::printf("raw vectors:     not usable: %s\n", i.vectors_error.c_str());
+    }
     return 0;
   }
   auto stub = KnnService::NewStub(Connect());
