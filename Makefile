@@ -20,7 +20,7 @@ DEBIAN_PACKAGES := cmake g++ make pkg-config git zlib1g-dev \
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build test demo bench clean
+.PHONY: deps build test demo bench bench-rerank clean
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -64,6 +64,12 @@ clean:
 	rm -rf $(BUILD) $(DEMO_DIR)
 
 # Benchmarks: figures for bench/RESULTS.md (seeded data; see that file).
-bench: build
+bench: build bench-rerank
 	$(BUILD)/bench/search_bench --n 200000 --d 128 --factory IVF1024,PQ32 \
 	  --nprobe 16 --seconds 2 --index /tmp/knnd_bench_200k.index
+
+# Exact re-ranking on Fashion-MNIST (bench/RESULTS.md, "Re-ranking"): knnd
+# over gRPC vs python3-faiss IndexRefineFlat, recall, RSS split. The index is
+# built once into /tmp/knnd_rerank_bench (about 20 min on 2 busy cores).
+bench-rerank: build
+	/usr/bin/python3 bench/rerank_bench.py --build $(BUILD) --nq 2000

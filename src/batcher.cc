@@ -65,7 +65,7 @@ bool Batcher::SameKey(const Running& a, const Running& b) {
   const SearchJob& y = *b.job;
   // The same pinned snapshot object: a batch never mixes index versions.
   return x.snapshot == y.snapshot && x.k == y.k && x.nprobe == y.nprobe &&
-         a.filter_hash == b.filter_hash && x.allowed_ids == y.allowed_ids;
+         x.refine_factor == y.refine_factor && a.filter_hash == b.filter_hash && x.allowed_ids == y.allowed_ids;
 }
 
 void Batcher::Submit(std::unique_ptr<SearchJob> job) {
@@ -199,6 +199,9 @@ void Batcher::Search(const std::vector<Unit>& batch) {
   args.num_queries = rows;
   args.k = k;
   args.nprobe = first.nprobe;
+  args.refine_factor = first.refine_factor;
+  absl::Duration rerank_time;
+  args.rerank_time = &rerank_time;
   args.allowed_ids = first.allowed_ids;
   // One unit searches in place; several are gathered into one contiguous
   // query matrix and their results scattered back.
@@ -225,7 +228,12 @@ void Batcher::Search(const std::vector<Unit>& batch) {
     args.ids = ids.data();
   }
   const absl::Status status = first.snapshot->Search(args);
-  if (metrics_ != nullptr) metrics_->RecordBatchRows(rows);
+  if (metrics_ != nullptr) {
+    metrics_->RecordBatchRows(rows);
+    if (status.ok() && args.refine_factor > 0) {
+      metrics_->RecordRerank(rerank_time);
+    }
+  }
   int64_t row = 0;
   for (const Unit* unit : live) {
     Running& running = *unit->running;

@@ -130,6 +130,13 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
     return absl::InvalidArgumentError(
         "config field metrics_residency_scan_bytes=0 must be positive");
   }
+  if (c.max_refine_factor() > 1024) {
+    return out_of_range("max_refine_factor", c.max_refine_factor(), 0, 1024);
+  }
+  if (c.default_refine_factor() > c.max_refine_factor()) {
+    return out_of_range("default_refine_factor", c.default_refine_factor(), 0,
+                        c.max_refine_factor());
+  }
   return absl::OkStatus();
 }
 

@@ -123,6 +123,7 @@ absl::StatusOr<std::vector<SweepRow>> SweepNprobe(
       args.num_queries = std::min(batch, queries.rows - begin);
       args.k = k;
       args.nprobe = nprobe;
+      args.refine_factor = options.refine_factor;
       args.distances = distances.data() + begin * k;
       args.ids = ids.data() + begin * k;
       if (absl::Status s = snapshot.Search(args); !s.ok()) return s;
@@ -130,6 +131,7 @@ absl::StatusOr<std::vector<SweepRow>> SweepNprobe(
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     SweepRow row;
     row.nprobe = nprobe;
+    row.refine_factor = options.refine_factor;
     for (int r : options.recall_at) {
       row.recall.push_back(RecallAt(ids, k, truth, truth_k, r));
     }

@@ -22,6 +22,14 @@ void LogServed(const IndexInfo& info) {
       info.code_size_bytes, MiB(info.file_bytes), MiB(info.heap_bytes),
       MiB(info.precomputed_table_bytes),
       absl::ToDoubleMilliseconds(info.load_duration));
+  if (info.has_vectors) {
+    spdlog::info("re-ranking vectors {} ({}, {:.1f} MiB mapped)",
+                 info.vectors_path, info.vectors_dtype,
+                 MiB(info.vectors_file_bytes));
+  } else if (!info.vectors_error.empty()) {
+    spdlog::warn("serving {} without re-ranking: {}", info.path,
+                 info.vectors_error);
+  }
 }
 
 }  // namespace

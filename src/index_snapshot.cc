@@ -26,9 +26,11 @@
 #include <faiss/index_io.h>
 #include <faiss/invlists/OnDiskInvertedLists.h>
 #include <faiss/utils/distances.h>
+#include <faiss/utils/fp16.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "knnd/index_metadata.h"
 
 namespace knnd {
@@ -472,10 +474,96 @@ absl::Status ApplyMetadata(const std::string& path, bool verify_checksum,
   return absl::OkStatus();
 }
 
+// Opens VectorsPath(path) as `options.vectors` asks; a file refused under
+// kOptional leaves the reason in info.vectors_error and returns null.
+absl::StatusOr<std::unique_ptr<VectorsFile>> OpenVectors(
+    const std::string& path, const LoadOptions& options, IndexInfo& info) {
+  if (options.vectors == VectorsPolicy::kIgnore) return nullptr;
+  absl::StatusOr<std::unique_ptr<VectorsFile>> vectors = VectorsFile::Open(
+      VectorsPath(path), info.dim, info.ntotal, options.verify_checksum);
+  if (!vectors.ok()) {
+    if (options.vectors == VectorsPolicy::kRequired) {
+      return absl::Status(
+          vectors.status().code(),
+          absl::StrCat(vectors.status().message(),
+                       " (re-ranking vectors are required: "
+                       "require_vectors=true)"));
+    }
+    if (!absl::IsNotFound(vectors.status())) {
+      info.vectors_error = std::string(vectors.status().message());
+    }
+    return nullptr;
+  }
+  info.has_vectors = true;
+  info.vectors_path = (*vectors)->path();
+  info.vectors_dtype = VectorsDtypeName((*vectors)->dtype());
+  info.vectors_file_bytes = (*vectors)->file_bytes();
+  return vectors;
+}
+
+// Exact distance of `query` to row `id` of `vectors`; `scratch` holds dim
+// floats for decoding float16 rows.
+float ExactDistance(const VectorsFile& vectors, Metric metric,
+                    const float* query, int64_t id, float* scratch) {
+  const size_t d = static_cast<size_t>(vectors.dim());
+  const float* row;
+  if (vectors.dtype() == VectorsDtype::kFloat16) {
+    const auto* half = static_cast<const uint16_t*>(vectors.row(id));
+    for (size_t j = 0; j < d; ++j) scratch[j] = faiss::decode_fp16(half[j]);
+    row = scratch;
+  } else {
+    row = static_cast<const float*>(vectors.row(id));
+  }
+  return metric == Metric::kL2 ? faiss::fvec_L2sqr(query, row, d)
+                               : faiss::fvec_inner_product(query, row, d);
+}
+
+// Re-ranks `kc` candidates per query (ids -1 are missing ones) into the k
+// best by exact distance, closest first, ties by id; pads with -1.
+void Rerank(const VectorsFile& vectors, Metric metric, const float* queries,
+            int64_t num_queries, int kc, const int64_t* candidates, int k,
+            float* distances, int64_t* ids) {
+  const bool ascending = metric == Metric::kL2;
+  const float pad = ascending ? std::numeric_limits<float>::infinity()
+                              : -std::numeric_limits<float>::infinity();
+  const int dim = vectors.dim();
+  std::vector<float> scratch(static_cast<size_t>(dim));
+  std::vector<std::pair<float, int64_t>> scored;
+  scored.reserve(static_cast<size_t>(kc));
+  for (int64_t q = 0; q < num_queries; ++q) {
+    const float* query = queries + q * dim;
+    scored.clear();
+    for (int j = 0; j < kc; ++j) {
+      const int64_t id = candidates[q * kc + j];
+      if (id < 0 || id >= vectors.count()) continue;
+      scored.emplace_back(
+          ExactDistance(vectors, metric, query, id, scratch.data()), id);
+    }
+    const size_t keep = std::min(scored.size(), static_cast<size_t>(k));
+    auto closer = [ascending](const std::pair<float, int64_t>& a,
+                              const std::pair<float, int64_t>& b) {
+      if (a.first != b.first) {
+        return ascending ? a.first < b.first : a.first > b.first;
+      }
+      return a.second < b.second;
+    };
+    std::partial_sort(scored.begin(), scored.begin() + keep, scored.end(),
+                      closer);
+    for (int j = 0; j < k; ++j) {
+      const bool have = static_cast<size_t>(j) < keep;
+      distances[q * k + j] = have ? scored[j].first : pad;
+      ids[q * k + j] = have ? scored[j].second : -1;
+    }
+  }
+}
+
 }  // namespace
 
-IndexSnapshot::IndexSnapshot(std::unique_ptr<Faiss> faiss, IndexInfo info)
-    : faiss_(std::move(faiss)), info_(std::move(info)) {}
+IndexSnapshot::IndexSnapshot(std::unique_ptr<Faiss> faiss, IndexInfo info,
+                             std::unique_ptr<VectorsFile> vectors)
+    : faiss_(std::move(faiss)),
+      info_(std::move(info)),
+      vectors_(std::move(vectors)) {}
 
 IndexSnapshot::~IndexSnapshot() {
   faiss_.reset();
@@ -503,28 +591,57 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
       !s.ok()) {
     return s;
   }
+  absl::StatusOr<std::unique_ptr<VectorsFile>> vectors =
+      OpenVectors(path, options, info);
+  if (!vectors.ok()) return vectors.status();
   info.version = options.version;
   info.load_time = absl::Now();
   info.load_duration = info.load_time - start;
-  return std::unique_ptr<IndexSnapshot>(
-      new IndexSnapshot(std::move(faiss), std::move(info)));
+  return std::unique_ptr<IndexSnapshot>(new IndexSnapshot(
+      std::move(faiss), std::move(info), std::move(*vectors)));
 }
 
 absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
-  if (info_.metric != Metric::kCosine) {
-    return RunSearch(*faiss_, info_.metric, args);
+  if (args.rerank_time != nullptr) *args.rerank_time = absl::ZeroDuration();
+  if (args.refine_factor > 0 && vectors_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refine_factor=", args.refine_factor, " needs the raw-vectors file ",
+        VectorsPath(info_.path), ", which is not loaded",
+        info_.vectors_error.empty() ? ""
+                                    : absl::StrCat(": ", info_.vectors_error)));
   }
-  // The indexed vectors were normalised at build time, so inner products are
-  // cosines only if the queries are normalised too. A copy: the caller's
-  // buffer is the request message's.
-  std::vector<float> normalized(args.queries,
-                                args.queries + args.num_queries * info_.dim);
-  faiss::fvec_renorm_L2(static_cast<size_t>(info_.dim),
-                        static_cast<size_t>(args.num_queries),
-                        normalized.data());
   SearchArgs copy = args;
-  copy.queries = normalized.data();
-  return RunSearch(*faiss_, info_.metric, copy);
+  std::vector<float> normalized;
+  if (info_.metric == Metric::kCosine) {
+    // The indexed vectors were normalised at build time, so inner products
+    // are cosines only if the queries are normalised too. A copy: the
+    // caller's buffer is the request message's.
+    normalized.assign(args.queries,
+                      args.queries + args.num_queries * info_.dim);
+    faiss::fvec_renorm_L2(static_cast<size_t>(info_.dim),
+                          static_cast<size_t>(args.num_queries),
+                          normalized.data());
+    copy.queries = normalized.data();
+  }
+  if (args.refine_factor <= 0) return RunSearch(*faiss_, info_.metric, copy);
+
+  // refine_factor * k candidates from IVF-PQ, then the k best by exact
+  // distance (memory_model.h counts these buffers).
+  const int kc = args.k * args.refine_factor;
+  const size_t n = static_cast<size_t>(args.num_queries) * kc;
+  std::vector<float> candidate_distances(n);
+  std::vector<int64_t> candidate_ids(n);
+  copy.k = kc;
+  copy.distances = candidate_distances.data();
+  copy.ids = candidate_ids.data();
+  if (absl::Status s = RunSearch(*faiss_, info_.metric, copy); !s.ok()) {
+    return s;
+  }
+  const absl::Time start = absl::Now();
+  Rerank(*vectors_, info_.metric, copy.queries, args.num_queries, kc,
+         candidate_ids.data(), args.k, args.distances, args.ids);
+  if (args.rerank_time != nullptr) *args.rerank_time = absl::Now() - start;
+  return absl::OkStatus();
 }
 
 }  // namespace knnd

@@ -175,6 +175,17 @@ absl::StatusOr<IndexVersion> PublishVersion(const std::string& dir,
       return absl::UnavailableError(absl::StrCat(
           "cannot copy ", index_file, " to ", staged, ": ", ec.message()));
     }
+    // The raw vectors for re-ranking travel with their index, and must
+    // match it.
+    const std::string vectors = VectorsPath(index_file);
+    const bool has_vectors = Exists(vectors);
+    if (has_vectors) {
+      fs::copy_file(vectors, VectorsPath(staged), ec);
+      if (ec) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot copy ", vectors, ": ", ec.message()));
+      }
+    }
     const std::string sidecar = MetadataPath(index_file);
     if (!Exists(sidecar)) return WriteSidecarFor(staged, MetadataPath(staged));
     fs::copy_file(sidecar, MetadataPath(staged), ec);
@@ -185,6 +196,7 @@ absl::StatusOr<IndexVersion> PublishVersion(const std::string& dir,
     // The copy, checked against its sidecar, is what knnd will load.
     LoadOptions options;
     options.use_precomputed_table = false;
+    if (has_vectors) options.vectors = VectorsPolicy::kRequired;
     return IndexSnapshot::Load(staged, options).status();
   }();
   if (status.ok()) {

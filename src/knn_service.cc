@@ -1,5 +1,6 @@
 #include "knnd/knn_service.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -25,9 +26,13 @@ knnd::v1::Metric ToProto(Metric metric) {
 }  // namespace
 
 SearchLimits KnnServiceImpl::LimitsFor(const IndexInfo& index) const {
-  return ResolveLimits(options_.max_k, options_.max_queries_per_request,
-                       options_.default_nprobe, options_.max_nprobe,
-                       options_.max_filter_ids, index);
+  SearchLimits limits =
+      ResolveLimits(options_.max_k, options_.max_queries_per_request,
+                    options_.default_nprobe, options_.max_nprobe,
+                    options_.max_filter_ids, index);
+  limits.default_refine_factor = options_.default_refine_factor;
+  limits.max_refine_factor = options_.max_refine_factor;
+  return limits;
 }
 
 grpc::ServerUnaryReactor* KnnServiceImpl::Search(
@@ -64,7 +69,8 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
   }
 
   SearchShape shape{parsed->num_queries, parsed->k, parsed->nprobe,
-                    static_cast<int64_t>(parsed->allowed_ids.size())};
+                    static_cast<int64_t>(parsed->allowed_ids.size()),
+                    parsed->refine_factor};
   RejectReason refused = RejectReason::kQueueFull;  // set on failure
   absl::StatusOr<AdmissionGate::Ticket> ticket = gate_->TryAdmit(
       parsed->num_queries, EstimateSearchBytes(index, shape), &refused);
@@ -82,6 +88,7 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
   response->set_index_version(index.version);
   response->set_metric(ToProto(index.metric));
   response->set_nprobe(static_cast<uint32_t>(parsed->nprobe));
+  response->set_refine_factor(static_cast<uint32_t>(parsed->refine_factor));
   response->mutable_ids()->Resize(static_cast<int>(results), -1);
   response->mutable_distances()->Resize(static_cast<int>(results), 0.0f);
 
@@ -93,6 +100,7 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
   job->num_queries = parsed->num_queries;
   job->k = parsed->k;
   job->nprobe = parsed->nprobe;
+  job->refine_factor = parsed->refine_factor;
   job->allowed_ids = std::move(parsed->allowed_ids);
   job->ids = response->mutable_ids()->mutable_data();
   job->distances = response->mutable_distances()->mutable_data();
@@ -111,11 +119,11 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
     } else if (slow > absl::ZeroDuration() && total > slow) {
       spdlog::warn(
           "slow Search from {}: {} (queue {}, search {} in {} units), "
-          "{} queries k={} nprobe={} filter={}",
+          "{} queries k={} nprobe={} refine_factor={} filter={}",
           context->peer(), absl::FormatDuration(total),
           absl::FormatDuration(times.queue), absl::FormatDuration(times.search),
           times.units, shape.num_queries, shape.k, shape.nprobe,
-          shape.filter_ids);
+          shape.refine_factor, shape.filter_ids);
     }
     reactor->Finish(ToGrpcStatus(status));
   };
@@ -169,6 +177,14 @@ grpc::ServerUnaryReactor* KnnServiceImpl::GetIndexInfo(
   response->set_factory(index.factory);
   response->set_source(index.source);
   response->set_created(index.created);
+  response->set_has_vectors(index.has_vectors);
+  response->set_vectors_dtype(index.vectors_dtype);
+  response->set_default_refine_factor(static_cast<uint32_t>(
+      index.has_vectors ? std::min(limits.default_refine_factor,
+                                   limits.max_refine_factor)
+                        : 0));
+  response->set_max_refine_factor(
+      static_cast<uint32_t>(limits.max_refine_factor));
   return finish(absl::OkStatus());
 }
 

@@ -15,6 +15,7 @@ int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape) {
   bytes += 2 * int64_t{index.pq_m} * (int64_t{1} << index.pq_nbits) * 4 +
            2 * d * 4;
   bytes += shape.filter_ids * 16;
+  bytes += nq * shape.refine_factor * k * 12;
   return bytes;
 }
 

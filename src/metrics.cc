@@ -154,6 +154,13 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
                         .Help("Query rows per FAISS search call executed.")
                         .Register(r)
                         .Add({}, RowBuckets());
+  m->rerank_ = &BuildHistogram()
+                    .Name("knnd_search_rerank_duration_seconds")
+                    .Help("Time one search call with refine_factor > 0 spent "
+                          "computing exact distances from the raw vectors "
+                          "and keeping the k best, in seconds.")
+                    .Register(r)
+                    .Add({}, SecondsBuckets());
 
   auto& reloads =
       BuildCounter()
@@ -209,6 +216,10 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
   m->index_load_time_ = index_gauge(
       "knnd_index_load_timestamp_seconds",
       "When the served index was loaded, in seconds since the Unix epoch.");
+  m->vectors_file_size_ = index_gauge(
+      "knnd_index_vectors_file_size_bytes",
+      "Size of the raw-vectors file used for exact re-ranking, in bytes; 0 "
+      "when the index is served without one.");
   return m;
 }
 
@@ -258,6 +269,11 @@ void Metrics::SetIndexInfo(const IndexInfo& info) {
   if (absl::Status s = process_->TrackIndexFile(info.path); !s.ok()) {
     spdlog::warn("index residency metrics unavailable: {}", s.ToString());
   }
+  vectors_file_size_->Set(static_cast<double>(info.vectors_file_bytes));
+  if (absl::Status s = process_->TrackVectorsFile(info.vectors_path);
+      !s.ok()) {
+    spdlog::warn("vectors residency metrics unavailable: {}", s.ToString());
+  }
 }
 
 void Metrics::RecordIndexReload(bool ok) {
@@ -286,6 +302,10 @@ void Metrics::RecordSearchWork(int64_t queries, absl::Duration queue,
 
 void Metrics::RecordBatchRows(int64_t rows) {
   batch_rows_->Observe(static_cast<double>(rows));
+}
+
+void Metrics::RecordRerank(absl::Duration duration) {
+  rerank_->Observe(absl::ToDoubleSeconds(duration));
 }
 
 }  // namespace knnd

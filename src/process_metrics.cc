@@ -32,10 +32,20 @@ FileResidency::Options ResidencyOptions(const ProcessMetrics::Options& o) {
 }  // namespace
 
 ProcessMetrics::ProcessMetrics(const Options& options)
-    : options_(options), residency_(ResidencyOptions(options)) {}
+    : options_(options),
+      residency_(ResidencyOptions(options)),
+      vectors_residency_(ResidencyOptions(options)) {}
 
 absl::Status ProcessMetrics::TrackIndexFile(const std::string& path) {
   return residency_.Track(path);
+}
+
+absl::Status ProcessMetrics::TrackVectorsFile(const std::string& path) {
+  if (path.empty()) {
+    (void)vectors_residency_.Track("");  // fails to resolve: tracks nothing
+    return absl::OkStatus();
+  }
+  return vectors_residency_.Track(path);
 }
 
 std::vector<MetricFamily> ProcessMetrics::Collect() const {
@@ -88,6 +98,18 @@ std::vector<MetricFamily> ProcessMetrics::Collect() const {
              "Bytes of the mapped index file resident in the page cache "
              "(mincore; large files are refreshed over several scrapes).",
              absl::optional<int64_t>(index->resident_bytes));
+  }
+  if (absl::optional<FileResidency::Sample> vectors =
+          vectors_residency_.Take()) {
+    AddGauge(&out, "knnd_vectors_mapped_bytes",
+             "Bytes of the raw-vectors file (exact re-ranking) memory-mapped "
+             "by knnd.",
+             absl::optional<int64_t>(vectors->mapped_bytes));
+    AddGauge(&out, "knnd_vectors_page_cache_resident_bytes",
+             "Bytes of the mapped raw-vectors file resident in the page "
+             "cache (mincore; large files are refreshed over several "
+             "scrapes).",
+             absl::optional<int64_t>(vectors->resident_bytes));
   }
 
   if (absl::optional<CgroupMemory> cg =

@@ -102,6 +102,28 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
     }
     parsed.nprobe = static_cast<int>(request.nprobe());
   }
+  parsed.refine_factor =
+      index.has_vectors ? std::min(limits.default_refine_factor,
+                                   limits.max_refine_factor)
+                        : 0;
+  if (request.has_refine_factor()) {
+    if (request.refine_factor() >
+        static_cast<uint32_t>(limits.max_refine_factor)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "refine_factor=", request.refine_factor(), " is outside [0, ",
+          limits.max_refine_factor, "] (max_refine_factor)"));
+    }
+    if (request.refine_factor() > 0 && !index.has_vectors) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refine_factor=", request.refine_factor(),
+          " needs the index's raw-vectors file (knnctl build --keep_vectors), "
+          "which is not loaded",
+          index.vectors_error.empty()
+              ? absl::StrCat(": ", index.path, ".vectors does not exist")
+              : absl::StrCat(": ", index.vectors_error)));
+    }
+    parsed.refine_factor = static_cast<int>(request.refine_factor());
+  }
   if (request.allowed_ids_size() > limits.max_filter_ids) {
     return absl::InvalidArgumentError(
         absl::StrCat("allowed_ids has ", request.allowed_ids_size(),

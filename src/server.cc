@@ -102,6 +102,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   service_options.retry_pushback_ms =
       static_cast<int>(config.retry_pushback_ms());
   service_options.slow_request = absl::Milliseconds(config.slow_request_ms());
+  service_options.default_refine_factor =
+      static_cast<int>(config.default_refine_factor());
+  service_options.max_refine_factor =
+      static_cast<int>(config.max_refine_factor());
   server->service_ = std::make_unique<KnnServiceImpl>(
       service_options, &server->holder_, server->gate_.get(),
       server->batcher_.get(), server->metrics_.get());
@@ -111,6 +115,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   manager_options.load.use_precomputed_table = config.use_precomputed_table();
   manager_options.load.probe_in_subprocess =
       config.probe_index_in_subprocess();
+  manager_options.load.vectors =
+      !config.load_vectors()      ? VectorsPolicy::kIgnore
+      : config.require_vectors()  ? VectorsPolicy::kRequired
+                                  : VectorsPolicy::kOptional;
   manager_options.poll_interval =
       absl::Milliseconds(config.index_poll_interval_ms());
   manager_options.keep_previous_versions =
@@ -268,6 +276,10 @@ absl::Status Server::WarmUp(const IndexSnapshot& snapshot) {
   args.num_queries = n;
   args.k = k;
   args.nprobe = DefaultNprobe(info);
+  if (info.has_vectors) {
+    args.refine_factor = static_cast<int>(std::min(
+        config_.default_refine_factor(), config_.max_refine_factor()));
+  }
   args.distances = distances.data();
   args.ids = ids.data();
   const absl::Time start = absl::Now();

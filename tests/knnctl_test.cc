@@ -1,5 +1,6 @@
 // knnctl as a user runs it: the binary, its output and its exit codes.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -177,6 +178,80 @@ TEST(Knnctl, EvalRecallEqualsAnIndependentComputation) {
   }
   EXPECT_LT(printed.at(1), printed.at(32));
   EXPECT_THAT(eval.output, HasSubstr("chosen nprobe:"));
+}
+
+// --keep_vectors writes INDEX.vectors that knnd loads; eval sweeps
+// refine_factor with nprobe and re-ranking lifts recall past what PQ alone
+// reaches; a build without the flag removes a stale vectors file.
+TEST(Knnctl, KeepVectorsAndEvalSweepsRefineFactors) {
+  TempDir dir;
+  WriteData(dir.path("base.npy"), 3000, 16, 11);
+  WriteData(dir.path("q.npy"), 200, 16, 12);
+  const std::string index = dir.path("x.index");
+  const std::string build = absl::StrCat(
+      "build --input ", dir.path("base.npy"), " --output ", index,
+      " --nlist 32 --m 2");
+  CommandResult built = Knnctl(build + " --keep_vectors --vectors_dtype f16");
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  EXPECT_THAT(built.output, HasSubstr("x.index.vectors (f16"));
+  struct stat st;
+  ASSERT_EQ(stat((index + ".vectors").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 64 + 3000 * 16 * 2);
+
+  CommandResult eval = Knnctl(absl::StrCat(
+      "eval --index ", index, " --queries ", dir.path("q.npy"), " --base ",
+      dir.path("base.npy"), " --nprobes 32 --refine_factors 0,16 --k 10",
+      " --target_recall 0.99"));
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_THAT(eval.output, HasSubstr("refine"));
+  // Rows: "32 0 r@1 r@10 ..." and "32 16 ...".
+  std::map<int, double> recall10;
+  int column = -1;
+  for (absl::string_view line : absl::StrSplit(eval.output, '\n')) {
+    std::vector<absl::string_view> cells =
+        absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (!cells.empty() && cells[0] == "nprobe") {
+      for (size_t i = 0; i < cells.size(); ++i) {
+        if (cells[i] == "recall@10") column = static_cast<int>(i);
+      }
+      continue;
+    }
+    int nprobe, refine;
+    double value;
+    if (column > 0 && cells.size() > static_cast<size_t>(column) &&
+        absl::SimpleAtoi(cells[0], &nprobe) &&
+        absl::SimpleAtoi(cells[1], &refine) &&
+        absl::SimpleAtod(cells[column], &value)) {
+      recall10[refine] = value;
+    }
+  }
+  ASSERT_EQ(recall10.size(), 2u) << eval.output;
+  EXPECT_LT(recall10.at(0), 0.9) << eval.output;  // 2-byte PQ codes
+  EXPECT_GT(recall10.at(16), recall10.at(0) + 0.2) << eval.output;
+  EXPECT_THAT(eval.output, HasSubstr("chosen nprobe: 32 refine_factor: 16"));
+
+  CommandResult info = Knnctl(absl::StrCat("info --index ", index));
+  EXPECT_THAT(info.output, HasSubstr("raw vectors:     " + index +
+                                     ".vectors (f16"));
+  {
+    knnd::testing::RunningServer server =
+        knnd::testing::StartServer(knnd::testing::TestConfig(index));
+    ASSERT_NE(server.stub, nullptr);
+    CommandResult search = Knnctl(absl::StrCat(
+        "search --addr ", server.address, " --random 3 --refine_factor 4"));
+    EXPECT_EQ(search.exit_code, 0) << search.output;
+    EXPECT_THAT(search.output, HasSubstr("refine_factor 4"));
+  }
+
+  CommandResult rebuilt = Knnctl(build);
+  ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
+  EXPECT_THAT(rebuilt.output, HasSubstr("removed:"));
+  EXPECT_NE(stat((index + ".vectors").c_str(), &st), 0);
+  CommandResult refused = Knnctl(absl::StrCat(
+      "eval --index ", index, " --queries ", dir.path("q.npy"), " --base ",
+      dir.path("base.npy"), " --refine_factors 4"));
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_THAT(refused.output, HasSubstr("--keep_vectors"));
 }
 
 TEST(Knnctl, KilledBuildLeavesTheOldIndexIntact) {

@@ -4,7 +4,7 @@
 //   that many rows, which run on several workers in parallel; the request
 //   completes when its last unit does.
 // - Coalescing: queued units of different requests with the same key
-//   (pinned snapshot, k, nprobe, allow-list) are merged into one FAISS call
+//   (pinned snapshot, k, nprobe, refine_factor, allow-list) are merged into one FAISS call
 //   of up to max_batch_rows rows: their query rows are copied into one
 //   buffer and the results scattered back. A worker whose batch is short may
 //   wait up to max_queue_delay_us for more rows of its key, but only while
@@ -60,6 +60,7 @@ struct SearchJob {
   int64_t num_queries = 0;
   int k = 0;
   int nprobe = 1;
+  int refine_factor = 0;             // 0: no exact re-ranking
   std::vector<int64_t> allowed_ids;  // sorted ascending; empty: no filter
   float* distances = nullptr;        // num_queries * k
   int64_t* ids = nullptr;            // num_queries * k

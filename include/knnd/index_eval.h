@@ -33,6 +33,7 @@ double RecallAt(absl::Span<const int64_t> results, int results_k,
 
 struct SweepRow {
   int nprobe = 0;
+  int refine_factor = 0;
   std::vector<double> recall;  // one per SweepOptions::recall_at
   double queries_per_second = 0;
 };
@@ -42,9 +43,13 @@ struct SweepOptions {
   std::vector<int> recall_at;  // R values, each <= truth_k
   // Queries per Search call (as the daemon's batches would be).
   int64_t batch_rows = 1024;
+  // Exact re-ranking of refine_factor * k candidates (0: off); > 0 needs
+  // the snapshot's raw vectors.
+  int refine_factor = 0;
 };
 
-// Searches every query at each nprobe through snapshot.Search() and scores
+// Searches every query at each nprobe (and options.refine_factor) through
+// snapshot.Search() and scores
 // it against `truth` (truth_k ids per query). queries_per_second is wall
 // time over the whole query set.
 absl::StatusOr<std::vector<SweepRow>> SweepNprobe(

@@ -5,6 +5,11 @@
 // coarse centroids, the PQ codebooks and the optional precomputed table are
 // on the heap. FAISS types and exceptions never leave index_snapshot.cc.
 //
+// With a raw-vectors file beside the index (vectors_file.h) it can re-rank
+// IVF-PQ candidates by exact distance; the snapshot owns that mapping too,
+// so a pinned snapshot keeps its vectors mapped and a swapped-out one unmaps
+// them when its last search ends.
+//
 // Thread-safety: an IndexSnapshot is immutable after Load(); Search() is const
 // and safe to call from any number of threads at once. Per-call parameters
 // (nprobe, the id filter) travel in the call, never in shared state.
@@ -20,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "knnd/vectors_file.h"
 
 namespace knnd {
 
@@ -63,6 +69,22 @@ struct IndexInfo {
   std::string factory;      // as given to the builder, e.g. "IVF1024,PQ56"
   std::string source;       // input file of the build
   std::string created;      // RFC 3339 UTC
+  // The raw-vectors file (vectors_file.h) used for exact re-ranking, when
+  // one was loaded; vectors_error says why one was not (empty when there
+  // was none or loading was not asked for).
+  bool has_vectors = false;
+  std::string vectors_path;
+  std::string vectors_dtype;  // "f32" or "f16"
+  int64_t vectors_file_bytes = 0;
+  std::string vectors_error;
+};
+
+// What Load() does with the raw-vectors file VectorsPath(path).
+enum class VectorsPolicy {
+  kIgnore,    // never opened: no re-ranking
+  kOptional,  // loaded when present and valid; missing or invalid: the index
+              // alone serves (the reason is in IndexInfo::vectors_error)
+  kRequired,  // missing or invalid: Load() fails with the reason
 };
 
 struct LoadOptions {
@@ -77,7 +99,9 @@ struct LoadOptions {
   // When the file has a metadata sidecar, read the whole file once to check
   // its CRC-32 against the sidecar's (one sequential read of the file), so
   // that a file changed after it was built is refused instead of served.
+  // Also checks the vectors file's payload CRC-32 against its header.
   bool verify_checksum = true;
+  VectorsPolicy vectors = VectorsPolicy::kOptional;
 };
 
 // One search call. Buffers are owned by the caller and must hold
@@ -91,6 +115,11 @@ struct SearchArgs {
   absl::Span<const int64_t> allowed_ids;
   float* distances = nullptr;
   int64_t* ids = nullptr;
+  // > 0: take refine_factor * k candidates from IVF-PQ and return the k
+  // best by exact distance over the raw vectors. Needs has_vectors.
+  int refine_factor = 0;
+  // Optional out: time spent computing exact distances (0 without refine).
+  absl::Duration* rerank_time = nullptr;
 };
 
 class IndexSnapshot {
@@ -114,18 +143,23 @@ class IndexSnapshot {
   // k-NN search; with metric cosine the queries are L2-normalised first
   // (on a copy). Results of each query are sorted closest first; missing
   // neighbours are id -1 with distance +inf (L2) or -inf (inner product).
+  // With refine_factor > 0 the distances are exact (squared L2, inner
+  // product or cosine), computed from the memory-mapped raw vectors.
   // Arguments are assumed validated (see search_request.h); a FAISS error
-  // is returned as INTERNAL.
+  // is returned as INTERNAL, refine_factor > 0 without vectors as
+  // FAILED_PRECONDITION.
   absl::Status Search(const SearchArgs& args) const;
 
   // The FAISS objects; opaque outside index_snapshot.cc.
   struct Faiss;
 
  private:
-  IndexSnapshot(std::unique_ptr<Faiss> faiss, IndexInfo info);
+  IndexSnapshot(std::unique_ptr<Faiss> faiss, IndexInfo info,
+                std::unique_ptr<VectorsFile> vectors);
 
   std::unique_ptr<Faiss> faiss_;
   IndexInfo info_;
+  std::unique_ptr<VectorsFile> vectors_;  // null without re-ranking
 };
 
 }  // namespace knnd

@@ -33,6 +33,8 @@ class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
     int64_t max_filter_ids = 1000000;
     int64_t max_receive_message_bytes = 64 << 20;
     int retry_pushback_ms = 50;
+    int default_refine_factor = 0;  // applies to indexes with raw vectors
+    int max_refine_factor = 64;
     absl::Duration slow_request = absl::Milliseconds(250);  // 0: no log
   };
 

@@ -17,6 +17,7 @@ struct SearchShape {
   int k = 0;
   int nprobe = 0;
   int64_t filter_ids = 0;
+  int refine_factor = 0;
 };
 
 // Upper estimate, in bytes, of the heap a request holds while admitted:
@@ -26,6 +27,7 @@ struct SearchShape {
 //   coarse assignment          nq * nprobe * (8 + 4)
 //   per-thread PQ tables       2 * M * 2^nbits * 4 + 2 * d * 4
 //   allow-list                 filter_ids * 8 * 2 (message + sorted copy)
+//   re-ranking candidates      nq * refine_factor * k * (8 + 4)
 int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape);
 
 }  // namespace knnd

@@ -76,6 +76,8 @@ class Metrics {
                         absl::Duration execution);
   // Rows of one FAISS search call that ran.
   void RecordBatchRows(int64_t rows);
+  // Time one FAISS call with refine_factor > 0 spent on exact distances.
+  void RecordRerank(absl::Duration duration);
 
  private:
   static constexpr int kNumRpcs = 2;
@@ -98,6 +100,7 @@ class Metrics {
   prometheus::Histogram* execution_ = nullptr;
   prometheus::Histogram* request_queries_ = nullptr;
   prometheus::Histogram* batch_rows_ = nullptr;
+  prometheus::Histogram* rerank_ = nullptr;
   prometheus::Counter* reloads_ok_ = nullptr;
   prometheus::Counter* reloads_failed_ = nullptr;
 
@@ -113,6 +116,7 @@ class Metrics {
   prometheus::Gauge* index_precomputed_table_ = nullptr;
   prometheus::Gauge* index_load_duration_ = nullptr;
   prometheus::Gauge* index_load_time_ = nullptr;
+  prometheus::Gauge* vectors_file_size_ = nullptr;
 };
 
 }  // namespace knnd

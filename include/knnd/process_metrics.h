@@ -44,6 +44,9 @@ class ProcessMetrics : public prometheus::Collectable {
 
   // The index file whose mapping and residency are reported from now on.
   absl::Status TrackIndexFile(const std::string& path);
+  // Likewise for the raw-vectors file of exact re-ranking; an empty path
+  // stops reporting it (the index is served without one).
+  absl::Status TrackVectorsFile(const std::string& path);
 
   std::vector<prometheus::MetricFamily> Collect() const override;
 
@@ -51,6 +54,7 @@ class ProcessMetrics : public prometheus::Collectable {
   const Options options_;
   // Take() advances the bounded mincore scan, so a const Collect() updates it.
   mutable FileResidency residency_;
+  mutable FileResidency vectors_residency_;
 };
 
 }  // namespace knnd

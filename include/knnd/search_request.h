@@ -1,6 +1,8 @@
 // Parsing and validation of a SearchRequest against the served index and the
 // server's limits. Every rejection is INVALID_ARGUMENT with a message that
-// names the field, its value and the limit, e.g. "k=5000 exceeds max_k=1024".
+// names the field, its value and the limit, e.g. "k=5000 exceeds max_k=1024",
+// except refine_factor > 0 on an index without raw vectors:
+// FAILED_PRECONDITION.
 //
 // Thread-safety: pure functions.
 #ifndef KNND_SEARCH_REQUEST_H_
@@ -22,6 +24,9 @@ struct SearchLimits {
   int default_nprobe = 1;
   int max_nprobe = 1;
   int64_t max_filter_ids = 1000000;
+  // Re-ranking: the default applies only to an index with raw vectors.
+  int default_refine_factor = 0;
+  int max_refine_factor = 0;
 };
 
 // Resolves the configured limits against an index: a configured 0 means
@@ -38,6 +43,7 @@ struct ParsedSearch {
   int64_t num_queries = 0;
   int k = 0;
   int nprobe = 0;
+  int refine_factor = 0;  // 0: no re-ranking
   std::vector<int64_t> allowed_ids;  // sorted, unique
   std::vector<float> aligned_copy;
 };

@@ -1,11 +1,13 @@
 // knnctl: the command-line companion of knnd.
 //   knnctl build  --input FILE --output INDEX [--metric l2|ip|cosine]
 //                 [--factory STR | --nlist N --m M] [--train_size N]
-//                 [--ids FILE] [--nprobe P]
+//                 [--ids FILE] [--nprobe P] [--keep_vectors
+//                 [--vectors_dtype f32|f16]]
 //   knnctl eval   --index INDEX --queries FILE (--ground_truth FILE |
 //                 --base FILE) [--k 10] [--target_recall 0.95]
+//                 [--nprobes LIST] [--refine_factors LIST]
 //   knnctl search --addr HOST:PORT (--queries FILE | --random N) [--k 10]
-//                 [--nprobe P] [--batch N] [--show N]
+//                 [--nprobe P] [--refine_factor R] [--batch N] [--show N]
 //   knnctl info   (--addr HOST:PORT | --index FILE)
 //   knnctl health --addr HOST:PORT      exit 0 when SERVING, 1 otherwise
 //   knnctl publish --index FILE --dir DIR   DIR/<next N>/ for knnd to load
@@ -14,6 +16,7 @@
 // Exit codes: 0 done, 1 health: not serving, 2 any error (message on stderr).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -50,6 +53,7 @@
 #include "knnd/v1/admin_service.grpc.pb.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 #include "knnd/vector_io.h"
+#include "knnd/vectors_file.h"
 
 ABSL_FLAG(absl::optional<std::string>, addr, absl::nullopt,
           "knnd address, HOST:PORT: the search API (default localhost:50051), "
@@ -115,6 +119,19 @@ ABSL_FLAG(int, threads, 0,
 ABSL_FLAG(std::string, nprobes, "",
           "eval: comma-separated nprobe values; default powers of two up to "
           "nlist.");
+ABSL_FLAG(int, refine_factor, -1,
+          "search: exact re-ranking of refine_factor * k candidates; -1 = "
+          "the server's default, 0 = off.");
+ABSL_FLAG(bool, keep_vectors, false,
+          "build: also write the raw vectors to INDEX.vectors (row = id) so "
+          "knnd can re-rank IVF-PQ candidates exactly (refine_factor).");
+ABSL_FLAG(std::string, vectors_dtype, "f32",
+          "build: element type of INDEX.vectors: f32, or f16 (half the "
+          "bytes, distances rounded to ~3 decimal digits).");
+ABSL_FLAG(std::string, refine_factors, "",
+          "eval: comma-separated refine_factor values to sweep with each "
+          "nprobe (0 = no re-ranking); default 0,1,2,4,8,16 when the index "
+          "has INDEX.vectors, else 0.");
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -198,6 +215,10 @@ int Search() {
     knnd::v1::SearchRequest request;
     request.set_dim(static_cast<uint32_t>(queries.dim));
     request.set_k(k);
+    if (absl::GetFlag(FLAGS_refine_factor) >= 0) {
+      request.set_refine_factor(
+          static_cast<uint32_t>(absl::GetFlag(FLAGS_refine_factor)));
+    }
     if (absl::GetFlag(FLAGS_nprobe) > 0) {
       request.set_nprobe(static_cast<uint32_t>(absl::GetFlag(FLAGS_nprobe)));
     }
@@ -222,9 +243,11 @@ int Search() {
       std::printf("\n");
     }
     if (begin == 0) {
-      std::printf("index version %lld, metric %s, nprobe %u\n",
+      std::printf("index version %lld, metric %s, nprobe %u, refine_factor "
+                  "%u\n",
                   static_cast<long long>(response.index_version()),
-                  MetricOf(response.metric()), response.nprobe());
+                  MetricOf(response.metric()), response.nprobe(),
+                  response.refine_factor());
     }
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -257,6 +280,13 @@ int Info() {
         i.mapped_list_bytes / 1048576.0, i.heap_bytes / 1048576.0,
         i.precomputed_table_bytes / 1048576.0,
         absl::ToDoubleMilliseconds(i.load_duration));
+    if (i.has_vectors) {
+      std::printf("raw vectors:     %s (%s, %.1f MiB) for refine_factor > 0\n",
+                  i.vectors_path.c_str(), i.vectors_dtype.c_str(),
+                  i.vectors_file_bytes / 1048576.0);
+    } else if (!i.vectors_error.empty()) {
+      std::printf("raw vectors:     not usable: %s\n", i.vectors_error.c_str());
+    }
     return 0;
   }
   auto stub = KnnService::NewStub(Connect());
@@ -445,6 +475,36 @@ std::string DirectoryOf(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash + 1);
 }
 
+// Writes `x` (L2-normalised for cosine, as the index holds them) to `path`
+// in batches of `batch` rows.
+absl::Status WriteRawVectors(const knnd::Matrix& x, knnd::Metric metric,
+                             const std::string& path,
+                             knnd::VectorsDtype dtype, int64_t batch) {
+  absl::StatusOr<std::unique_ptr<knnd::VectorsFileWriter>> writer =
+      knnd::VectorsFileWriter::Create(path, x.dim, dtype);
+  if (!writer.ok()) return writer.status();
+  std::vector<float> normalized;
+  for (int64_t begin = 0; begin < x.rows; begin += batch) {
+    const int64_t n = std::min(batch, x.rows - begin);
+    const float* rows = x.row(begin);
+    if (metric == knnd::Metric::kCosine) {
+      normalized.assign(rows, rows + n * x.dim);
+      for (int64_t i = 0; i < n; ++i) {
+        float* v = normalized.data() + i * x.dim;
+        double norm = 0;
+        for (int j = 0; j < x.dim; ++j) norm += double{v[j]} * v[j];
+        if (norm > 0) {
+          const float scale = static_cast<float>(1.0 / std::sqrt(norm));
+          for (int j = 0; j < x.dim; ++j) v[j] *= scale;
+        }
+      }
+      rows = normalized.data();
+    }
+    if (absl::Status s = (*writer)->Append(rows, n); !s.ok()) return s;
+  }
+  return (*writer)->Finish();
+}
+
 int Build() {
   const std::string input = absl::GetFlag(FLAGS_input);
   const std::string output = absl::GetFlag(FLAGS_output);
@@ -458,6 +518,17 @@ int Build() {
   if (!factory.empty() &&
       (absl::GetFlag(FLAGS_nlist) > 0 || absl::GetFlag(FLAGS_m) > 0)) {
     return Fail("give either --factory or --nlist/--m, not both");
+  }
+  const bool keep_vectors = absl::GetFlag(FLAGS_keep_vectors);
+  absl::StatusOr<knnd::VectorsDtype> vectors_dtype =
+      knnd::ParseVectorsDtype(absl::GetFlag(FLAGS_vectors_dtype));
+  if (!vectors_dtype.ok()) {
+    return Fail(absl::StrCat("--vectors_dtype: ",
+                             vectors_dtype.status().message()));
+  }
+  if (keep_vectors && !absl::GetFlag(FLAGS_ids).empty()) {
+    return Fail("--keep_vectors stores row i as the vector of id i, so it "
+                "needs the sequential ids of a build without --ids");
   }
   // Fail before reading and training, not after.
   if (access(DirectoryOf(output).c_str(), W_OK) != 0) {
@@ -580,6 +651,19 @@ int Build() {
                                         absl::UTCTimeZone()));
   metadata.set_train_rows(train_rows);
   metadata.set_built_by(absl::StrCat("knnctl build: ", knnd::BuildInfoLine()));
+  // The vectors file goes in first; the index and then its sidecar follow,
+  // and a loader takes a version as complete only with its sidecar.
+  const std::string vectors_path = knnd::VectorsPath(output);
+  if (keep_vectors) {
+    if (absl::Status s = WriteRawVectors(x, *metric, vectors_path,
+                                         *vectors_dtype, batch);
+        !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+  } else if (unlink(vectors_path.c_str()) == 0) {
+    std::printf("removed:  %s (of a previous build; no --keep_vectors)\n",
+                vectors_path.c_str());
+  }
   if (absl::Status s = b.Write(output, nprobe, metadata); !s.ok()) {
     return Fail(std::string(s.message()));
   }
@@ -589,6 +673,12 @@ int Build() {
               "%s\n",
               output.c_str(), static_cast<long long>(b.ntotal()),
               MiBOf(st.st_size), nprobe, knnd::MetadataPath(output).c_str());
+  if (keep_vectors) {
+    stat(vectors_path.c_str(), &st);
+    std::printf("wrote:    %s (%s, %.1f MiB, for refine_factor > 0)\n",
+                vectors_path.c_str(), knnd::VectorsDtypeName(*vectors_dtype),
+                MiBOf(st.st_size));
+  }
   std::printf("next:     knnctl eval --index %s --queries QUERIES --base %s\n",
               output.c_str(), input.c_str());
   return 0;
@@ -623,6 +713,30 @@ absl::StatusOr<std::vector<int>> NprobeList(int64_t nlist) {
     nprobes.push_back(p);
   }
   return nprobes;
+}
+
+// --refine_factors, or 0,1,2,4,8,16 with vectors and 0 without.
+absl::StatusOr<std::vector<int>> RefineFactorList(bool has_vectors) {
+  const std::string list = absl::GetFlag(FLAGS_refine_factors);
+  if (list.empty()) {
+    if (!has_vectors) return std::vector<int>{0};
+    return std::vector<int>{0, 1, 2, 4, 8, 16};
+  }
+  std::vector<int> factors;
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    int f;
+    if (!absl::SimpleAtoi(part, &f) || f < 0 || f > 1024) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--refine_factors: '", part, "' is not a refine_factor in [0, 1024]"));
+    }
+    if (f > 0 && !has_vectors) {
+      return absl::FailedPreconditionError(
+          "--refine_factors > 0 needs INDEX.vectors (knnctl build "
+          "--keep_vectors)");
+    }
+    factors.push_back(f);
+  }
+  return factors;
 }
 
 int Eval() {
@@ -706,32 +820,53 @@ int Eval() {
   }
   std::fflush(stdout);
 
-  std::printf("\n%8s", "nprobe");
+  absl::StatusOr<std::vector<int>> refine_factors =
+      RefineFactorList(info.has_vectors);
+  if (!refine_factors.ok()) {
+    return Fail(std::string(refine_factors.status().message()));
+  }
+  if (info.has_vectors) {
+    std::printf("vectors:  %s (%s): exact re-ranking available\n",
+                info.vectors_path.c_str(), info.vectors_dtype.c_str());
+  } else if (!info.vectors_error.empty()) {
+    std::printf("vectors:  not used: %s\n", info.vectors_error.c_str());
+  }
+
+  std::printf("\n%8s  %6s", "nprobe", "refine");
   for (int r : columns) std::printf("  %10s", absl::StrCat("recall@", r).c_str());
   std::printf("  %10s\n", "queries/s");
-  // One nprobe at a time, so each row shows as soon as it is measured.
+  // One (nprobe, refine_factor) at a time, so each row shows as soon as it
+  // is measured.
   knnd::SweepOptions sweep;
   sweep.recall_at = columns;
   sweep.batch_rows = absl::GetFlag(FLAGS_batch);
   std::vector<knnd::SweepRow> rows;
-  for (int nprobe : *nprobes) {
-    sweep.nprobes = {nprobe};
-    absl::StatusOr<std::vector<knnd::SweepRow>> row =
-        knnd::SweepNprobe(**snapshot, *queries, truth, truth_k, sweep);
-    if (!row.ok()) return Fail(std::string(row.status().message()));
-    std::printf("%8d", row->front().nprobe);
-    for (double recall : row->front().recall) std::printf("  %10.4f", recall);
-    std::printf("  %10.0f\n", row->front().queries_per_second);
-    std::fflush(stdout);
-    rows.push_back(std::move(row->front()));
+  for (int refine_factor : *refine_factors) {
+    for (int nprobe : *nprobes) {
+      sweep.nprobes = {nprobe};
+      sweep.refine_factor = refine_factor;
+      absl::StatusOr<std::vector<knnd::SweepRow>> row =
+          knnd::SweepNprobe(**snapshot, *queries, truth, truth_k, sweep);
+      if (!row.ok()) return Fail(std::string(row.status().message()));
+      std::printf("%8d  %6d", row->front().nprobe, refine_factor);
+      for (double recall : row->front().recall) {
+        std::printf("  %10.4f", recall);
+      }
+      std::printf("  %10.0f\n", row->front().queries_per_second);
+      std::fflush(stdout);
+      rows.push_back(std::move(row->front()));
+    }
   }
   const size_t target_column =
       std::find(columns.begin(), columns.end(), k) - columns.begin();
   const double target = absl::GetFlag(FLAGS_target_recall);
+  // Among the settings reaching the target, the fastest measured one.
   const knnd::SweepRow* reached = nullptr;
   const knnd::SweepRow* best = &rows.front();
   for (const knnd::SweepRow& row : rows) {
-    if (reached == nullptr && row.recall[target_column] >= target) {
+    if (row.recall[target_column] >= target &&
+        (reached == nullptr ||
+         row.queries_per_second > reached->queries_per_second)) {
       reached = &row;
     }
     if (row.recall[target_column] > best->recall[target_column]) best = &row;
@@ -739,28 +874,37 @@ int Eval() {
   std::printf("\n");
   const knnd::SweepRow* chosen = reached;
   if (reached != nullptr) {
-    std::printf("recall@%d >= %.3g first at nprobe %d (%.4f, %.0f queries/s)\n",
-                k, target, reached->nprobe, reached->recall[target_column],
-                reached->queries_per_second);
+    std::printf("recall@%d >= %.3g: fastest at nprobe %d refine_factor %d "
+                "(%.4f, %.0f queries/s)\n",
+                k, target, reached->nprobe, reached->refine_factor,
+                reached->recall[target_column], reached->queries_per_second);
   } else {
-    // More nprobe cannot fix what the PQ codes lost; take the cheapest
-    // nprobe within 0.005 of the best recall instead.
+    // More nprobe cannot fix what the PQ codes lost; take the fastest
+    // setting within 0.005 of the best recall instead.
     for (const knnd::SweepRow& row : rows) {
-      if (row.recall[target_column] >= best->recall[target_column] - 0.005) {
+      if (row.recall[target_column] >= best->recall[target_column] - 0.005 &&
+          (chosen == nullptr ||
+           row.queries_per_second > chosen->queries_per_second)) {
         chosen = &row;
-        break;
       }
     }
     std::printf(
-        "no nprobe reaches recall@%d >= %.3g: the best is %.4f at nprobe %d. "
-        "The PQ codes limit recall: rebuild with a larger --m (more bytes per "
-        "vector), or rerank candidates exactly.\n",
-        k, target, best->recall[target_column], best->nprobe);
+        "no setting reaches recall@%d >= %.3g: the best is %.4f at nprobe %d "
+        "refine_factor %d. The PQ codes limit recall: %s\n",
+        k, target, best->recall[target_column], best->nprobe,
+        best->refine_factor,
+        info.has_vectors
+            ? "try larger --refine_factors or rebuild with a larger --m."
+            : "rebuild with a larger --m (more bytes per vector), or with "
+              "--keep_vectors and re-rank candidates exactly "
+              "(--refine_factors).");
   }
-  std::printf("chosen nprobe: %d (recall@%d %.4f); serve it with "
-              "default_nprobe: %d in the config, or --nprobe per request\n",
-              chosen->nprobe, k, chosen->recall[target_column],
-              chosen->nprobe);
+  std::printf("chosen nprobe: %d refine_factor: %d (recall@%d %.4f); serve "
+              "it with default_nprobe: %d and default_refine_factor: %d in "
+              "the config, or per request\n",
+              chosen->nprobe, chosen->refine_factor, k,
+              chosen->recall[target_column], chosen->nprobe,
+              chosen->refine_factor);
   return 0;
 }
 

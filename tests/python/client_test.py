@@ -137,6 +137,8 @@ class FakeServerTest(unittest.TestCase):
             client.search(good, 3, allowed_ids=[1.5, 2.0])
         with self.assertRaisesRegex(ValueError, "timeout_s=0 must be > 0"):
             client.search(good, 3, timeout_s=0)
+        with self.assertRaisesRegex(ValueError, "refine_factor=-1 must be >= 0"):
+            client.search(good, 3, refine_factor=-1)
         self.assertEqual(fake.calls, [], "an RPC was made for a bad input")
         ids, distances = client.search(good, 3)
         self.assertEqual(len(fake.calls), 1)
@@ -304,6 +306,15 @@ class LiveKnndTest(unittest.TestCase):
             np.testing.assert_array_equal(ids, np.array(r.ids).reshape(50, 10))
             np.testing.assert_array_equal(
                 distances, np.array(r.distances, np.float32).reshape(50, 10))
+        # refine_factor 0 is plain IVF-PQ; > 0 needs the raw-vectors file,
+        # which this index (written by python3-faiss) has not.
+        ids0, _ = client.search(q, 10, 8, refine_factor=0)
+        np.testing.assert_array_equal(ids0, client.search(q, 10, 8)[0])
+        with self.assertRaises(grpc.RpcError) as refused:
+            client.search(q, 10, 8, refine_factor=2)
+        self.assertEqual(refused.exception.code(),
+                         grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("--keep_vectors", refused.exception.details())
         # knnctl, the C++ client, prints ids and distances to 4 digits.
         npy = os.path.join(self.tmp.name, "queries.npy")
         np.save(npy, q)

@@ -99,6 +99,7 @@ class KnnClient:
     def search(self, queries: npt.NDArray[np.float32], k: int,
                nprobe: Optional[int] = None, *,
                allowed_ids: Optional[npt.ArrayLike] = None,
+               refine_factor: Optional[int] = None,
                timeout_s: Optional[float] = None,
                ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
         """The k nearest neighbours of each row of `queries`.
@@ -108,6 +109,10 @@ class KnnClient:
         k: neighbours per query, 1 <= k <= the server's max_k.
         nprobe: inverted lists to visit; None: the server's default.
         allowed_ids: optional 1-D integer ids; only these can be returned.
+        refine_factor: exact re-ranking of refine_factor * k IVF-PQ
+          candidates from the raw vectors served beside the index (distances
+          then exact); 0: off; None: the server's default. Needs an index
+          built with `knnctl build --keep_vectors` (else FAILED_PRECONDITION).
         timeout_s: deadline of this call (retries included); None: the
           client's default.
 
@@ -125,6 +130,9 @@ class KnnClient:
             k=_positive_int("k", k))
         if nprobe is not None:
             request.nprobe = _positive_int("nprobe", nprobe)
+        if refine_factor is not None:
+            request.refine_factor = _positive_int("refine_factor",
+                                                  refine_factor, minimum=0)
         if allowed_ids is not None:
             request.allowed_ids.extend(_id_list(allowed_ids).tolist())
         response = self._call(self._stub.Search, request, timeout_s)
@@ -236,11 +244,11 @@ def _query_matrix(queries: Any) -> npt.NDArray[np.float32]:
     return np.ascontiguousarray(queries, dtype="<f4")
 
 
-def _positive_int(name: str, value: Any) -> int:
+def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name}={value} must be >= 1")
+    if value < minimum:
+        raise ValueError(f"{name}={value} must be >= {minimum}")
     return int(value)
 
 
