@@ -22,9 +22,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # FAISS_SIMD=avx2 links FAISS 1.7.3 rebuilt from Debian's source package with
 # AVX2+FMA (deploy/docker/build.sh faiss, the Docker image's recipe), built
-# once into FAISS_AVX2_PREFIX (about 10 minutes on 2 cores, then cached);
+# once into FAISS_AVX2_PREFIX (10.5 minutes on a busy 2-core machine, then
+# cached);
 # FAISS_SIMD=generic links Debian's libfaiss. The default is avx2 where the
-# CPU has AVX2 and FMA: it measured faster (bench/RESULTS.md, "SIMD FAISS").
+# CPU has AVX2 and FMA: it measured 2.1x to 2.6x faster (bench/RESULTS.md).
 FAISS_SIMD ?= $(shell grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && echo avx2 || echo generic)
 FAISS_AVX2_PREFIX ?= $(CURDIR)/.deps/faiss-avx2
 
@@ -83,8 +84,9 @@ clean:
 	rm -rf $(BUILD) $(DEMO_DIR)
 
 # Benchmarks: every case of bench/RESULTS.md's `make bench` section in one
-# run (seeded data under /tmp/knnd_bench, reused; about 25 minutes the first
-# time, 10M vectors included), rewriting that section and bench/results.png.
+# run (seeded data under /tmp/knnd_bench, reused; about 30 minutes the first
+# time on a busy 2-core machine, 10M vectors included), rewriting that
+# section and bench/results.png.
 # With FAISS_SIMD=avx2, build-generic (Debian's libfaiss) is built too, to
 # measure the SIMD gain on the same benchmark. Needs root for the cold-start
 # case (drop_caches).
