@@ -20,7 +20,16 @@ DEBIAN_PACKAGES := cmake g++ make pkg-config git zlib1g-dev \
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build test demo bench bench-rerank clean
+# FAISS_SIMD=avx2 links FAISS 1.7.3 rebuilt from Debian's source package with
+# AVX2+FMA (deploy/docker/build.sh faiss, the Docker image's recipe), built
+# once into FAISS_AVX2_PREFIX (10.5 minutes on a busy 2-core machine, then
+# cached);
+# FAISS_SIMD=generic links Debian's libfaiss. The default is avx2 where the
+# CPU has AVX2 and FMA: it measured 2.1x to 2.6x faster (bench/RESULTS.md).
+FAISS_SIMD ?= $(shell grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && echo avx2 || echo generic)
+FAISS_AVX2_PREFIX ?= $(CURDIR)/.deps/faiss-avx2
+
+.PHONY: deps faiss build test demo bench bench-rerank clean
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -32,8 +41,19 @@ deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# Built into PREFIX.tmp and renamed, so an interrupted build is redone.
+faiss: deps
+ifeq ($(FAISS_SIMD),avx2)
+	@[ -f $(FAISS_AVX2_PREFIX)/include/faiss/Index.h ] || { \
+	  echo "building FAISS with AVX2 into $(FAISS_AVX2_PREFIX) (once)"; \
+	  rm -rf $(FAISS_AVX2_PREFIX).tmp && \
+	  JOBS=$(JOBS) deploy/docker/build.sh faiss $(FAISS_AVX2_PREFIX).tmp && \
+	  mv $(FAISS_AVX2_PREFIX).tmp $(FAISS_AVX2_PREFIX); }
+endif
+
+build: faiss
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DKNND_FAISS_SIMD=$(FAISS_SIMD) -DKNND_FAISS_AVX2_PREFIX=$(FAISS_AVX2_PREFIX) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 test: build
@@ -63,10 +83,24 @@ demo: build
 clean:
 	rm -rf $(BUILD) $(DEMO_DIR)
 
-# Benchmarks: figures for bench/RESULTS.md (seeded data; see that file).
+# Benchmarks: every case of bench/RESULTS.md's `make bench` section in one
+# run (seeded data under /tmp/knnd_bench, reused; about 30 minutes the first
+# time on a busy 2-core machine, 10M vectors included), rewriting that
+# section and bench/results.png.
+# With FAISS_SIMD=avx2, build-generic (Debian's libfaiss) is built too, to
+# measure the SIMD gain on the same benchmark. Needs root for the cold-start
+# case (drop_caches).
+BENCH_PACKAGES := python3-matplotlib
 bench: build bench-rerank
-	$(BUILD)/bench/search_bench --n 200000 --d 128 --factory IVF1024,PQ32 \
-	  --nprobe 16 --seconds 2 --index /tmp/knnd_bench_200k.index
+	@$(MAKE) --no-print-directory deps DEBIAN_PACKAGES="$(BENCH_PACKAGES)"
+ifeq ($(FAISS_SIMD),avx2)
+	@cmake -S . -B build-generic -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKNND_FAISS_SIMD=generic \
+	  -DKNND_BUILD_TESTS=OFF >/dev/null
+	@cmake --build build-generic -j $(JOBS) --target search_bench
+	/usr/bin/python3 bench/run_bench.py --build $(BUILD) --generic-build build-generic
+else
+	/usr/bin/python3 bench/run_bench.py --build $(BUILD)
+endif
 
 # Exact re-ranking on Fashion-MNIST (bench/RESULTS.md, "Re-ranking"): knnd
 # over gRPC vs python3-faiss IndexRefineFlat, recall, RSS split. The index is

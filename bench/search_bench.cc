@@ -54,6 +54,12 @@ ABSL_FLAG(std::string, cases, "inprocess,grpc,batching", "Cases to run.");
 ABSL_FLAG(int, batching_clients, 32, "Single-query clients, batching case.");
 ABSL_FLAG(std::string, queue_delays_us, "0,200,500,1000",
           "max_queue_delay_us values of the batching case (coalescing on).");
+ABSL_FLAG(std::string, queries, "",
+          "Raw float32 query rows (--d values each); default: 4096 seeded "
+          "rows (seed 2).");
+ABSL_FLAG(std::string, threads, "1",
+          "In-process case: thread counts; each thread runs its own search "
+          "loop with one OpenMP thread (2 = both cores of this machine).");
 
 namespace {
 
@@ -213,9 +219,24 @@ int main(int argc, char** argv) {
   const std::string path = absl::GetFlag(FLAGS_index);
   BuildIfAbsent(path);
   const int nprobe = absl::GetFlag(FLAGS_nprobe);
-  std::vector<float> queries = MakeData(4096, absl::GetFlag(FLAGS_d), 2);
   const int d = absl::GetFlag(FLAGS_d);
-  const int64_t pool_rows = 4096;
+  std::vector<float> queries;
+  if (absl::GetFlag(FLAGS_queries).empty()) {
+    queries = MakeData(4096, d, 2);
+  } else {
+    FILE* f = std::fopen(absl::GetFlag(FLAGS_queries).c_str(), "rb");
+    if (f == nullptr) {
+      std::fprintf(stderr, "cannot open --queries\n");
+      return 1;
+    }
+    float buf[4096];
+    size_t got;
+    while ((got = std::fread(buf, sizeof(float), 4096, f)) > 0) {
+      queries.insert(queries.end(), buf, buf + got);
+    }
+    std::fclose(f);
+  }
+  const int64_t pool_rows = static_cast<int64_t>(queries.size()) / d;
 
   std::printf("# search_bench  %s\n", knnd::BuildInfoLine().c_str());
   std::printf("# index %s, nprobe %d, k %d, %.1f s per case\n", path.c_str(),
@@ -232,23 +253,32 @@ int main(int argc, char** argv) {
   }
   std::map<int, double> heap_qps;
   if (CaseOn("inprocess")) {
-    std::printf("\n## in-process, 1 thread\n| batch | faiss-heap q/s | faiss-mmap q/s | mmap/heap |\n|---|---|---|---|\n");
-    for (int batch : ParseList(absl::GetFlag(FLAGS_batches))) {
-      std::vector<float> D(batch * kK);
-      std::vector<int64_t> I(batch * kK);
-      auto offset = [&](int64_t i) { return ((i * batch) % (pool_rows - batch)) * d; };
-      Measured h = Run(1, [&](int, int64_t i) {
-        heap->search(batch, queries.data() + offset(i), kK, D.data(), I.data(), &params);
-        return batch;
-      });
-      Measured m = Run(1, [&](int, int64_t i) {
-        knnd::SearchArgs args{queries.data() + offset(i), batch, kK, nprobe, {},
-                              D.data(), I.data()};
-        (void)(*snapshot)->Search(args);
-        return batch;
-      });
-      heap_qps[batch] = h.qps;
-      std::printf("| %d | %.0f | %.0f | %.2f |\n", batch, h.qps, m.qps, m.qps / h.qps);
+    std::printf("\n## in-process (OpenMP 1 thread per loop)\n"
+                "| batch | threads | faiss-heap q/s | heap p50 ms | faiss-mmap q/s "
+                "| mmap p50 ms | mmap/heap |\n|---|---|---|---|---|---|---|\n");
+    for (int threads : ParseList(absl::GetFlag(FLAGS_threads))) {
+      for (int batch : ParseList(absl::GetFlag(FLAGS_batches))) {
+        std::vector<std::vector<float>> D(threads, std::vector<float>(batch * kK));
+        std::vector<std::vector<int64_t>> I(threads, std::vector<int64_t>(batch * kK));
+        auto offset = [&](int t, int64_t i) {
+          return (((i * threads + t) * batch) % (pool_rows - batch)) * d;
+        };
+        Measured h = Run(threads, [&](int t, int64_t i) {
+          heap->search(batch, queries.data() + offset(t, i), kK, D[t].data(),
+                       I[t].data(), &params);
+          return batch;
+        });
+        Measured m = Run(threads, [&](int t, int64_t i) {
+          knnd::SearchArgs args{queries.data() + offset(t, i), batch, kK, nprobe, {},
+                                D[t].data(), I[t].data()};
+          (void)(*snapshot)->Search(args);
+          return batch;
+        });
+        if (threads == 1) heap_qps[batch] = h.qps;
+        std::printf("| %d | %d | %.0f | %.3f | %.0f | %.3f | %.2f |\n", batch, threads,
+                    h.qps, h.p50_ms, m.qps, m.p50_ms, m.qps / h.qps);
+        std::fflush(stdout);
+      }
     }
   }
 

@@ -79,7 +79,12 @@ faiss() {
 knnd() {
   local build=$1 prefix=${2:-}
   local args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKNND_BUILD_TESTS=OFF)
-  [ -n "$prefix" ] && args+=(-DCMAKE_PREFIX_PATH="$prefix")
+  # The same CMake switch as `make FAISS_SIMD=avx2|generic`.
+  if [ -n "$prefix" ]; then
+    args+=(-DKNND_FAISS_SIMD=avx2 -DKNND_FAISS_AVX2_PREFIX="$prefix")
+  else
+    args+=(-DKNND_FAISS_SIMD=generic)
+  fi
   cmake -S "$SOURCE_DIR" -B "$build" "${args[@]}" >/dev/null
   cmake --build "$build" --target knnd knnctl -j "$JOBS"
 }

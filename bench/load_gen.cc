@@ -1,0 +1,231 @@
+// load_gen: an asynchronous gRPC load generator for knnd's Search API (and
+// any server speaking it, e.g. bench/python_server.py). One thread drives a
+// CompletionQueue, so the client costs little CPU and does not starve the
+// server on a small machine; its own CPU time is measured and reported.
+//
+//   load_gen --target HOST:PORT --queries FILE --d D [--batch 1]
+//            [--clients 32 | --rate Q] [--seconds 3] [--warmup_seconds 0.5]
+//            [--k 10] [--nprobe 0] [--channels 0]
+//
+// Closed loop (default): --clients requests are always outstanding; each
+// completion sends the next. Open loop (--rate R > 0): requests start at a
+// fixed rate of R requests per second whatever the server does, and latency
+// counts from the scheduled start (no coordinated omission); at most
+// --max_outstanding requests are in flight, later ones are counted as
+// dropped.
+//
+// --queries is raw little-endian float32, rows of --d values; request i uses
+// rows i*batch.. (wrapping). Prints one JSON object on stdout:
+//   {"qps", "rps", "p50_ms", "p99_ms", "errors", "dropped", "first_error",
+//    "client_cpu_s", "wall_s", "client_cores"}
+// where client_cores = this process's user+system CPU seconds / wall seconds
+// during the measured window.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <deque>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "knnd/v1/knn_service.grpc.pb.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address.");
+ABSL_FLAG(std::string, queries, "", "Raw float32 query rows.");
+ABSL_FLAG(int, d, 0, "Dimension of the query rows.");
+ABSL_FLAG(int, batch, 1, "Queries per request.");
+ABSL_FLAG(int, clients, 32, "Closed loop: requests kept outstanding.");
+ABSL_FLAG(double, rate, 0, "Open loop: requests per second; 0 = closed loop.");
+ABSL_FLAG(int, max_outstanding, 4096, "Open loop: in-flight cap.");
+ABSL_FLAG(double, seconds, 3.0, "Measured duration.");
+ABSL_FLAG(double, warmup_seconds, 0.5, "Unmeasured run before.");
+ABSL_FLAG(int, k, 10, "Neighbours per query.");
+ABSL_FLAG(int, nprobe, 0, "nprobe per request; 0 = the server's default.");
+ABSL_FLAG(int, channels, 0,
+          "Connections; 0 = one per closed-loop client (at most 64), 8 in "
+          "open loop.");
+ABSL_FLAG(int, timeout_ms, 30000, "Deadline of each request.");
+ABSL_FLAG(int, retry_delay_ms, 50,
+          "Closed loop: a client whose request failed waits this long before "
+          "its next one (knnd's default grpc-retry-pushback-ms).");
+
+namespace {
+
+using knnd::v1::KnnService;
+using knnd::v1::SearchRequest;
+using knnd::v1::SearchResponse;
+
+// One outstanding request; owned by the loop in main, lives until its tag
+// comes back from the completion queue.
+struct Call {
+  grpc::ClientContext context;
+  SearchResponse response;
+  grpc::Status status;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<SearchResponse>> reader;
+  absl::Time start;  // scheduled (open loop) or actual (closed loop) start
+};
+
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec * 1e-6;
+}
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1)))];
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int d = absl::GetFlag(FLAGS_d);
+  const int batch = absl::GetFlag(FLAGS_batch);
+  const double rate = absl::GetFlag(FLAGS_rate);
+  const bool open_loop = rate > 0;
+  const int clients = absl::GetFlag(FLAGS_clients);
+  std::ifstream in(absl::GetFlag(FLAGS_queries), std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)),
+                  std::istreambuf_iterator<char>());
+  const size_t row_bytes = static_cast<size_t>(d) * sizeof(float);
+  if (d <= 0 || batch <= 0 || raw.size() < row_bytes * batch) {
+    std::fprintf(stderr, "load_gen: need --d > 0 and --queries with at least "
+                         "--batch rows of --d float32\n");
+    return 2;
+  }
+  const int64_t rows = static_cast<int64_t>(raw.size() / row_bytes);
+
+  int channels = absl::GetFlag(FLAGS_channels);
+  if (channels <= 0) channels = open_loop ? 8 : std::min(clients, 64);
+  std::vector<std::unique_ptr<KnnService::Stub>> stubs;
+  for (int c = 0; c < channels; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("grpc.channel_id", c);  // a distinct connection each
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetMaxReceiveMessageSize(-1);
+    stubs.push_back(KnnService::NewStub(grpc::CreateCustomChannel(
+        absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials(), args)));
+  }
+
+  grpc::CompletionQueue cq;
+  int64_t sent = 0;
+  auto send = [&](absl::Time start) {
+    auto* call = new Call;
+    call->start = start;
+    call->context.set_deadline(
+        std::chrono::system_clock::now() +
+        std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+    SearchRequest request;
+    request.set_k(absl::GetFlag(FLAGS_k));
+    if (absl::GetFlag(FLAGS_nprobe) > 0) request.set_nprobe(absl::GetFlag(FLAGS_nprobe));
+    const int64_t row = (sent * batch) % (rows - batch + 1);
+    request.set_vectors_f32le(raw.data() + row * row_bytes, batch * row_bytes);
+    call->reader = stubs[sent % channels]->AsyncSearch(&call->context, request, &cq);
+    call->reader->Finish(&call->response, &call->status, call);
+    ++sent;
+  };
+
+  const absl::Time begin = absl::Now();
+  const absl::Time measure_from = begin + absl::Seconds(absl::GetFlag(FLAGS_warmup_seconds));
+  const absl::Time end = measure_from + absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  const absl::Duration interval = open_loop ? absl::Seconds(1.0 / rate) : absl::ZeroDuration();
+  absl::Time next_send = begin;
+  int64_t outstanding = 0, errors = 0, dropped = 0, done = 0;
+  std::string first_error;
+  std::vector<double> latencies_ms;
+  double cpu_at_start = -1;
+
+  if (!open_loop) {
+    for (int c = 0; c < clients; ++c, ++outstanding) send(absl::Now());
+  }
+  std::deque<absl::Time> delayed;  // closed loop: clients backing off
+  const absl::Duration retry_delay = absl::Milliseconds(absl::GetFlag(FLAGS_retry_delay_ms));
+  while (true) {
+    const absl::Time now = absl::Now();
+    if (cpu_at_start < 0 && now >= measure_from) cpu_at_start = CpuSeconds();
+    if (now >= end) break;
+    while (!delayed.empty() && delayed.front() <= now) {
+      delayed.pop_front();
+      send(now);
+      ++outstanding;
+    }
+    if (open_loop) {
+      while (next_send <= now && next_send < end) {
+        if (outstanding < absl::GetFlag(FLAGS_max_outstanding)) {
+          send(next_send);
+          ++outstanding;
+        } else if (next_send >= measure_from) {
+          ++dropped;
+        }
+        next_send += interval;
+      }
+    }
+    void* tag = nullptr;
+    bool ok = false;
+    absl::Time wait_until = open_loop ? std::min(next_send, end) : end;
+    if (!delayed.empty()) wait_until = std::min(wait_until, delayed.front());
+    const auto status = cq.AsyncNext(&tag, &ok, absl::ToChronoTime(wait_until));
+    if (status != grpc::CompletionQueue::GOT_EVENT) continue;
+    std::unique_ptr<Call> call(static_cast<Call*>(tag));
+    --outstanding;
+    const absl::Time finished = absl::Now();
+    if (call->start >= measure_from && finished < end) {
+      if (call->status.ok()) {
+        ++done;
+        latencies_ms.push_back(absl::ToDoubleMilliseconds(finished - call->start));
+      } else {
+        ++errors;
+        if (first_error.empty()) {
+          first_error = absl::StrCat(call->status.error_code(), ": ",
+                                     call->status.error_message());
+        }
+      }
+    }
+    if (!open_loop && finished < end) {
+      if (call->status.ok()) {
+        send(finished);
+        ++outstanding;
+      } else {
+        delayed.push_back(finished + retry_delay);
+      }
+    }
+  }
+  const double cpu = CpuSeconds() - cpu_at_start;
+  const double wall = absl::ToDoubleSeconds(absl::Now() - measure_from);
+  // Let the stragglers finish (or cancel them) so the process exits cleanly.
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) delete static_cast<Call*>(tag);
+
+  const double p50 = Percentile(latencies_ms, 0.50);
+  const double p99 = Percentile(latencies_ms, 0.99);
+  std::printf(
+      "{\"qps\": %.1f, \"rps\": %.1f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
+      "\"errors\": %lld, \"dropped\": %lld, \"first_error\": \"%s\", "
+      "\"client_cpu_s\": %.3f, \"wall_s\": %.3f, \"client_cores\": %.3f}\n",
+      done * batch / wall, done / wall, p50, p99, static_cast<long long>(errors),
+      static_cast<long long>(dropped), JsonEscape(first_error).c_str(), cpu,
+      wall, cpu / wall);
+  return 0;
+}
