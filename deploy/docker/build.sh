@@ -22,8 +22,8 @@
 #                                  environment
 #
 # KNND_FAISS_SIMD=avx2 (default) or generic: `all` uses Debian's libfaiss
-# (built GENERIC, 1.7x to 3x slower) when generic; the AVX2 build needs a
-# CPU with AVX2 and FMA (x86-64 since 2013).
+# (GENERIC, 2.1x to 2.6x slower in bench/RESULTS.md) when generic; the AVX2
+# build needs a CPU with AVX2 and FMA (x86-64 since 2013).
 #
 # CI (ctest deploy_runtime) runs only `runtime`, on the binaries `make test`
 # has just built: `faiss` and `knnd` are plain CMake builds that `make`

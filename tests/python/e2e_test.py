@@ -83,6 +83,8 @@ class KnndTest(unittest.TestCase):
         self.log = open(os.path.join(self.tmp.name, "knnd.log"), "w+")
         self.proc = subprocess.Popen(
             [ARGS.knnd, "--index", self.path, "--listen", self.addr,
+             # free ports: the defaults 9090 and 50052 may be taken
+             "--metrics_listen", f"127.0.0.1:{free_port()}",
              "--admin_listen", "127.0.0.1:0", "--workers", "2", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.channel = grpc.insecure_channel(self.addr)
