@@ -5,13 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "knnd/build_version.h"  // generated: KNND_VERSION, KNND_GIT_COMMIT
 
-#ifndef KNND_VERSION
-#error "KNND_VERSION must be defined by the build"
-#endif
-#ifndef KNND_GIT_COMMIT
-#define KNND_GIT_COMMIT "unknown"
-#endif
 
 namespace knnd {
 
