@@ -1,6 +1,7 @@
 // Server: assembles knnd from its configuration and runs its lifecycle:
 //   Create()     build the worker pool, gate, batcher and gRPC service
-//   Start()      listen (search API and /metrics); grpc.health.v1 answers
+//   Start()      listen (search API and /metrics, and the plaintext
+//                health-only port with TLS); grpc.health.v1 answers
 //                NOT_SERVING
 //   LoadIndex()  load + check the index, run warm-up queries, publish it;
 //                health turns SERVING; later versions come through
@@ -19,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
@@ -29,6 +31,7 @@
 #include "knnd/index_manager.h"
 #include "knnd/knn_service.h"
 #include "knnd/metrics.h"
+#include "knnd/token_auth.h"
 #include "knnd/v1/config.pb.h"
 #include "knnd/worker_pool.h"
 
@@ -48,6 +51,10 @@ class Server {
 
   // The port the search API is bound to (useful with port 0).
   int port() const { return port_; }
+  // The port of the plaintext health-only listener; 0 when there is none.
+  int health_port() const { return health_port_; }
+  // Re-reads the bearer token files (SIGHUP); on error the old sets stay.
+  absl::Status ReloadTokens() { return auth_->Reload(); }
   // The port /metrics is served on; 0 before Start().
   int metrics_port() const { return metrics_->port(); }
   IndexHolder& holder() { return holder_; }
@@ -69,12 +76,18 @@ class Server {
   // sources.
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<TokenAuthenticator> auth_;
   std::unique_ptr<KnnServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  // Serves only grpc.health.v1, in plaintext; null without
+  // health_listen_address. Its other methods go to `unimplemented_`.
+  grpc::CallbackGenericService unimplemented_;
+  std::unique_ptr<grpc::Server> health_server_;
   // Last: its thread may be reloading (warm-up on the pool, publishing to
   // the holder, recording metrics) until it is destroyed, first.
   std::unique_ptr<IndexManager> index_manager_;
   int port_ = 0;
+  int health_port_ = 0;
 };
 
 }  // namespace knnd
