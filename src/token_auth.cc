@@ -116,15 +116,16 @@ absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::Create(
 absl::Status TokenAuthenticator::Reload() {
   absl::StatusOr<TokenSets> sets = ReadSets(options_);
   if (!sets.ok()) return sets.status();
-  const size_t search = sets->search ? sets->search->size() : 0;
-  const size_t admin = sets->admin ? sets->admin->size() : 0;
-  {
-    absl::MutexLock lock(&mu_);
-    sets_ = std::move(*sets);
-  }
-  spdlog::info("bearer tokens: {} for search{}, {} for admin{}", search,
-               options_.search_token_file.empty() ? " (open)" : "", admin,
-               options_.admin_token_file.empty() ? " (open)" : "");
+  auto describe = [](const absl::optional<std::vector<Digest>>& set,
+                     const std::string& file) {
+    return set ? absl::StrCat(set->size(), " token(s) from ", file)
+               : std::string("open");
+  };
+  spdlog::info("bearer tokens: search {}, admin {}",
+               describe(sets->search, options_.search_token_file),
+               describe(sets->admin, options_.admin_token_file));
+  absl::MutexLock lock(&mu_);
+  sets_ = std::move(*sets);
   return absl::OkStatus();
 }
 
