@@ -138,6 +138,24 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
     return out_of_range("max_metadata_bytes", c.max_metadata_bytes(), 1024,
                         1048576);
   }
+  if (c.keep_previous_versions() > 16) {
+    return out_of_range("keep_previous_versions", c.keep_previous_versions(),
+                        0, 16);
+  }
+  if (c.canary_k() < 1 || c.canary_k() > 1024) {
+    return out_of_range("canary_k", c.canary_k(), 1, 1024);
+  }
+  if (!(c.canary_min_recall() >= 0.0 && c.canary_min_recall() <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field canary_min_recall=", c.canary_min_recall(),
+        " is outside [0, 1]"));
+  }
+  if (c.canary_queries_path().empty() &&
+      !c.canary_ground_truth_path().empty()) {
+    return absl::InvalidArgumentError(
+        "config field canary_ground_truth_path is set without "
+        "canary_queries_path");
+  }
   if (c.metrics_residency_scan_bytes() == 0) {
     return absl::InvalidArgumentError(
         "config field metrics_residency_scan_bytes=0 must be positive");

@@ -1,5 +1,6 @@
 #include "knnd/index_manager.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -95,14 +96,42 @@ absl::StatusOr<IndexManager::Outcome> IndexManager::ReloadTo(
     refused_status = refused_status_;
   }
 
-  absl::StatusOr<IndexVersion> target =
-      target_pin > 0 ? source_.Find(target_pin) : source_.Latest();
+  // The target: the pinned (or asked for) version, else the latest; a
+  // retained snapshot of it is republished instead of loading its file.
+  absl::StatusOr<IndexVersion> target;
+  std::shared_ptr<const IndexSnapshot> retained;
+  if (target_pin > 0) {
+    {
+      absl::MutexLock lock(&mu_);
+      retained = FindRetained(target_pin);
+    }
+    target = retained != nullptr
+                 ? IndexVersion{target_pin, retained->info().path}
+                 : source_.Find(target_pin);
+  } else {
+    target = source_.Latest();
+    if (target.ok()) {
+      absl::MutexLock lock(&mu_);
+      retained = FindRetained(target->version);
+      if (retained != nullptr && retained->info().path != target->path) {
+        retained = nullptr;
+      }
+    }
+  }
   absl::Status status = target.status();
   bool loaded = false;
+  bool republished = false;
   if (!status.ok()) {
     spdlog::warn("index reload: {}", status.ToString());
   } else if (target->version == served && target->path == served_path) {
     // The target already serves: nothing to load.
+  } else if (retained != nullptr) {
+    spdlog::info("index version {} ({}) republished from the retained "
+                 "versions, without a load",
+                 target->version, target->path);
+    metrics_->SetIndexInfo(retained->info());
+    Publish(std::move(retained));
+    republished = true;
   } else if (!pin.has_value() && target->version == refused) {
     status = refused_status;
   } else {
@@ -131,7 +160,7 @@ absl::StatusOr<IndexManager::Outcome> IndexManager::ReloadTo(
     }
     return status;
   }
-  if (loaded) {
+  if (loaded || republished) {
     served_version_ = target->version;
     served_path_ = target->path;
     if (refused_version_ == target->version) {
@@ -140,7 +169,88 @@ absl::StatusOr<IndexManager::Outcome> IndexManager::ReloadTo(
     }
   }
   if (pin.has_value()) pinned_version_ = *pin;
-  return Outcome{target->version, target->path, loaded};
+  Outcome outcome;
+  outcome.version = target->version;
+  outcome.path = target->path;
+  outcome.loaded = loaded;
+  outcome.previous_version = served;
+  outcome.pinned_version = pinned_version_;
+  return outcome;
+}
+
+void IndexManager::Publish(std::shared_ptr<const IndexSnapshot> snapshot) {
+  std::shared_ptr<const IndexSnapshot> replaced = holder_->Pin();
+  const IndexSnapshot* published = snapshot.get();
+  holder_->Publish(std::move(snapshot));
+  absl::MutexLock lock(&mu_);
+  retained_.erase(std::remove_if(retained_.begin(), retained_.end(),
+                                 [published](const auto& r) {
+                                   return r.get() == published;
+                                 }),
+                  retained_.end());
+  if (replaced != nullptr && options_.keep_previous_versions > 0) {
+    retained_.push_front(std::move(replaced));
+    while (retained_.size() >
+           static_cast<size_t>(options_.keep_previous_versions)) {
+      retained_.pop_back();
+    }
+  }
+}
+
+std::shared_ptr<const IndexSnapshot> IndexManager::FindRetained(
+    int64_t version) {
+  for (const auto& r : retained_) {
+    if (r->info().version == version) return r;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::vector<IndexManager::VersionState>>
+IndexManager::ListVersions() const {
+  absl::StatusOr<std::vector<IndexVersion>> listed = source_.List();
+  if (!listed.ok()) return listed.status();
+  absl::MutexLock lock(&mu_);
+  std::vector<VersionState> states;
+  auto add = [&](int64_t version, const std::string& path) {
+    VersionState state;
+    state.version = version;
+    state.path = path;
+    state.serving = version == served_version_ && path == served_path_;
+    for (const auto& r : retained_) {
+      if (r->info().version == version && r->info().path == path) {
+        state.retained = true;
+      }
+    }
+    if (version == refused_version_) {
+      state.refused = true;
+      state.refused_reason = std::string(refused_status_.message());
+    }
+    states.push_back(std::move(state));
+  };
+  for (const IndexVersion& v : *listed) add(v.version, v.path);
+  // Versions in memory whose files are gone: retained ones, and the one
+  // serving after a rollback to a retained version.
+  auto add_if_missing = [&](int64_t version, const std::string& path) {
+    const bool listed_already = std::any_of(
+        states.begin(), states.end(), [&](const VersionState& v) {
+          return v.version == version && v.path == path;
+        });
+    if (!listed_already) add(version, path);
+  };
+  for (const auto& r : retained_) {
+    add_if_missing(r->info().version, r->info().path);
+  }
+  if (served_version_ != 0) add_if_missing(served_version_, served_path_);
+  std::sort(states.begin(), states.end(),
+            [](const VersionState& a, const VersionState& b) {
+              return a.version < b.version;
+            });
+  return states;
+}
+
+int64_t IndexManager::pinned_version() const {
+  absl::MutexLock lock(&mu_);
+  return pinned_version_;
 }
 
 absl::Status IndexManager::LoadAndPublish(
@@ -177,7 +287,7 @@ absl::Status IndexManager::LoadAndPublish(
       metric_ = info.metric;
     }
   }
-  holder_->Publish(std::move(snapshot));
+  Publish(std::move(snapshot));
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 
 #include <cxxabi.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -476,7 +477,14 @@ absl::Status ApplyMetadata(const std::string& path, bool verify_checksum,
 IndexSnapshot::IndexSnapshot(std::unique_ptr<Faiss> faiss, IndexInfo info)
     : faiss_(std::move(faiss)), info_(std::move(info)) {}
 
-IndexSnapshot::~IndexSnapshot() = default;
+IndexSnapshot::~IndexSnapshot() {
+  faiss_.reset();
+  // A version's heap (centroids, codebooks, the precomputed table: up to
+  // gigabytes) is freed in a few large blocks that glibc may keep in its
+  // arenas rather than return; give them back so that anonymous memory
+  // falls to its level before the swap (issue: no growth across versions).
+  malloc_trim(0);
+}
 
 absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
     const std::string& path, const LoadOptions& options) {

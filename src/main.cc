@@ -28,6 +28,9 @@ ABSL_FLAG(absl::optional<std::string>, index, absl::nullopt,
           "SIGHUP reloads).");
 ABSL_FLAG(absl::optional<std::string>, listen, absl::nullopt,
           "host:port of the gRPC search API (default 0.0.0.0:50051).");
+ABSL_FLAG(absl::optional<std::string>, admin_listen, absl::nullopt,
+          "host:port of the admin API (ReloadIndex, ListVersions; default "
+          "127.0.0.1:50052, localhost only); empty turns it off.");
 ABSL_FLAG(absl::optional<std::string>, metrics_listen, absl::nullopt,
           "host:port of the Prometheus /metrics endpoint (default "
           "0.0.0.0:9090).");
@@ -61,6 +64,9 @@ absl::StatusOr<knnd::v1::ServerConfig> BuildConfig() {
   }
   if (auto v = absl::GetFlag(FLAGS_index)) config.set_index_path(*v);
   if (auto v = absl::GetFlag(FLAGS_listen)) config.set_listen_address(*v);
+  if (auto v = absl::GetFlag(FLAGS_admin_listen)) {
+    config.set_admin_listen_address(*v);
+  }
   if (auto v = absl::GetFlag(FLAGS_metrics_listen)) {
     config.set_metrics_listen_address(*v);
   }

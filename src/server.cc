@@ -10,6 +10,7 @@
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/server_builder.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
@@ -152,17 +153,37 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
       config.probe_index_in_subprocess();
   manager_options.poll_interval =
       absl::Milliseconds(config.index_poll_interval_ms());
+  manager_options.keep_previous_versions =
+      static_cast<int>(config.keep_previous_versions());
   manager_options.prepare = [s = server.get()](const IndexSnapshot& snapshot) {
-    return s->WarmUp(snapshot);
+    return s->Prepare(snapshot);
   };
+  if (!config.canary_queries_path().empty()) {
+    absl::StatusOr<CanarySet> canary = LoadCanarySet(
+        config.canary_queries_path(), config.canary_ground_truth_path());
+    if (!canary.ok()) return canary.status();
+    spdlog::info("canary check: {} queries from {}, recall@{} >= {} against {}",
+                 canary->queries.rows, config.canary_queries_path(),
+                 config.canary_k(), config.canary_min_recall(),
+                 config.canary_ground_truth_path().empty()
+                     ? std::string("the serving version searched exhaustively")
+                     : config.canary_ground_truth_path());
+    server->canary_ = std::make_unique<const CanarySet>(*std::move(canary));
+  }
   absl::StatusOr<std::unique_ptr<IndexManager>> manager = IndexManager::Create(
       manager_options, &server->holder_, server->metrics_.get());
   if (!manager.ok()) return manager.status();
   server->index_manager_ = std::move(*manager);
+  if (!config.admin_listen_address().empty()) {
+    server->admin_service_ =
+        std::make_unique<AdminServiceImpl>(server->index_manager_.get(),
+                                           server->auth_.get());
+  }
   return server;
 }
 
 Server::~Server() {
+  ShutDownNow(admin_server_.get());
   ShutDownNow(grpc_server_.get());
   ShutDownNow(health_server_.get());
 }
@@ -179,6 +200,13 @@ absl::Status Server::Start() {
   builder.SetOption(
       std::make_unique<ReflectionOption>(config_.enable_reflection()));
   builder.RegisterService(service_.get());
+  // One port for both when the addresses are the same, unless that is an
+  // ephemeral port (":0"), which gives each listener its own.
+  const bool shared_admin =
+      admin_service_ != nullptr &&
+      config_.admin_listen_address() == config_.listen_address() &&
+      !absl::EndsWith(config_.listen_address(), ":0");
+  if (shared_admin) builder.RegisterService(admin_service_.get());
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port_ == 0) {
     grpc_server_.reset();
@@ -213,6 +241,29 @@ absl::Status Server::Start() {
                : config_.tls_client_ca_file().empty() ? "TLS"
                                                       : "mutual TLS",
                pool_->num_threads(), config_.omp_threads_per_worker());
+  if (shared_admin) {
+    admin_port_ = port_;
+    spdlog::info("admin API on the search port");
+  } else if (admin_service_ != nullptr) {
+    grpc::ServerBuilder admin;
+    admin.AddListeningPort(config_.admin_listen_address(),
+                           grpc::InsecureServerCredentials(), &admin_port_);
+    AddConnectionLimits(config_, &admin);
+    admin.SetOption(
+        std::make_unique<ReflectionOption>(config_.enable_reflection()));
+    admin.RegisterService(admin_service_.get());
+    admin_server_ = admin.BuildAndStart();
+    if (admin_server_ == nullptr || admin_port_ == 0) {
+      admin_server_.reset();
+      return absl::UnavailableError(absl::StrCat(
+          "cannot listen on admin_listen_address ",
+          config_.admin_listen_address(), " (address in use or invalid)"));
+    }
+    spdlog::info("admin API on {} (port {})", config_.admin_listen_address(),
+                 admin_port_);
+  } else {
+    spdlog::info("admin API off (admin_listen_address is empty)");
+  }
   spdlog::info("metrics on http://{}/metrics (port {})",
                config_.metrics_listen_address(), metrics_->port());
   return absl::OkStatus();
@@ -235,6 +286,28 @@ absl::Status Server::LoadIndex() {
   return absl::OkStatus();
 }
 
+absl::Status Server::Prepare(const IndexSnapshot& snapshot) {
+  if (absl::Status s = WarmUp(snapshot); !s.ok()) return s;
+  return CheckCanaryOf(snapshot);
+}
+
+absl::Status Server::RunOnWorker(const std::function<absl::Status()>& work) {
+  absl::Status status;
+  absl::Notification done;
+  pool_->Submit([&] {
+    status = work();
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
+int Server::DefaultNprobe(const IndexInfo& info) const {
+  return ResolveLimits(1, 1, static_cast<int>(config_.default_nprobe()),
+                       static_cast<int>(config_.max_nprobe()), 0, info)
+      .default_nprobe;
+}
+
 // Runs seeded random queries through the same path as requests (a worker,
 // the default nprobe) so that the first requests meet warm code and caches.
 absl::Status Server::WarmUp(const IndexSnapshot& snapshot) {
@@ -252,24 +325,48 @@ absl::Status Server::WarmUp(const IndexSnapshot& snapshot) {
   args.queries = queries.data();
   args.num_queries = n;
   args.k = k;
-  args.nprobe = ResolveLimits(1, 1, static_cast<int>(config_.default_nprobe()),
-                              static_cast<int>(config_.max_nprobe()), 0, info)
-                    .default_nprobe;
+  args.nprobe = DefaultNprobe(info);
   args.distances = distances.data();
   args.ids = ids.data();
   const absl::Time start = absl::Now();
-  absl::Status status;
-  absl::Notification done;
-  pool_->Submit([&] {
-    status = snapshot.Search(args);
-    done.Notify();
-  });
-  done.WaitForNotification();
+  absl::Status status = RunOnWorker([&] { return snapshot.Search(args); });
   if (!status.ok()) {
     return absl::Status(status.code(),
                         absl::StrCat("warm-up search failed: ", status.message()));
   }
   spdlog::info("warm-up: {} queries at nprobe {} in {:.1f} ms", n, args.nprobe,
+               absl::ToDoubleMilliseconds(absl::Now() - start));
+  return absl::OkStatus();
+}
+
+absl::Status Server::CheckCanaryOf(const IndexSnapshot& snapshot) {
+  if (canary_ == nullptr) return absl::OkStatus();
+  // The version serving now (the reference without a ground truth): the
+  // candidate is published only after this check.
+  std::shared_ptr<const IndexSnapshot> serving = holder_.Pin();
+  if (canary_->ground_truth.rows == 0 && serving == nullptr) {
+    if (canary_->queries.dim != snapshot.info().dim) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "canary queries %s have dim=%d, the index dim=%d",
+          config_.canary_queries_path(), canary_->queries.dim,
+          snapshot.info().dim));
+    }
+    spdlog::info("canary check skipped for version {}: no version serving "
+                 "to compare with and no ground truth",
+                 snapshot.info().version);
+    return absl::OkStatus();
+  }
+  CanaryOptions options;
+  options.k = static_cast<int>(config_.canary_k());
+  options.min_recall = config_.canary_min_recall();
+  options.nprobe = DefaultNprobe(snapshot.info());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<double> recall = CheckCanary(
+      *canary_, snapshot, serving.get(), options,
+      [this](std::function<absl::Status()> work) { return RunOnWorker(work); });
+  if (!recall.ok()) return recall.status();
+  spdlog::info("canary check of version {}: recall@{} = {:.4f} >= {} in {:.1f} ms",
+               snapshot.info().version, options.k, *recall, options.min_recall,
                absl::ToDoubleMilliseconds(absl::Now() - start));
   return absl::OkStatus();
 }
@@ -293,6 +390,8 @@ bool Server::Drain(absl::Duration grace) {
   grpc_server_.reset();
   ShutDownNow(health_server_.get());
   health_server_.reset();
+  ShutDownNow(admin_server_.get());
+  admin_server_.reset();
   spdlog::info("drained");
   return idle;
 }

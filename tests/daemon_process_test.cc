@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <thread>
 
@@ -15,6 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "knnd/index_source.h"
+#include "knnd/v1/admin_service.grpc.pb.h"
+#include "scrape_util.h"
 #include "test_util.h"
 
 namespace knnd {
@@ -37,6 +41,12 @@ class Daemon {
       : log_path_(log_path) {
     std::vector<std::string> argv = {KNND_BINARY};
     argv.insert(argv.end(), args.begin(), args.end());
+    // Tests run beside other knnd processes: no fixed admin port.
+    if (std::none_of(args.begin(), args.end(), [](const std::string& a) {
+          return a.rfind("--admin_listen", 0) == 0;
+        })) {
+      argv.push_back("--admin_listen=127.0.0.1:0");
+    }
     std::vector<char*> c_argv;
     for (auto& a : argv) c_argv.push_back(a.data());
     c_argv.push_back(nullptr);
@@ -166,6 +176,120 @@ TEST(Daemon, HealthFollowsLoadAndSigtermWhileALongBatchFinishesAndExitsZero) {
   EXPECT_TRUE(WIFEXITED(exit_status)) << daemon.Log();
   EXPECT_EQ(WEXITSTATUS(exit_status), 0) << daemon.Log();
   EXPECT_THAT(daemon.Log(), HasSubstr("draining"));
+}
+
+// Version v of a small index: ids v * 1000000 + i tell which version
+// answered; `dim` other than 16 makes a version knnd must refuse.
+void PublishVersion(const TempDir& tmp, const std::string& dir, int64_t v,
+                    int dim = 16) {
+  IndexSpec spec;
+  spec.n = 1000;
+  spec.d = dim;
+  spec.factory = "IVF16,PQ4x4";
+  spec.seed = static_cast<uint32_t>(v);
+  spec.first_id = v * 1000000;
+  const std::string staging = tmp.path(absl::StrCat("staging.", v));
+  WriteIndex(staging, spec);
+  absl::StatusOr<knnd::IndexVersion> published =
+      knnd::PublishVersion(dir, staging);
+  ASSERT_TRUE(published.ok()) << published.status();
+  ASSERT_EQ(published->version, v);
+}
+
+// SIGHUP and AdminService.ReloadIndex drive the same reload path in the
+// real binary: both swap in new versions, both see the same refusal, and
+// a SIGHUP racing an RPC loads the version once.
+TEST(Daemon, SighupAndAdminRpcReloadThroughOnePath) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  PublishVersion(tmp, dir, 1);
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+  const std::string admin_address = absl::StrCat("127.0.0.1:", FreePort());
+  const int metrics_port = FreePort();
+  Daemon daemon({"--index", dir, "--listen", address, "--admin_listen",
+                 admin_address, "--workers", "2",
+                 absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port)},
+                tmp.path("knnd.log"));
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (CheckHealth(address) != Health::SERVING && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(CheckHealth(address), Health::SERVING) << daemon.Log();
+  auto stub = knnd::v1::KnnService::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto admin = knnd::v1::AdminService::NewStub(
+      grpc::CreateChannel(admin_address, grpc::InsecureChannelCredentials()));
+  auto served = [&] {
+    knnd::v1::SearchRequest request;
+    const std::vector<float> q = MakeData(1, 16, 3);
+    *request.mutable_vectors() = {q.begin(), q.end()};
+    request.set_k(3);
+    knnd::v1::SearchResponse response;
+    grpc::ClientContext context;
+    grpc::Status status = stub->Search(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    for (int64_t id : response.ids()) {
+      EXPECT_EQ(id / 1000000, response.index_version()) << id;
+    }
+    return response.index_version();
+  };
+  auto reload = [&](knnd::v1::ReloadIndexResponse* response) {
+    grpc::ClientContext context;
+    return admin->ReloadIndex(&context, {}, response);
+  };
+  auto wait_for_log = [&](const std::string& text) {
+    const absl::Time until = absl::Now() + absl::Seconds(60);
+    while (daemon.Log().find(text) == std::string::npos && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return daemon.Log().find(text) != std::string::npos;
+  };
+  EXPECT_EQ(served(), 1);
+
+  PublishVersion(tmp, dir, 2);
+  daemon.Signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log("versions/2/index.faiss (version 2)")) << daemon.Log();
+  EXPECT_EQ(served(), 2);
+
+  PublishVersion(tmp, dir, 3);
+  knnd::v1::ReloadIndexResponse reloaded;
+  grpc::Status status = reload(&reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 3);
+  EXPECT_EQ(reloaded.previous_version(), 2);
+  EXPECT_TRUE(reloaded.loaded());
+  EXPECT_EQ(served(), 3);
+
+  // A broken version: SIGHUP logs the refusal, the RPC returns it.
+  PublishVersion(tmp, dir, 4, /*dim=*/8);
+  daemon.Signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log("index version 4")) << daemon.Log();
+  EXPECT_THAT(daemon.Log(), HasSubstr("dim=8 differs from dim=16"));
+  status = reload(&reloaded);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("dim=8 differs from dim=16"));
+  EXPECT_THAT(status.error_message(), HasSubstr("still serving version 3"));
+  EXPECT_EQ(served(), 3);
+
+  // SIGHUP and the RPC at once: version 5 is loaded once.
+  PublishVersion(tmp, dir, 5);
+  daemon.Signal(SIGHUP);
+  status = reload(&reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 5);
+  EXPECT_EQ(served(), 5);
+  absl::StatusOr<std::string> body =
+      knnd::testing::HttpGet(metrics_port, "/metrics");
+  ASSERT_TRUE(body.ok()) << body.status();
+  const auto samples = knnd::testing::ParseExposition(*body);
+  EXPECT_EQ(knnd::testing::FindSample(samples, "knnd_index_reloads_total",
+                                      {{"result", "ok"}}),
+            4.0);  // versions 1, 2, 3 and 5
+  EXPECT_EQ(knnd::testing::FindSample(samples, "knnd_index_reloads_total",
+                                      {{"result", "failed"}}),
+            1.0);
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(WEXITSTATUS(daemon.Wait()), 0);
 }
 
 TEST(Daemon, BadIndexFilesExitNonZeroWithAMessage) {

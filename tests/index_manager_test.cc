@@ -18,7 +18,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "knnd/index_metadata.h"
+#include "knnd/config.h"
+#include "knnd/index_eval.h"
 #include "knnd/index_source.h"
+#include "knnd/process_stats.h"
+#include "knnd/v1/admin_service.grpc.pb.h"
+#include "knnd/vector_io.h"
 #include "scrape_util.h"
 #include "test_util.h"
 
@@ -110,6 +115,22 @@ knnd::v1::SearchRequest Request(uint32_t seed) {
   return r;
 }
 
+std::unique_ptr<knnd::v1::AdminService::Stub> AdminStub(RunningServer& s) {
+  EXPECT_NE(s.server->admin_port(), 0);
+  return knnd::v1::AdminService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", s.server->admin_port()),
+      grpc::InsecureChannelCredentials()));
+}
+
+grpc::Status ReloadRpc(knnd::v1::AdminService::Stub& admin,
+                       absl::optional<int64_t> version,
+                       knnd::v1::ReloadIndexResponse* response) {
+  knnd::v1::ReloadIndexRequest request;
+  if (version.has_value()) request.set_version(*version);
+  grpc::ClientContext context;
+  return admin.ReloadIndex(&context, request, response);
+}
+
 int64_t ServedVersion(RunningServer& s) {
   knnd::v1::SearchResponse response;
   grpc::ClientContext context;
@@ -185,7 +206,7 @@ TEST(IndexManager, SwapsUnderLoadWithoutFailedRequests) {
   std::vector<std::string> failures;
   std::set<int64_t> versions_seen;
   std::vector<std::thread> clients;
-  for (int c = 0; c < 12; ++c) {
+  for (int c = 0; c < 16; ++c) {
     clients.emplace_back([&, c] {
       uint32_t seed = 100 * c;
       while (!stop.load()) {
@@ -213,14 +234,19 @@ TEST(IndexManager, SwapsUnderLoadWithoutFailedRequests) {
     });
   }
 
-  constexpr int64_t kVersions = 16;
+  // 20 swaps through the admin API, the operator's way in.
+  auto admin = AdminStub(s);
+  constexpr int64_t kVersions = 21;
   for (int64_t v = 2; v <= kVersions; ++v) {
     ASSERT_EQ(Publish(tmp, dir, VersionSpec(v)), v);
-    absl::StatusOr<IndexManager::Outcome> outcome =
-        s.server->index_manager().Reload();
-    ASSERT_TRUE(outcome.ok()) << outcome.status();
-    EXPECT_EQ(outcome->version, v);
-    EXPECT_TRUE(outcome->loaded);
+    knnd::v1::ReloadIndexResponse reloaded;
+    grpc::ClientContext context;
+    grpc::Status status = admin->ReloadIndex(
+        &context, knnd::v1::ReloadIndexRequest(), &reloaded);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(reloaded.version(), v);
+    EXPECT_EQ(reloaded.previous_version(), v - 1);
+    EXPECT_TRUE(reloaded.loaded());
     // Let requests run on the new version before the next swap.
     const int64_t before = answered.load();
     while (answered.load() < before + 20) absl::SleepFor(absl::Milliseconds(1));
@@ -394,6 +420,304 @@ TEST(IndexManager, RequestedAndPolledReloadsServeTheNewVersion) {
   EXPECT_EQ(ServedVersion(polled), 2);
   Publish(tmp, dir, VersionSpec(3));
   while (ServedVersion(polled) != 3) absl::SleepFor(absl::Milliseconds(5));
+}
+
+// The admin API listens on its own address, unless configured onto the
+// search port or off; neither port answers the other's service.
+TEST(AdminService, ListensApartFromTheSearchApiUnlessConfigured) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  Publish(tmp, dir, VersionSpec(1));
+  RunningServer s = StartServer(TestConfig(dir));
+  ASSERT_NE(s.stub, nullptr);
+  ASSERT_NE(s.server->admin_port(), 0);
+  ASSERT_NE(s.server->admin_port(), s.server->port());
+
+  knnd::v1::ReloadIndexResponse reloaded;
+  auto on_search_port = knnd::v1::AdminService::NewStub(s.channel);
+  EXPECT_EQ(ReloadRpc(*on_search_port, absl::nullopt, &reloaded).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  auto admin = AdminStub(s);
+  grpc::Status status = ReloadRpc(*admin, absl::nullopt, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 1);
+  EXPECT_FALSE(reloaded.loaded());
+  auto search_on_admin_port = knnd::v1::KnnService::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", s.server->admin_port()),
+                          grpc::InsecureChannelCredentials()));
+  knnd::v1::SearchResponse response;
+  grpc::ClientContext context;
+  EXPECT_EQ(search_on_admin_port->Search(&context, Request(1), &response)
+                .error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+
+  knnd::v1::ServerConfig off = TestConfig(dir);
+  off.set_admin_listen_address("");
+  RunningServer without = StartServer(off);
+  ASSERT_NE(without.stub, nullptr);
+  EXPECT_EQ(without.server->admin_port(), 0);
+
+  knnd::v1::ServerConfig shared = TestConfig(dir);
+  shared.set_listen_address(absl::StrCat("127.0.0.1:", knnd::testing::FreePort()));
+  shared.set_admin_listen_address(shared.listen_address());
+  RunningServer one_port = StartServer(shared);
+  ASSERT_NE(one_port.stub, nullptr);
+  EXPECT_EQ(one_port.server->admin_port(), one_port.server->port());
+  auto shared_admin = knnd::v1::AdminService::NewStub(one_port.channel);
+  status = ReloadRpc(*shared_admin, absl::nullopt, &reloaded);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+// A refused version: the RPC returns why, ListVersions marks it, the old
+// version serves; pinning and unpinning through the RPC.
+TEST(AdminService, ReportsRefusalsPinsAndListsVersions) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  Publish(tmp, dir, VersionSpec(1));
+  RunningServer s = StartServer(TestConfig(dir));
+  ASSERT_NE(s.stub, nullptr);
+  auto admin = AdminStub(s);
+
+  IndexSpec wrong_dim = VersionSpec(2);
+  wrong_dim.d = 8;
+  ASSERT_EQ(Publish(tmp, dir, wrong_dim), 2);
+  knnd::v1::ReloadIndexResponse reloaded;
+  grpc::Status status = ReloadRpc(*admin, absl::nullopt, &reloaded);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("index version 2"));
+  EXPECT_THAT(status.error_message(), HasSubstr("dim=8 differs from dim=16"));
+  EXPECT_THAT(status.error_message(), HasSubstr("still serving version 1"));
+  EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_EQ(Reloads(s, "failed"), 1);
+
+  ASSERT_EQ(Publish(tmp, dir, VersionSpec(3)), 3);
+  status = ReloadRpc(*admin, absl::nullopt, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 3);
+  EXPECT_EQ(reloaded.pinned_version(), 0);
+
+  knnd::v1::ListVersionsResponse listed;
+  {
+    grpc::ClientContext context;
+    status = admin->ListVersions(&context, {}, &listed);
+  }
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(listed.versions_size(), 3);
+  EXPECT_EQ(listed.serving_version(), 3);
+  EXPECT_TRUE(listed.versions(1).refused());
+  EXPECT_THAT(listed.versions(1).refused_reason(), HasSubstr("dim=8"));
+  EXPECT_TRUE(listed.versions(2).serving());
+  EXPECT_FALSE(listed.versions(0).serving());
+
+  status = ReloadRpc(*admin, 1, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 1);
+  EXPECT_EQ(reloaded.previous_version(), 3);
+  EXPECT_EQ(reloaded.pinned_version(), 1);
+  EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_EQ(ReloadRpc(*admin, 7, &reloaded).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(ReloadRpc(*admin, -1, &reloaded).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  status = ReloadRpc(*admin, 0, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 3);
+  EXPECT_EQ(reloaded.pinned_version(), 0);
+}
+
+// Writes `queries` as .fvecs for the canary set.
+std::string WriteQueries(const TempDir& tmp, int64_t rows, uint32_t seed) {
+  Matrix m;
+  m.rows = rows;
+  m.dim = kDim;
+  m.values = MakeData(rows, kDim, seed);
+  const std::string path = tmp.path(absl::StrCat("canary.", seed, ".fvecs"));
+  EXPECT_TRUE(WriteVectors(path, m).ok());
+  return path;
+}
+
+// The canary check against the serving version: the same vectors rebuilt
+// pass; the same vectors under other ids (a broken id mapping) are refused
+// while the old version serves.
+TEST(Canary, RefusesAVersionThatLosesTheServingVersionsNeighbours) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  IndexSpec base = VersionSpec(1);
+  base.first_id = 0;
+  Publish(tmp, dir, base);
+  knnd::v1::ServerConfig config = TestConfig(dir);
+  config.set_canary_queries_path(WriteQueries(tmp, 50, 99));
+  config.set_canary_min_recall(0.3);
+  RunningServer s = StartServer(config);
+  ASSERT_NE(s.stub, nullptr);
+  auto admin = AdminStub(s);
+
+  IndexSpec rebuilt = base;
+  rebuilt.seed = 1;  // same vectors, same ids
+  ASSERT_EQ(Publish(tmp, dir, rebuilt), 2);
+  knnd::v1::ReloadIndexResponse reloaded;
+  grpc::Status status = ReloadRpc(*admin, absl::nullopt, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 2);
+
+  IndexSpec shuffled = base;
+  shuffled.first_id = 500000;  // same vectors, every id wrong
+  ASSERT_EQ(Publish(tmp, dir, shuffled), 3);
+  status = ReloadRpc(*admin, absl::nullopt, &reloaded);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("index version 3"));
+  EXPECT_THAT(status.error_message(), HasSubstr("canary recall@10 = 0.0000"));
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("below canary_min_recall = 0.3000"));
+  EXPECT_EQ(ServedVersion(s), 2);
+  EXPECT_EQ(Reloads(s, "failed"), 1);
+}
+
+// Writes the exact top-k neighbours of `queries` among `base` as .ivecs.
+std::string WriteGroundTruth(const TempDir& tmp, const std::string& queries,
+                             const std::vector<float>& base, int k) {
+  absl::StatusOr<Matrix> q = ReadVectors(queries);
+  EXPECT_TRUE(q.ok()) << q.status();
+  Matrix b;
+  b.rows = static_cast<int64_t>(base.size()) / kDim;
+  b.dim = kDim;
+  b.values = base;
+  absl::StatusOr<std::vector<int64_t>> exact =
+      ExactNeighbors(b, *q, k, Metric::kL2);
+  EXPECT_TRUE(exact.ok()) << exact.status();
+  const std::string path = tmp.path("canary.ivecs");
+  std::ofstream out(path, std::ios::binary);
+  for (int64_t row = 0; row < q->rows; ++row) {
+    const int32_t cols = k;
+    out.write(reinterpret_cast<const char*>(&cols), sizeof(cols));
+    for (int j = 0; j < k; ++j) {
+      const int32_t id = static_cast<int32_t>((*exact)[row * k + j]);
+      out.write(reinterpret_cast<const char*>(&id), sizeof(id));
+    }
+  }
+  return path;
+}
+
+// With a ground truth the first version is checked too: a bar it cannot
+// reach keeps the server from starting, with the recall in the message.
+TEST(Canary, GroundTruthChecksTheFirstVersion) {
+  TempDir tmp;
+  IndexSpec spec = VersionSpec(1);
+  spec.first_id = 0;
+  const std::string index = tmp.path("index.faiss");
+  const std::vector<float> base = WriteIndex(index, spec);
+  const std::string queries = WriteQueries(tmp, 40, 77);
+  knnd::v1::ServerConfig config = TestConfig(index);
+  config.set_canary_queries_path(queries);
+  config.set_canary_ground_truth_path(WriteGroundTruth(tmp, queries, base, 10));
+
+  config.set_canary_min_recall(0.2);
+  RunningServer s = StartServer(config);
+  ASSERT_NE(s.stub, nullptr);
+  EXPECT_EQ(ServedVersion(s), 1);
+
+  config.set_canary_min_recall(1.0);  // PQ4x4 codes cannot be exact
+  config.set_metrics_listen_address(
+      absl::StrCat("127.0.0.1:", knnd::testing::FreePort()));
+  absl::StatusOr<std::unique_ptr<Server>> strict = Server::Create(config);
+  ASSERT_TRUE(strict.ok()) << strict.status();
+  ASSERT_TRUE((*strict)->Start().ok());
+  absl::Status loaded = (*strict)->LoadIndex();
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(loaded.message(), HasSubstr("against the ground truth"));
+  EXPECT_THAT(loaded.message(), HasSubstr("below canary_min_recall = 1.0000"));
+}
+
+// A bad canary configuration stops the server at creation, naming it.
+TEST(Canary, BadCanarySetIsAConfigurationError) {
+  TempDir tmp;
+  knnd::v1::ServerConfig config = TestConfig(tmp.path("unused.faiss"));
+  config.set_canary_queries_path(tmp.path("missing.fvecs"));
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(config);
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(server.status().message(), HasSubstr("missing.fvecs"));
+
+  config.set_canary_queries_path(WriteQueries(tmp, 5, 1));
+  config.set_canary_min_recall(1.5);
+  absl::Status invalid = ValidateConfig(config);
+  EXPECT_THAT(invalid.message(), HasSubstr("canary_min_recall=1.5"));
+}
+
+// keep_previous_versions: the replaced version stays loaded, so a rollback
+// to it is immediate and works with its files gone.
+TEST(IndexManager, RetainedVersionRollsBackWithoutItsFiles) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  Publish(tmp, dir, VersionSpec(1));
+  knnd::v1::ServerConfig config = TestConfig(dir);
+  config.set_keep_previous_versions(1);
+  RunningServer s = StartServer(config);
+  ASSERT_NE(s.stub, nullptr);
+  auto admin = AdminStub(s);
+  const std::string v1 = fs::canonical(dir + "/1/index.faiss").string();
+
+  Publish(tmp, dir, VersionSpec(2));
+  knnd::v1::ReloadIndexResponse reloaded;
+  ASSERT_TRUE(ReloadRpc(*admin, absl::nullopt, &reloaded).ok());
+  EXPECT_EQ(ServedVersion(s), 2);
+  EXPECT_TRUE(Mapped(v1));  // retained, not unmapped
+  fs::remove_all(dir + "/1");
+
+  grpc::Status status = ReloadRpc(*admin, 1, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 1);
+  EXPECT_FALSE(reloaded.loaded());
+  EXPECT_EQ(ServedVersion(s), 1);
+
+  knnd::v1::ListVersionsResponse listed;
+  grpc::ClientContext context;
+  ASSERT_TRUE(admin->ListVersions(&context, {}, &listed).ok());
+  ASSERT_EQ(listed.versions_size(), 2);
+  EXPECT_TRUE(listed.versions(0).serving());   // 1, from memory only
+  EXPECT_TRUE(listed.versions(1).retained());  // 2, replaced by the rollback
+
+  status = ReloadRpc(*admin, 0, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 2);
+  EXPECT_FALSE(reloaded.loaded());
+  EXPECT_EQ(Reloads(s, "ok"), 2);  // the first load and version 2's
+}
+
+int64_t AnonBytes() {
+  return ReadProcessStats("/proc").resident_anonymous_bytes.value_or(-1);
+}
+
+// After a swap, once the requests on the old version end, its heap (a
+// 4 MiB precomputed table here) is given back: anonymous memory returns to
+// its level before the swap.
+TEST(IndexManager, AnonymousMemoryReturnsAfterASwap) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  auto spec = [](int64_t version) {
+    IndexSpec spec = VersionSpec(version);
+    spec.n = 10000;
+    spec.d = 16;
+    spec.factory = "IVF256,PQ16";  // table: 256 lists x 16 x 256 x 4 B = 4 MiB
+    return spec;
+  };
+  Publish(tmp, dir, spec(1));
+  knnd::v1::ServerConfig config = TestConfig(dir);
+  config.set_warmup_queries(0);
+  RunningServer s = StartServer(config);
+  ASSERT_NE(s.stub, nullptr);
+  const int64_t table = s.server->holder().Pin()->info().precomputed_table_bytes;
+  ASSERT_EQ(table, 4 << 20);
+  Publish(tmp, dir, spec(2));
+
+  const int64_t before = AnonBytes();
+  std::shared_ptr<const IndexSnapshot> in_flight = s.server->holder().Pin();
+  ASSERT_TRUE(s.server->index_manager().Reload().ok());
+  const int64_t both = AnonBytes();
+  in_flight.reset();
+  const int64_t after = AnonBytes();
+  EXPECT_GE(both - before, table * 3 / 4) << "both versions' tables resident";
+  EXPECT_LT(std::abs(after - before), table / 4)
+      << "before " << before << ", after " << after;
 }
 
 }  // namespace

@@ -250,6 +250,40 @@ TEST(Knnctl, PublishWritesNumberedVersions) {
   EXPECT_THAT(missing.output, HasSubstr("none.index"));
   EXPECT_FALSE(std::ifstream(dir.path("versions") + "/3/index.faiss").good());
   EXPECT_EQ(Knnctl("publish --index x").exit_code, 2);
+
+  // knnd serves the directory; knnctl reload and versions drive its admin
+  // API.
+  knnd::testing::RunningServer s =
+      knnd::testing::StartServer(knnd::testing::TestConfig(dir.path("versions")));
+  ASSERT_NE(s.stub, nullptr);
+  const std::string admin =
+      absl::StrCat(" --addr 127.0.0.1:", s.server->admin_port());
+  ASSERT_EQ(Knnctl(absl::StrCat("publish --index ", dir.path("x.index"),
+                                " --dir ", dir.path("versions")))
+                .exit_code,
+            0);
+  CommandResult reloaded = Knnctl("reload" + admin);
+  EXPECT_EQ(reloaded.exit_code, 0) << reloaded.output;
+  EXPECT_THAT(reloaded.output, HasSubstr("serving:  version 3"));
+  EXPECT_THAT(reloaded.output, HasSubstr("before:   version 2"));
+  EXPECT_THAT(reloaded.output, HasSubstr("loaded:   yes"));
+  CommandResult pinned = Knnctl("reload --pin 1" + admin);
+  EXPECT_EQ(pinned.exit_code, 0) << pinned.output;
+  EXPECT_THAT(pinned.output, HasSubstr("serving:  version 1"));
+  EXPECT_THAT(pinned.output, HasSubstr("pinned:   version 1"));
+  CommandResult versions = Knnctl("versions" + admin);
+  EXPECT_EQ(versions.exit_code, 0) << versions.output;
+  EXPECT_THAT(versions.output, ::testing::ContainsRegex("1  serving "));
+  EXPECT_THAT(versions.output, ::testing::ContainsRegex("3  -  "));
+  EXPECT_THAT(versions.output, HasSubstr("pinned:  version 1"));
+  CommandResult absent = Knnctl("reload --pin 9" + admin);
+  EXPECT_EQ(absent.exit_code, 2);
+  EXPECT_THAT(absent.output, HasSubstr("NOT_FOUND"));
+  // The search port does not serve the admin API.
+  CommandResult wrong_port =
+      Knnctl(absl::StrCat("reload --addr 127.0.0.1:", s.server->port()));
+  EXPECT_EQ(wrong_port.exit_code, 2);
+  EXPECT_THAT(wrong_port.output, HasSubstr("UNIMPLEMENTED"));
 }
 
 }  // namespace

@@ -76,6 +76,7 @@ std::vector<Sample> ScrapeDaemonIn(const TestCgroup& cgroup,
   const std::string procs = cgroup.dir() + "/cgroup.procs";
   const std::vector<std::string> args = {
       KNND_BINARY, "--index", index, "--listen", "127.0.0.1:0",
+      "--admin_listen=127.0.0.1:0",
       absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port),
       "--log_level=warn"};
   std::vector<char*> argv;

@@ -22,6 +22,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "knnd/config.h"
 #include "knnd/token_auth.h"
+#include "knnd/v1/admin_service.grpc.pb.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "test_util.h"
@@ -311,15 +312,17 @@ absl::Mutex LogCapture::mu_;
 std::string* LogCapture::grpc_lines_ = nullptr;
 
 // Missing, malformed and unknown tokens are UNAUTHENTICATED; each token of
-// the search file (rotation) and the admin token are served; health needs
-// none; and no log line, knnd's or gRPC's at debug level, holds any part of
-// a token.
-TEST_F(SecurityTest, SearchTokensCheckedAndNeverLogged) {
+// the search file (rotation) and the admin token are served; a search token
+// on the admin API is PERMISSION_DENIED, the admin token is served there;
+// health needs none; and no log line, knnd's or gRPC's at debug level,
+// holds any part of a token.
+TEST_F(SecurityTest, TokensCheckedOnSearchAndAdminAndNeverLogged) {
   LogCapture logs;
   {
     knnd::v1::ServerConfig config = TestConfig(Path("s.index"));
     config.set_search_token_file(Path("search.tokens"));
     config.set_admin_token_file(Path("admin.tokens"));
+    config.set_admin_listen_address("127.0.0.1:0");
     RunningServer s = StartServer(config);
     ASSERT_NE(s.server, nullptr);
     const auto channel = s.channel;
@@ -337,6 +340,24 @@ TEST_F(SecurityTest, SearchTokensCheckedAndNeverLogged) {
       grpc::Status search = Search(channel, absl::StrCat("Bearer ", token));
       EXPECT_TRUE(search.ok()) << search.error_message();
     }
+    ASSERT_NE(s.server->admin_port(), 0);
+    auto admin = knnd::v1::AdminService::NewStub(
+        PlainChannel(absl::StrCat("127.0.0.1:", s.server->admin_port())));
+    auto list_versions = [&](const std::string& authorization) {
+      grpc::ClientContext context;
+      if (!authorization.empty()) {
+        context.AddMetadata("authorization", authorization);
+      }
+      knnd::v1::ListVersionsResponse response;
+      return admin->ListVersions(&context, {}, &response).error_code();
+    };
+    EXPECT_EQ(list_versions(""), grpc::UNAUTHENTICATED);
+    EXPECT_EQ(list_versions(absl::StrCat("Bearer ", kWrongToken)),
+              grpc::UNAUTHENTICATED);
+    EXPECT_EQ(list_versions(absl::StrCat("Bearer ", kSearchToken1)),
+              grpc::PERMISSION_DENIED);
+    EXPECT_EQ(list_versions(absl::StrCat("Bearer ", kAdminToken)), grpc::OK);
+
     grpc::ClientContext context;
     grpc::health::v1::HealthCheckResponse health;
     EXPECT_TRUE(grpc::health::v1::Health::NewStub(channel)

@@ -96,6 +96,7 @@ knnd::v1::ServerConfig TestConfig(const std::string& index_path) {
   knnd::v1::ServerConfig config;
   config.set_index_path(index_path);
   config.set_listen_address("127.0.0.1:0");
+  config.set_admin_listen_address("127.0.0.1:0");
   config.set_metrics_listen_address(absl::StrCat("127.0.0.1:", FreePort()));
   config.set_num_workers(2);
   config.set_warmup_queries(2);

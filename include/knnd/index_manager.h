@@ -12,6 +12,12 @@
 // IndexSnapshot::Load's own: the dimension and the metric must be those of
 // the first version served, since clients were built for them.
 //
+// Retention: with keep_previous_versions = N, the N versions served last
+// stay loaded after a swap (their heap and mappings kept), so a rollback to
+// one of them republishes it at once, without a load and without its files.
+// With N = 0 (the default) a replaced version is unmapped when its last
+// request ends.
+//
 // Triggers: Reload() / ReloadVersion() return the outcome (admin RPC, tests,
 // start-up); RequestReload() only wakes the manager's thread (SIGHUP, which
 // must not block the signal loop); the same thread scans a versions
@@ -28,10 +34,12 @@
 #define KNND_INDEX_MANAGER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -58,12 +66,28 @@ class IndexManager {
     // Runs on a loaded, checked version before it is published, e.g. the
     // server's warm-up queries; an error refuses the version. May be empty.
     std::function<absl::Status(const IndexSnapshot&)> prepare;
+    // Previous versions kept loaded for an immediate rollback (see above).
+    int keep_previous_versions = 0;
   };
 
   struct Outcome {
     int64_t version = 0;  // served after the reload
     std::string path;     // its index file
-    bool loaded = false;  // false: that version was already serving
+    // false: that version was already serving, or was retained and
+    // republished without a load.
+    bool loaded = false;
+    int64_t previous_version = 0;  // served before the reload; 0: none
+    int64_t pinned_version = 0;    // after the reload; 0: following the latest
+  };
+
+  // One version as ListVersions() reports it.
+  struct VersionState {
+    int64_t version = 0;
+    std::string path;
+    bool serving = false;
+    bool retained = false;  // loaded, kept for rollback
+    bool refused = false;   // the last attempt to serve it failed
+    std::string refused_reason;
   };
 
   static absl::StatusOr<std::unique_ptr<IndexManager>> Create(
@@ -86,6 +110,11 @@ class IndexManager {
   // made while one is pending are merged.
   void RequestReload();
 
+  // The complete versions of the source, lowest first, then retained
+  // versions whose files are gone; and the version pinned (0: none).
+  absl::StatusOr<std::vector<VersionState>> ListVersions() const;
+  int64_t pinned_version() const;
+
  private:
   IndexManager(const Options& options, IndexHolder* holder, Metrics* metrics)
       : options_(options), source_(options.index_path), holder_(holder),
@@ -96,6 +125,11 @@ class IndexManager {
   // Loads, checks, prepares and publishes `target`; no lock held.
   absl::Status LoadAndPublish(const IndexVersion& target, int expected_dim,
                               absl::optional<Metric> expected_metric);
+  // Publishes `snapshot`, retaining the one it replaces when configured.
+  void Publish(std::shared_ptr<const IndexSnapshot> snapshot);
+  // The retained snapshot of `version` at `path`, or null.
+  std::shared_ptr<const IndexSnapshot> FindRetained(int64_t version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run();
 
   const Options options_;
@@ -103,7 +137,7 @@ class IndexManager {
   IndexHolder* const holder_;
   Metrics* const metrics_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   // True while one reload runs; others wait for it to turn false, so that
   // no lock is held during the load itself.
   bool reloading_ ABSL_GUARDED_BY(mu_) = false;
@@ -116,6 +150,9 @@ class IndexManager {
   // The last version refused, and why.
   int64_t refused_version_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status refused_status_ ABSL_GUARDED_BY(mu_);
+  // Versions replaced, most recent first, at most keep_previous_versions.
+  std::deque<std::shared_ptr<const IndexSnapshot>> retained_
+      ABSL_GUARDED_BY(mu_);
   bool reload_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 

@@ -1,11 +1,12 @@
 // Server: assembles knnd from its configuration and runs its lifecycle:
 //   Create()     build the worker pool, gate, batcher and gRPC service
-//   Start()      listen (search API and /metrics, and the plaintext
+//   Start()      listen (search API, admin API, /metrics, and the plaintext
 //                health-only port with TLS); grpc.health.v1 answers
 //                NOT_SERVING
 //   LoadIndex()  load + check the index, run warm-up queries, publish it;
 //                health turns SERVING; later versions come through
-//                index_manager() (SIGHUP, polling, tests)
+//                index_manager() (SIGHUP, polling, AdminService, tests),
+//                each warmed up and canary-checked before it is published
 //   Drain()      health NOT_SERVING, refuse new searches (UNAVAILABLE), let
 //                in-flight ones finish within the grace period, stop gRPC
 //
@@ -17,6 +18,7 @@
 #ifndef KNND_SERVER_H_
 #define KNND_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,8 +27,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "knnd/admin_service.h"
 #include "knnd/admission_gate.h"
 #include "knnd/batcher.h"
+#include "knnd/canary.h"
 #include "knnd/index_holder.h"
 #include "knnd/index_manager.h"
 #include "knnd/knn_service.h"
@@ -55,6 +59,9 @@ class Server {
   int health_port() const { return health_port_; }
   // Re-reads the bearer token files (SIGHUP); on error the old sets stay.
   absl::Status ReloadTokens() { return auth_->Reload(); }
+  // The port of the admin API; 0 when it is off (or before Start()), the
+  // search port when both share an address.
+  int admin_port() const { return admin_port_; }
   // The port /metrics is served on; 0 before Start().
   int metrics_port() const { return metrics_->port(); }
   IndexHolder& holder() { return holder_; }
@@ -65,7 +72,16 @@ class Server {
  private:
   explicit Server(const knnd::v1::ServerConfig& config) : config_(config) {}
   void SetServing(bool serving);
+  // What runs on a loaded version before it is published: warm-up, then the
+  // canary check when configured.
+  absl::Status Prepare(const IndexSnapshot& snapshot);
   absl::Status WarmUp(const IndexSnapshot& snapshot);
+  absl::Status CheckCanaryOf(const IndexSnapshot& snapshot);
+  // Runs `work` on a worker of the pool (FAISS with the workers' thread
+  // settings) and waits for it.
+  absl::Status RunOnWorker(const std::function<absl::Status()>& work);
+  // The default nprobe requests get on `info`.
+  int DefaultNprobe(const IndexInfo& info) const;
 
   const knnd::v1::ServerConfig config_;
   IndexHolder holder_;
@@ -83,11 +99,17 @@ class Server {
   // health_listen_address. Its other methods go to `unimplemented_`.
   grpc::CallbackGenericService unimplemented_;
   std::unique_ptr<grpc::Server> health_server_;
+  std::unique_ptr<AdminServiceImpl> admin_service_;
+  // Null when the admin API is off or shares grpc_server_.
+  std::unique_ptr<grpc::Server> admin_server_;
+  // Set when canary_queries_path is.
+  std::unique_ptr<const CanarySet> canary_;
   // Last: its thread may be reloading (warm-up on the pool, publishing to
   // the holder, recording metrics) until it is destroyed, first.
   std::unique_ptr<IndexManager> index_manager_;
   int port_ = 0;
   int health_port_ = 0;
+  int admin_port_ = 0;
 };
 
 }  // namespace knnd

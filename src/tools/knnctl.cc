@@ -9,6 +9,8 @@
 //   knnctl info   (--addr HOST:PORT | --index FILE)
 //   knnctl health --addr HOST:PORT      exit 0 when SERVING, 1 otherwise
 //   knnctl publish --index FILE --dir DIR   DIR/<next N>/ for knnd to load
+//   knnctl reload [--addr HOST:ADMIN_PORT] [--pin N]   load / roll back now
+//   knnctl versions [--addr HOST:ADMIN_PORT]           what is on disk, served
 // Exit codes: 0 done, 1 health: not serving, 2 any error (message on stderr).
 #include <algorithm>
 #include <chrono>
@@ -45,10 +47,17 @@
 #include "knnd/index_metadata.h"
 #include "knnd/index_snapshot.h"
 #include "knnd/index_source.h"
+#include "knnd/v1/admin_service.grpc.pb.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 #include "knnd/vector_io.h"
 
-ABSL_FLAG(std::string, addr, "localhost:50051", "knnd address, HOST:PORT.");
+ABSL_FLAG(absl::optional<std::string>, addr, absl::nullopt,
+          "knnd address, HOST:PORT: the search API (default localhost:50051), "
+          "or for reload and versions the admin API (default "
+          "localhost:50052, knnd's admin_listen_address).");
+ABSL_FLAG(absl::optional<int64_t>, pin, absl::nullopt,
+          "reload: pin version N and serve it (rollback); 0 unpins and "
+          "serves the latest. Unset: serve the latest (or pinned) version.");
 ABSL_FLAG(std::string, queries, "",
           "Query vectors: .npy, .fvecs, .bvecs or IDX (.gz allowed).");
 ABSL_FLAG(int64_t, random, 0, "Send N seeded random queries instead.");
@@ -125,10 +134,13 @@ int FailRpc(const char* what, const grpc::Status& status) {
                            ": ", status.error_message()));
 }
 
-std::shared_ptr<grpc::Channel> Connect() {
-  return grpc::CreateChannel(absl::GetFlag(FLAGS_addr),
+std::shared_ptr<grpc::Channel> Connect(
+    const std::string& default_addr = "localhost:50051") {
+  return grpc::CreateChannel(absl::GetFlag(FLAGS_addr).value_or(default_addr),
                              grpc::InsecureChannelCredentials());
 }
+
+constexpr char kAdminAddr[] = "localhost:50052";
 
 void SetDeadline(grpc::ClientContext& context) {
   context.set_deadline(std::chrono::system_clock::now() +
@@ -269,8 +281,58 @@ int Publish() {
   std::printf("published: %s as version %lld (%s)\n", index.c_str(),
               static_cast<long long>(published->version),
               published->path.c_str());
-  std::printf("next:      kill -HUP $(pidof knnd), or set "
-              "index_poll_interval_ms\n");
+  std::printf("next:      knnctl reload (admin API), kill -HUP $(pidof "
+              "knnd), or set index_poll_interval_ms\n");
+  return 0;
+}
+
+// Loads (or pins) a version through knnd's admin API and says what serves.
+int Reload() {
+  auto stub = knnd::v1::AdminService::NewStub(Connect(kAdminAddr));
+  knnd::v1::ReloadIndexRequest request;
+  if (auto pin = absl::GetFlag(FLAGS_pin)) request.set_version(*pin);
+  knnd::v1::ReloadIndexResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status s = stub->ReloadIndex(&context, request, &response);
+  if (!s.ok()) return FailRpc("reload", s);
+  std::printf("serving:  version %lld (%s)\n",
+              static_cast<long long>(response.version()),
+              response.path().c_str());
+  std::printf("before:   version %lld\n",
+              static_cast<long long>(response.previous_version()));
+  std::printf("loaded:   %s\n",
+              response.loaded() ? "yes" : "no (already serving, or retained)");
+  std::printf("pinned:   %s\n",
+              response.pinned_version() == 0
+                  ? "no (follows the latest version)"
+                  : absl::StrCat("version ", response.pinned_version()).c_str());
+  std::printf("took:     %.1f ms\n", response.duration_ms());
+  return 0;
+}
+
+int Versions() {
+  auto stub = knnd::v1::AdminService::NewStub(Connect(kAdminAddr));
+  knnd::v1::ListVersionsResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status s =
+      stub->ListVersions(&context, knnd::v1::ListVersionsRequest(), &response);
+  if (!s.ok()) return FailRpc("versions", s);
+  std::printf("%8s  %-8s  %s\n", "version", "state", "path");
+  for (const knnd::v1::IndexVersionInfo& v : response.versions()) {
+    std::string state = v.serving() ? "serving" : v.retained() ? "retained"
+                                  : v.refused() ? "refused" : "-";
+    std::printf("%8lld  %-8s  %s%s\n", static_cast<long long>(v.version()),
+                state.c_str(), v.path().c_str(),
+                v.refused() ? absl::StrCat("\n          ", v.refused_reason())
+                                  .c_str()
+                            : "");
+  }
+  std::printf("pinned:  %s\n",
+              response.pinned_version() == 0
+                  ? "no"
+                  : absl::StrCat("version ", response.pinned_version()).c_str());
   return 0;
 }
 
@@ -707,7 +769,8 @@ int Eval() {
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<int()>> commands = {
       {"build", Build}, {"eval", Eval},     {"search", Search},
-      {"info", Info},   {"health", Health}, {"publish", Publish}};
+      {"info", Info},   {"health", Health}, {"publish", Publish},
+      {"reload", Reload}, {"versions", Versions}};
   absl::FlagsUsageConfig usage;
   usage.version_string = [] { return knnd::BuildInfoLine() + "\n"; };
   usage.contains_help_flags = [](absl::string_view file) {
@@ -724,7 +787,9 @@ int main(int argc, char** argv) {
       "[--k 10] [--nprobe P]\n"
       "  knnctl info (--addr HOST:PORT | --index FILE)\n"
       "  knnctl health --addr HOST:PORT\n"
-      "  knnctl publish --index FILE --dir DIR");
+      "  knnctl publish --index FILE --dir DIR\n"
+      "  knnctl reload [--addr HOST:ADMIN_PORT] [--pin N]\n"
+      "  knnctl versions [--addr HOST:ADMIN_PORT]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   // OpenBLAS threads spinning next to FAISS's OpenMP threads oversubscribe
   // the cores (shared/DESIGN.md); FAISS parallelises over rows itself.

@@ -254,7 +254,8 @@ class LiveKnndTest(unittest.TestCase):
         self.addCleanup(log.close)
         proc = subprocess.Popen(
             [ARGS.knnd, "--config", config, "--index", self.index_path,
-             "--listen", addr, "--metrics_listen", "127.0.0.1:0"],
+             "--listen", addr, "--metrics_listen", "127.0.0.1:0",
+             "--admin_listen", "127.0.0.1:0"],
             stdout=log, stderr=subprocess.STDOUT)
 
         def stop():

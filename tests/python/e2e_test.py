@@ -83,7 +83,7 @@ class KnndTest(unittest.TestCase):
         self.log = open(os.path.join(self.tmp.name, "knnd.log"), "w+")
         self.proc = subprocess.Popen(
             [ARGS.knnd, "--index", self.path, "--listen", self.addr,
-             "--workers", "2", *extra],
+             "--admin_listen", "127.0.0.1:0", "--workers", "2", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.channel = grpc.insecure_channel(self.addr)
         self.stub = pb_grpc.KnnServiceStub(self.channel)
