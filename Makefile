@@ -16,7 +16,7 @@ DEBIAN_PACKAGES := cmake g++ make pkg-config git zlib1g-dev \
   python3-faiss python3-grpcio python3-protobuf python3-numpy \
   prometheus dataset-fashion-mnist \
   python3-venv python3-pip python3-setuptools python3-wheel \
-  python3-yaml python3-kubernetes patchelf
+  python3-yaml python3-kubernetes patchelf libssl-dev openssl
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

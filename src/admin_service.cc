@@ -1,14 +1,35 @@
 #include "knnd/admin_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "knnd/status_util.h"
 #include "spdlog/spdlog.h"
 
 namespace knnd {
+namespace {
+
+// The token check of an admin call: OK, or the refusal to send (logged
+// with the peer, never with the token).
+absl::Status Authorize(const TokenAuthenticator& auth,
+                       const grpc::ServerContext& context,
+                       absl::string_view method) {
+  absl::Status allowed =
+      auth.CheckCall(context, absl::StrCat("/knnd.v1.AdminService/", method));
+  if (!allowed.ok()) {
+    spdlog::warn("admin {} from {} refused: {}", std::string(method),
+                 context.peer(), allowed.ToString());
+  }
+  return allowed;
+}
+
+}  // namespace
 
 grpc::Status AdminServiceImpl::ReloadIndex(
     grpc::ServerContext* context, const knnd::v1::ReloadIndexRequest* request,
     knnd::v1::ReloadIndexResponse* response) {
+  if (absl::Status s = Authorize(*auth_, *context, "ReloadIndex"); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   const absl::Time start = absl::Now();
   spdlog::info("admin ReloadIndex from {}: {}", context->peer(),
                request->has_version()
@@ -30,9 +51,12 @@ grpc::Status AdminServiceImpl::ReloadIndex(
 }
 
 grpc::Status AdminServiceImpl::ListVersions(
-    grpc::ServerContext* /*context*/,
+    grpc::ServerContext* context,
     const knnd::v1::ListVersionsRequest* /*request*/,
     knnd::v1::ListVersionsResponse* response) {
+  if (absl::Status s = Authorize(*auth_, *context, "ListVersions"); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   absl::StatusOr<std::vector<IndexManager::VersionState>> versions =
       manager_->ListVersions();
   if (!versions.ok()) return ToGrpcStatus(versions.status());

@@ -108,6 +108,36 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
     return absl::InvalidArgumentError(
         "config field metrics_listen_address is empty");
   }
+  if (c.tls_cert_file().empty() != c.tls_key_file().empty()) {
+    return absl::InvalidArgumentError(
+        "config fields tls_cert_file and tls_key_file go together: set both "
+        "(TLS) or neither (plaintext)");
+  }
+  if (c.tls_cert_file().empty() && !c.tls_client_ca_file().empty()) {
+    return absl::InvalidArgumentError(
+        "config field tls_client_ca_file needs tls_cert_file and tls_key_file");
+  }
+  if (c.tls_cert_file().empty() && !c.health_listen_address().empty()) {
+    return absl::InvalidArgumentError(
+        "config field health_listen_address is for a TLS listen_address; "
+        "without TLS, probes use listen_address itself");
+  }
+  if (c.tls_reload_interval_s() < 1) {
+    return out_of_range("tls_reload_interval_s", c.tls_reload_interval_s(), 1,
+                        UINT32_MAX);
+  }
+  if (c.max_concurrent_streams() < 1 || c.max_concurrent_streams() > 1000000) {
+    return out_of_range("max_concurrent_streams", c.max_concurrent_streams(),
+                        1, 1000000);
+  }
+  if (c.keepalive_min_ping_interval_ms() > INT32_MAX) {
+    return out_of_range("keepalive_min_ping_interval_ms",
+                        c.keepalive_min_ping_interval_ms(), 0, INT32_MAX);
+  }
+  if (c.max_metadata_bytes() < 1024 || c.max_metadata_bytes() > 1048576) {
+    return out_of_range("max_metadata_bytes", c.max_metadata_bytes(), 1024,
+                        1048576);
+  }
   if (c.keep_previous_versions() > 16) {
     return out_of_range("keep_previous_versions", c.keep_previous_versions(),
                         0, 16);

@@ -41,15 +41,23 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
     knnd::v1::SearchResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Time arrival = absl::Now();
-  auto reject = [&](RejectReason reason, const absl::Status& status) {
+  auto finish = [&](const absl::Status& status) {
     spdlog::debug("Search from {} failed: {}", context->peer(),
                   status.ToString());
-    metrics_->RecordRejection(reason);
     metrics_->RecordRpc(Metrics::Rpc::kSearch, status.code(),
                         absl::Now() - arrival);
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   };
+  auto reject = [&](RejectReason reason, const absl::Status& status) {
+    metrics_->RecordRejection(reason);
+    return finish(status);
+  };
+  if (absl::Status allowed =
+          auth_->CheckCall(*context, "/knnd.v1.KnnService/Search");
+      !allowed.ok()) {
+    return finish(allowed);
+  }
 
   std::shared_ptr<const IndexSnapshot> snapshot = holder_->Pin();
   if (snapshot == nullptr) {
@@ -143,6 +151,11 @@ grpc::ServerUnaryReactor* KnnServiceImpl::GetIndexInfo(
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   };
+  if (absl::Status allowed =
+          auth_->CheckCall(*context, "/knnd.v1.KnnService/GetIndexInfo");
+      !allowed.ok()) {
+    return finish(allowed);
+  }
   std::shared_ptr<const IndexSnapshot> snapshot = holder_->Pin();
   if (snapshot == nullptr) {
     return finish(absl::UnavailableError("the index is not loaded yet"));

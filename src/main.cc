@@ -40,6 +40,17 @@ ABSL_FLAG(absl::optional<std::string>, log_level, absl::nullopt,
           "trace, debug, info (default), warn, error, critical or off.");
 ABSL_FLAG(absl::optional<bool>, reflection, absl::nullopt,
           "Serve gRPC server reflection (default true).");
+// Bearer tokens have no flag on purpose: a command line is visible to every
+// user of the machine (ps, /proc). They come from search_token_file and
+// admin_token_file in --config.
+ABSL_FLAG(absl::optional<std::string>, tls_cert, absl::nullopt,
+          "PEM certificate chain of the search port; with --tls_key turns "
+          "TLS on (re-read every tls_reload_interval_s).");
+ABSL_FLAG(absl::optional<std::string>, tls_key, absl::nullopt,
+          "PEM private key of --tls_cert.");
+ABSL_FLAG(absl::optional<std::string>, tls_client_ca, absl::nullopt,
+          "PEM CA bundle: clients must present a certificate signed by one "
+          "of these (mutual TLS).");
 
 namespace {
 
@@ -68,6 +79,11 @@ absl::StatusOr<knnd::v1::ServerConfig> BuildConfig() {
   }
   if (auto v = absl::GetFlag(FLAGS_log_level)) config.set_log_level(*v);
   if (auto v = absl::GetFlag(FLAGS_reflection)) config.set_enable_reflection(*v);
+  if (auto v = absl::GetFlag(FLAGS_tls_cert)) config.set_tls_cert_file(*v);
+  if (auto v = absl::GetFlag(FLAGS_tls_key)) config.set_tls_key_file(*v);
+  if (auto v = absl::GetFlag(FLAGS_tls_client_ca)) {
+    config.set_tls_client_ca_file(*v);
+  }
   if (config.index_path().empty()) {
     return absl::InvalidArgumentError(
         "no index to serve: give --index PATH or index_path in --config");
@@ -103,7 +119,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "serves batched k-NN search over gRPC from one memory-mapped FAISS "
       "IVF-PQ index.\n  knnd --index INDEX [--config FILE] [--listen "
-      "HOST:PORT] [--metrics_listen HOST:PORT] [--workers N] [--log_level LEVEL]");
+      "HOST:PORT] [--metrics_listen HOST:PORT] [--workers N] [--log_level LEVEL]"
+      "\n  [--tls_cert PEM --tls_key PEM [--tls_client_ca PEM]]");
   absl::ParseCommandLine(argc, argv);
 
   absl::StatusOr<knnd::v1::ServerConfig> config = BuildConfig();
@@ -147,8 +164,11 @@ int main(int argc, char** argv) {
     if (signal == SIGHUP) {
       // Loading a version can take long; the manager's thread does it so
       // that this loop still answers SIGTERM meanwhile.
-      spdlog::info("SIGHUP: reloading the index");
+      spdlog::info("SIGHUP: reloading the index and the token files");
       (*server)->index_manager().RequestReload();
+      if (absl::Status s = (*server)->ReloadTokens(); !s.ok()) {
+        spdlog::error("keeping the previous tokens: {}", s.ToString());
+      }
       continue;
     }
     spdlog::info("{}: draining", strsignal(signal));

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "knnd/search_request.h"
+#include "knnd/transport_security.h"
 #include "spdlog/spdlog.h"
 
 namespace knnd {
@@ -49,6 +50,38 @@ class ReflectionOption : public grpc::ServerBuilderOption {
  private:
   const bool enabled_;
 };
+
+// The connection limits of the config's "Network" and "Security" blocks,
+// for every listener that faces clients.
+void AddConnectionLimits(const knnd::v1::ServerConfig& config,
+                         grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(
+      static_cast<int>(config.max_receive_message_bytes()));
+  // GOAWAY after max_connection_age_ms, so clients reconnect and re-resolve
+  // and long-lived HTTP/2 connections spread over new replicas.
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                              MillisOrInfinite(config.max_connection_age_ms()));
+  builder->AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+      MillisOrInfinite(config.max_connection_age_grace_ms()));
+  builder->AddChannelArgument(
+      GRPC_ARG_MAX_CONCURRENT_STREAMS,
+      static_cast<int>(config.max_concurrent_streams()));
+  builder->AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      static_cast<int>(config.keepalive_min_ping_interval_ms()));
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
+                              config.keepalive_permit_without_calls() ? 1 : 0);
+  builder->AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE,
+                              static_cast<int>(config.max_metadata_bytes()));
+}
+
+// Stops `server` (if any) at once, cancelling the calls still open.
+void ShutDownNow(grpc::Server* server) {
+  if (server == nullptr) return;
+  server->Shutdown(std::chrono::system_clock::now());
+  server->Wait();
+}
 
 }  // namespace
 
@@ -106,9 +139,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
       static_cast<int>(config.default_refine_factor());
   service_options.max_refine_factor =
       static_cast<int>(config.max_refine_factor());
+  TokenAuthenticator::Options auth_options;
+  auth_options.search_token_file = config.search_token_file();
+  auth_options.admin_token_file = config.admin_token_file();
+  absl::StatusOr<std::unique_ptr<TokenAuthenticator>> auth =
+      TokenAuthenticator::Create(auth_options);
+  if (!auth.ok()) return auth.status();
+  server->auth_ = std::move(*auth);
   server->service_ = std::make_unique<KnnServiceImpl>(
       service_options, &server->holder_, server->gate_.get(),
-      server->batcher_.get(), server->metrics_.get());
+      server->batcher_.get(), server->metrics_.get(), server->auth_.get());
 
   IndexManager::Options manager_options;
   manager_options.index_path = config.index_path();
@@ -144,35 +184,27 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   server->index_manager_ = std::move(*manager);
   if (!config.admin_listen_address().empty()) {
     server->admin_service_ =
-        std::make_unique<AdminServiceImpl>(server->index_manager_.get());
+        std::make_unique<AdminServiceImpl>(server->index_manager_.get(),
+                                           server->auth_.get());
   }
   return server;
 }
 
 Server::~Server() {
-  for (grpc::Server* s : {admin_server_.get(), grpc_server_.get()}) {
-    if (s == nullptr) continue;
-    s->Shutdown(std::chrono::system_clock::now());
-    s->Wait();
-  }
+  ShutDownNow(admin_server_.get());
+  ShutDownNow(grpc_server_.get());
+  ShutDownNow(health_server_.get());
 }
 
 absl::Status Server::Start() {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(config_);
+  if (!credentials.ok()) return credentials.status();
   if (absl::Status s = metrics_->StartExposer(); !s.ok()) return s;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config_.listen_address(),
-                           grpc::InsecureServerCredentials(), &port_);
-  builder.SetMaxReceiveMessageSize(
-      static_cast<int>(config_.max_receive_message_bytes()));
-  // GOAWAY after max_connection_age_ms, so clients reconnect and re-resolve
-  // and long-lived HTTP/2 connections spread over new replicas.
-  builder.AddChannelArgument(
-      GRPC_ARG_MAX_CONNECTION_AGE_MS,
-      MillisOrInfinite(config_.max_connection_age_ms()));
-  builder.AddChannelArgument(
-      GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
-      MillisOrInfinite(config_.max_connection_age_grace_ms()));
+  builder.AddListeningPort(config_.listen_address(), *credentials, &port_);
+  AddConnectionLimits(config_, &builder);
   builder.SetOption(
       std::make_unique<ReflectionOption>(config_.enable_reflection()));
   builder.RegisterService(service_.get());
@@ -190,10 +222,33 @@ absl::Status Server::Start() {
         "cannot listen on ", config_.listen_address(),
         " (address in use or invalid)"));
   }
+  if (!config_.health_listen_address().empty()) {
+    grpc::ServerBuilder health_builder;
+    health_builder.AddListeningPort(config_.health_listen_address(),
+                                    grpc::InsecureServerCredentials(),
+                                    &health_port_);
+    AddConnectionLimits(config_, &health_builder);
+    health_builder.SetOption(std::make_unique<ReflectionOption>(false));
+    // gRPC starts no server without a service of its own; this one answers
+    // every method but health's with UNIMPLEMENTED.
+    health_builder.RegisterCallbackGenericService(&unimplemented_);
+    health_server_ = health_builder.BuildAndStart();
+    if (health_server_ == nullptr || health_port_ == 0) {
+      health_server_.reset();
+      return absl::UnavailableError(absl::StrCat(
+          "cannot listen on health_listen_address ",
+          config_.health_listen_address(), " (address in use or invalid)"));
+    }
+    spdlog::info("plaintext grpc.health.v1 only on {} (port {})",
+                 config_.health_listen_address(), health_port_);
+  }
   SetServing(false);
-  spdlog::info("listening on {} (port {}), {} workers x {} OpenMP threads",
-               config_.listen_address(), port_, pool_->num_threads(),
-               config_.omp_threads_per_worker());
+  spdlog::info("listening on {} (port {}, {}), {} workers x {} OpenMP threads",
+               config_.listen_address(), port_,
+               !UsesTls(config_)                    ? "plaintext"
+               : config_.tls_client_ca_file().empty() ? "TLS"
+                                                      : "mutual TLS",
+               pool_->num_threads(), config_.omp_threads_per_worker());
   if (shared_admin) {
     admin_port_ = port_;
     spdlog::info("admin API on the search port");
@@ -201,6 +256,7 @@ absl::Status Server::Start() {
     grpc::ServerBuilder admin;
     admin.AddListeningPort(config_.admin_listen_address(),
                            grpc::InsecureServerCredentials(), &admin_port_);
+    AddConnectionLimits(config_, &admin);
     admin.SetOption(
         std::make_unique<ReflectionOption>(config_.enable_reflection()));
     admin.RegisterService(admin_service_.get());
@@ -222,10 +278,12 @@ absl::Status Server::Start() {
 }
 
 void Server::SetServing(bool serving) {
-  grpc::HealthCheckServiceInterface* health =
-      grpc_server_->GetHealthCheckService();
-  health->SetServingStatus(serving);
-  health->SetServingStatus(kServiceName, serving);
+  for (grpc::Server* server : {grpc_server_.get(), health_server_.get()}) {
+    if (server == nullptr) continue;
+    grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+    health->SetServingStatus(serving);
+    health->SetServingStatus(kServiceName, serving);
+  }
 }
 
 absl::Status Server::LoadIndex() {
@@ -342,11 +400,10 @@ bool Server::Drain(absl::Duration grace) {
   grpc_server_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now())));
   grpc_server_->Wait();
   grpc_server_.reset();
-  if (admin_server_ != nullptr) {
-    admin_server_->Shutdown(std::chrono::system_clock::now());
-    admin_server_->Wait();
-    admin_server_.reset();
-  }
+  ShutDownNow(health_server_.get());
+  health_server_.reset();
+  ShutDownNow(admin_server_.get());
+  admin_server_.reset();
   spdlog::info("drained");
   return idle;
 }

@@ -346,6 +346,74 @@ TEST(Daemon, UsageErrorsExitTwo) {
   EXPECT_THAT(bad_config.Log(), HasSubstr("no_such_field"));
 }
 
+// Bearer tokens in the process: a search needs a token of the file; after
+// the file is rewritten and SIGHUP the new token is served and the old one
+// refused; no log line (at debug level) holds any part of a token. A TLS
+// file that cannot be read stops knnd with exit code 1.
+TEST(Daemon, SighupReloadsTokenFileAndNoTokenIsLogged) {
+  TempDir tmp;
+  const IndexSpec spec;
+  WriteIndex(tmp.path("s.index"), spec);
+  const std::string old_token = "daemon-old-token-5e1f0c7a";
+  const std::string new_token = "daemon-new-token-b93d24e8";
+  std::ofstream(tmp.path("tokens")) << old_token << "\n";
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+  {
+    std::ofstream config(tmp.path("knnd.textproto"));
+    config << "index_path: \"" << tmp.path("s.index") << "\"\n"
+           << "listen_address: \"" << address << "\"\n"
+           << "metrics_listen_address: \"127.0.0.1:" << FreePort() << "\"\n"
+           << "num_workers: 1\n"
+           << "log_level: \"debug\"\n"
+           << "search_token_file: \"" << tmp.path("tokens") << "\"\n";
+  }
+  Daemon daemon({"--config", tmp.path("knnd.textproto")}, tmp.path("knnd.log"));
+  for (int i = 0; i < 1200 && CheckHealth(address) != Health::SERVING; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_EQ(CheckHealth(address), Health::SERVING) << daemon.Log();
+  auto search = [&](const std::string& token) {
+    grpc::ClientContext context;
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    knnd::v1::SearchRequest request;
+    request.mutable_vectors()->Resize(spec.d, 0.5f);
+    request.set_k(3);
+    knnd::v1::SearchResponse response;
+    return knnd::v1::KnnService::NewStub(
+               grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))
+        ->Search(&context, request, &response)
+        .error_code();
+  };
+  EXPECT_EQ(search(old_token), grpc::OK);
+  EXPECT_EQ(search(""), grpc::UNAUTHENTICATED);
+  EXPECT_EQ(search(new_token), grpc::UNAUTHENTICATED);
+
+  std::ofstream(tmp.path("tokens")) << new_token << "\n";
+  daemon.Signal(SIGHUP);
+  for (int i = 0; i < 300 && search(new_token) != grpc::OK; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(search(new_token), grpc::OK) << daemon.Log();
+  EXPECT_EQ(search(old_token), grpc::UNAUTHENTICATED);
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(WEXITSTATUS(daemon.Wait()), 0);
+  const std::string log = daemon.Log();
+  EXPECT_THAT(log, HasSubstr("UNAUTHENTICATED"));  // refusals are logged
+  for (const std::string& token : {old_token, new_token}) {
+    for (size_t i = 0; i + 8 <= token.size(); ++i) {
+      ASSERT_THAT(log, ::testing::Not(HasSubstr(token.substr(i, 8))))
+          << "a log line holds part of a token";
+    }
+  }
+
+  Daemon tls({"--index", tmp.path("s.index"), "--listen", "127.0.0.1:0",
+              "--metrics_listen", "127.0.0.1:0", "--tls_cert",
+              tmp.path("absent.pem"), "--tls_key", tmp.path("absent.key")},
+             tmp.path("tls.log"));
+  EXPECT_EQ(WEXITSTATUS(tls.Wait()), 1) << tls.Log();
+  EXPECT_THAT(tls.Log(), HasSubstr("tls_cert_file"));
+}
+
 TEST(Daemon, VersionNamesFaissBuild) {
   TempDir tmp;
   Daemon version({"--version"}, tmp.path("log"));

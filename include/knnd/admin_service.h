@@ -4,19 +4,24 @@
 // synchronous API (its own thread pool) rather than the callback threads
 // that serve searches.
 //
-// Ownership: borrows the index manager, which must outlive it.
+// Calls are first checked against `auth`'s admin tokens.
+//
+// Ownership: borrows the index manager and authenticator, which must
+// outlive it.
 // Thread-safety: handlers run concurrently; IndexManager serialises reloads.
 #ifndef KNND_ADMIN_SERVICE_H_
 #define KNND_ADMIN_SERVICE_H_
 
 #include "knnd/index_manager.h"
+#include "knnd/token_auth.h"
 #include "knnd/v1/admin_service.grpc.pb.h"
 
 namespace knnd {
 
 class AdminServiceImpl final : public knnd::v1::AdminService::Service {
  public:
-  explicit AdminServiceImpl(IndexManager* manager) : manager_(manager) {}
+  AdminServiceImpl(IndexManager* manager, const TokenAuthenticator* auth)
+      : manager_(manager), auth_(auth) {}
 
   grpc::Status ReloadIndex(grpc::ServerContext* context,
                            const knnd::v1::ReloadIndexRequest* request,
@@ -28,6 +33,7 @@ class AdminServiceImpl final : public knnd::v1::AdminService::Service {
 
  private:
   IndexManager* const manager_;
+  const TokenAuthenticator* const auth_;
 };
 
 }  // namespace knnd

@@ -5,8 +5,10 @@
 //
 // Every call is counted in `metrics`, rejections by reason.
 //
-// Ownership: borrows the holder, gate, batcher and metrics, which must
-// outlive it.
+// Calls are first checked against `auth`'s bearer tokens.
+//
+// Ownership: borrows the holder, gate, batcher, metrics and authenticator,
+// which must outlive it.
 // Thread-safety: handlers run concurrently on gRPC's callback threads.
 #ifndef KNND_KNN_SERVICE_H_
 #define KNND_KNN_SERVICE_H_
@@ -19,6 +21,7 @@
 #include "knnd/index_holder.h"
 #include "knnd/metrics.h"
 #include "knnd/search_request.h"
+#include "knnd/token_auth.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 
 namespace knnd {
@@ -39,12 +42,14 @@ class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
   };
 
   KnnServiceImpl(const Options& options, IndexHolder* holder,
-                 AdmissionGate* gate, Batcher* batcher, Metrics* metrics)
+                 AdmissionGate* gate, Batcher* batcher, Metrics* metrics,
+                 const TokenAuthenticator* auth)
       : options_(options),
         holder_(holder),
         gate_(gate),
         batcher_(batcher),
-        metrics_(metrics) {}
+        metrics_(metrics),
+        auth_(auth) {}
 
   grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* context,
                                    const knnd::v1::SearchRequest* request,
@@ -63,6 +68,7 @@ class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
   AdmissionGate* const gate_;
   Batcher* const batcher_;
   Metrics* const metrics_;
+  const TokenAuthenticator* const auth_;
 };
 
 }  // namespace knnd

@@ -1,7 +1,8 @@
 // Server: assembles knnd from its configuration and runs its lifecycle:
 //   Create()     build the worker pool, gate, batcher and gRPC service
-//   Start()      listen (search API, admin API, /metrics); grpc.health.v1
-//                answers NOT_SERVING
+//   Start()      listen (search API, admin API, /metrics, and the plaintext
+//                health-only port with TLS); grpc.health.v1 answers
+//                NOT_SERVING
 //   LoadIndex()  load + check the index, run warm-up queries, publish it;
 //                health turns SERVING; later versions come through
 //                index_manager() (SIGHUP, polling, AdminService, tests),
@@ -21,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
@@ -33,6 +35,7 @@
 #include "knnd/index_manager.h"
 #include "knnd/knn_service.h"
 #include "knnd/metrics.h"
+#include "knnd/token_auth.h"
 #include "knnd/v1/config.pb.h"
 #include "knnd/worker_pool.h"
 
@@ -52,6 +55,10 @@ class Server {
 
   // The port the search API is bound to (useful with port 0).
   int port() const { return port_; }
+  // The port of the plaintext health-only listener; 0 when there is none.
+  int health_port() const { return health_port_; }
+  // Re-reads the bearer token files (SIGHUP); on error the old sets stay.
+  absl::Status ReloadTokens() { return auth_->Reload(); }
   // The port of the admin API; 0 when it is off (or before Start()), the
   // search port when both share an address.
   int admin_port() const { return admin_port_; }
@@ -85,8 +92,13 @@ class Server {
   // sources.
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<TokenAuthenticator> auth_;
   std::unique_ptr<KnnServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  // Serves only grpc.health.v1, in plaintext; null without
+  // health_listen_address. Its other methods go to `unimplemented_`.
+  grpc::CallbackGenericService unimplemented_;
+  std::unique_ptr<grpc::Server> health_server_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
   // Null when the admin API is off or shares grpc_server_.
   std::unique_ptr<grpc::Server> admin_server_;
@@ -96,6 +108,7 @@ class Server {
   // the holder, recording metrics) until it is destroyed, first.
   std::unique_ptr<IndexManager> index_manager_;
   int port_ = 0;
+  int health_port_ = 0;
   int admin_port_ = 0;
 };
 
