@@ -33,6 +33,8 @@ class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
     int64_t max_filter_ids = 1000000;
     int64_t max_receive_message_bytes = 64 << 20;
     int retry_pushback_ms = 50;
+    // Rows per FAISS call (the batcher's), for the memory estimate.
+    int64_t max_batch_rows = 256;
     absl::Duration slow_request = absl::Milliseconds(250);  // 0: no log
   };
 

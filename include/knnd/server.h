@@ -28,6 +28,7 @@
 #include "knnd/index_holder.h"
 #include "knnd/index_manager.h"
 #include "knnd/knn_service.h"
+#include "knnd/memory_model.h"
 #include "knnd/metrics.h"
 #include "knnd/v1/config.pb.h"
 #include "knnd/worker_pool.h"
@@ -59,8 +60,15 @@ class Server {
   explicit Server(const knnd::v1::ServerConfig& config) : config_(config) {}
   void SetServing(bool serving);
   absl::Status WarmUp(const IndexSnapshot& snapshot);
+  // The memory-limit check of a version about to be loaded (see
+  // LoadOptions::check_heap), and the gate's byte budget for a loaded one.
+  absl::Status CheckHeap(const IndexInfo& planned);
+  void SetByteBudget(const IndexInfo& info);
 
   const knnd::v1::ServerConfig config_;
+  // The limit (configured or the cgroup's; 0: none) and headroom, fixed at
+  // Create().
+  MemoryLimits memory_limits_;
   IndexHolder holder_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<AdmissionGate> gate_;
