@@ -20,7 +20,7 @@ DEBIAN_PACKAGES := cmake g++ make pkg-config git zlib1g-dev \
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build test demo bench clean
+.PHONY: deps build test demo bench bench-memory clean
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -64,6 +64,25 @@ clean:
 	rm -rf $(BUILD) $(DEMO_DIR)
 
 # Benchmarks: figures for bench/RESULTS.md (seeded data; see that file).
-bench: build
+bench: build bench-memory
 	$(BUILD)/bench/search_bench --n 200000 --d 128 --factory IVF1024,PQ32 \
 	  --nprobe 16 --seconds 2 --index /tmp/knnd_bench_200k.index
+
+# Memory benchmarks (bench/RESULTS.md "Memory"): seeded indexes built once
+# under /tmp (never committed); PSS of 8 python3-faiss workers vs knnd,
+# serving inside a cgroup v1 memory cgroup of half the file (root), anonymous
+# RSS vs the heap model at 1M and 10M vectors, then the 1,000,000-search soak
+# and a 2-minute overload with the p99 ratio asserted.
+MEM_INDEX_1M = /tmp/knnd_bench_mem_1m.index
+MEM_INDEX_10M = /tmp/knnd_bench_mem_10m.index
+bench-memory: build
+	OMP_NUM_THREADS=1 /usr/bin/python3 bench/memory/build_index.py --output $(MEM_INDEX_1M) \
+	  --n 1000000 --dim 64 --factory IVF512,PQ64 --train 30000
+	/usr/bin/python3 -W ignore bench/memory/memory_bench.py --knnd $(BUILD)/knnd \
+	  --source-dir . --index $(MEM_INDEX_1M)
+	OMP_NUM_THREADS=1 /usr/bin/python3 bench/memory/build_index.py --output $(MEM_INDEX_10M) \
+	  --n 10000000 --dim 64 --factory IVF4096,PQ32 --train 200000
+	/usr/bin/python3 -W ignore bench/memory/memory_bench.py --knnd $(BUILD)/knnd \
+	  --source-dir . --index $(MEM_INDEX_10M) --cases model,cgroup
+	/usr/bin/python3 -W ignore tests/python/memory_test.py --knnd $(BUILD)/knnd \
+	  --source-dir . --soak-searches 1000000 --overload-seconds 120 --assert-p99 MemoryTest
