@@ -29,7 +29,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 FAISS_SIMD ?= $(shell grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && echo avx2 || echo generic)
 FAISS_AVX2_PREFIX ?= $(CURDIR)/.deps/faiss-avx2
 
-.PHONY: deps faiss build test demo bench bench-rerank clean
+.PHONY: deps faiss build test demo bench bench-rerank bench-memory clean
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -91,7 +91,7 @@ clean:
 # measure the SIMD gain on the same benchmark. Needs root for the cold-start
 # case (drop_caches).
 BENCH_PACKAGES := python3-matplotlib
-bench: build bench-rerank
+bench: build bench-rerank bench-memory
 	@$(MAKE) --no-print-directory deps DEBIAN_PACKAGES="$(BENCH_PACKAGES)"
 ifeq ($(FAISS_SIMD),avx2)
 	@cmake -S . -B build-generic -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKNND_FAISS_SIMD=generic \
@@ -107,3 +107,22 @@ endif
 # built once into /tmp/knnd_rerank_bench (about 20 min on 2 busy cores).
 bench-rerank: build
 	/usr/bin/python3 bench/rerank_bench.py --build $(BUILD) --nq 2000
+
+# Memory benchmarks (bench/RESULTS.md "Memory"): seeded indexes built once
+# under /tmp (never committed); PSS of 8 python3-faiss workers vs knnd,
+# serving inside a cgroup v1 memory cgroup of half the file (root), anonymous
+# RSS vs the heap model at 1M and 10M vectors, then the 1,000,000-search soak
+# and a 2-minute overload with the p99 ratio asserted.
+MEM_INDEX_1M = /tmp/knnd_bench_mem_1m.index
+MEM_INDEX_10M = /tmp/knnd_bench_mem_10m.index
+bench-memory: build
+	OMP_NUM_THREADS=1 /usr/bin/python3 bench/memory/build_index.py --output $(MEM_INDEX_1M) \
+	  --n 1000000 --dim 64 --factory IVF512,PQ64 --train 30000
+	/usr/bin/python3 -W ignore bench/memory/memory_bench.py --knnd $(BUILD)/knnd \
+	  --source-dir . --index $(MEM_INDEX_1M)
+	OMP_NUM_THREADS=1 /usr/bin/python3 bench/memory/build_index.py --output $(MEM_INDEX_10M) \
+	  --n 10000000 --dim 64 --factory IVF4096,PQ32 --train 200000
+	/usr/bin/python3 -W ignore bench/memory/memory_bench.py --knnd $(BUILD)/knnd \
+	  --source-dir . --index $(MEM_INDEX_10M) --cases model,cgroup
+	/usr/bin/python3 -W ignore tests/python/memory_test.py --knnd $(BUILD)/knnd \
+	  --source-dir . --soak-searches 1000000 --overload-seconds 120 --assert-p99 MemoryTest

@@ -56,18 +56,17 @@ absl::StatusOr<AdmissionGate::Ticket> AdmissionGate::TryAdmit(
                       " queries, more than max_inflight_queries=",
                       options_.max_inflight_queries)));
   }
-  if (options_.max_inflight_bytes > 0 && bytes > options_.max_inflight_bytes) {
-    return reject(RejectReason::kTooLarge,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "request needs an estimated ", bytes,
-                      " bytes, more than max_inflight_bytes=",
-                      options_.max_inflight_bytes,
-                      "; send fewer queries or a smaller k")));
-  }
   absl::MutexLock lock(&mu_);
   if (draining_) {
     return reject(RejectReason::kDraining,
                   absl::UnavailableError("server is shutting down (draining)"));
+  }
+  if (max_bytes_ > 0 && bytes > max_bytes_) {
+    return reject(RejectReason::kTooLarge,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "request needs an estimated ", bytes,
+                      " bytes, more than max_inflight_bytes=", max_bytes_,
+                      "; send fewer queries or a smaller k")));
   }
   if (queries_ + queries > options_.max_inflight_queries) {
     return reject(RejectReason::kQueueFull,
@@ -76,13 +75,12 @@ absl::StatusOr<AdmissionGate::Ticket> AdmissionGate::TryAdmit(
                       queries, " requested > max_inflight_queries=",
                       options_.max_inflight_queries)));
   }
-  if (options_.max_inflight_bytes > 0 &&
-      bytes_ + bytes > options_.max_inflight_bytes) {
+  if (max_bytes_ > 0 && bytes_ + bytes > max_bytes_) {
     return reject(RejectReason::kMemoryBudget,
                   absl::ResourceExhaustedError(absl::StrCat(
                       "server at memory budget: ", bytes_, " bytes in flight + ",
                       bytes, " requested > max_inflight_bytes=",
-                      options_.max_inflight_bytes)));
+                      max_bytes_)));
   }
   queries_ += queries;
   bytes_ += bytes;
@@ -109,6 +107,16 @@ bool AdmissionGate::WaitUntilIdle(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   return mu_.AwaitWithDeadline(absl::Condition(this, &AdmissionGate::IdleLocked),
                                deadline);
+}
+
+void AdmissionGate::SetMaxInflightBytes(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  max_bytes_ = bytes;
+}
+
+int64_t AdmissionGate::max_inflight_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return max_bytes_;
 }
 
 int64_t AdmissionGate::queries_in_flight() const {

@@ -73,6 +73,19 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
         " is below max_queries_per_request=", c.max_queries_per_request(),
         ": a full request could never be admitted"));
   }
+  if (c.inflight_bytes_limit_percent() < 1 ||
+      c.inflight_bytes_limit_percent() > 100) {
+    return out_of_range("inflight_bytes_limit_percent",
+                        c.inflight_bytes_limit_percent(), 1, 100);
+  }
+  if (c.malloc_arena_max() > 1024) {
+    return out_of_range("malloc_arena_max", c.malloc_arena_max(), 0, 1024);
+  }
+  // glibc refuses thresholds above DEFAULT_MMAP_THRESHOLD_MAX (32 MiB).
+  if (c.malloc_mmap_threshold_bytes() > (uint32_t{32} << 20)) {
+    return out_of_range("malloc_mmap_threshold_bytes",
+                        c.malloc_mmap_threshold_bytes(), 0, uint32_t{32} << 20);
+  }
   if (c.max_batch_rows() < 1 || c.max_batch_rows() > 1000000) {
     return out_of_range("max_batch_rows", c.max_batch_rows(), 1, 1000000);
   }

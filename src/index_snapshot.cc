@@ -32,6 +32,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "knnd/index_metadata.h"
+#include "knnd/memory_model.h"
 
 namespace knnd {
 
@@ -557,6 +558,24 @@ void Rerank(const VectorsFile& vectors, Metric metric, const float* queries,
   }
 }
 
+// The bytes FAISS 1.7.3's IndexIVFPQ::precompute_table() will allocate: a
+// table only for residual encoding with an L2 coarse quantizer, of nlist * M
+// * ksub floats, skipped above faiss::precomputed_table_max_bytes (and
+// smaller for a multi-index quantizer, counted here as the plain size).
+int64_t PlannedTableBytes(const faiss::IndexIVFPQ& ivfpq) {
+  if (!ivfpq.by_residual || ivfpq.quantizer == nullptr ||
+      ivfpq.quantizer->metric_type == faiss::METRIC_INNER_PRODUCT) {
+    return 0;
+  }
+  const int64_t bytes = PrecomputedTableBytes(
+      static_cast<int64_t>(ivfpq.nlist), static_cast<int>(ivfpq.pq.M),
+      static_cast<int>(ivfpq.pq.nbits));
+  if (bytes > static_cast<int64_t>(faiss::precomputed_table_max_bytes)) {
+    return 0;
+  }
+  return bytes;
+}
+
 }  // namespace
 
 IndexSnapshot::IndexSnapshot(std::unique_ptr<Faiss> faiss, IndexInfo info,
@@ -582,10 +601,34 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   }
   auto faiss = std::make_unique<Faiss>();
   IndexInfo info;
-  if (absl::Status s =
-          ReadAndCheck(path, options.use_precomputed_table, *faiss, info);
+  // Read without the precomputed table first (the lists are mapped, so this
+  // allocates only centroids and codebooks), check the planned heap, then
+  // build the table, the part that can be large.
+  if (absl::Status s = ReadAndCheck(path, /*precompute=*/false, *faiss, info);
       !s.ok()) {
     return s;
+  }
+  const int64_t table_bytes =
+      options.use_precomputed_table ? PlannedTableBytes(*faiss->ivfpq) : 0;
+  if (options.check_heap) {
+    IndexInfo planned = info;
+    planned.precomputed_table_bytes = table_bytes;
+    planned.heap_bytes += table_bytes;
+    if (absl::Status s = options.check_heap(planned); !s.ok()) return s;
+  }
+  if (table_bytes > 0) {
+    // Ours alone until Load returns; FAISS needs a mutable index to build it.
+    auto* ivfpq = const_cast<faiss::IndexIVFPQ*>(faiss->ivfpq);
+    try {
+      ivfpq->precompute_table();
+    } catch (const std::exception& e) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot build the precomputed table of index file ", path, ": ",
+          e.what()));
+    }
+    info.precomputed_table_bytes =
+        static_cast<int64_t>(ivfpq->precomputed_table.size() * sizeof(float));
+    info.heap_bytes += info.precomputed_table_bytes;
   }
   if (absl::Status s = ApplyMetadata(path, options.verify_checksum, info);
       !s.ok()) {

@@ -78,7 +78,7 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
 
   SearchShape shape{parsed->num_queries, parsed->k, parsed->nprobe,
                     static_cast<int64_t>(parsed->allowed_ids.size()),
-                    parsed->refine_factor};
+                    parsed->refine_factor, options_.max_batch_rows};
   RejectReason refused = RejectReason::kQueueFull;  // set on failure
   absl::StatusOr<AdmissionGate::Ticket> ticket = gate_->TryAdmit(
       parsed->num_queries, EstimateSearchBytes(index, shape), &refused);

@@ -62,6 +62,11 @@ class LoadCollector : public prometheus::Collectable {
                   "Estimated request memory admitted and not finished, in "
                   "bytes (the gate's max_inflight_bytes budget).",
                   static_cast<double>(gate_->bytes_in_flight())),
+            Gauge("knnd_max_inflight_bytes",
+                  "The gate's byte budget in force (0: unbounded): "
+                  "max_inflight_bytes, or its share of the memory limit left "
+                  "after the index heap and the headroom.",
+                  static_cast<double>(gate_->max_inflight_bytes())),
             Gauge("knnd_work_units_queued",
                   "Work units waiting for a free worker thread.",
                   static_cast<double>(pool_->queued()))};

@@ -5,6 +5,8 @@
 #include <random>
 #include <vector>
 
+#include <malloc.h>
+
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/server_builder_option.h>
@@ -14,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "knnd/cgroup_memory.h"
 #include "knnd/search_request.h"
 #include "knnd/transport_security.h"
 #include "spdlog/spdlog.h"
@@ -83,11 +86,55 @@ void ShutDownNow(grpc::Server* server) {
   server->Wait();
 }
 
+double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// glibc malloc settings that keep freed request memory from staying
+// resident (config "Memory" block). Process-wide; best before threads start.
+void ApplyMallocOptions(const knnd::v1::ServerConfig& config) {
+  if (config.malloc_arena_max() > 0 &&
+      mallopt(M_ARENA_MAX, static_cast<int>(config.malloc_arena_max())) != 1) {
+    spdlog::warn("mallopt(M_ARENA_MAX, {}) failed", config.malloc_arena_max());
+  }
+  if (config.malloc_mmap_threshold_bytes() > 0 &&
+      mallopt(M_MMAP_THRESHOLD,
+              static_cast<int>(config.malloc_mmap_threshold_bytes())) != 1) {
+    spdlog::warn("mallopt(M_MMAP_THRESHOLD, {}) failed",
+                 config.malloc_mmap_threshold_bytes());
+  }
+}
+
+// The configured memory limit, else the cgroup's; 0 when there is none.
+MemoryLimits ResolveMemoryLimits(const knnd::v1::ServerConfig& config) {
+  MemoryLimits limits;
+  limits.headroom_bytes = static_cast<int64_t>(config.memory_headroom_bytes());
+  if (config.memory_limit_bytes() > 0) {
+    limits.limit_bytes = static_cast<int64_t>(config.memory_limit_bytes());
+    spdlog::info("memory limit {:.1f} MiB (memory_limit_bytes), headroom "
+                 "{:.1f} MiB",
+                 MiB(limits.limit_bytes), MiB(limits.headroom_bytes));
+    return limits;
+  }
+  absl::optional<CgroupMemory> cg = ReadCgroupMemory("/proc", "/sys/fs/cgroup");
+  if (cg.has_value() && cg->limit_bytes.has_value()) {
+    limits.limit_bytes = *cg->limit_bytes;
+    spdlog::info("memory limit {:.1f} MiB (cgroup v{} {}), headroom {:.1f} MiB",
+                 MiB(limits.limit_bytes), cg->version, cg->dir,
+                 MiB(limits.headroom_bytes));
+  } else {
+    spdlog::info("no memory limit found (no cgroup limit, memory_limit_bytes "
+                 "unset): max_inflight_bytes={} applies",
+                 config.max_inflight_bytes());
+  }
+  return limits;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(
     const knnd::v1::ServerConfig& config) {
+  ApplyMallocOptions(config);
   std::unique_ptr<Server> server(new Server(config));
+  server->memory_limits_ = ResolveMemoryLimits(config);
   WorkerPool::Options pool_options;
   pool_options.num_threads = static_cast<int>(config.num_workers());
   pool_options.omp_threads_per_worker =
@@ -134,6 +181,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
       static_cast<int64_t>(config.max_receive_message_bytes());
   service_options.retry_pushback_ms =
       static_cast<int>(config.retry_pushback_ms());
+  service_options.max_batch_rows = static_cast<int64_t>(config.max_batch_rows());
   service_options.slow_request = absl::Milliseconds(config.slow_request_ms());
   service_options.default_refine_factor =
       static_cast<int>(config.default_refine_factor());
@@ -163,8 +211,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
       absl::Milliseconds(config.index_poll_interval_ms());
   manager_options.keep_previous_versions =
       static_cast<int>(config.keep_previous_versions());
+  manager_options.load.check_heap = [s = server.get()](const IndexInfo& info) {
+    return s->CheckHeap(info);
+  };
   manager_options.prepare = [s = server.get()](const IndexSnapshot& snapshot) {
-    return s->Prepare(snapshot);
+    absl::Status status = s->Prepare(snapshot);
+    if (status.ok()) s->SetByteBudget(snapshot.info());
+    return status;
   };
   if (!config.canary_queries_path().empty()) {
     absl::StatusOr<CanarySet> canary = LoadCanarySet(
@@ -314,6 +367,50 @@ int Server::DefaultNprobe(const IndexInfo& info) const {
   return ResolveLimits(1, 1, static_cast<int>(config_.default_nprobe()),
                        static_cast<int>(config_.max_nprobe()), 0, info)
       .default_nprobe;
+}
+
+absl::Status Server::CheckHeap(const IndexInfo& planned) {
+  std::shared_ptr<const IndexSnapshot> serving = holder_.Pin();
+  const int64_t other = serving == nullptr ? 0 : serving->info().heap_bytes;
+  spdlog::info("index {}: heap need {:.1f} MiB (precomputed table {:.1f} MiB"
+               "{}), mapped lists {:.1f} MiB",
+               planned.path, MiB(planned.heap_bytes),
+               MiB(planned.precomputed_table_bytes),
+               config_.use_precomputed_table() ? "" : ", turned off",
+               MiB(planned.mapped_list_bytes));
+  return CheckIndexFits(planned, other, memory_limits_);
+}
+
+void Server::SetByteBudget(const IndexInfo& info) {
+  if (memory_limits_.limit_bytes <= 0 || config_.has_max_inflight_bytes()) {
+    return;
+  }
+  const int64_t budget = InflightBytesBudget(
+      memory_limits_, info.heap_bytes,
+      static_cast<int>(config_.inflight_bytes_limit_percent()),
+      static_cast<int64_t>(config_.max_inflight_bytes()));
+  gate_->SetMaxInflightBytes(budget);
+  SearchShape largest{static_cast<int64_t>(config_.max_queries_per_request()),
+                      static_cast<int>(config_.max_k()),
+                      static_cast<int>(info.nlist), 0,
+                      info.has_vectors
+                          ? static_cast<int>(config_.max_refine_factor())
+                          : 0,
+                      static_cast<int64_t>(config_.max_batch_rows())};
+  const int64_t largest_bytes = EstimateSearchBytes(info, largest);
+  spdlog::info("max_inflight_bytes {:.1f} MiB: {}% of (limit {:.1f} MiB - "
+               "index heap {:.1f} MiB - headroom {:.1f} MiB); the largest "
+               "request allowed (max_queries_per_request x max_k, nprobe "
+               "nlist) is estimated at {:.1f} MiB",
+               MiB(budget), config_.inflight_bytes_limit_percent(),
+               MiB(memory_limits_.limit_bytes), MiB(info.heap_bytes),
+               MiB(memory_limits_.headroom_bytes), MiB(largest_bytes));
+  if (largest_bytes > budget) {
+    spdlog::warn("requests estimated above max_inflight_bytes ({:.1f} MiB) "
+                 "are refused with INVALID_ARGUMENT; lower "
+                 "max_queries_per_request or max_k, or raise the limit",
+                 MiB(budget));
+  }
 }
 
 // Runs seeded random queries through the same path as requests (a worker,

@@ -1,6 +1,7 @@
 #include "knnd/admission_gate.h"
 
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <thread>
 #include <vector>
@@ -128,6 +129,78 @@ TEST(AdmissionGate, ConcurrentRandomRequestsNeverExceedBudgetsAndAllRelease) {
   EXPECT_GT(admitted.load(), 0);
   EXPECT_EQ(gate.queries_in_flight(), 0);
   EXPECT_EQ(gate.bytes_in_flight(), 0);
+}
+
+// Threads hold tickets of random sizes for a random while, counting what
+// they hold themselves (added after admission, removed before release), while
+// the budget is lowered and raised as a hot swap would: the bytes held never
+// exceed the largest budget in force, and all are given back.
+TEST(AdmissionGate, HeldBytesStayWithinTheBudgetWhileItChanges) {
+  constexpr int64_t kHigh = 4 << 20;
+  constexpr int64_t kLow = 1 << 20;
+  AdmissionGate gate(Budget(1 << 20, kHigh));
+  std::atomic<int64_t> held{0};
+  std::atomic<int64_t> peak{0};
+  std::atomic<int64_t> admitted{0};
+  std::atomic<int64_t> refused{0};
+  std::atomic<bool> low{false};
+  std::atomic<int64_t> over_low{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&, t] {
+      std::mt19937 rng(100 + t);
+      std::uniform_int_distribution<int64_t> bytes(1, 600000);
+      std::uniform_int_distribution<int> spins(0, 20);
+      for (int i = 0; i < 1000; ++i) {
+        const int64_t want = bytes(rng);
+        auto ticket = gate.TryAdmit(1, want);
+        if (!ticket.ok()) {
+          refused.fetch_add(1);
+          continue;
+        }
+        admitted.fetch_add(1);
+        const int64_t now = held.fetch_add(want) + want;
+        int64_t p = peak.load();
+        while (now > p && !peak.compare_exchange_weak(p, now)) {
+        }
+        for (int s = spins(rng); s > 0; --s) std::this_thread::yield();
+        held.fetch_sub(want);
+        ticket->Release();
+      }
+    });
+  }
+  std::thread changer([&] {
+    for (int i = 0; i < 50; ++i) {
+      gate.SetMaxInflightBytes(i % 2 == 0 ? kLow : kHigh);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    gate.SetMaxInflightBytes(kHigh);
+  });
+  for (auto& c : clients) c.join();
+  changer.join();
+  EXPECT_LE(peak.load(), kHigh);
+  EXPECT_GT(admitted.load(), 0);
+  EXPECT_GT(refused.load(), 0);
+  EXPECT_EQ(held.load(), 0);
+  EXPECT_EQ(gate.queries_in_flight(), 0);
+  EXPECT_EQ(gate.bytes_in_flight(), 0);
+  EXPECT_EQ(gate.max_inflight_bytes(), kHigh);
+}
+
+TEST(AdmissionGate, LoweredBudgetRefusesNewRequestsUntilEnoughIsReleased) {
+  AdmissionGate gate(Budget(100, 1000));
+  auto a = gate.TryAdmit(1, 800);
+  ASSERT_TRUE(a.ok());
+  gate.SetMaxInflightBytes(500);
+  RejectReason reason;
+  auto b = gate.TryAdmit(1, 100, &reason);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(reason, RejectReason::kMemoryBudget);
+  auto c = gate.TryAdmit(1, 600, &reason);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reason, RejectReason::kTooLarge);
+  a->Release();
+  EXPECT_TRUE(gate.TryAdmit(1, 500).ok());
 }
 
 }  // namespace

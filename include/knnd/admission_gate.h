@@ -37,7 +37,8 @@ class AdmissionGate {
   struct Options {
     // Query rows admitted at once. Must be > 0.
     int64_t max_inflight_queries = 16384;
-    // Estimated bytes admitted at once. 0: unbounded.
+    // Estimated bytes admitted at once. 0: unbounded. Changed later with
+    // SetMaxInflightBytes() (the budget follows the served index's heap).
     int64_t max_inflight_bytes = 0;
   };
 
@@ -59,7 +60,8 @@ class AdmissionGate {
     int64_t bytes_ = 0;
   };
 
-  explicit AdmissionGate(const Options& options) : options_(options) {}
+  explicit AdmissionGate(const Options& options)
+      : options_(options), max_bytes_(options.max_inflight_bytes) {}
 
   // Admits `queries` rows needing an estimated `bytes`, or says why not:
   //   UNAVAILABLE         the gate is draining (shutdown has begun)
@@ -76,8 +78,15 @@ class AdmissionGate {
   // Blocks until nothing is in flight or `deadline`; true when idle.
   bool WaitUntilIdle(absl::Time deadline);
 
+  // Sets the byte budget (0: unbounded). Requests already admitted keep
+  // their share; a lower budget only refuses new requests until enough is
+  // released.
+  void SetMaxInflightBytes(int64_t bytes);
+  int64_t max_inflight_bytes() const;
+
   int64_t queries_in_flight() const;
   int64_t bytes_in_flight() const;
+  // The options as given; max_inflight_bytes() is the budget in force.
   const Options& options() const { return options_; }
 
  private:
@@ -90,6 +99,7 @@ class AdmissionGate {
   mutable absl::Mutex mu_;
   int64_t queries_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t max_bytes_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
 };
 

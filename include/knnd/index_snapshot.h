@@ -17,6 +17,7 @@
 #define KNND_INDEX_SNAPSHOT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -102,6 +103,12 @@ struct LoadOptions {
   // Also checks the vectors file's payload CRC-32 against its header.
   bool verify_checksum = true;
   VectorsPolicy vectors = VectorsPolicy::kOptional;
+  // Called before the heap-heavy part of loading: the file has been read
+  // with its inverted lists mapped and without the precomputed table, and
+  // `planned` says the heap the loaded index will need (heap_bytes and
+  // precomputed_table_bytes include the table about to be built). A non-OK
+  // status is returned by Load() and nothing more is allocated.
+  std::function<absl::Status(const IndexInfo& planned)> check_heap;
 };
 
 // One search call. Buffers are owned by the caller and must hold

@@ -38,6 +38,8 @@ class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
     int retry_pushback_ms = 50;
     int default_refine_factor = 0;  // applies to indexes with raw vectors
     int max_refine_factor = 64;
+    // Rows per FAISS call (the batcher's), for the memory estimate.
+    int64_t max_batch_rows = 256;
     absl::Duration slow_request = absl::Milliseconds(250);  // 0: no log
   };
 

@@ -34,6 +34,7 @@
 #include "knnd/index_holder.h"
 #include "knnd/index_manager.h"
 #include "knnd/knn_service.h"
+#include "knnd/memory_model.h"
 #include "knnd/metrics.h"
 #include "knnd/token_auth.h"
 #include "knnd/v1/config.pb.h"
@@ -82,8 +83,15 @@ class Server {
   absl::Status RunOnWorker(const std::function<absl::Status()>& work);
   // The default nprobe requests get on `info`.
   int DefaultNprobe(const IndexInfo& info) const;
+  // The memory-limit check of a version about to be loaded (see
+  // LoadOptions::check_heap), and the gate's byte budget for a loaded one.
+  absl::Status CheckHeap(const IndexInfo& planned);
+  void SetByteBudget(const IndexInfo& info);
 
   const knnd::v1::ServerConfig config_;
+  // The limit (configured or the cgroup's; 0: none) and headroom, fixed at
+  // Create().
+  MemoryLimits memory_limits_;
   IndexHolder holder_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<AdmissionGate> gate_;

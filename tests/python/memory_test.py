@@ -1,0 +1,456 @@
+#!/usr/bin/python3
+"""knnd's memory bounds, tested on the daemon process:
+
+  soak      mixed search shapes; anonymous RSS after the soak stays within
+            2% (or 4 MiB) of its level after warm-up
+  overload  10x the gate's capacity from many concurrent requests, and a
+            flood of large requests against the byte budget: no crash, the
+            excess refused with RESOURCE_EXHAUSTED + grpc-retry-pushback-ms,
+            anonymous memory within warm-up level + the byte budget; the p99
+            of admitted requests vs unloaded is printed (asserted with
+            --assert-p99: a ratio on a shared 2-core machine is noisy, so
+            `make test` reports it and bench/ asserts it)
+  cgroup    (root, cgroup v1 writable) knnd in a memory cgroup whose limit
+            cannot hold the index heap + headroom exits with a clear message;
+            with a limit below its anonymous need + file it keeps answering
+            with no OOM kill
+
+  memory_test.py --knnd BUILD/knnd --source-dir . [--soak-searches N]
+                 [--overload-seconds S] [--assert-p99] [unittest args]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_test import free_port, generate_client  # noqa: E402
+
+ARGS = None
+CGROUP_V1 = "/sys/fs/cgroup/memory"
+
+
+def rss_anon(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no RssAnon for {pid}")
+
+
+def build_index(path, n, dim, factory, seed=7):
+    import faiss
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((64, dim), dtype=np.float32) * 2
+    xb = centres[rng.integers(0, 64, n)] + 0.5 * rng.standard_normal(
+        (n, dim), dtype=np.float32)
+    index = faiss.index_factory(dim, factory)
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    ivf.do_polysemous_training = False
+    index.train(xb[:20000])
+    index.add(xb)
+    faiss.write_index(index, path)
+
+
+class Daemon:
+    """knnd started with a config; optionally inside a cgroup v1 directory
+    (the shell joins it, then execs knnd)."""
+
+    def __init__(self, tmp, index, extra="", cgroup=None, name="knnd"):
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.config = os.path.join(tmp, name + ".textproto")
+        with open(self.config, "w") as f:
+            f.write(f'index_path: "{index}"\nlisten_address: "127.0.0.1:{self.port}"\n'
+                    f'metrics_listen_address: "127.0.0.1:{self.metrics_port}"\n'
+                    f"num_workers: 2\nwarmup_queries: 64\n{extra}")
+        self.log = os.path.join(tmp, name + ".log")
+        cmd = [ARGS.knnd, "--config", self.config]
+        if cgroup:
+            cmd = ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"',
+                   "sh"] + cmd
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_serving(self, timeout=120):
+        import grpc
+        from health_v1 import health_pb2 as health_pb
+        from health_v1 import health_pb2_grpc as health_grpc
+        end = time.time() + timeout
+        while time.time() < end:
+            if self.proc.poll() is not None:
+                return False
+            channel = grpc.insecure_channel(
+                f"127.0.0.1:{self.port}", options=[("grpc.use_local_subchannel_pool", 1)])
+            try:
+                r = health_grpc.HealthStub(channel).Check(
+                    health_pb.HealthCheckRequest(), timeout=0.5)
+                if r.status == health_pb.HealthCheckResponse.SERVING:
+                    return True
+            except grpc.RpcError:
+                pass
+            finally:
+                channel.close()
+            time.sleep(0.1)
+        return False
+
+    def stub(self):
+        import grpc
+        from knnd.v1 import knn_service_pb2_grpc as pb_grpc
+        self.channel = grpc.insecure_channel(
+            f"127.0.0.1:{self.port}",
+            options=[("grpc.max_receive_message_length", -1),
+                     ("grpc.max_send_message_length", -1)])
+        return pb_grpc.KnnServiceStub(self.channel)
+
+    def metric(self, name):
+        import urllib.request
+        text = urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name) and not line.startswith("#"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def read_log(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+class PeakSampler:
+    """Samples a process's anonymous RSS every 10 ms while in use."""
+
+    def __init__(self, pid):
+        self.pid, self.peak, self.stop = pid, rss_anon(pid), threading.Event()
+        self.thread = threading.Thread(target=self.run)
+
+    def run(self):
+        while not self.stop.wait(0.01):
+            try:
+                self.peak = max(self.peak, rss_anon(self.pid))
+            except (OSError, RuntimeError):
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def request(rng, dim, nq, k, nprobe, filter_ids=0):
+    from knnd.v1 import knn_service_pb2 as pb
+    r = pb.SearchRequest(
+        k=k, nprobe=nprobe, dim=dim,
+        vectors_f32le=rng.standard_normal(nq * dim).astype("<f4").tobytes())
+    if filter_ids:
+        r.allowed_ids.extend(sorted(rng.choice(50000, filter_ids, replace=False).tolist()))
+    return r
+
+
+def run_requests(stub, requests, window, deadline_s=30.0):
+    """Sends `requests` keeping `window` outstanding; returns a list of
+    (code name, latency s, has pushback trailer) in completion order."""
+    import grpc
+    results = []
+    lock = threading.Lock()
+    slots = threading.Semaphore(window)
+
+    def done(future, start):
+        code = future.code()
+        pushback = False
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            pushback = any(k == "grpc-retry-pushback-ms"
+                           for k, _ in (future.trailing_metadata() or ()))
+        with lock:
+            results.append((code.name, time.perf_counter() - start, pushback))
+        slots.release()
+
+    for r in requests:
+        slots.acquire()
+        start = time.perf_counter()
+        f = stub.Search.future(r, timeout=deadline_s)
+        f.add_done_callback(lambda fut, s=start: done(fut, s))
+    for _ in range(window):
+        slots.acquire()
+    return results
+
+
+def overload(stub, requests, clients, seconds):
+    """`clients` threads send `requests` round robin for `seconds`, each
+    waiting the server's grpc-retry-pushback-ms after a refusal; returns
+    (code name, latency s, has pushback trailer) per call."""
+    import grpc
+    results = []
+    lock = threading.Lock()
+    end = time.time() + seconds
+
+    def client(i):
+        mine = []
+        n = i
+        while time.time() < end:
+            start = time.perf_counter()
+            try:
+                stub.Search(requests[n % len(requests)], timeout=30)
+                mine.append(("OK", time.perf_counter() - start, False))
+            except grpc.RpcError as e:
+                pushback = [v for k, v in (e.trailing_metadata() or ())
+                            if k == "grpc-retry-pushback-ms"]
+                mine.append((e.code().name, time.perf_counter() - start,
+                             bool(pushback)))
+                if pushback:
+                    time.sleep(int(pushback[0]) / 1000)
+            n += clients
+        with lock:
+            results.extend(mine)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def p99(latencies):
+    return float(np.percentile(np.array(latencies), 99))
+
+
+class WithIndex(unittest.TestCase):
+    """A generated client and a seeded index of ROWS x DIM built as FACTORY
+    in a temporary directory shared by the class's tests."""
+    DIM = 64
+    ROWS = 50000
+    FACTORY = "IVF256,PQ16"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        generate_client(ARGS.source_dir, cls.tmp.name)
+        cls.index = os.path.join(cls.tmp.name, "test.index")
+        build_index(cls.index, cls.ROWS, cls.DIM, cls.FACTORY)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+
+class MemoryTest(WithIndex):
+
+    def mixed(self, rng, count):
+        shapes = [(1, 10, 8), (1, 100, 32), (8, 10, 16), (64, 100, 16),
+                  (256, 1000, 64), (16, 10, 256)]
+        weights = [0.55, 0.15, 0.15, 0.1, 0.02, 0.03]
+        picks = rng.choice(len(shapes), count, p=weights)
+        for i, p in enumerate(picks):
+            nq, k, nprobe = shapes[p]
+            yield request(rng, self.DIM, nq, k, nprobe,
+                          filter_ids=1000 if i % 50 == 0 else 0)
+
+    def test_soak_anonymous_memory_returns_to_post_warmup_level(self):
+        d = Daemon(self.tmp.name, self.index, name="soak")
+        try:
+            self.assertTrue(d.wait_serving(), d.read_log())
+            stub = d.stub()
+            rng = np.random.default_rng(1)
+            warm = run_requests(stub, self.mixed(rng, 1000), window=8)
+            self.assertTrue(all(c == "OK" for c, _, _ in warm))
+            time.sleep(0.5)
+            after_warmup = rss_anon(d.proc.pid)
+            n = ARGS.soak_searches
+            peak = after_warmup
+            done = 0
+            while done < n:
+                batch = min(10000, n - done)
+                res = run_requests(stub, self.mixed(rng, batch), window=8)
+                self.assertTrue(all(c == "OK" for c, _, _ in res))
+                done += batch
+                peak = max(peak, rss_anon(d.proc.pid))
+            time.sleep(0.5)
+            after = rss_anon(d.proc.pid)
+            allowed = max(0.02 * after_warmup, 4 << 20)
+            print(f"\nsoak: {n} searches; anonymous RSS after warm-up "
+                  f"{after_warmup / 2**20:.1f} MiB, after soak {after / 2**20:.1f} MiB "
+                  f"(diff {(after - after_warmup) / 2**20:+.2f} MiB, allowed "
+                  f"{allowed / 2**20:.1f}), peak sampled {peak / 2**20:.1f} MiB",
+                  flush=True)
+            self.assertLessEqual(abs(after - after_warmup), allowed)
+            self.assertIsNone(d.proc.poll())
+        finally:
+            d.stop()
+
+    def test_overload_is_refused_and_admitted_latency_stays_bounded(self):
+        budget = 2 << 20
+        d = Daemon(self.tmp.name, self.index, name="overload",
+                   extra=f"max_inflight_queries: 64\nmax_queries_per_request: 64\n"
+                         f"max_inflight_bytes: {budget}\ncoalesce_requests: false\n")
+        try:
+            self.assertTrue(d.wait_serving(), d.read_log())
+            stub = d.stub()
+            rng = np.random.default_rng(2)
+            shape = dict(nq=16, k=10, nprobe=32)
+            reqs = [request(rng, self.DIM, **shape) for _ in range(64)]
+            run_requests(stub, reqs[:16], window=1)  # warm
+            time.sleep(0.2)
+            base_anon = rss_anon(d.proc.pid)
+            unloaded = []
+            for _ in range(3):
+                unloaded += [l for c, l, _ in run_requests(stub, reqs, window=1)]
+            # Capacity is 64 rows = 4 requests in flight; 40 clients (10x)
+            # send back to back and wait grpc-retry-pushback-ms when refused,
+            # as gRPC clients with retries do.
+            # Then a flood of large requests (16 queries x k=1000, ~0.6 MiB
+            # each) against the 2 MiB byte budget.
+            big = [request(rng, self.DIM, 16, 1000, 64) for _ in range(8)]
+            with PeakSampler(d.proc.pid) as sampler:
+                results = overload(stub, reqs, clients=40,
+                                   seconds=ARGS.overload_seconds)
+                flood = run_requests(stub, big * 8, window=32)
+            peak = sampler.peak
+            self.assertIsNone(d.proc.poll(), "knnd died under overload")
+            codes = [c for c, _, _ in results]
+            ok = [l for c, l, _ in results if c == "OK"]
+            exhausted = [r for r in results if r[0] == "RESOURCE_EXHAUSTED"]
+            ratio = p99(ok) / p99(unloaded)
+            print(f"\noverload: {len(results)} requests from 40 clients vs "
+                  f"capacity 4: {len(ok)} OK, {len(exhausted)} RESOURCE_EXHAUSTED; "
+                  f"p99 admitted {p99(ok) * 1e3:.2f} ms vs unloaded "
+                  f"{p99(unloaded) * 1e3:.2f} ms = {ratio:.2f}x; flood of large: "
+                  f"{sum(c == 'OK' for c, _, _ in flood)} OK, "
+                  f"{sum(c == 'RESOURCE_EXHAUSTED' for c, _, _ in flood)} "
+                  f"RESOURCE_EXHAUSTED; anon {base_anon / 2**20:.1f} -> peak "
+                  f"{peak / 2**20:.1f} MiB (budget {budget / 2**20:.0f} MiB)",
+                  flush=True)
+            self.assertEqual(set(codes) - {"OK", "RESOURCE_EXHAUSTED"}, set())
+            self.assertGreater(len(ok), 0)
+            self.assertGreater(len(exhausted), 0)
+            self.assertTrue(all(p for _, _, p in exhausted),
+                            "a RESOURCE_EXHAUSTED without grpc-retry-pushback-ms")
+            flood_codes = [c for c, _, _ in flood]
+            self.assertIn("RESOURCE_EXHAUSTED", flood_codes)
+            self.assertIn("OK", flood_codes)
+            self.assertGreater(d.metric('knnd_search_rejected_total{reason="memory_budget"}'), 0)
+            self.assertGreater(d.metric('knnd_search_rejected_total{reason="queue_full"}'), 0)
+            self.assertLessEqual(peak, base_anon + budget + (8 << 20))
+            if ARGS.assert_p99:
+                self.assertLessEqual(ratio, 3.0)
+        finally:
+            d.stop()
+
+
+def cgroup_v1_writable():
+    if os.geteuid() != 0 or not os.path.isdir(CGROUP_V1):
+        return False
+    probe = os.path.join(CGROUP_V1, f"knnd-test-probe-{os.getpid()}")
+    try:
+        os.mkdir(probe)
+        os.rmdir(probe)
+        return True
+    except OSError:
+        return False
+
+
+class Cgroup:
+    def __init__(self, limit):
+        self.path = os.path.join(CGROUP_V1, f"knnd-test-{os.getpid()}-{time.time_ns()}")
+        os.mkdir(self.path)
+        self.write("memory.limit_in_bytes", str(limit))
+
+    def write(self, name, value):
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write(value)
+
+    def read(self, name):
+        with open(os.path.join(self.path, name)) as f:
+            return f.read()
+
+    def remove(self):
+        for _ in range(50):
+            try:
+                os.rmdir(self.path)
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+@unittest.skipUnless(cgroup_v1_writable(),
+                     "needs root and a writable cgroup v1 memory hierarchy")
+class CgroupV1Test(WithIndex):
+    # Precomputed table 1024 * 32 * 256 * 4 = 32 MiB; lists 4 MiB.
+    ROWS = 100000
+    FACTORY = "IVF1024,PQ32"
+
+    def test_start_up_refused_when_the_cgroup_limit_cannot_hold_the_heap(self):
+        cg = Cgroup(96 << 20)
+        try:
+            d = Daemon(self.tmp.name, self.index, cgroup=cg.path, name="refused")
+            rc = d.proc.wait(timeout=120)
+            log = d.read_log()
+            self.assertNotEqual(rc, 0, log)
+            self.assertIn("cgroup v1", log)
+            self.assertIn("more than the memory limit of 96.0 MiB", log)
+            self.assertIn("use_precomputed_table: false (saves 32.0 MiB)", log)
+        finally:
+            cg.remove()
+
+    def test_serves_in_a_cgroup_smaller_than_anonymous_need_plus_file(self):
+        # Without the table the anonymous need is ~45 MiB; the limit leaves
+        # less than the 4 MiB file on top, so the page cache must be
+        # reclaimed while queries run.
+        base = Daemon(self.tmp.name, self.index, name="free",
+                      extra="use_precomputed_table: false\n")
+        try:
+            self.assertTrue(base.wait_serving(), base.read_log())
+            anon = rss_anon(base.proc.pid)
+        finally:
+            base.stop()
+        limit = anon + (2 << 20)
+        cg = Cgroup(limit)
+        d = Daemon(self.tmp.name, self.index, cgroup=cg.path, name="cg",
+                   extra="use_precomputed_table: false\nmemory_headroom_bytes: 0\n")
+        try:
+            self.assertTrue(d.wait_serving(), d.read_log())
+            stub = d.stub()
+            rng = np.random.default_rng(3)
+            reqs = [request(rng, self.DIM, 8, 10, 256) for _ in range(50)]
+            results = []
+            for _ in range(6):
+                results += run_requests(stub, reqs, window=4)
+            self.assertTrue(all(c == "OK" for c, _, _ in results),
+                            {c for c, _, _ in results})
+            self.assertIsNone(d.proc.poll())
+            self.assertIn("oom_kill 0", cg.read("memory.oom_control"))
+            print(f"\ncgroup v1: limit {limit / 2**20:.1f} MiB (anon {anon / 2**20:.1f}"
+                  f" + 2), file {os.path.getsize(self.index) / 2**20:.1f} MiB: "
+                  f"{len(results)} requests OK, failcnt "
+                  f"{cg.read('memory.failcnt').strip()}, max usage "
+                  f"{int(cg.read('memory.max_usage_in_bytes')) / 2**20:.1f} MiB",
+                  flush=True)
+        finally:
+            d.stop()
+            cg.remove()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--knnd", required=True)
+    p.add_argument("--source-dir", required=True)
+    p.add_argument("--soak-searches", type=int, default=5000)
+    p.add_argument("--overload-seconds", type=float, default=3.0)
+    p.add_argument("--assert-p99", action="store_true")
+    ARGS, rest = p.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
