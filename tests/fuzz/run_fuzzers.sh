@@ -37,7 +37,7 @@ for target in "$@"; do
   log=$work/$target.log
   echo "fuzz: $target for ${seconds}s"
   if ! "$build/tests/fuzz/$target" -max_total_time="$seconds" -timeout=30 \
-      -rss_limit_mb=4096 -malloc_limit_mb=4096 -max_len=4096 -print_final_stats=1 \
+      -rss_limit_mb=4096 -malloc_limit_mb=4096 -max_len=4096 -len_control=0 -print_final_stats=1 \
       -artifact_prefix="$work/artifacts/$target-" "$corpus" "${seeds[@]}" \
       >"$log" 2>&1; then
     echo "fuzz: $target FAILED; its log ($log) ends with:"
