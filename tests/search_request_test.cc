@@ -46,7 +46,9 @@ TEST(ResolveLimits, ZeroMeansFromTheIndexAndDefaultsAreClamped) {
 }
 
 TEST(ParseSearchRequest, AcceptsFloatsAndUsesTheDefaultNprobe) {
-  auto parsed = ParseSearchRequest(Request(3), Index(), Limits());
+  // `queries` points into the request, which must outlive the result.
+  const knnd::v1::SearchRequest request = Request(3);
+  auto parsed = ParseSearchRequest(request, Index(), Limits());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->num_queries, 3);
   EXPECT_EQ(parsed->k, 5);
