@@ -166,6 +166,7 @@ test-asan: deps
 ABSL_SRC := $(TSAN_BUILD)/absl-src
 $(ABSL_SRC)/absl/synchronization/mutex.cc:
 	@rm -rf $(ABSL_SRC) $(TSAN_BUILD)/absl-dl && mkdir -p $(TSAN_BUILD)/absl-dl $(ABSL_SRC)
+	deploy/docker/build.sh debsrc
 	cd $(TSAN_BUILD)/absl-dl && apt-get source -qq --download-only \
 	  abseil=$$(dpkg-query -W -f='$${Version}' libabsl-dev)
 	tar xzf $(TSAN_BUILD)/absl-dl/abseil_*.orig.tar.gz -C $(ABSL_SRC) --strip-components=1

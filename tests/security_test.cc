@@ -2,6 +2,8 @@
 // through gRPC against an in-process server. Certificates are made at test
 // time with the openssl command: two CAs, a server certificate for
 // localhost/127.0.0.1 and a client certificate from each CA.
+#include <sys/wait.h>
+
 #include <grpc/support/log.h>
 
 #include <cstdio>
@@ -499,6 +501,64 @@ TEST_F(SecurityTest, OversizedMetadataRefused) {
   EXPECT_EQ(big.error_code(), grpc::RESOURCE_EXHAUSTED) << big.error_message();
   grpc::Status normal = Info(s.channel);
   EXPECT_TRUE(normal.ok()) << normal.error_message();
+}
+
+// knnctl reaches a secured knnd: TLS with the server's CA and a token from
+// a file; the wrong token is refused with the server's status.
+TEST_F(SecurityTest, KnnctlSpeaksTlsAndTokens) {
+  knnd::v1::ServerConfig config = TlsConfig();
+  config.set_search_token_file(Path("search.tokens"));
+  config.set_admin_token_file(Path("admin.tokens"));
+  RunningServer s = StartServer(config);
+  ASSERT_NE(s.server, nullptr);
+  WriteFile(Path("knnctl.search.token"), absl::StrCat(kSearchToken2, "\n"));
+  WriteFile(Path("knnctl.admin.token"),
+            absl::StrCat("# admin\n\n", kAdminToken, "\n"));
+  auto knnctl = [&](const std::string& args, std::string* output) {
+    FILE* pipe = popen(absl::StrCat(KNNCTL_BINARY, " ", args, " 2>&1").c_str(),
+                       "r");
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) output->append(buf, n);
+    const int status = pclose(pipe);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  const std::string tls = absl::StrCat(" --addr ", s.address, " --tls_ca ",
+                                       Path("ca1.pem"));
+  std::string out;
+  EXPECT_EQ(knnctl(absl::StrCat("info", tls, " --token_file ",
+                                Path("knnctl.search.token")),
+                   &out),
+            0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("ntotal"));
+  out.clear();
+  EXPECT_EQ(knnctl(absl::StrCat("info", tls), &out), 2);
+  EXPECT_THAT(out, HasSubstr("UNAUTHENTICATED"));
+  out.clear();
+  EXPECT_EQ(knnctl(absl::StrCat("info --addr ", s.address, " --token_file ",
+                                Path("knnctl.search.token")),
+                   &out),
+            2)
+      << "plaintext to a TLS port";
+  const std::string admin =
+      absl::StrCat(" --addr 127.0.0.1:", s.server->admin_port());
+  out.clear();
+  EXPECT_EQ(knnctl(absl::StrCat("versions", admin, " --token_file ",
+                                Path("knnctl.admin.token")),
+                   &out),
+            0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("serving"));
+  out.clear();
+  EXPECT_EQ(knnctl(absl::StrCat("versions", admin, " --token_file ",
+                                Path("knnctl.search.token")),
+                   &out),
+            2);
+  EXPECT_THAT(out, HasSubstr("PERMISSION_DENIED"));
+  for (const char* token : {kSearchToken2, kAdminToken}) {
+    EXPECT_THAT(out, Not(HasSubstr(token)));
+  }
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #   build.sh all     OUT           everything, as the image's build stage does:
 #                                  Debian packages (make deps), FAISS with
 #                                  SIMD, knnd and knnctl, then `runtime`
+#   build.sh debsrc                apt-get source works: deb-src entries and
+#                                  dpkg-dev
 #   build.sh faiss   PREFIX        FAISS 1.7.3 from Debian's own source
 #                                  package, compiled for AVX2, installed
 #                                  (static library + CMake config) in PREFIX
@@ -48,10 +50,10 @@ is_glibc() {
   return 1
 }
 
-faiss() {
-  local prefix=$1 work
-  # `apt-get source` needs deb-src entries; Debian 12 images list their
-  # repositories in deb822 form.
+# `apt-get source` needs deb-src entries and dpkg-dev; Debian 12 images list
+# their repositories in deb822 form. Used by `faiss` and by `make test-tsan`
+# (abseil's source).
+debsrc() {
   if ! grep -rqsE '^(deb-src |Types:.*deb-src)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
     [ -f /etc/apt/sources.list.d/debian.sources ] ||
       die "no deb-src entry and no /etc/apt/sources.list.d/debian.sources to add one to"
@@ -60,6 +62,11 @@ faiss() {
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     dpkg-dev >/dev/null
+}
+
+faiss() {
+  local prefix=$1 work
+  debsrc
   work=$(mktemp -d)
   (cd "$work" && apt-get source -qq faiss >/dev/null)
   # A static libfaiss like Debian's (knnd links it the same way), compiled
@@ -139,11 +146,12 @@ all() {
   runtime "$SOURCE_DIR/build-docker" "$out"
 }
 
-usage() { sed -n '2,32p' "$0" >&2; exit 2; }
+usage() { sed -n '2,34p' "$0" >&2; exit 2; }
 
 case "${1:-}" in
   all) [ $# = 2 ] || usage; all "$(realpath -m "$2")" ;;
   faiss) [ $# = 2 ] || usage; faiss "$(realpath -m "$2")" ;;
+  debsrc) [ $# = 1 ] || usage; debsrc ;;
   knnd) [ $# -ge 2 ] && [ $# -le 3 ] || usage; knnd "$2" "${3:-}" ;;
   runtime) [ $# = 3 ] || usage; runtime "$(realpath "$2")" "$(realpath -m "$3")" ;;
   check) [ $# = 2 ] || usage; check "$(realpath "$2")" ;;

@@ -13,11 +13,15 @@
 //   knnctl publish --index FILE --dir DIR   DIR/<next N>/ for knnd to load
 //   knnctl reload [--addr HOST:ADMIN_PORT] [--pin N]   load / roll back now
 //   knnctl versions [--addr HOST:ADMIN_PORT]           what is on disk, served
+// Calls to a secured knnd: --tls_ca (+ --tls_cert/--tls_key for mTLS) and
+// --token_file.
 // Exit codes: 0 done, 1 health: not serving, 2 any error (message on stderr).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <random>
@@ -37,6 +41,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -59,6 +64,16 @@ ABSL_FLAG(absl::optional<std::string>, addr, absl::nullopt,
           "knnd address, HOST:PORT: the search API (default localhost:50051), "
           "or for reload and versions the admin API (default "
           "localhost:50052, knnd's admin_listen_address).");
+ABSL_FLAG(std::string, token_file, "",
+          "File whose first token line (blank lines and # comments skipped) "
+          "is sent as 'authorization: Bearer <token>' on every call: knnd's "
+          "search_token_file / admin_token_file. Never a flag value, so the "
+          "token stays out of the process list.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle that signed knnd's certificate: connect with TLS.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "With --tls_ca: PEM client certificate chain (mutual TLS).");
+ABSL_FLAG(std::string, tls_key, "", "With --tls_cert: its PEM private key.");
 ABSL_FLAG(absl::optional<int64_t>, pin, absl::nullopt,
           "reload: pin version N and serve it (rollback); 0 unpins and "
           "serves the latest. Unset: serve the latest (or pinned) version.");
@@ -151,17 +166,62 @@ int FailRpc(const char* what, const grpc::Status& status) {
                            ": ", status.error_message()));
 }
 
+// The whole of a file, or an error naming it and the flag.
+std::string ReadFlagFile(const char* flag, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "knnctl: --%s %s: cannot read: %s\n", flag,
+                 path.c_str(), std::strerror(errno));
+    std::exit(2);
+  }
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 std::shared_ptr<grpc::Channel> Connect(
     const std::string& default_addr = "localhost:50051") {
-  return grpc::CreateChannel(absl::GetFlag(FLAGS_addr).value_or(default_addr),
-                             grpc::InsecureChannelCredentials());
+  const std::string addr = absl::GetFlag(FLAGS_addr).value_or(default_addr);
+  if (absl::GetFlag(FLAGS_tls_ca).empty()) {
+    return grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+  }
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = ReadFlagFile("tls_ca", absl::GetFlag(FLAGS_tls_ca));
+  if (!absl::GetFlag(FLAGS_tls_cert).empty()) {
+    tls.pem_cert_chain = ReadFlagFile("tls_cert", absl::GetFlag(FLAGS_tls_cert));
+    tls.pem_private_key = ReadFlagFile("tls_key", absl::GetFlag(FLAGS_tls_key));
+  }
+  return grpc::CreateChannel(addr, grpc::SslCredentials(tls));
+}
+
+// The bearer token of --token_file ("" without one); read once.
+const std::string& Token() {
+  static const std::string* token = [] {
+    auto* t = new std::string;
+    const std::string path = absl::GetFlag(FLAGS_token_file);
+    if (path.empty()) return t;
+    for (absl::string_view line :
+         absl::StrSplit(ReadFlagFile("token_file", path), '\n')) {
+      line = absl::StripAsciiWhitespace(line);
+      if (line.empty() || line[0] == '#') continue;
+      *t = std::string(line);
+      break;
+    }
+    if (t->empty()) {
+      std::fprintf(stderr, "knnctl: --token_file %s holds no token\n",
+                   path.c_str());
+      std::exit(2);
+    }
+    return t;
+  }();
+  return *token;
 }
 
 constexpr char kAdminAddr[] = "localhost:50052";
 
+// Every call's deadline, and its bearer token when --token_file is given.
 void SetDeadline(grpc::ClientContext& context) {
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+  if (!Token().empty()) context.AddMetadata("authorization", "Bearer " + Token());
 }
 
 const char* MetricOf(knnd::v1::Metric metric) {
