@@ -117,11 +117,16 @@ bench-rerank: build
 # and a 2-minute overload with the p99 ratio asserted.
 MEM_INDEX_1M = /tmp/knnd_bench_mem_1m.index
 MEM_INDEX_10M = /tmp/knnd_bench_mem_10m.index
+MEM_INDEX_1M_PQ128 = /tmp/knnd_bench_mem_1m_pq128.index
 bench-memory: build
 	OMP_NUM_THREADS=1 /usr/bin/python3 bench/memory/build_index.py --output $(MEM_INDEX_1M) \
 	  --n 1000000 --dim 64 --factory IVF512,PQ64 --train 30000
 	/usr/bin/python3 -W ignore bench/memory/memory_bench.py --knnd $(BUILD)/knnd \
 	  --source-dir . --index $(MEM_INDEX_1M)
+	OMP_NUM_THREADS=1 /usr/bin/python3 bench/memory/build_index.py --output $(MEM_INDEX_1M_PQ128) \
+	  --n 1000000 --dim 128 --factory IVF2048,PQ128 --train 60000
+	/usr/bin/python3 -W ignore bench/memory/memory_bench.py --knnd $(BUILD)/knnd \
+	  --source-dir . --index $(MEM_INDEX_1M_PQ128) --cases pss
 	OMP_NUM_THREADS=1 /usr/bin/python3 bench/memory/build_index.py --output $(MEM_INDEX_10M) \
 	  --n 10000000 --dim 64 --factory IVF4096,PQ32 --train 200000
 	/usr/bin/python3 -W ignore bench/memory/memory_bench.py --knnd $(BUILD)/knnd \

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <typeinfo>
@@ -137,10 +138,26 @@ absl::Status Corrupt(const std::string& path, const std::string& what) {
 // memory-mapped inverted list lies inside the file: FAISS 1.7.3 computes list
 // offsets from sizes stored in the file and a truncated or corrupt file would
 // otherwise crash the first search that touches a list past its end.
+// The byte FAISS's reader copied from the file into a bool field: a corrupt
+// file can leave any value there, and reading it as a bool is undefined.
+int FileBoolByte(const bool& field) {
+  unsigned char byte;
+  std::memcpy(&byte, &field, 1);
+  return byte;
+}
+
 absl::Status CheckStructure(const std::string& path, int64_t file_bytes,
                             const faiss::IndexIVFPQ& ivf, int d_in) {
   const faiss::ProductQuantizer& pq = ivf.pq;
-  if (!ivf.is_trained) return Corrupt(path, "the index is not trained");
+  const int trained = FileBoolByte(ivf.is_trained);
+  const int by_residual = FileBoolByte(ivf.by_residual);
+  if (trained > 1 || by_residual > 1) {
+    return Corrupt(path, absl::StrFormat(
+                             "its flags is_trained=%d, by_residual=%d are not "
+                             "0 or 1",
+                             trained, by_residual));
+  }
+  if (trained == 0) return Corrupt(path, "the index is not trained");
   if (ivf.d <= 0 || d_in <= 0) {
     return Corrupt(path, absl::StrCat("dimension ", ivf.d));
   }

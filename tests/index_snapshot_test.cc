@@ -235,6 +235,31 @@ TEST(IndexSnapshot, TruncatedFilesAreRefusedWithoutACrash) {
   }
 }
 
+// A flag byte that is neither 0 nor 1 (found by the index loader fuzzer
+// under UBSan: FAISS's reader copies it into a bool as it is) is refused as
+// corruption, never read as a bool.
+TEST(IndexSnapshot, NonBooleanFlagBytesAreRefused) {
+  TempDir tmp;
+  IndexSpec spec;
+  WriteIndex(tmp.path("good.index"), spec);
+  std::string bytes = ReadFile(tmp.path("good.index"));
+  // "IwPQ", then the index header: d (4 bytes), ntotal and two dummies
+  // (8 each), is_trained (1).
+  constexpr size_t kIsTrained = 4 + 4 + 8 + 8 + 8;
+  ASSERT_EQ(bytes.substr(0, 4), "IwPQ");
+  ASSERT_EQ(bytes[kIsTrained], 1);
+  bytes[kIsTrained] = static_cast<char>(176);
+  WriteFile(tmp.path("flag.index"), bytes);
+  for (bool probe : {true, false}) {
+    LoadOptions options;
+    options.probe_in_subprocess = probe;
+    auto s = IndexSnapshot::Load(tmp.path("flag.index"), options);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << s.status();
+    EXPECT_THAT(s.status().message(), HasSubstr("is_trained=176"));
+  }
+}
+
 TEST(IndexSnapshot, ByteFlippedFilesNeverCrashTheLoader) {
   TempDir tmp;
   IndexSpec spec;
