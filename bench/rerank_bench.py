@@ -82,6 +82,7 @@ class Knnd:
             f.write(f'index_path: "{index}"\n'
                     f'listen_address: "127.0.0.1:{self.port}"\n'
                     f'metrics_listen_address: "127.0.0.1:{free_port()}"\n'
+                    'admin_listen_address: "127.0.0.1:0"\n'
                     "num_workers: 1\nomp_threads_per_worker: 1\n"
                     "max_refine_factor: 1024\nmax_k: 1024\n"
                     f"load_vectors: {'true' if load_vectors else 'false'}\n"

@@ -108,7 +108,8 @@ class Server:
                 for key, value in settings.items():
                     f.write(f"{key}: {value}\n")
             cmd = [f"{ARGS.build}/knnd", "--config", cfg, "--index", index,
-                   "--listen", self.address, "--metrics_listen", f"127.0.0.1:{free_port()}"]
+                   "--listen", self.address, "--metrics_listen", f"127.0.0.1:{free_port()}",
+                   "--admin_listen", "127.0.0.1:0"]
         else:
             cmd = ["/usr/bin/python3", f"{SOURCE}/bench/python_server.py", "--index", index,
                    "--port", str(self.port), "--nprobe", str(NPROBE),

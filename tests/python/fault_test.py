@@ -98,7 +98,7 @@ class FaultTest(unittest.TestCase):
         log = open(log_path, "w")
         proc = subprocess.Popen(
             [ARGS.knnd, "--index", index, "--listen", addr, "--metrics_listen",
-             metrics, "--workers", "2", *extra],
+             metrics, "--admin_listen", "127.0.0.1:0", "--workers", "2", *extra],
             stdout=log, stderr=subprocess.STDOUT, **popen)
         log.close()
         self.procs.append(proc)

@@ -69,6 +69,7 @@ class Daemon:
         with open(self.config, "w") as f:
             f.write(f'index_path: "{index}"\nlisten_address: "127.0.0.1:{self.port}"\n'
                     f'metrics_listen_address: "127.0.0.1:{self.metrics_port}"\n'
+                    f'admin_listen_address: "127.0.0.1:0"\n'
                     f"num_workers: 2\nwarmup_queries: 64\n{extra}")
         self.log = os.path.join(tmp, name + ".log")
         cmd = [ARGS.knnd, "--config", self.config]
