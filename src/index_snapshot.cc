@@ -146,6 +146,20 @@ int FileBoolByte(const bool& field) {
   return byte;
 }
 
+// The same for an enum field: FAISS's reader copies any 32-bit value from the
+// file into a faiss::MetricType, and loading one outside the enum's range is
+// undefined, so it is compared as an int before it is used as a metric.
+int32_t FileEnumValue(const faiss::MetricType& field) {
+  static_assert(sizeof(field) == sizeof(int32_t));
+  int32_t value;
+  std::memcpy(&value, &field, sizeof(value));
+  return value;
+}
+
+bool IsServedMetric(int32_t metric) {
+  return metric == faiss::METRIC_L2 || metric == faiss::METRIC_INNER_PRODUCT;
+}
+
 absl::Status CheckStructure(const std::string& path, int64_t file_bytes,
                             const faiss::IndexIVFPQ& ivf, int d_in) {
   const faiss::ProductQuantizer& pq = ivf.pq;
@@ -161,12 +175,17 @@ absl::Status CheckStructure(const std::string& path, int64_t file_bytes,
   if (ivf.d <= 0 || d_in <= 0) {
     return Corrupt(path, absl::StrCat("dimension ", ivf.d));
   }
-  if (ivf.metric_type != faiss::METRIC_L2 &&
-      ivf.metric_type != faiss::METRIC_INNER_PRODUCT) {
+  const int32_t metric = FileEnumValue(ivf.metric_type);
+  if (!IsServedMetric(metric)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "index file ", path, " uses FAISS metric ",
-        static_cast<int>(ivf.metric_type),
+        "index file ", path, " uses FAISS metric ", metric,
         "; knnd serves L2 and inner-product indexes only"));
+  }
+  if (ivf.quantizer != nullptr &&
+      !IsServedMetric(FileEnumValue(ivf.quantizer->metric_type))) {
+    return Corrupt(path, absl::StrCat("its coarse quantizer's metric is ",
+                                      FileEnumValue(ivf.quantizer->metric_type),
+                                      ", not L2 (1) or inner product (0)"));
   }
   if (ivf.quantizer == nullptr || ivf.quantizer->d != ivf.d ||
       ivf.quantizer->ntotal != static_cast<idx_t>(ivf.nlist)) {

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <set>
@@ -257,6 +258,56 @@ TEST(IndexSnapshot, NonBooleanFlagBytesAreRefused) {
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << s.status();
     EXPECT_THAT(s.status().message(), HasSubstr("is_trained=176"));
+  }
+}
+
+// A metric outside faiss::MetricType's range, in the index's header or in its
+// coarse quantizer's, is refused before it is read as the enum (the index
+// loader fuzzer, UBSan -fsanitize=enum). FAISS reads one extra float
+// (metric_arg) after a metric other than L2 or inner product, so the corrupt
+// files below carry one: the rest of the file then parses.
+TEST(IndexSnapshot, OutOfRangeMetricsAreRefused) {
+  TempDir tmp;
+  IndexSpec spec;
+  WriteIndex(tmp.path("good.index"), spec);
+  const std::string good = ReadFile(tmp.path("good.index"));
+  // "IwPQ" + d (4) + ntotal and two dummies (8 each) + is_trained (1).
+  constexpr size_t kIndexMetric = 4 + 4 + 8 + 8 + 8 + 1;
+  // Then nlist and nprobe (8 each), the quantizer's "IxF2" and its header.
+  constexpr size_t kQuantizerMetric = kIndexMetric + 4 + 8 + 8 + 4 + 4 + 8 +
+                                      8 + 8 + 1;
+  ASSERT_EQ(good.substr(kQuantizerMetric - 29 - 4, 4), "IxF2");
+  struct Case {
+    size_t offset;
+    absl::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {kIndexMetric, absl::StatusCode::kInvalidArgument,
+       "uses FAISS metric 1000000"},
+      {kQuantizerMetric, absl::StatusCode::kDataLoss,
+       "coarse quantizer's metric is 1000000"},
+  };
+  for (const Case& c : cases) {
+    std::string bad = good;
+    int32_t metric;
+    std::memcpy(&metric, bad.data() + c.offset, sizeof(metric));
+    ASSERT_EQ(metric, 1) << "expected METRIC_L2 at offset " << c.offset;
+    metric = 1000000;
+    std::memcpy(bad.data() + c.offset, &metric, sizeof(metric));
+    const float metric_arg = 0;
+    bad.insert(c.offset + sizeof(metric),
+               std::string(reinterpret_cast<const char*>(&metric_arg),
+                           sizeof(metric_arg)));
+    WriteFile(tmp.path("metric.index"), bad);
+    for (bool probe : {true, false}) {
+      LoadOptions options;
+      options.probe_in_subprocess = probe;
+      auto s = IndexSnapshot::Load(tmp.path("metric.index"), options);
+      ASSERT_FALSE(s.ok()) << "offset " << c.offset;
+      EXPECT_EQ(s.status().code(), c.code) << s.status();
+      EXPECT_THAT(s.status().message(), HasSubstr(c.message));
+    }
   }
 }
 
