@@ -36,8 +36,9 @@ struct Batcher::Running {
   absl::Status error ABSL_GUARDED_BY(mu);
 };
 
-absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
-    const Options& options, WorkerPool* pool, Metrics* metrics) {
+absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(const Options& options,
+                                                         WorkerPool* pool,
+                                                         Metrics* metrics) {
   if (options.max_batch_rows <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_batch_rows=", options.max_batch_rows, " must be positive"));
@@ -65,7 +66,8 @@ bool Batcher::SameKey(const Running& a, const Running& b) {
   const SearchJob& y = *b.job;
   // The same pinned snapshot object: a batch never mixes index versions.
   return x.snapshot == y.snapshot && x.k == y.k && x.nprobe == y.nprobe &&
-         x.refine_factor == y.refine_factor && a.filter_hash == b.filter_hash && x.allowed_ids == y.allowed_ids;
+         x.refine_factor == y.refine_factor && a.filter_hash == b.filter_hash &&
+         x.allowed_ids == y.allowed_ids;
 }
 
 void Batcher::Submit(std::unique_ptr<SearchJob> job) {
@@ -73,7 +75,37 @@ void Batcher::Submit(std::unique_ptr<SearchJob> job) {
   const int64_t step = options_.max_batch_rows;
   const int units = static_cast<int>((rows + step - 1) / step);
   auto running = std::make_shared<Running>(std::move(job), units);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!CanRunInline(rows)) {
+      Enqueue(running, rows);
+      return;
+    }
+    ++tasks_;
+    ++running_batches_;
+    ++inline_batches_;
+  }
+  pool_->PrepareCallerThread();
+  const std::vector<Unit> batch = {Unit{std::move(running), 0, rows}};
+  Search(batch);
+  Complete(batch.front());
   absl::MutexLock lock(&mu_);
+  --inline_batches_;
+  --running_batches_;
+  --tasks_;
+}
+
+bool Batcher::CanRunInline(int64_t rows) const {
+  // An idle worker not already stood for by another inline search, and
+  // nothing queued that would be overtaken.
+  return rows <= options_.inline_max_rows && rows <= options_.max_batch_rows &&
+         queue_.empty() && unstarted_ == 0 && collectors_.empty() &&
+         pool_->idle_threads() > inline_batches_ &&
+         running_batches_ < pool_->num_threads();
+}
+
+void Batcher::Enqueue(const std::shared_ptr<Running>& running, int64_t rows) {
+  const int64_t step = options_.max_batch_rows;
   for (int64_t begin = 0; begin < rows; begin += step) {
     const int64_t end = std::min(rows, begin + step);
     queue_.push_back(Unit{running, begin, end});
@@ -100,13 +132,22 @@ bool Batcher::Collecting(const Running& running) const {
   return false;
 }
 
-int64_t Batcher::TakeMatching(const Running& key, int64_t rows,
+int64_t Batcher::FairShare(int64_t held_rows) const {
+  const int64_t idle_workers = pool_->num_threads() - running_batches_ -
+                               static_cast<int64_t>(collectors_.size());
+  if (idle_workers <= 1) return options_.max_batch_rows;
+  int64_t queued_rows = held_rows;
+  for (const Unit& unit : queue_) queued_rows += unit.end - unit.begin;
+  const int64_t share = (queued_rows + idle_workers - 1) / idle_workers;
+  return std::clamp<int64_t>(share, held_rows, options_.max_batch_rows);
+}
+
+int64_t Batcher::TakeMatching(const Running& key, int64_t rows, int64_t limit,
                               std::vector<Unit>* batch) {
   int64_t taken = 0;
   for (auto it = queue_.begin(); it != queue_.end();) {
     const int64_t unit_rows = it->end - it->begin;
-    if (rows + taken + unit_rows <= options_.max_batch_rows &&
-        SameKey(key, *it->running)) {
+    if (rows + taken + unit_rows <= limit && SameKey(key, *it->running)) {
       taken += unit_rows;
       batch->push_back(std::move(*it));
       it = queue_.erase(it);
@@ -121,29 +162,33 @@ void Batcher::RunBatch() {
   std::vector<Unit> batch;
   {
     absl::MutexLock lock(&mu_);
+    // Inline searches may hold every core for a moment: wait for one.
+    auto core_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || running_batches_ < pool_->num_threads();
+    };
+    mu_.Await(absl::Condition(&core_free));
     --unstarted_;
     // Units whose key a waiting worker collects are left to that worker.
-    auto first = std::find_if(
-        queue_.begin(), queue_.end(),
-        [this](const Unit& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return !Collecting(*u.running);
-        });
+    auto first =
+        std::find_if(queue_.begin(), queue_.end(),
+                     [this](const Unit& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                       return !Collecting(*u.running);
+                     });
     if (first != queue_.end()) {
       batch.push_back(std::move(*first));
       queue_.erase(first);
       const Running& key = *batch.front().running;
       int64_t rows = batch.front().end - batch.front().begin;
       if (options_.coalesce) {
-        rows += TakeMatching(key, rows, &batch);
+        rows += TakeMatching(key, rows, FairShare(rows), &batch);
         const absl::Time until =
             absl::Now() + absl::Microseconds(options_.max_queue_delay_us);
         const bool urgent =
             std::any_of(batch.begin(), batch.end(), [until](const Unit& u) {
               return u.running->job->deadline < until;
             });
-        if (options_.max_queue_delay_us > 0 &&
-            rows < options_.max_batch_rows && !urgent &&
-            running_batches_ > 0) {
+        if (options_.max_queue_delay_us > 0 && rows < options_.max_batch_rows &&
+            !urgent && running_batches_ > 0) {
           Collector collector{&key, rows};
           collectors_.push_back(&collector);
           auto full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -153,7 +198,7 @@ void Batcher::RunBatch() {
           mu_.AwaitWithDeadline(absl::Condition(&full), until);
           collectors_.erase(
               std::find(collectors_.begin(), collectors_.end(), &collector));
-          rows += TakeMatching(key, rows, &batch);
+          rows += TakeMatching(key, rows, options_.max_batch_rows, &batch);
         }
       }
       ++running_batches_;
@@ -179,10 +224,10 @@ void Batcher::Search(const std::vector<Unit>& batch) {
     if (!running.started.exchange(true)) running.first_start = start;
     if (running.failed.load(std::memory_order_relaxed)) continue;
     if (start > job.deadline) {
-      running.Fail(absl::DeadlineExceededError(absl::StrCat(
-          "deadline passed after ",
-          absl::FormatDuration(start - running.submitted),
-          " in the queue, before the search ran")));
+      running.Fail(absl::DeadlineExceededError(
+          absl::StrCat("deadline passed after ",
+                       absl::FormatDuration(start - running.submitted),
+                       " in the queue, before the search ran")));
     } else if (job.is_cancelled && job.is_cancelled()) {
       running.Fail(absl::CancelledError("request cancelled by the client"));
     } else {

@@ -93,6 +93,10 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
     return out_of_range("max_queue_delay_us", c.max_queue_delay_us(), 0,
                         1000000);
   }
+  if (c.inline_max_rows() > c.max_batch_rows()) {
+    return out_of_range("inline_max_rows", c.inline_max_rows(), 0,
+                        c.max_batch_rows());
+  }
   if (c.num_workers() > 1024) {
     return out_of_range("num_workers", c.num_workers(), 0, 1024);
   }

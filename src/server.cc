@@ -164,6 +164,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   batcher_options.max_batch_rows = static_cast<int>(config.max_batch_rows());
   batcher_options.coalesce = config.coalesce_requests();
   batcher_options.max_queue_delay_us = config.max_queue_delay_us();
+  batcher_options.inline_max_rows = static_cast<int>(config.inline_max_rows());
   absl::StatusOr<std::unique_ptr<Batcher>> batcher = Batcher::Create(
       batcher_options, server->pool_.get(), server->metrics_.get());
   if (!batcher.ok()) return batcher.status();

@@ -61,6 +61,10 @@ size_t WorkerPool::queued() const {
   return tasks_.size();
 }
 
+void WorkerPool::PrepareCallerThread() const {
+  omp_set_num_threads(omp_threads_);
+}
+
 void WorkerPool::Run() {
   // The OpenMP thread count is a per-thread setting: it applies to parallel
   // regions this worker starts inside FAISS.
@@ -72,7 +76,9 @@ void WorkerPool::Run() {
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopping_ || !tasks_.empty();
       };
+      idle_.fetch_add(1, std::memory_order_relaxed);
       mu_.Await(absl::Condition(&ready));
+      idle_.fetch_sub(1, std::memory_order_relaxed);
       if (tasks_.empty()) return;  // stopping, and nothing left to run
       task = std::move(tasks_.front());
       tasks_.pop_front();

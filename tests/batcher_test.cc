@@ -1,12 +1,13 @@
 #include "knnd/batcher.h"
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <thread>
 #include <utility>
 
-#include <gtest/gtest.h>
-
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "scrape_util.h"
 #include "test_util.h"
 
@@ -21,6 +22,17 @@ using ::knnd::testing::ParseExposition;
 using ::knnd::testing::ReferenceSearch;
 using ::knnd::testing::TempDir;
 using ::knnd::testing::WriteIndex;
+
+// One request of a test: its buffers, the per-request truth and outcome.
+struct Request {
+  std::vector<float> queries;
+  std::vector<float> distances;
+  std::vector<int64_t> ids;
+  std::vector<int64_t> want_ids;
+  absl::Status status;
+  std::thread::id ran_on;  // the thread its completion ran on
+  absl::Notification done;
+};
 
 class BatcherTest : public ::testing::Test {
  protected:
@@ -100,10 +112,24 @@ class BatcherTest : public ::testing::Test {
   std::vector<int64_t> SearchAlone(const SearchJob& job) {
     std::vector<float> d(job.num_queries * job.k);
     std::vector<int64_t> ids(job.num_queries * job.k);
-    SearchArgs args{job.queries, job.num_queries, job.k, job.nprobe,
-                    job.allowed_ids, d.data(), ids.data()};
+    SearchArgs args{job.queries,     job.num_queries, job.k,     job.nprobe,
+                    job.allowed_ids, d.data(),        ids.data()};
     EXPECT_TRUE(job.snapshot->Search(args).ok());
     return ids;
+  }
+
+  // A job of `rows` seeded query rows, k 5, whose outcome lands in `r`
+  // (with the per-request truth in r.want_ids).
+  std::unique_ptr<SearchJob> Tracked(Request& r, int rows, uint64_t seed) {
+    r.queries = MakeData(rows, spec_.d, seed);
+    auto job = Job(r.queries, 5, &r.distances, &r.ids);
+    r.want_ids = SearchAlone(*job);
+    job->on_done = [&r](const absl::Status& s, const JobTimes&) {
+      r.status = s;
+      r.ran_on = std::this_thread::get_id();
+      r.done.Notify();
+    };
+    return job;
   }
 
   TempDir tmp_;
@@ -170,15 +196,6 @@ TEST_F(BatcherTest, TicketIsReleasedAfterCompletion) {
 }
 
 // One request of the coalescing tests: its inputs, outputs and outcome.
-struct Request {
-  std::vector<float> queries;
-  std::vector<float> distances;
-  std::vector<int64_t> ids;
-  std::vector<int64_t> want_ids;
-  absl::Status status;
-  absl::Notification done;
-};
-
 TEST_F(BatcherTest, CoalescedResultsEqualPerRequestSearches) {
   // 16 rows: below FAISS's BLAS threshold (20 queries), so a batch's coarse
   // search takes the same code path as a request searched alone and ids
@@ -277,21 +294,18 @@ TEST_F(BatcherTest, RequestsWithDifferentKeysAreNeverMerged) {
 }
 
 TEST_F(BatcherTest, ExpiredRequestInABatchIsNotSearchedButItsNeighboursAre) {
+  // One worker: no idle neighbour to share the queue with, so the three
+  // requests form one batch.
+  auto pool = WorkerPool::Create({1, 1});
+  ASSERT_TRUE(pool.ok());
+  pool_ = std::move(*pool);
   auto metrics = StartMetrics();
   auto batcher = Batcher::Create({256}, pool_.get(), metrics.get());
   ASSERT_TRUE(batcher.ok());
   std::vector<Request> requests(3);
   std::vector<std::unique_ptr<SearchJob>> jobs;
   for (size_t i = 0; i < requests.size(); ++i) {
-    Request& r = requests[i];
-    r.queries = MakeData(2, spec_.d, 300 + i);
-    auto job = Job(r.queries, 5, &r.distances, &r.ids);
-    r.want_ids = SearchAlone(*job);
-    job->on_done = [&r](const absl::Status& s, const JobTimes&) {
-      r.status = s;
-      r.done.Notify();
-    };
-    jobs.push_back(std::move(job));
+    jobs.push_back(Tracked(requests[i], 2, 300 + i));
   }
   jobs[1]->deadline = absl::Now() - absl::Milliseconds(1);
 
@@ -308,6 +322,72 @@ TEST_F(BatcherTest, ExpiredRequestInABatchIsNotSearchedButItsNeighboursAre) {
       << "the expired request was searched";
   EXPECT_EQ(BatchRows(*metrics), std::make_pair(1.0, 4.0))
       << "one FAISS call over the two live requests";
+}
+
+// Three workers free up with six one-row requests of one key queued: each
+// batch takes at most its share (queued rows / idle workers, 2 here), so the
+// work spreads over the workers instead of one worker merging all six while
+// the others idle.
+TEST_F(BatcherTest, CoalescingLeavesNoWorkerIdleBesideTheQueue) {
+  ASSERT_EQ(pool_->num_threads(), 3);
+  auto metrics = StartMetrics();
+  auto batcher = Batcher::Create({256}, pool_.get(), metrics.get());
+  ASSERT_TRUE(batcher.ok());
+  std::vector<Request> requests(6);
+  auto release = BlockWorkers();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    (*batcher)->Submit(Tracked(requests[i], 1, 600 + i));
+  }
+  release->Notify();
+  for (Request& r : requests) {
+    r.done.WaitForNotification();
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    EXPECT_EQ(r.ids, r.want_ids);
+  }
+  const auto [batches, rows] = BatchRows(*metrics);
+  EXPECT_EQ(rows, 6);
+  EXPECT_GE(batches, 3) << "one worker merged more than its share";
+  EXPECT_LT(batches, 6) << "nothing was coalesced";
+}
+
+// A small request that finds a worker idle and nothing queued is searched on
+// the submitting thread (no hand-off); with every worker busy it waits in
+// the queue for one, and a larger request always goes to the workers.
+TEST_F(BatcherTest, SmallRequestsRunInlineOnlyWhileAWorkerIsIdle) {
+  Batcher::Options options;
+  options.inline_max_rows = 2;
+  auto batcher = Batcher::Create(options, pool_.get());
+  ASSERT_TRUE(batcher.ok());
+  while (pool_->idle_threads() < pool_->num_threads())
+    absl::SleepFor(absl::Milliseconds(1));
+
+  const std::thread::id me = std::this_thread::get_id();
+
+  Request small;
+  (*batcher)->Submit(Tracked(small, 2, 700));
+  ASSERT_TRUE(small.done.HasBeenNotified()) << "not searched within Submit";
+  EXPECT_TRUE(small.status.ok()) << small.status;
+  EXPECT_EQ(small.ran_on, me);
+  EXPECT_EQ(small.ids, small.want_ids);
+
+  Request large;
+  (*batcher)->Submit(Tracked(large, 3, 701));
+  large.done.WaitForNotification();
+  EXPECT_TRUE(large.status.ok()) << large.status;
+  EXPECT_NE(large.ran_on, me) << "a request above inline_max_rows ran inline";
+  EXPECT_EQ(large.ids, large.want_ids);
+
+  auto release = BlockWorkers();
+  while (pool_->idle_threads() > 0) absl::SleepFor(absl::Milliseconds(1));
+  Request queued;
+  (*batcher)->Submit(Tracked(queued, 1, 702));
+  EXPECT_FALSE(queued.done.HasBeenNotified())
+      << "searched inline while every worker was busy";
+  release->Notify();
+  queued.done.WaitForNotification();
+  EXPECT_TRUE(queued.status.ok()) << queued.status;
+  EXPECT_NE(queued.ran_on, me);
+  EXPECT_EQ(queued.ids, queued.want_ids);
 }
 
 TEST_F(BatcherTest, ConcurrentSingleQueriesAreCoalescedWithAQueueDelay) {

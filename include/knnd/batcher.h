@@ -4,12 +4,14 @@
 //   that many rows, which run on several workers in parallel; the request
 //   completes when its last unit does.
 // - Coalescing: queued units of different requests with the same key
-//   (pinned snapshot, k, nprobe, refine_factor, allow-list) are merged into one FAISS call
-//   of up to max_batch_rows rows: their query rows are copied into one
-//   buffer and the results scattered back. A worker whose batch is short may
-//   wait up to max_queue_delay_us for more rows of its key, but only while
+//   (pinned snapshot, k, nprobe, refine_factor, allow-list) are merged into one
+//   FAISS call of up to max_batch_rows rows: their query rows are copied into
+//   one buffer and the results scattered back. A worker whose batch is short
+//   may wait up to max_queue_delay_us for more rows of its key, but only while
 //   another batch is running (no load: no wait), and never when a unit it
-//   holds has a deadline closer than that.
+//   holds has a deadline closer than that. While other workers are idle, a
+//   worker takes only its fair share of the queued rows (queued rows / idle
+//   workers), so that merging never leaves a core idle beside a queue.
 // Before a batch runs, every unit's request is checked for deadline and
 // cancellation; expired or abandoned units are dropped from the batch and
 // never searched, while their neighbours are.
@@ -22,7 +24,7 @@
 // The pool must outlive the Batcher; destroying the Batcher waits until
 // every submitted job has completed.
 // Thread-safety: Submit() is safe from any thread; callbacks run on worker
-// threads.
+// threads, or within Submit() for a request searched inline.
 #ifndef KNND_BATCHER_H_
 #define KNND_BATCHER_H_
 
@@ -55,7 +57,7 @@ struct JobTimes {
 // One admitted Search call. Pointers must stay valid until on_done ran.
 struct SearchJob {
   std::shared_ptr<const IndexSnapshot> snapshot;  // pinned for the job's life
-  const float* queries = nullptr;  // num_queries * dim, row-major
+  const float* queries = nullptr;    // num_queries * dim, row-major
   std::vector<float> query_storage;  // owns `queries` when it is a copy
   int64_t num_queries = 0;
   int k = 0;
@@ -84,6 +86,12 @@ class Batcher {
     // batch runs, in microseconds. 0: no waiting, batch only what is
     // already queued.
     int64_t max_queue_delay_us = 0;
+    // A request of at most this many rows that finds the queue empty and a
+    // worker idle is searched on the submitting thread (gRPC's), which
+    // saves the hand-off to the worker (a thread wake-up) at low load. The
+    // number of searches running at once, inline or on workers, stays at
+    // most the pool's thread count. 0: never inline.
+    int inline_max_rows = 0;
   };
 
   // `metrics` (optional) is told the rows of every FAISS call that runs.
@@ -111,24 +119,35 @@ class Batcher {
       : options_(options), pool_(pool), metrics_(metrics) {}
 
   static bool SameKey(const Running& a, const Running& b);
+  // Queues the units of `running` (`rows` rows) and schedules their tasks.
+  void Enqueue(const std::shared_ptr<Running>& running, int64_t rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One pool task: takes a batch from the queue (waiting for more rows if
   // allowed), runs it and completes its units.
   void RunBatch();
-  // Moves queued units with `key`'s key into `batch` while they fit in
-  // max_batch_rows; returns the rows moved.
-  int64_t TakeMatching(const Running& key, int64_t rows,
+  // The rows a worker starting a batch that holds `held_rows` may take:
+  // while other workers are idle, its share of the queued rows (so that
+  // coalescing never leaves a core idle beside a queue), else
+  // max_batch_rows.
+  int64_t FairShare(int64_t held_rows) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves queued units with `key`'s key into `batch` while the batch stays
+  // within `limit` rows; returns the rows moved.
+  int64_t TakeMatching(const Running& key, int64_t rows, int64_t limit,
                        std::vector<Unit>* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Collecting(const Running& running) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a one-unit request of `rows` rows may run on the submitting
+  // thread now (Options::inline_max_rows).
+  bool CanRunInline(int64_t rows) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SchedulePoolTask() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Searches the live units of `batch` in one FAISS call.
   void Search(const std::vector<Unit>& batch);
   static void Complete(const Unit& unit);
 
   const Options options_;
-  WorkerPool* const pool_;   // not owned
-  Metrics* const metrics_;   // not owned; may be null
+  WorkerPool* const pool_;  // not owned
+  Metrics* const metrics_;  // not owned; may be null
 
   absl::Mutex mu_;
   std::deque<Unit> queue_ ABSL_GUARDED_BY(mu_);
@@ -138,7 +157,10 @@ class Batcher {
   // key that will take it or schedule a task for it.
   int64_t tasks_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t unstarted_ ABSL_GUARDED_BY(mu_) = 0;
-  // Batches taken from the queue and not finished (collectors excluded). A
+  // Searches running on submitting threads (counted in running_batches_).
+  int64_t inline_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  // Batches taken from the queue, or run inline, and not finished
+  // (collectors excluded). A
   // short batch waits for more rows only while another one runs: without
   // load nothing would come, so a lone request is never held back, and a
   // worker that turns idle never waits beside an idle core.

@@ -1,7 +1,9 @@
 // KnnServiceImpl: the gRPC handlers of knnd.v1.KnnService. Thin by design:
 // pin the snapshot, parse and validate, admit through the gate, hand the job
 // to the Batcher, and map the outcome to a gRPC status. Handlers never
-// search; they return at once and the reactor finishes on a worker thread.
+// search, except a small request that finds a worker idle and nothing queued
+// (Batcher inline_max_rows); they return and the reactor finishes on the
+// thread that ran the search.
 //
 // Every call is counted in `metrics`, rejections by reason.
 //

@@ -10,6 +10,7 @@
 #ifndef KNND_WORKER_POOL_H_
 #define KNND_WORKER_POOL_H_
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -40,6 +41,12 @@ class WorkerPool {
   int num_threads() const { return static_cast<int>(threads_.size()); }
   // Tasks submitted but not started yet.
   size_t queued() const;
+  // Threads waiting for a task (a snapshot: it may change at once).
+  int idle_threads() const { return idle_.load(std::memory_order_relaxed); }
+  // Gives the calling thread the workers' OpenMP setting, for a caller that
+  // runs a search itself (Batcher's inline runs); OpenMP's thread count is
+  // a per-thread setting.
+  void PrepareCallerThread() const;
 
  private:
   explicit WorkerPool(int omp_threads) : omp_threads_(omp_threads) {}
@@ -50,6 +57,7 @@ class WorkerPool {
   mutable absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<int> idle_{0};
 };
 
 // CPU cores this process may run on (sched_getaffinity; cgroup CPU quotas
