@@ -28,7 +28,7 @@ const prometheus::Histogram::BucketBoundaries& SecondsBuckets() {
   return *b;
 }
 
-// Powers of two up to 16384, the default max_inflight_queries.
+// Powers of two up to 16384 (4x the default max_inflight_queries).
 const prometheus::Histogram::BucketBoundaries& RowBuckets() {
   static const auto* b = [] {
     auto* v = new prometheus::Histogram::BucketBoundaries;

@@ -23,6 +23,32 @@ using ::knnd::testing::ReferenceSearch;
 using ::knnd::testing::TempDir;
 using ::knnd::testing::WriteIndex;
 
+// Holds every worker of a pool in a task until Notify(). Destroying it
+// releases them and waits until each has left the task, so that no worker
+// still touches the notification when it goes.
+class WorkerBlock {
+ public:
+  explicit WorkerBlock(WorkerPool* pool) : left_(pool->num_threads()) {
+    for (int i = 0; i < pool->num_threads(); ++i) {
+      pool->Submit([this] {
+        release_.WaitForNotification();
+        left_.fetch_sub(1);
+      });
+    }
+  }
+  ~WorkerBlock() {
+    Notify();
+    while (left_.load() > 0) absl::SleepFor(absl::Milliseconds(1));
+  }
+  void Notify() {
+    if (!release_.HasBeenNotified()) release_.Notify();
+  }
+
+ private:
+  absl::Notification release_;
+  std::atomic<int> left_;
+};
+
 // One request of a test: its buffers, the per-request truth and outcome.
 struct Request {
   std::vector<float> queries;
@@ -78,15 +104,11 @@ class BatcherTest : public ::testing::Test {
     return job;
   }
 
-  // Occupies every worker until the returned notification is notified, so
-  // that jobs submitted meanwhile are all queued when the workers return:
-  // what gets coalesced is then decided by count, not by timing.
-  std::unique_ptr<absl::Notification> BlockWorkers() {
-    auto release = std::make_unique<absl::Notification>();
-    for (int i = 0; i < pool_->num_threads(); ++i) {
-      pool_->Submit([r = release.get()] { r->WaitForNotification(); });
-    }
-    return release;
+  // Occupies every worker until the returned block's Notify(), so that jobs
+  // submitted meanwhile are all queued when the workers return: what gets
+  // coalesced is then decided by count, not by timing.
+  std::unique_ptr<WorkerBlock> BlockWorkers() {
+    return std::make_unique<WorkerBlock>(pool_.get());
   }
 
   // Metrics serving /metrics on a free port, to read knnd_search_batch_rows.
@@ -358,8 +380,9 @@ TEST_F(BatcherTest, SmallRequestsRunInlineOnlyWhileAWorkerIsIdle) {
   options.inline_max_rows = 2;
   auto batcher = Batcher::Create(options, pool_.get());
   ASSERT_TRUE(batcher.ok());
-  while (pool_->idle_threads() < pool_->num_threads())
+  while (pool_->idle_threads() < pool_->num_threads()) {
     absl::SleepFor(absl::Milliseconds(1));
+  }
 
   const std::thread::id me = std::this_thread::get_id();
 

@@ -36,7 +36,7 @@ class AdmissionGate {
  public:
   struct Options {
     // Query rows admitted at once. Must be > 0.
-    int64_t max_inflight_queries = 16384;
+    int64_t max_inflight_queries = 4096;
     // Estimated bytes admitted at once. 0: unbounded. Changed later with
     // SetMaxInflightBytes() (the budget follows the served index's heap).
     int64_t max_inflight_bytes = 0;
