@@ -6,8 +6,8 @@ from the same index file, so that bench/load_gen drives both alike.
   python_server.py --index FILE --port PORT [--nprobe 16] [--workers 16]
                    [--source-dir .]
 
-Stubs are generated at start with protoc + /usr/bin/grpc_python_plugin (as
-tests/python do). The index is read onto the heap with faiss.read_index;
+Stubs are generated at start with protoc + /usr/bin/grpc_python_plugin
+(tests/python/knnd_harness.py, as tests/python do). The index is read onto the heap with faiss.read_index;
 FAISS runs one OpenMP thread per call (the pool's threads give the
 parallelism; FAISS releases the GIL while it searches). Prints "serving" on
 stdout once the port is open.
@@ -15,20 +15,14 @@ stdout once the port is open.
 import argparse
 import concurrent.futures
 import os
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
-
-def generate_stubs(source_dir, out_dir):
-    plugin = "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin"
-    subprocess.run(
-        ["protoc", f"--proto_path={source_dir}/proto", f"--python_out={out_dir}",
-         f"--grpc_out={out_dir}", plugin,
-         f"{source_dir}/proto/knnd/v1/knn_service.proto"], check=True)
-    sys.path.insert(0, out_dir)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                "tests", "python"))
+from knnd_harness import generate_stubs  # noqa: E402
 
 
 def main():

@@ -21,8 +21,6 @@ import argparse
 import gzip
 import os
 import platform
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +30,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(SOURCE, "tests", "python"))
+from knnd_harness import Daemon, generate_stubs  # noqa: E402
 FASHION = "/usr/share/datasets/fashion-mnist"
 
 
@@ -44,20 +44,6 @@ def read_idx(path, limit=0):
     if limit:
         x = x[:limit]
     return np.ascontiguousarray(x.astype(np.float32))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def generate_client(out_dir):
-    plugin = "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin"
-    subprocess.run(["protoc", f"--proto_path={SOURCE}/proto",
-                    f"--python_out={out_dir}", f"--grpc_out={out_dir}", plugin,
-                    f"{SOURCE}/proto/knnd/v1/knn_service.proto"], check=True)
-    sys.path.insert(0, out_dir)
 
 
 def rss(pid):
@@ -74,45 +60,21 @@ class Knnd:
     """A knnd process on loopback with one worker thread."""
 
     def __init__(self, binary, index, tmp, name, load_vectors):
-        import grpc
-        from knnd.v1 import knn_service_pb2_grpc as pb_grpc
-        self.port = free_port()
         config = os.path.join(tmp, f"{name}.textproto")
         with open(config, "w") as f:
             f.write(f'index_path: "{index}"\n'
-                    f'listen_address: "127.0.0.1:{self.port}"\n'
-                    f'metrics_listen_address: "127.0.0.1:{free_port()}"\n'
-                    'admin_listen_address: "127.0.0.1:0"\n'
                     "num_workers: 1\nomp_threads_per_worker: 1\n"
                     "max_refine_factor: 1024\nmax_k: 1024\n"
                     f"load_vectors: {'true' if load_vectors else 'false'}\n"
                     "warmup_queries: 0\nslow_request_ms: 0\n")
-        self.log = open(os.path.join(tmp, f"{name}.log"), "w")
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        self.proc = subprocess.Popen([binary, "--config", config],
-                                     stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=env)
-        options = [("grpc.max_receive_message_length", -1),
-                   ("grpc.use_local_subchannel_pool", 1)]
-        deadline = time.time() + 120
-        while True:
-            self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}",
-                                                 options=options)
-            try:
-                grpc.channel_ready_future(self.channel).result(timeout=1)
-                break
-            except grpc.FutureTimeoutError:
-                self.channel.close()
-                if time.time() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(f"knnd did not start; see {self.log.name}")
-        self.stub = pb_grpc.KnnServiceStub(self.channel)
-        for _ in range(600):  # the index loads after the port opens
-            try:
-                self.info()
-                return
-            except grpc.RpcError:
-                time.sleep(0.2)
-        raise RuntimeError("knnd did not load its index")
+        log = os.path.join(tmp, f"{name}.log")
+        self.daemon = Daemon(binary, ["--config", config], log_path=log,
+                             env=dict(os.environ, OMP_NUM_THREADS="1"))
+        self.proc = self.daemon.proc
+        if not self.daemon.wait_serving(240):
+            self.daemon.stop()
+            raise RuntimeError(f"knnd did not start; see {log}")
+        self.stub = self.daemon.stub()
 
     def info(self):
         from knnd.v1 import knn_service_pb2 as pb
@@ -131,10 +93,7 @@ class Knnd:
         return ids
 
     def stop(self):
-        self.channel.close()
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=60)
-        self.log.close()
+        self.daemon.stop(60)
 
 
 def recall(ids, truth, k=10):
@@ -169,7 +128,7 @@ def main():
     faiss.omp_set_num_threads(1)
     os.makedirs(args.workdir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="rerank_bench_")
-    generate_client(tmp)
+    generate_stubs(SOURCE, tmp)
     knnd_bin = os.path.join(args.build, "knnd")
     knnctl = os.path.join(args.build, "knnctl")
     train = f"{FASHION}/train-images-idx3-ubyte.gz"

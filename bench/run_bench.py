@@ -19,7 +19,6 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,8 @@ import time
 import numpy as np
 
 SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(SOURCE, "tests", "python"))
+from knnd_harness import Daemon, free_port  # noqa: E402
 ARGS = None
 LOG = []  # markdown lines of the generated section
 
@@ -42,12 +43,6 @@ def out(line=""):
 
 def run(cmd, **kw):
     return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw).stdout
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid):
@@ -101,6 +96,7 @@ class Server:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.config_file = None
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
         if kind == "knnd":
             cfg = self.config_file = os.path.join(ARGS.work, f"knnd_{self.port}.textproto")
             settings = {"default_nprobe": NPROBE, "enable_reflection": "false",
@@ -108,32 +104,23 @@ class Server:
             with open(cfg, "w") as f:
                 for key, value in settings.items():
                     f.write(f"{key}: {value}\n")
-            cmd = [f"{ARGS.build}/knnd", "--config", cfg, "--index", index,
-                   "--listen", self.address, "--metrics_listen", f"127.0.0.1:{free_port()}",
-                   "--admin_listen", "127.0.0.1:0"]
+            self.started = time.time()
+            daemon = Daemon(f"{ARGS.build}/knnd", ["--config", cfg, "--index", index],
+                            address=self.address, knnctl=f"{ARGS.build}/knnctl", env=env)
+            self.proc = daemon.proc
+            if not daemon.wait_serving(600, poll_s=0.02):
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"knnd exited with {self.proc.returncode}")
+                raise RuntimeError("knnd not SERVING in time")
         else:
             cmd = ["/usr/bin/python3", f"{SOURCE}/bench/python_server.py", "--index", index,
                    "--port", str(self.port), "--nprobe", str(NPROBE),
                    "--workers", str(config.get("workers", 16))]
-        self.started = time.time()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        if kind == "knnd":
-            self.wait_serving()
-        else:
+            self.started = time.time()
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, text=True, env=env)
             assert self.proc.stdout.readline().strip() == "serving"
         self.serving_s = time.time() - self.started
-
-    def wait_serving(self, poll_s=0.02, limit_s=600):
-        while time.time() - self.started < limit_s:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"knnd exited with {self.proc.returncode}")
-            r = subprocess.run([f"{ARGS.build}/knnctl", "health", "--addr", self.address,
-                                "--timeout_ms", "500"], capture_output=True)
-            if r.returncode == 0:
-                return
-            time.sleep(poll_s)
-        raise RuntimeError("knnd not SERVING in time")
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)

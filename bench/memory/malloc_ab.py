@@ -7,10 +7,11 @@ of warm-up, then 3000 more (the soak's shapes), one run.
 import argparse, os, sys, tempfile, time
 import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "python"))
+import knnd_harness
 import memory_test as mt
 mt.ARGS = argparse.Namespace(knnd=sys.argv[1], source_dir=sys.argv[2])
 tmp = tempfile.mkdtemp()
-mt.generate_client(sys.argv[2], tmp)
+knnd_harness.generate_stubs(sys.argv[2], tmp)
 index = os.path.join(tmp, "x.index")
 mt.build_index(index, 50000, 64, "IVF1024,PQ16")
 t = mt.MemoryTest()

@@ -26,6 +26,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "python"))
+import knnd_harness  # noqa: E402
 import memory_test as mt  # noqa: E402
 
 FAISS_WORKER = """
@@ -212,7 +213,7 @@ def main():
     a = p.parse_args()
     mt.ARGS = argparse.Namespace(knnd=os.path.abspath(a.knnd), source_dir=a.source_dir)
     with tempfile.TemporaryDirectory() as tmp:
-        mt.generate_client(a.source_dir, tmp)
+        knnd_harness.generate_stubs(a.source_dir, tmp)
         dim = index_dim(a.index)
         print(f"index {a.index}: {os.path.getsize(a.index) / 2**20:.0f} MiB, d={dim}; "
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 ARGS = None
@@ -59,28 +58,23 @@ class RuntimeFolderTest(unittest.TestCase):
                         "--output", index, "--random", "2000", "--dim", "16",
                         "--factory", "IVF16,PQ4", "--nprobe", "4"],
                        check=True, capture_output=True)
-        from e2e_test import free_port
-        addr = f"127.0.0.1:{free_port()}"
-        log = open(os.path.join(self.tmp.name, "knnd.log"), "w+")
-        self.addCleanup(log.close)
-        proc = subprocess.Popen(
-            [os.path.join(self.out, "bin", "knnd"), "--config",
-             os.path.join(self.out, "etc", "knnd.textproto"), "--index", index,
-             "--listen", addr, "--metrics_listen", "127.0.0.1:0", "--workers", "1"],
-            env={}, stdout=log, stderr=subprocess.STDOUT)
-        self.addCleanup(lambda: proc.poll() is None and proc.kill())
-        deadline = time.time() + 60
-        while self.run_bin("knnctl", "health", "--addr", addr).returncode != 0:
-            self.assertLess(time.time(), deadline, "knnd never became SERVING")
-            self.assertIsNone(proc.poll(), "knnd exited")
-            time.sleep(0.1)
-        r = self.run_bin("knnctl", "search", "--addr", addr, "--random", "5", "--k", "3")
+        from knnd_harness import Daemon
+        # knnctl health polls with the daemon's (empty) environment.
+        daemon = Daemon(os.path.join(self.out, "bin", "knnd"),
+                        ["--config", os.path.join(self.out, "etc", "knnd.textproto"),
+                         "--index", index, "--workers", "1"],
+                        log_path=os.path.join(self.tmp.name, "knnd.log"),
+                        knnctl=os.path.join(self.out, "bin", "knnctl"), env={})
+        self.addCleanup(daemon.stop)
+        self.assertTrue(daemon.wait_serving(60, poll_s=0.1),
+                        "knnd exited or never became SERVING: " + daemon.read_log())
+        r = self.run_bin("knnctl", "search", "--addr", daemon.address, "--random", "5",
+                         "--k", "3")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout, r"query 0: \d+\(")
-        proc.send_signal(signal.SIGTERM)
-        self.assertEqual(proc.wait(timeout=60), 0)
-        log.seek(0)
-        self.assertIn("drained", log.read())
+        daemon.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(daemon.proc.wait(timeout=60), 0)
+        self.assertIn("drained", daemon.read_log())
 
     def test_check_refuses_a_folder_missing_a_library(self):
         broken = os.path.join(self.tmp.name, "broken")

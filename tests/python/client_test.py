@@ -13,7 +13,6 @@ packages, pip with no index), then tested from that venv:
 
   client_test.py --knnd BUILD/knnd --knnctl BUILD/knnctl --source-dir . [unittest args]
 """
-import argparse
 import concurrent.futures
 import logging
 import os
@@ -27,6 +26,8 @@ import time
 import unittest
 
 import numpy as np
+
+from knnd_harness import Daemon, generate_stubs, unittest_main
 
 ARGS = None
 VENV_ENV = "KNND_CLIENT_TEST_VENV"
@@ -51,11 +52,6 @@ def install_client(source_dir, tmp):
                     "--no-build-isolation", "--no-deps",
                     os.path.join(src, "clients", "python")], check=True)
     return python
-
-
-def free_port():
-    from e2e_test import free_port as e2e_free_port
-    return e2e_free_port()
 
 
 class FakeKnnd:
@@ -218,12 +214,11 @@ class LiveKnndTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         import faiss
-        from e2e_test import generate_client
         cls.tmp = tempfile.TemporaryDirectory()
         # The raw generated stub, as any other client would make it; it
         # registers the same knnd/v1/knn_service.proto descriptor as
         # knnd_client, so this also shows the two coexist in one process.
-        generate_client(ARGS.source_dir, os.path.join(cls.tmp.name, "raw"))
+        generate_stubs(ARGS.source_dir, os.path.join(cls.tmp.name, "raw"))
         rng = np.random.default_rng(11)
         centres = rng.standard_normal((40, 48)).astype("float32") * 4
         cls.xb = (centres[rng.integers(0, 40, 20000)]
@@ -246,37 +241,15 @@ class LiveKnndTest(unittest.TestCase):
     def start_knnd(self, config_text=""):
         """Starts knnd with `config_text` as its config file; returns its
         address once health says SERVING."""
-        import grpc
-        from health_v1 import health_pb2, health_pb2_grpc
         config = os.path.join(self.tmp.name, f"knnd-{self.id()}.textproto")
         with open(config, "w") as f:
             f.write(config_text)
-        addr = f"127.0.0.1:{free_port()}"
-        log = open(os.path.join(self.tmp.name, f"knnd-{self.id()}.log"), "w+")
-        self.addCleanup(log.close)
-        proc = subprocess.Popen(
-            [ARGS.knnd, "--config", config, "--index", self.index_path,
-             "--listen", addr, "--metrics_listen", "127.0.0.1:0",
-             "--admin_listen", "127.0.0.1:0"],
-            stdout=log, stderr=subprocess.STDOUT)
-
-        def stop():
-            proc.terminate()
-            proc.wait(timeout=60)
-        self.addCleanup(stop)
-        with grpc.insecure_channel(addr) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            deadline = time.time() + 60
-            while time.time() < deadline:
-                try:
-                    if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status \
-                            == health_pb2.HealthCheckResponse.SERVING:
-                        return addr
-                except grpc.RpcError:
-                    pass
-                time.sleep(0.05)
-        log.seek(0)
-        self.fail("knnd did not become SERVING: " + log.read())
+        daemon = Daemon(ARGS.knnd, ["--config", config, "--index", self.index_path],
+                        log_path=os.path.join(self.tmp.name, f"knnd-{self.id()}.log"))
+        self.addCleanup(daemon.stop, 60)
+        self.assertTrue(daemon.wait_serving(60),
+                        "knnd did not become SERVING: " + daemon.read_log())
+        return daemon.address
 
     def client(self, addr, **kwargs):
         from knnd_client import KnnClient
@@ -441,22 +414,15 @@ class LiveKnndTest(unittest.TestCase):
                           "with the 5 minute default the connection stays open")
 
 
-def main():
-    global ARGS
-    import warnings
-    warnings.simplefilter("ignore", DeprecationWarning)
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--knnd", required=True)
-    parser.add_argument("--knnctl", required=True)
-    parser.add_argument("--source-dir", required=True)
-    ARGS, rest = parser.parse_known_args()
+def install_and_rerun(args):
+    """Outside the venv: installs the client into a new one and runs this
+    script again from there."""
     if os.environ.get(VENV_ENV) is None:
         with tempfile.TemporaryDirectory() as tmp:
-            python = install_client(ARGS.source_dir, tmp)
+            python = install_client(args.source_dir, tmp)
             env = dict(os.environ, **{VENV_ENV: tmp})
             sys.exit(subprocess.call([python, "-W", "ignore", *sys.argv], env=env))
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 
 if __name__ == "__main__":
-    main()
+    unittest_main(__doc__, knnctl=True, setup=install_and_rerun)

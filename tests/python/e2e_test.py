@@ -5,13 +5,9 @@ python3-faiss on the same file, bad inputs, and SIGTERM under load.
 
   e2e_test.py --knnd BUILD/knnd --source-dir . [unittest args]
 """
-import argparse
 import collections
 import os
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -19,31 +15,9 @@ import unittest
 
 import numpy as np
 
+from knnd_harness import Daemon, generate_stubs, unittest_main
+
 ARGS = None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def generate_client(source_dir, out_dir):
-    """Compiles the .proto files the way a client project would. The health
-    proto is copied under another folder: its Python module path comes from
-    the file path, and grpc/health/v1 would clash with the grpc package."""
-    os.makedirs(os.path.join(out_dir, "protos", "health_v1"))
-    with open(f"{source_dir}/proto/grpc/health/v1/health.proto") as src, \
-            open(os.path.join(out_dir, "protos", "health_v1", "health.proto"), "w") as dst:
-        dst.write(src.read())
-    plugin = "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin"
-    for proto_path, proto in ((f"{source_dir}/proto", "knnd/v1/knn_service.proto"),
-                              (os.path.join(out_dir, "protos"), "health_v1/health.proto")):
-        subprocess.run(
-            ["protoc", f"--proto_path={proto_path}", f"--python_out={out_dir}",
-             f"--grpc_out={out_dir}", plugin, os.path.join(proto_path, proto)],
-            check=True)
-    sys.path.insert(0, out_dir)
 
 
 class KnndTest(unittest.TestCase):
@@ -51,13 +25,10 @@ class KnndTest(unittest.TestCase):
     def setUpClass(cls):
         import faiss
         cls.tmp = tempfile.TemporaryDirectory()
-        generate_client(ARGS.source_dir, cls.tmp.name)
-        global grpc, pb, pb_grpc, health_pb, health_grpc
+        generate_stubs(ARGS.source_dir, cls.tmp.name)
+        global grpc, pb
         import grpc
         from knnd.v1 import knn_service_pb2 as pb
-        from knnd.v1 import knn_service_pb2_grpc as pb_grpc
-        from health_v1 import health_pb2 as health_pb
-        from health_v1 import health_pb2_grpc as health_grpc
 
         rng = np.random.default_rng(7)
         centres = rng.standard_normal((40, 48)).astype("float32") * 4
@@ -78,39 +49,19 @@ class KnndTest(unittest.TestCase):
         cls.tmp.cleanup()
 
     def start(self, *extra):
-        port = free_port()
-        self.addr = f"127.0.0.1:{port}"
-        self.log = open(os.path.join(self.tmp.name, "knnd.log"), "w+")
-        self.proc = subprocess.Popen(
-            [ARGS.knnd, "--index", self.path, "--listen", self.addr,
-             # free ports: the defaults 9090 and 50052 may be taken
-             "--metrics_listen", f"127.0.0.1:{free_port()}",
-             "--admin_listen", "127.0.0.1:0", "--workers", "2", *extra],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        self.channel = grpc.insecure_channel(self.addr)
-        self.stub = pb_grpc.KnnServiceStub(self.channel)
-        health = health_grpc.HealthStub(self.channel)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                r = health.Check(health_pb.HealthCheckRequest(), timeout=1)
-                if r.status == health_pb.HealthCheckResponse.SERVING:
-                    return health
-            except grpc.RpcError:
-                pass
-            time.sleep(0.05)
-        self.fail("knnd did not become SERVING: " + self.read_log())
+        self.daemon = Daemon(ARGS.knnd, ["--index", self.path, "--workers", "2", *extra],
+                             log_path=os.path.join(self.tmp.name, "knnd.log"))
+        self.proc = self.daemon.proc
+        self.assertTrue(self.daemon.wait_serving(60),
+                        "knnd did not become SERVING: " + self.read_log())
+        self.stub = self.daemon.stub()
 
     def read_log(self):
-        self.log.seek(0)
-        return self.log.read()
+        return self.daemon.read_log()
 
     def tearDown(self):
-        if getattr(self, "proc", None) and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        if getattr(self, "channel", None):
-            self.channel.close()
+        if getattr(self, "daemon", None):
+            self.daemon.stop()
 
     def test_results_match_python_faiss(self):
         self.start()
@@ -181,7 +132,7 @@ class KnndTest(unittest.TestCase):
         self.assertTrue(np.isinf(np.array(r.distances).reshape(8, 10)[:, 5:]).all())
 
     def test_sigterm_under_load_answers_every_request_and_exits_zero(self):
-        health = self.start()
+        self.start()
         outcomes = []
         lock = threading.Lock()
         stop = threading.Event()
@@ -223,16 +174,5 @@ class KnndTest(unittest.TestCase):
         self.assertIn("drained", self.read_log())
 
 
-def main():
-    global ARGS
-    import warnings
-    warnings.simplefilter("ignore", DeprecationWarning)
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--knnd", required=True)
-    parser.add_argument("--source-dir", required=True)
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    unittest_main(__doc__)

@@ -6,23 +6,19 @@ filling up while `knnctl build` writes; a client that hangs up mid-request.
 
   fault_test.py --knnd BUILD/knnd --knnctl BUILD/knnctl --source-dir . [unittest args]
 """
-import argparse
 import hashlib
 import os
 import resource
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import unittest
-import urllib.request
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_test import free_port, generate_client  # noqa: E402
+from knnd_harness import Daemon, generate_stubs, unittest_main
 
 ARGS = None
 DIM = 32
@@ -59,13 +55,10 @@ class FaultTest(unittest.TestCase):
     def setUpClass(cls):
         import faiss
         cls.tmp = tempfile.TemporaryDirectory()
-        generate_client(ARGS.source_dir, cls.tmp.name)
-        global grpc, pb, pb_grpc, health_pb, health_grpc
+        generate_stubs(ARGS.source_dir, cls.tmp.name)
+        global grpc, pb
         import grpc
         from knnd.v1 import knn_service_pb2 as pb
-        from knnd.v1 import knn_service_pb2_grpc as pb_grpc
-        from health_v1 import health_pb2 as health_pb
-        from health_v1 import health_pb2_grpc as health_grpc
         cls.path_a = os.path.join(cls.tmp.name, "a.index")
         cls.path_b = os.path.join(cls.tmp.name, "b.index")
         cls.xb = make_index(cls.path_a, seed=1, first_id=0)
@@ -78,53 +71,26 @@ class FaultTest(unittest.TestCase):
         cls.tmp.cleanup()
 
     def setUp(self):
-        self.procs = []
-        self.channels = []
+        self.daemons = []
 
     def tearDown(self):
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        for channel in self.channels:
-            channel.close()
+        for daemon in self.daemons:
+            daemon.stop()
 
     # ---- helpers ----
-    def start(self, index, addr=None, extra=(), **popen):
-        """knnd on `index`; returns (proc, addr, metrics_addr, log_path)."""
-        addr = addr or f"127.0.0.1:{free_port()}"
-        metrics = f"127.0.0.1:{free_port()}"
-        log_path = os.path.join(self.tmp.name, f"knnd.{len(self.procs)}.{self.id()}.log")
-        log = open(log_path, "w")
-        proc = subprocess.Popen(
-            [ARGS.knnd, "--index", index, "--listen", addr, "--metrics_listen",
-             metrics, "--admin_listen", "127.0.0.1:0", "--workers", "2", *extra],
-            stdout=log, stderr=subprocess.STDOUT, **popen)
-        log.close()
-        self.procs.append(proc)
-        return proc, addr, metrics, log_path
+    def start(self, index, address=None, extra=(), **popen):
+        """knnd on `index` (at `address`, or a free port)."""
+        log_path = os.path.join(self.tmp.name, f"knnd.{len(self.daemons)}.{self.id()}.log")
+        daemon = Daemon(ARGS.knnd, ["--index", index, "--workers", "2", *extra],
+                        log_path=log_path, address=address, **popen)
+        self.daemons.append(daemon)
+        return daemon
 
-    def channel(self, addr):
-        # A fresh subchannel: a refused first connect would otherwise back
-        # off for seconds.
-        channel = grpc.insecure_channel(
-            addr, options=[("grpc.use_local_subchannel_pool", 1)])
-        self.channels.append(channel)
-        return channel
-
-    def wait_serving(self, proc, addr, log_path, timeout=60):
-        health = health_grpc.HealthStub(self.channel(addr))
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            self.assertIsNone(proc.poll(), "knnd exited: " + open(log_path).read())
-            try:
-                r = health.Check(health_pb.HealthCheckRequest(), timeout=1)
-                if r.status == health_pb.HealthCheckResponse.SERVING:
-                    return pb_grpc.KnnServiceStub(self.channel(addr))
-            except grpc.RpcError:
-                pass
-            time.sleep(0.05)
-        self.fail("knnd did not become SERVING: " + open(log_path).read())
+    def wait_serving(self, daemon, timeout=60):
+        """A KnnService stub once `daemon` is SERVING."""
+        self.assertTrue(daemon.wait_serving(timeout),
+                        "knnd exited or did not become SERVING: " + daemon.read_log())
+        return daemon.stub()
 
     def search(self, stub, q, k=10, nprobe=8, **kw):
         return stub.Search(pb.SearchRequest(
@@ -136,20 +102,10 @@ class FaultTest(unittest.TestCase):
         _, want = faiss_index.search(q, k)
         np.testing.assert_array_equal(np.array(r.ids).reshape(len(q), k), want)
 
-    def scrape(self, metrics_addr):
-        with urllib.request.urlopen(f"http://{metrics_addr}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        values = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                values[name] = float(value)
-        return values
-
     # ---- the faults ----
     def test_sigkill_under_load_then_restart_reaches_serving_and_answers(self):
-        proc, addr, _, log = self.start(self.path_a)
-        stub = self.wait_serving(proc, addr, log)
+        daemon = self.start(self.path_a)
+        stub = self.wait_serving(daemon)
         stop = threading.Event()
         answered = []
 
@@ -168,22 +124,21 @@ class FaultTest(unittest.TestCase):
         while len(answered) < 20 and time.time() < deadline:
             time.sleep(0.05)
         self.assertGreaterEqual(len(answered), 20, "no load reached knnd")
-        proc.send_signal(signal.SIGKILL)
-        self.assertEqual(proc.wait(), -signal.SIGKILL)
+        daemon.proc.send_signal(signal.SIGKILL)
+        self.assertEqual(daemon.proc.wait(), -signal.SIGKILL)
         stop.set()
         for t in threads:
             t.join()
 
-        proc, addr, _, log = self.start(self.path_a, addr=addr)
-        stub = self.wait_serving(proc, addr, log)
+        stub = self.wait_serving(self.start(self.path_a, address=daemon.address))
         self.assert_answers(stub, self.faiss_a, self.xb[100:150] + 0.05)
 
     def test_index_file_renamed_over_while_serving_keeps_answering_correctly(self):
         live = os.path.join(self.tmp.name, "live.index")
         with open(self.path_a, "rb") as src, open(live, "wb") as dst:
             dst.write(src.read())
-        proc, addr, _, log = self.start(live)
-        stub = self.wait_serving(proc, addr, log)
+        daemon = self.start(live)
+        stub = self.wait_serving(daemon)
         q = self.xb[200:232] + 0.02
         self.assert_answers(stub, self.faiss_a, q)
         with open(self.path_b, "rb") as src, open(live + ".new", "wb") as dst:
@@ -193,7 +148,7 @@ class FaultTest(unittest.TestCase):
         deadline = time.time() + 2
         while time.time() < deadline:
             self.assert_answers(stub, self.faiss_a, q, nprobe=64)
-        self.assertIsNone(proc.poll())
+        self.assertIsNone(daemon.proc.poll())
 
     def test_unreadable_index_directory_at_start_exits_with_a_message(self):
         locked = os.path.join(self.tmp.name, "locked")
@@ -215,14 +170,14 @@ class FaultTest(unittest.TestCase):
             if not os.access(ARGS.knnd, os.X_OK):
                 self.skipTest("knnd binary not executable")
         try:
-            proc, _, _, log = self.start(index, **popen)
+            daemon = self.start(index, **popen)
         except (PermissionError, subprocess.SubprocessError) as e:
             self.skipTest(f"cannot run knnd as another user here: {e}")
         try:
-            code = proc.wait(timeout=60)
+            code = daemon.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            self.fail("knnd kept running without a readable index: " + open(log).read())
-        text = open(log).read()
+            self.fail("knnd kept running without a readable index: " + daemon.read_log())
+        text = daemon.read_log()
         if code != 0 and "exec" in text and "Permission denied" in text and \
                 "index" not in text:
             self.skipTest("nobody cannot execute the build's knnd here")
@@ -258,15 +213,15 @@ class FaultTest(unittest.TestCase):
         self.assertEqual(after, before, "the old index, its sidecar and nothing else remain")
 
     def test_client_disconnecting_mid_request_cancels_its_work(self):
-        proc, addr, metrics, log = self.start(self.path_a, extra=["--workers", "1"])
-        stub = self.wait_serving(proc, addr, log)
+        daemon = self.start(self.path_a, extra=["--workers", "1"])
+        stub = self.wait_serving(daemon)
         # 4096 queries over every list: 16 units of 256 rows on one worker.
         q = np.tile(self.xb[:512], (8, 1)) + 0.03
         future = stub.Search.future(pb.SearchRequest(
             vectors_f32le=q.astype("<f4").tobytes(), k=100, nprobe=64), timeout=60)
         deadline = time.time() + 30
         while time.time() < deadline and \
-                self.scrape(metrics).get("knnd_queries_in_flight", 0) == 0:
+                daemon.scrape().get("knnd_queries_in_flight", 0) == 0:
             time.sleep(0.01)
         self.assertFalse(future.done(), "the request finished before it could be cancelled")
         future.cancel()
@@ -275,11 +230,11 @@ class FaultTest(unittest.TestCase):
                      'grpc_type="unary"}')
         deadline = time.time() + 30
         while time.time() < deadline:
-            values = self.scrape(metrics)
+            values = daemon.scrape()
             if values.get(cancelled, 0) >= 1 and values["knnd_queries_in_flight"] == 0:
                 break
             time.sleep(0.05)
-        values = self.scrape(metrics)
+        values = daemon.scrape()
         self.assertEqual(values.get(cancelled), 1, sorted(k for k in values if "handled" in k))
         self.assertEqual(values["knnd_queries_in_flight"], 0)
         self.assertEqual(values["knnd_estimated_bytes_in_flight"], 0)
@@ -290,17 +245,5 @@ class FaultTest(unittest.TestCase):
         self.assert_answers(stub, self.faiss_a, self.xb[:8] + 0.01)
 
 
-def main():
-    global ARGS
-    import warnings
-    warnings.simplefilter("ignore", DeprecationWarning)
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--knnd", required=True)
-    parser.add_argument("--knnctl", required=True)
-    parser.add_argument("--source-dir", required=True)
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    unittest_main(__doc__, knnctl=True)

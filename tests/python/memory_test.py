@@ -18,9 +18,7 @@
   memory_test.py --knnd BUILD/knnd --source-dir . [--soak-searches N]
                  [--overload-seconds S] [--assert-p99] [unittest args]
 """
-import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -30,7 +28,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_test import free_port, generate_client  # noqa: E402
+import knnd_harness  # noqa: E402
 
 ARGS = None
 CGROUP_V1 = "/sys/fs/cgroup/memory"
@@ -58,76 +56,20 @@ def build_index(path, n, dim, factory, seed=7):
     faiss.write_index(index, path)
 
 
-class Daemon:
-    """knnd started with a config; optionally inside a cgroup v1 directory
-    (the shell joins it, then execs knnd)."""
+class Daemon(knnd_harness.Daemon):
+    """knnd (ARGS.knnd) started with a config; optionally inside a cgroup v1
+    directory (the shell joins it, then execs knnd)."""
 
     def __init__(self, tmp, index, extra="", cgroup=None, name="knnd"):
-        self.port = free_port()
-        self.metrics_port = free_port()
         self.config = os.path.join(tmp, name + ".textproto")
         with open(self.config, "w") as f:
-            f.write(f'index_path: "{index}"\nlisten_address: "127.0.0.1:{self.port}"\n'
-                    f'metrics_listen_address: "127.0.0.1:{self.metrics_port}"\n'
-                    f'admin_listen_address: "127.0.0.1:0"\n'
+            f.write(f'index_path: "{index}"\n'
                     f"num_workers: 2\nwarmup_queries: 64\n{extra}")
-        self.log = os.path.join(tmp, name + ".log")
-        cmd = [ARGS.knnd, "--config", self.config]
+        prefix = ()
         if cgroup:
-            cmd = ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"',
-                   "sh"] + cmd
-        with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-
-    def wait_serving(self, timeout=120):
-        import grpc
-        from health_v1 import health_pb2 as health_pb
-        from health_v1 import health_pb2_grpc as health_grpc
-        end = time.time() + timeout
-        while time.time() < end:
-            if self.proc.poll() is not None:
-                return False
-            channel = grpc.insecure_channel(
-                f"127.0.0.1:{self.port}", options=[("grpc.use_local_subchannel_pool", 1)])
-            try:
-                r = health_grpc.HealthStub(channel).Check(
-                    health_pb.HealthCheckRequest(), timeout=0.5)
-                if r.status == health_pb.HealthCheckResponse.SERVING:
-                    return True
-            except grpc.RpcError:
-                pass
-            finally:
-                channel.close()
-            time.sleep(0.1)
-        return False
-
-    def stub(self):
-        import grpc
-        from knnd.v1 import knn_service_pb2_grpc as pb_grpc
-        self.channel = grpc.insecure_channel(
-            f"127.0.0.1:{self.port}",
-            options=[("grpc.max_receive_message_length", -1),
-                     ("grpc.max_send_message_length", -1)])
-        return pb_grpc.KnnServiceStub(self.channel)
-
-    def metric(self, name):
-        import urllib.request
-        text = urllib.request.urlopen(
-            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith(name) and not line.startswith("#"):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
-
-    def read_log(self):
-        with open(self.log) as f:
-            return f.read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+            prefix = ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "sh"]
+        super().__init__(ARGS.knnd, ["--config", self.config],
+                         log_path=os.path.join(tmp, name + ".log"), prefix=prefix)
 
 
 class PeakSampler:
@@ -241,7 +183,7 @@ class WithIndex(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        generate_client(ARGS.source_dir, cls.tmp.name)
+        knnd_harness.generate_stubs(ARGS.source_dir, cls.tmp.name)
         cls.index = os.path.join(cls.tmp.name, "test.index")
         build_index(cls.index, cls.ROWS, cls.DIM, cls.FACTORY)
 
@@ -446,12 +388,11 @@ class CgroupV1Test(WithIndex):
             cg.remove()
 
 
+def add_arguments(parser):
+    parser.add_argument("--soak-searches", type=int, default=5000)
+    parser.add_argument("--overload-seconds", type=float, default=3.0)
+    parser.add_argument("--assert-p99", action="store_true")
+
+
 if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    p.add_argument("--knnd", required=True)
-    p.add_argument("--source-dir", required=True)
-    p.add_argument("--soak-searches", type=int, default=5000)
-    p.add_argument("--overload-seconds", type=float, default=3.0)
-    p.add_argument("--assert-p99", action="store_true")
-    ARGS, rest = p.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    knnd_harness.unittest_main(__doc__, add_arguments=add_arguments)

@@ -1,0 +1,187 @@
+"""Scaffolding shared by the Python tests (tests/python, tests/deploy) and
+benches (bench/) that start knnd and talk to it: free ports, client stubs
+generated from the .proto files, a knnd process that is waited on until
+SERVING, and the common argparse + unittest main of the test scripts.
+
+Standard library only (grpc and the generated stubs are imported where
+used). Bench scripts import it with tests/python put on sys.path.
+"""
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import unittest
+import urllib.request
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def generate_stubs(source_dir, out_dir):
+    """Compiles knnd/v1/knn_service.proto and the gRPC health proto into
+    out_dir the way a client project would, puts out_dir first on sys.path
+    and returns it: `knnd.v1.knn_service_pb2(_grpc)` and
+    `health_v1.health_pb2(_grpc)` import from there. The health proto is
+    copied under another folder: its Python module path comes from the file
+    path, and grpc/health/v1 would clash with the grpc package."""
+    os.makedirs(os.path.join(out_dir, "protos", "health_v1"))
+    with open(f"{source_dir}/proto/grpc/health/v1/health.proto") as src, \
+            open(os.path.join(out_dir, "protos", "health_v1", "health.proto"), "w") as dst:
+        dst.write(src.read())
+    plugin = "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin"
+    for proto_path, proto in ((f"{source_dir}/proto", "knnd/v1/knn_service.proto"),
+                              (os.path.join(out_dir, "protos"), "health_v1/health.proto")):
+        subprocess.run(
+            ["protoc", f"--proto_path={proto_path}", f"--python_out={out_dir}",
+             f"--grpc_out={out_dir}", plugin, os.path.join(proto_path, proto)],
+            check=True)
+    sys.path.insert(0, out_dir)
+    return out_dir
+
+
+def channel(address):
+    """A gRPC channel to `address` with no message size limits, on its own
+    subchannel: a first connect that was refused would otherwise keep a
+    shared subchannel backing off for seconds."""
+    import grpc
+    return grpc.insecure_channel(
+        address, options=[("grpc.max_receive_message_length", -1),
+                          ("grpc.max_send_message_length", -1),
+                          ("grpc.use_local_subchannel_pool", 1)])
+
+
+class Daemon:
+    """One knnd process: `prefix + [knnd] + args` plus --listen (`address`,
+    a free loopback port unless given), --metrics_listen (a free loopback
+    port) and --admin_listen 127.0.0.1:0, so that no fixed port clashes with
+    another knnd on the machine. stdout and stderr go to `log_path` (or are
+    dropped). With `knnctl`, readiness is polled with `knnctl health` in the
+    daemon's environment; otherwise with the generated health stub (call
+    generate_stubs first). `popen` goes to subprocess.Popen (env,
+    preexec_fn...).
+
+    Owns the process and the channels it hands out; stop() ends both. Not
+    thread-safe: one thread starts, waits on and stops it."""
+
+    def __init__(self, knnd, args=(), log_path=None, address=None, knnctl=None,
+                 prefix=(), **popen):
+        self.address = address or f"127.0.0.1:{free_port()}"
+        self.port = int(self.address.rsplit(":", 1)[1])
+        self.metrics_address = f"127.0.0.1:{free_port()}"
+        self.metrics_port = int(self.metrics_address.rsplit(":", 1)[1])
+        self.log_path = log_path
+        self.knnctl = knnctl
+        self.env = popen.get("env")
+        self.channels = []
+        cmd = [*prefix, knnd, *args, "--listen", self.address,
+               "--metrics_listen", self.metrics_address,
+               "--admin_listen", "127.0.0.1:0"]
+        if log_path:
+            with open(log_path, "w") as log:
+                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                             **popen)
+        else:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, **popen)
+
+    def serving(self):
+        """Whether one health check says SERVING (a fresh channel each time)."""
+        if self.knnctl:
+            return subprocess.run(
+                [self.knnctl, "health", "--addr", self.address, "--timeout_ms", "500"],
+                capture_output=True, env=self.env).returncode == 0
+        import grpc
+        from health_v1 import health_pb2 as health_pb
+        from health_v1 import health_pb2_grpc as health_grpc
+        with channel(self.address) as ch:
+            try:
+                r = health_grpc.HealthStub(ch).Check(health_pb.HealthCheckRequest(),
+                                                     timeout=1)
+                return r.status == health_pb.HealthCheckResponse.SERVING
+            except grpc.RpcError:
+                return False
+
+    def wait_serving(self, timeout=120, poll_s=0.05):
+        """True once health says SERVING; False if knnd exits first or
+        `timeout` seconds pass."""
+        end = time.time() + timeout
+        while time.time() < end:
+            if self.proc.poll() is not None:
+                return False
+            if self.serving():
+                return True
+            time.sleep(poll_s)
+        return False
+
+    def stub(self):
+        """A KnnService stub on a new channel (closed by stop())."""
+        from knnd.v1 import knn_service_pb2_grpc as pb_grpc
+        self.channels.append(channel(self.address))
+        return pb_grpc.KnnServiceStub(self.channels[-1])
+
+    def read_log(self):
+        if not self.log_path:
+            return ""
+        with open(self.log_path) as f:
+            return f.read()
+
+    def scrape(self):
+        """The /metrics page as {sample name with labels: value}."""
+        with urllib.request.urlopen(f"http://{self.metrics_address}/metrics",
+                                    timeout=5) as r:
+            text = r.read().decode()
+        values = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                values[name] = float(value)
+        return values
+
+    def metric(self, prefix):
+        """The sum of the samples whose name (with labels) starts with `prefix`."""
+        return sum(v for name, v in self.scrape().items() if name.startswith(prefix))
+
+    def stop(self, grace_s=0):
+        """Closes the channels and ends knnd: SIGKILL, or with `grace_s` a
+        SIGTERM and SIGKILL after that many seconds. Returns the exit code."""
+        for ch in self.channels:
+            ch.close()
+        self.channels = []
+        if self.proc.poll() is None:
+            if grace_s:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    return self.proc.wait(grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            self.proc.kill()
+        return self.proc.wait()
+
+
+def unittest_main(description, knnctl=False, add_arguments=None, setup=None):
+    """The main of a test script: parses --knnd, --source-dir (and --knnctl),
+    plus what `add_arguments(parser)` adds; sets ARGS in the __main__ module
+    (where unittest.main finds the tests); calls `setup(args)` if given (it
+    may exit); runs the tests with the arguments left over."""
+    import warnings
+    warnings.simplefilter("ignore", DeprecationWarning)
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--knnd", required=True)
+    if knnctl:
+        parser.add_argument("--knnctl", required=True)
+    parser.add_argument("--source-dir", required=True)
+    if add_arguments:
+        add_arguments(parser)
+    args, rest = parser.parse_known_args()
+    sys.modules["__main__"].ARGS = args
+    if setup:
+        setup(args)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
