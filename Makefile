@@ -132,7 +132,8 @@ bench-memory: build
 	/usr/bin/python3 -W ignore bench/memory/memory_bench.py --knnd $(BUILD)/knnd \
 	  --source-dir . --index $(MEM_INDEX_10M) --cases model,cgroup
 	/usr/bin/python3 -W ignore tests/python/memory_test.py --knnd $(BUILD)/knnd \
-	  --source-dir . --soak-searches 1000000 --overload-seconds 120 --assert-p99 MemoryTest
+	  --source-dir . --soak-searches 1000000 --overload-seconds 120 --assert-p99 \
+	  --load-gen $(BUILD)/bench/load_gen MemoryTest
 
 # ---- Sanitizers and fuzzing (README "Testing") ----
 # Each has its own build folder. Debian's FAISS, gRPC, protobuf and libgomp

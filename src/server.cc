@@ -431,7 +431,10 @@ absl::Status Server::WarmUp(const IndexSnapshot& snapshot) {
   args.queries = queries.data();
   args.num_queries = n;
   args.k = k;
-  args.nprobe = DefaultNprobe(info);
+  args.nprobe = config_.warmup_nprobe() > 0
+                    ? std::min(static_cast<int>(config_.warmup_nprobe()),
+                               static_cast<int>(info.nlist))
+                    : DefaultNprobe(info);
   if (info.has_vectors) {
     args.refine_factor = static_cast<int>(std::min(
         config_.default_refine_factor(), config_.max_refine_factor()));

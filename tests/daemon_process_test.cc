@@ -117,6 +117,7 @@ TEST(Daemon, HealthFollowsLoadAndSigtermWhileALongBatchFinishesAndExitsZero) {
            << "metrics_listen_address: \"127.0.0.1:" << FreePort() << "\"\n"
            << "num_workers: 2\n"
            << "warmup_queries: 3000\n"      // keeps NOT_SERVING observable
+           << "warmup_nprobe: 0\n"          // ... at default_nprobe
            << "default_nprobe: 128\n"
            << "max_batch_rows: 512\n"
            << "drain_grace_period_ms: 60000\n";
