@@ -8,9 +8,9 @@
             excess refused with RESOURCE_EXHAUSTED + grpc-retry-pushback-ms,
             anonymous memory within warm-up level + the byte budget; the p99
             of admitted requests vs unloaded is printed (asserted with
-            --assert-p99: a ratio on a shared 2-core machine is noisy, so
-            `make test` reports it and bench/ asserts it, measured with
-            bench/load_gen when --load-gen is given)
+            --assert-p99, measured with bench/load_gen when --load-gen is
+            given: a ratio on a shared 2-core machine is noisy, so `make
+            test` and `make bench-memory` only report it)
   cgroup    (root, cgroup v1 writable) knnd in a memory cgroup whose limit
             cannot hold the index heap + headroom exits with a clear message;
             with a limit below its anonymous need + file it keeps answering
