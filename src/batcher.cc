@@ -85,7 +85,7 @@ void Batcher::Submit(std::unique_ptr<SearchJob> job) {
     ++running_batches_;
     ++inline_batches_;
   }
-  pool_->PrepareCallerThread();
+  pool_->ApplyThreadSettings();
   const std::vector<Unit> batch = {Unit{std::move(running), 0, rows}};
   Search(batch);
   Complete(batch.front());

@@ -134,10 +134,6 @@ absl::Status Corrupt(const std::string& path, const std::string& what) {
       absl::StrCat("index file ", path, " is corrupt: ", what));
 }
 
-// Checks the structure FAISS's reader does not check, above all that every
-// memory-mapped inverted list lies inside the file: FAISS 1.7.3 computes list
-// offsets from sizes stored in the file and a truncated or corrupt file would
-// otherwise crash the first search that touches a list past its end.
 // The byte FAISS's reader copied from the file into a bool field: a corrupt
 // file can leave any value there, and reading it as a bool is undefined.
 int FileBoolByte(const bool& field) {
@@ -160,6 +156,10 @@ bool IsServedMetric(int32_t metric) {
   return metric == faiss::METRIC_L2 || metric == faiss::METRIC_INNER_PRODUCT;
 }
 
+// Checks the structure FAISS's reader does not check, above all that every
+// memory-mapped inverted list lies inside the file: FAISS 1.7.3 computes list
+// offsets from sizes stored in the file and a truncated or corrupt file would
+// otherwise crash the first search that touches a list past its end.
 absl::Status CheckStructure(const std::string& path, int64_t file_bytes,
                             const faiss::IndexIVFPQ& ivf, int d_in) {
   const faiss::ProductQuantizer& pq = ivf.pq;
@@ -181,11 +181,13 @@ absl::Status CheckStructure(const std::string& path, int64_t file_bytes,
         "index file ", path, " uses FAISS metric ", metric,
         "; knnd serves L2 and inner-product indexes only"));
   }
-  if (ivf.quantizer != nullptr &&
-      !IsServedMetric(FileEnumValue(ivf.quantizer->metric_type))) {
-    return Corrupt(path, absl::StrCat("its coarse quantizer's metric is ",
-                                      FileEnumValue(ivf.quantizer->metric_type),
-                                      ", not L2 (1) or inner product (0)"));
+  if (ivf.quantizer != nullptr) {
+    const int32_t quantizer_metric = FileEnumValue(ivf.quantizer->metric_type);
+    if (!IsServedMetric(quantizer_metric)) {
+      return Corrupt(path, absl::StrCat("its coarse quantizer's metric is ",
+                                        quantizer_metric,
+                                        ", not L2 (1) or inner product (0)"));
+    }
   }
   if (ivf.quantizer == nullptr || ivf.quantizer->d != ivf.d ||
       ivf.quantizer->ntotal != static_cast<idx_t>(ivf.nlist)) {

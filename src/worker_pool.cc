@@ -61,14 +61,14 @@ size_t WorkerPool::queued() const {
   return tasks_.size();
 }
 
-void WorkerPool::PrepareCallerThread() const {
+void WorkerPool::ApplyThreadSettings() const {
   omp_set_num_threads(omp_threads_);
 }
 
 void WorkerPool::Run() {
   // The OpenMP thread count is a per-thread setting: it applies to parallel
   // regions this worker starts inside FAISS.
-  omp_set_num_threads(omp_threads_);
+  ApplyThreadSettings();
   for (;;) {
     std::function<void()> task;
     {

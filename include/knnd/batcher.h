@@ -160,10 +160,10 @@ class Batcher {
   // Searches running on submitting threads (counted in running_batches_).
   int64_t inline_batches_ ABSL_GUARDED_BY(mu_) = 0;
   // Batches taken from the queue, or run inline, and not finished
-  // (collectors excluded). A
-  // short batch waits for more rows only while another one runs: without
-  // load nothing would come, so a lone request is never held back, and a
-  // worker that turns idle never waits beside an idle core.
+  // (collectors excluded). A short batch waits for more rows only while
+  // another one runs: without load nothing would come, so a lone request is
+  // never held back, and a worker that turns idle never waits beside an
+  // idle core.
   int64_t running_batches_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };

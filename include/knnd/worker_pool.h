@@ -43,10 +43,10 @@ class WorkerPool {
   size_t queued() const;
   // Threads waiting for a task (a snapshot: it may change at once).
   int idle_threads() const { return idle_.load(std::memory_order_relaxed); }
-  // Gives the calling thread the workers' OpenMP setting, for a caller that
-  // runs a search itself (Batcher's inline runs); OpenMP's thread count is
-  // a per-thread setting.
-  void PrepareCallerThread() const;
+  // Gives the calling thread the workers' per-thread settings (OpenMP's
+  // thread count is one): each worker calls it when it starts, and so does
+  // a caller that runs a search itself (Batcher's inline runs).
+  void ApplyThreadSettings() const;
 
  private:
   explicit WorkerPool(int omp_threads) : omp_threads_(omp_threads) {}
