@@ -1,4 +1,5 @@
 #include "knnd/batcher.h"
+#include "knnd/config.h"
 
 #include <gtest/gtest.h>
 
@@ -462,6 +463,21 @@ TEST_F(BatcherTest, WithoutCoalescingEveryUnitIsItsOwnCall) {
   release->Notify();
   for (Request& r : requests) r.done.WaitForNotification();
   EXPECT_EQ(BatchRows(*metrics), std::make_pair(5.0, 5.0));
+}
+
+// inline_max_rows above max_batch_rows would run a multi-unit request inline:
+// the config check refuses it, naming the field and its limit.
+TEST(BatcherConfig, InlineMaxRowsAboveMaxBatchRowsIsRefused) {
+  knnd::v1::ServerConfig config = ::knnd::testing::TestConfig("b.index");
+  config.set_max_batch_rows(16);
+  config.set_inline_max_rows(16);
+  EXPECT_TRUE(ValidateConfig(config).ok());
+  config.set_inline_max_rows(17);
+  const absl::Status refused = ValidateConfig(config);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_NE(refused.message().find("inline_max_rows=17 is outside [0, 16]"),
+            absl::string_view::npos)
+      << refused;
 }
 
 }  // namespace
