@@ -86,6 +86,12 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
     return out_of_range("malloc_mmap_threshold_bytes",
                         c.malloc_mmap_threshold_bytes(), 0, uint32_t{32} << 20);
   }
+  if (c.checksum_check() != "background" &&
+      c.checksum_check() != "before_serving" && c.checksum_check() != "off") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field checksum_check=\"", c.checksum_check(),
+        "\" is none of \"background\", \"before_serving\", \"off\""));
+  }
   if (c.max_batch_rows() < 1 || c.max_batch_rows() > 1000000) {
     return out_of_range("max_batch_rows", c.max_batch_rows(), 1, 1000000);
   }

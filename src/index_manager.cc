@@ -60,7 +60,10 @@ IndexManager::~IndexManager() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  cancel_.store(true);
   thread_.join();
+  // After thread_: a reload on it may have started the check.
+  if (checker_.joinable()) checker_.join();
 }
 
 absl::StatusOr<IndexManager::Outcome> IndexManager::Reload() {
@@ -190,19 +193,84 @@ void IndexManager::Publish(std::shared_ptr<const IndexSnapshot> snapshot) {
   std::shared_ptr<const IndexSnapshot> replaced = holder_->Pin();
   const IndexSnapshot* published = snapshot.get();
   holder_->Publish(std::move(snapshot));
-  absl::MutexLock lock(&mu_);
-  retained_.erase(std::remove_if(retained_.begin(), retained_.end(),
-                                 [published](const auto& r) {
-                                   return r.get() == published;
-                                 }),
-                  retained_.end());
-  if (replaced != nullptr && options_.keep_previous_versions > 0) {
-    retained_.push_front(std::move(replaced));
-    while (retained_.size() >
-           static_cast<size_t>(options_.keep_previous_versions)) {
-      retained_.pop_back();
+  {
+    absl::MutexLock lock(&mu_);
+    retained_.erase(std::remove_if(retained_.begin(), retained_.end(),
+                                   [published](const auto& r) {
+                                     return r.get() == published;
+                                   }),
+                    retained_.end());
+    if (replaced != nullptr && options_.keep_previous_versions > 0) {
+      retained_.push_front(std::move(replaced));
+      while (retained_.size() >
+             static_cast<size_t>(options_.keep_previous_versions)) {
+        retained_.pop_back();
+      }
     }
   }
+  if (options_.serving_changed) options_.serving_changed(true);
+}
+
+void IndexManager::CheckInBackground(
+    std::shared_ptr<const IndexSnapshot> snapshot) {
+  const IndexInfo& info = snapshot->info();
+  const absl::Time start = absl::Now();
+  absl::Status status = snapshot->VerifyChecksums(&cancel_);
+  if (status.ok()) {
+    spdlog::info("index version {} ({}): checksums verified in the "
+                 "background in {:.1f} ms",
+                 info.version, info.path,
+                 absl::ToDoubleMilliseconds(absl::Now() - start));
+  } else if (!absl::IsCancelled(status)) {
+    status = absl::Status(
+        status.code(),
+        absl::StrCat("index version ", info.version, " (", info.path,
+                     ") withdrawn: it served from start-up until its "
+                     "checksum check failed: ",
+                     status.message()));
+  }
+  bool withdrawn = false;
+  std::shared_ptr<const IndexSnapshot> released;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!status.ok() && !absl::IsCancelled(status)) {
+      // Not in the middle of a reload, which may be replacing it.
+      mu_.Await(absl::Condition(
+          +[](IndexManager* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu_) {
+            return !m->reloading_ || m->stopping_;
+          },
+          this));
+      if (!stopping_ && holder_->Pin() == snapshot) {
+        released = holder_->Withdraw(status);
+        served_version_ = 0;
+        served_path_.clear();
+        refused_version_ = info.version;
+        refused_status_ = status;
+        withdrawn = true;
+      }
+    }
+    background_done_ = true;
+    background_status_ = status;
+  }
+  if (withdrawn) {
+    spdlog::error("{}", std::string(status.message()));
+    if (options_.serving_changed) options_.serving_changed(false);
+  } else if (!status.ok() && !absl::IsCancelled(status)) {
+    spdlog::error("{} (no longer serving: it was replaced first)",
+                  std::string(status.message()));
+  }
+}
+
+absl::Status IndexManager::AwaitBackgroundCheck(absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !background_started_ || background_done_;
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    return absl::DeadlineExceededError(
+        "the background checksum check is still running");
+  }
+  return background_status_;
 }
 
 std::shared_ptr<const IndexSnapshot> IndexManager::FindRetained(
@@ -264,8 +332,17 @@ int64_t IndexManager::pinned_version() const {
 absl::Status IndexManager::LoadAndPublish(
     const IndexVersion& target, int expected_dim,
     absl::optional<Metric> expected_metric) {
+  using ChecksumCheck = Options::ChecksumCheck;
+  bool defer;  // the first version under kBackground: verified after
+  {
+    absl::MutexLock lock(&mu_);
+    defer = options_.checksum_check == ChecksumCheck::kBackground &&
+            dim_ == 0 && !background_started_;
+  }
   LoadOptions load = options_.load;
   load.version = target.version;
+  load.verify_checksum =
+      options_.checksum_check != ChecksumCheck::kOff && !defer;
   absl::StatusOr<std::unique_ptr<IndexSnapshot>> loaded =
       IndexSnapshot::Load(target.path, load);
   if (!loaded.ok()) return loaded.status();
@@ -295,7 +372,18 @@ absl::Status IndexManager::LoadAndPublish(
       metric_ = info.metric;
     }
   }
-  Publish(std::move(snapshot));
+  Publish(snapshot);
+  if (defer && (info.has_metadata || info.has_vectors)) {
+    spdlog::info("index version {} serves before its checksums are "
+                 "verified; reading {} in the background to verify them",
+                 info.version,
+                 info.has_vectors
+                     ? absl::StrCat(info.path, " and ", info.vectors_path)
+                     : info.path);
+    absl::MutexLock lock(&mu_);
+    background_started_ = true;
+    checker_ = std::thread([this, snapshot] { CheckInBackground(snapshot); });
+  }
   return absl::OkStatus();
 }
 

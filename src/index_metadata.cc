@@ -21,7 +21,8 @@ std::string MetadataPath(const std::string& index_path) {
   return index_path + ".meta.json";
 }
 
-absl::StatusOr<std::string> FileCrc32(const std::string& path) {
+absl::StatusOr<std::string> FileCrc32(const std::string& path,
+                                      const std::atomic<bool>* cancel) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) {
     return absl::NotFoundError(
@@ -31,6 +32,11 @@ absl::StatusOr<std::string> FileCrc32(const std::string& path) {
   uLong crc = crc32(0L, Z_NULL, 0);
   size_t n;
   while ((n = std::fread(buf.data(), 1, buf.size(), file)) > 0) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      std::fclose(file);
+      return absl::CancelledError(
+          absl::StrCat("the checksum of ", path, " was cancelled"));
+    }
     crc = crc32(crc, buf.data(), static_cast<uInt>(n));
   }
   const bool failed = std::ferror(file) != 0;
@@ -100,7 +106,8 @@ absl::StatusOr<knnd::v1::IndexMetadata> ReadIndexMetadata(
 }
 
 absl::Status VerifyIndexChecksum(const std::string& index_path,
-                                 const knnd::v1::IndexMetadata& metadata) {
+                                 const knnd::v1::IndexMetadata& metadata,
+                                 const std::atomic<bool>* cancel) {
   struct stat st;
   if (stat(index_path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat(
@@ -113,7 +120,7 @@ absl::Status VerifyIndexChecksum(const std::string& index_path,
         " records ", metadata.file_bytes(),
         "; the file was changed after it was built"));
   }
-  absl::StatusOr<std::string> crc = FileCrc32(index_path);
+  absl::StatusOr<std::string> crc = FileCrc32(index_path, cancel);
   if (!crc.ok()) return crc.status();
   if (*crc != metadata.crc32()) {
     return absl::DataLossError(absl::StrCat(

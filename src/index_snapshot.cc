@@ -506,6 +506,8 @@ absl::Status ApplyMetadata(const std::string& path, bool verify_checksum,
   }
   info.metric = *metric;
   info.has_metadata = true;
+  info.sidecar_crc32 = meta->crc32();
+  info.sidecar_file_bytes = meta->file_bytes();
   info.normalized = meta->normalized();
   info.factory = meta->factory();
   info.source = meta->source();
@@ -680,6 +682,21 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   info.load_duration = info.load_time - start;
   return std::unique_ptr<IndexSnapshot>(new IndexSnapshot(
       std::move(faiss), std::move(info), std::move(*vectors)));
+}
+
+absl::Status IndexSnapshot::VerifyChecksums(
+    const std::atomic<bool>* cancel) const {
+  if (info_.has_metadata) {
+    knnd::v1::IndexMetadata recorded;
+    recorded.set_file_bytes(info_.sidecar_file_bytes);
+    recorded.set_crc32(info_.sidecar_crc32);
+    if (absl::Status s = VerifyIndexChecksum(info_.path, recorded, cancel);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (vectors_ != nullptr) return vectors_->VerifyChecksum(cancel);
+  return absl::OkStatus();
 }
 
 absl::Status IndexSnapshot::Search(const SearchArgs& args) const {

@@ -61,8 +61,7 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
 
   std::shared_ptr<const IndexSnapshot> snapshot = holder_->Pin();
   if (snapshot == nullptr) {
-    return reject(RejectReason::kNotReady,
-                  absl::UnavailableError("the index is not loaded yet"));
+    return reject(RejectReason::kNotReady, holder_->NotServingStatus());
   }
   const IndexInfo& index = snapshot->info();
   absl::StatusOr<ParsedSearch> parsed =
@@ -158,7 +157,7 @@ grpc::ServerUnaryReactor* KnnServiceImpl::GetIndexInfo(
   }
   std::shared_ptr<const IndexSnapshot> snapshot = holder_->Pin();
   if (snapshot == nullptr) {
-    return finish(absl::UnavailableError("the index is not loaded yet"));
+    return finish(holder_->NotServingStatus());
   }
   const IndexInfo& index = snapshot->info();
   const SearchLimits limits = LimitsFor(index);

@@ -212,6 +212,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
       absl::Milliseconds(config.index_poll_interval_ms());
   manager_options.keep_previous_versions =
       static_cast<int>(config.keep_previous_versions());
+  using ChecksumCheck = IndexManager::Options::ChecksumCheck;
+  manager_options.checksum_check =
+      config.checksum_check() == "before_serving" ? ChecksumCheck::kBeforeServing
+      : config.checksum_check() == "off"          ? ChecksumCheck::kOff
+                                                  : ChecksumCheck::kBackground;
+  manager_options.serving_changed = [s = server.get()](bool serving) {
+    s->OnServingChanged(serving);
+  };
   manager_options.load.check_heap = [s = server.get()](const IndexInfo& info) {
     return s->CheckHeap(info);
   };
@@ -245,6 +253,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
 }
 
 Server::~Server() {
+  {
+    absl::MutexLock lock(&serving_mu_);
+    draining_ = true;  // the index manager's callbacks no longer reach gRPC
+  }
   ShutDownNow(admin_server_.get());
   ShutDownNow(grpc_server_.get());
   ShutDownNow(health_server_.get());
@@ -331,6 +343,13 @@ absl::Status Server::Start() {
   return absl::OkStatus();
 }
 
+void Server::OnServingChanged(bool serving) {
+  absl::MutexLock lock(&serving_mu_);
+  // Once draining (or destroying), health stays as Drain() set it.
+  if (draining_) return;
+  SetServing(serving);
+}
+
 void Server::SetServing(bool serving) {
   for (grpc::Server* server : {grpc_server_.get(), health_server_.get()}) {
     if (server == nullptr) continue;
@@ -343,7 +362,7 @@ void Server::SetServing(bool serving) {
 absl::Status Server::LoadIndex() {
   absl::StatusOr<IndexManager::Outcome> served = index_manager_->Reload();
   if (!served.ok()) return served.status();
-  SetServing(true);
+  // Health turned SERVING when the version was published (serving_changed).
   spdlog::info("SERVING");
   return absl::OkStatus();
 }
@@ -486,7 +505,11 @@ absl::Status Server::CheckCanaryOf(const IndexSnapshot& snapshot) {
 
 bool Server::Drain(absl::Duration grace) {
   if (grpc_server_ == nullptr) return true;
-  SetServing(false);
+  {
+    absl::MutexLock lock(&serving_mu_);
+    draining_ = true;
+    SetServing(false);
+  }
   gate_->StartDraining();
   const absl::Time deadline = absl::Now() + grace;
   const int64_t in_flight = gate_->queries_in_flight();

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/types/optional.h"
 
 namespace knnd {
 namespace {
@@ -36,11 +37,17 @@ static_assert(sizeof(Header) == kVectorsHeaderBytes, "header is 64 bytes");
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the vectors file is read in place as little-endian");
 
-// zlib's crc32 takes uInt lengths: feed it in 1 GiB pieces.
-unsigned long Crc32(unsigned long crc, const void* data, size_t bytes) {
+// zlib's crc32 takes uInt lengths: feed it in 64 MiB pieces, checking
+// `cancel` (when given) between them; nullopt when it turned true.
+absl::optional<unsigned long> Crc32(unsigned long crc, const void* data,
+                                    size_t bytes,
+                                    const std::atomic<bool>* cancel = nullptr) {
   const auto* p = static_cast<const Bytef*>(data);
   while (bytes > 0) {
-    const size_t n = std::min<size_t>(bytes, size_t{1} << 30);
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      return absl::nullopt;
+    }
+    const size_t n = std::min<size_t>(bytes, size_t{64} << 20);
     crc = crc32(crc, p, static_cast<uInt>(n));
     p += n;
     bytes -= n;
@@ -126,7 +133,7 @@ absl::Status VectorsFileWriter::Append(const float* vectors, int64_t rows) {
     return absl::DataLossError(
         absl::StrCat("cannot write ", temp_, ": ", strerror(errno)));
   }
-  crc_ = Crc32(crc_, data, bytes);
+  crc_ = *Crc32(crc_, data, bytes);
   rows_ += rows;
   return absl::OkStatus();
 }
@@ -257,17 +264,30 @@ absl::StatusOr<std::unique_ptr<VectorsFile>> VectorsFile::Open(
   file->row_bytes_ = row_bytes;
   file->map_ = map;
   file->rows_ = static_cast<const char*>(map) + kVectorsHeaderBytes;
+  file->header_crc32_ = header.crc32;
   if (verify_checksum) {
-    const auto crc = static_cast<uint32_t>(
-        Crc32(crc32(0L, Z_NULL, 0), file->rows_,
-              static_cast<size_t>(size - kVectorsHeaderBytes)));
-    if (crc != header.crc32) {
-      return bad(absl::StrFormat(
-          "payload CRC-32 is %08x but the header records %08x", crc,
-          header.crc32));
-    }
+    if (absl::Status s = file->VerifyChecksum(); !s.ok()) return s;
   }
   return file;
+}
+
+absl::Status VectorsFile::VerifyChecksum(
+    const std::atomic<bool>* cancel) const {
+  const absl::optional<unsigned long> crc =
+      Crc32(crc32(0L, Z_NULL, 0), rows_,
+            static_cast<size_t>(count_ * row_bytes_), cancel);
+  if (!crc.has_value()) {
+    return absl::CancelledError(
+        absl::StrCat("the checksum of vectors file ", path_,
+                     " was cancelled"));
+  }
+  if (static_cast<uint32_t>(*crc) != header_crc32_) {
+    return absl::DataLossError(absl::StrFormat(
+        "vectors file %s is corrupt: payload CRC-32 is %08x but the header "
+        "records %08x",
+        path_, static_cast<uint32_t>(*crc), header_crc32_));
+  }
+  return absl::OkStatus();
 }
 
 VectorsFile::~VectorsFile() {

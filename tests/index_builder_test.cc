@@ -208,12 +208,7 @@ TEST(IndexMetadata, ChecksumMismatchIsRefused) {
   ASSERT_TRUE(IndexSnapshot::Load(path, {}).ok());
   {
     // Flip one byte of the last stored code: structurally still valid.
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(-40, std::ios::end);
-    char c;
-    f.get(c);
-    f.seekp(-40, std::ios::end);
-    f.put(static_cast<char>(c ^ 0x5a));
+    ::knnd::testing::FlipByteFromEnd(path, 40);
   }
   auto loaded = IndexSnapshot::Load(path, {});
   ASSERT_FALSE(loaded.ok());

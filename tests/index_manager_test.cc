@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "knnd/index_metadata.h"
 #include "knnd/config.h"
 #include "knnd/index_eval.h"
@@ -31,6 +32,7 @@ namespace knnd {
 namespace {
 
 namespace fs = std::filesystem;
+using ::knnd::testing::FlipByteFromEnd;
 using ::knnd::testing::IndexSpec;
 using ::knnd::testing::MakeData;
 using ::knnd::testing::RunningServer;
@@ -64,6 +66,12 @@ int64_t Publish(const TempDir& tmp, const std::string& dir,
   absl::StatusOr<IndexVersion> published = PublishVersion(dir, staging);
   EXPECT_TRUE(published.ok()) << published.status();
   return published.ok() ? published->version : 0;
+}
+
+// Publishes version 1 in `dir` and serves it with the test configuration.
+RunningServer ServeVersionOne(const TempDir& tmp, const std::string& dir) {
+  Publish(tmp, dir, VersionSpec(1));
+  return StartServer(TestConfig(dir));
 }
 
 // Writes a sidecar describing `index` as it is, so that only knnd's own
@@ -196,8 +204,7 @@ TEST(IndexSource, PublishRefusesABrokenFile) {
 TEST(IndexManager, SwapsUnderLoadWithoutFailedRequests) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
-  Publish(tmp, dir, VersionSpec(1));
-  RunningServer s = StartServer(TestConfig(dir));
+  RunningServer s = ServeVersionOne(tmp, dir);
   ASSERT_NE(s.stub, nullptr);
 
   std::atomic<bool> stop{false};
@@ -267,8 +274,7 @@ TEST(IndexManager, SwapsUnderLoadWithoutFailedRequests) {
 TEST(IndexManager, RefusesBadVersionsAndKeepsServing) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
-  Publish(tmp, dir, VersionSpec(1));
-  RunningServer s = StartServer(TestConfig(dir));
+  RunningServer s = ServeVersionOne(tmp, dir);
   ASSERT_NE(s.stub, nullptr);
   IndexManager& manager = s.server->index_manager();
 
@@ -354,8 +360,7 @@ TEST(IndexManager, PinnedVersionRollsBack) {
 TEST(IndexManager, OldVersionUnmappedAfterItsLastRequest) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
-  Publish(tmp, dir, VersionSpec(1));
-  RunningServer s = StartServer(TestConfig(dir));
+  RunningServer s = ServeVersionOne(tmp, dir);
   ASSERT_NE(s.stub, nullptr);
   const std::string v1 = dir + "/1/index.faiss";
   const std::string v2 = dir + "/2/index.faiss";
@@ -378,8 +383,7 @@ TEST(IndexManager, OldVersionUnmappedAfterItsLastRequest) {
 TEST(IndexManager, ConcurrentReloadsLoadOnce) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
-  Publish(tmp, dir, VersionSpec(1));
-  RunningServer s = StartServer(TestConfig(dir));
+  RunningServer s = ServeVersionOne(tmp, dir);
   ASSERT_NE(s.stub, nullptr);
   Publish(tmp, dir, VersionSpec(2));
 
@@ -406,8 +410,7 @@ TEST(IndexManager, ConcurrentReloadsLoadOnce) {
 TEST(IndexManager, RequestedAndPolledReloadsServeTheNewVersion) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
-  Publish(tmp, dir, VersionSpec(1));
-  RunningServer s = StartServer(TestConfig(dir));
+  RunningServer s = ServeVersionOne(tmp, dir);
   ASSERT_NE(s.stub, nullptr);
   Publish(tmp, dir, VersionSpec(2));
   s.server->index_manager().RequestReload();
@@ -422,13 +425,131 @@ TEST(IndexManager, RequestedAndPolledReloadsServeTheNewVersion) {
   while (ServedVersion(polled) != 3) absl::SleepFor(absl::Milliseconds(5));
 }
 
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(
+    RunningServer& s) {
+  auto stub = grpc::health::v1::Health::NewStub(s.channel);
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("knnd.v1.KnnService");
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = stub->Check(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.status();
+}
+
+// checksum_check "background" (the default): the first version serves before
+// its file is read whole; the background check then finds the changed byte
+// and withdraws it (searches UNAVAILABLE with the reason, health
+// NOT_SERVING, the version refused) until a good version is published.
+TEST(IndexManager, BackgroundChecksumWithdrawsAChangedFirstVersion) {
+  using grpc::health::v1::HealthCheckResponse;
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  Publish(tmp, dir, VersionSpec(1));
+  FlipByteFromEnd(dir + "/1/index.faiss", 4);  // of the last id
+  knnd::v1::ServerConfig config = TestConfig(dir);
+  ASSERT_EQ(config.checksum_check(), "background");
+  RunningServer s = StartServer(config);  // LoadIndex() succeeded
+  ASSERT_NE(s.stub, nullptr);
+  IndexManager& manager = s.server->index_manager();
+
+  const absl::Status check =
+      manager.AwaitBackgroundCheck(absl::Now() + absl::Seconds(60));
+  EXPECT_EQ(check.code(), absl::StatusCode::kDataLoss) << check;
+  EXPECT_THAT(check.message(), HasSubstr("index version 1"));
+  EXPECT_THAT(check.message(), HasSubstr("withdrawn"));
+  EXPECT_THAT(check.message(), HasSubstr("CRC-32"));
+  EXPECT_THAT(check.message(), HasSubstr(dir + "/1/index.faiss.meta.json"));
+  EXPECT_EQ(Health(s), HealthCheckResponse::NOT_SERVING);
+  knnd::v1::SearchResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = s.stub->Search(&context, Request(7), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(status.error_message(), HasSubstr("withdrawn"));
+  EXPECT_THAT(status.error_message(), HasSubstr("CRC-32"));
+  absl::StatusOr<std::vector<IndexManager::VersionState>> versions =
+      manager.ListVersions();
+  ASSERT_TRUE(versions.ok()) << versions.status();
+  ASSERT_EQ(versions->size(), 1u);
+  EXPECT_FALSE((*versions)[0].serving);
+  EXPECT_TRUE((*versions)[0].refused);
+  EXPECT_THAT((*versions)[0].refused_reason, HasSubstr("CRC-32"));
+
+  // A good version serves again, verified before it is published.
+  ASSERT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
+  absl::StatusOr<IndexManager::Outcome> outcome = manager.Reload();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(ServedVersion(s), 2);
+  EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
+}
+
+// After start-up, "background" verifies before publishing: a changed file
+// is refused and the version serving keeps serving. A good first version
+// passes its background check and keeps serving.
+TEST(IndexManager, BackgroundChecksumVerifiesHotSwapsFirst) {
+  using grpc::health::v1::HealthCheckResponse;
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  RunningServer s = ServeVersionOne(tmp, dir);
+  ASSERT_NE(s.stub, nullptr);
+  IndexManager& manager = s.server->index_manager();
+  EXPECT_TRUE(
+      manager.AwaitBackgroundCheck(absl::Now() + absl::Seconds(60)).ok());
+  EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
+
+  ASSERT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
+  FlipByteFromEnd(dir + "/2/index.faiss", 4);
+  absl::StatusOr<IndexManager::Outcome> outcome = manager.Reload();
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(outcome.status().message(), HasSubstr("CRC-32"));
+  EXPECT_THAT(outcome.status().message(), HasSubstr("still serving version 1"));
+  EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
+}
+
+// "before_serving" refuses a changed first version at start-up; "off"
+// serves it and never reads it whole.
+TEST(IndexManager, ChecksumCheckBeforeServingAndOff) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  Publish(tmp, dir, VersionSpec(1));
+  FlipByteFromEnd(dir + "/1/index.faiss", 4);  // of the last id
+
+  knnd::v1::ServerConfig before = TestConfig(dir);
+  before.set_checksum_check("before_serving");
+  ASSERT_TRUE(ValidateConfig(before).ok());
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(before);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE((*server)->Start().ok());
+  const absl::Status loaded = (*server)->LoadIndex();
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kDataLoss) << loaded;
+  EXPECT_THAT(loaded.message(), HasSubstr("CRC-32"));
+  EXPECT_EQ((*server)->holder().Pin(), nullptr);
+
+  knnd::v1::ServerConfig off = TestConfig(dir);
+  off.set_checksum_check("off");
+  RunningServer s = StartServer(off);
+  ASSERT_NE(s.stub, nullptr);
+  EXPECT_TRUE(s.server->index_manager()
+                  .AwaitBackgroundCheck(absl::Now() + absl::Seconds(60))
+                  .ok());
+  EXPECT_EQ(ServedVersion(s), 1);
+
+  knnd::v1::ServerConfig bad = TestConfig(dir);
+  bad.set_checksum_check("later");
+  const absl::Status refused = ValidateConfig(bad);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("checksum_check=\"later\""));
+}
+
 // The admin API listens on its own address, unless configured onto the
 // search port or off; neither port answers the other's service.
 TEST(AdminService, ListensApartFromTheSearchApiUnlessConfigured) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
-  Publish(tmp, dir, VersionSpec(1));
-  RunningServer s = StartServer(TestConfig(dir));
+  RunningServer s = ServeVersionOne(tmp, dir);
   ASSERT_NE(s.stub, nullptr);
   ASSERT_NE(s.server->admin_port(), 0);
   ASSERT_NE(s.server->admin_port(), s.server->port());
@@ -473,8 +594,7 @@ TEST(AdminService, ListensApartFromTheSearchApiUnlessConfigured) {
 TEST(AdminService, ReportsRefusalsPinsAndListsVersions) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
-  Publish(tmp, dir, VersionSpec(1));
-  RunningServer s = StartServer(TestConfig(dir));
+  RunningServer s = ServeVersionOne(tmp, dir);
   ASSERT_NE(s.stub, nullptr);
   auto admin = AdminStub(s);
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -328,6 +329,38 @@ TEST_F(BadVectorsFileTest, ChangedPayloadFailsTheChecksum) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(s.message(), AllOf(HasSubstr(path_), HasSubstr("CRC-32")));
   EXPECT_TRUE(VectorsFile::Open(path_, kDim, kRows, false).ok());
+}
+
+// Loaded without verify_checksum (checksum_check "background"), a snapshot
+// verifies later what Load() skipped: the index file against its sidecar
+// and the vectors payload against its header; a cancelled check says so.
+TEST_F(BadVectorsFileTest, VerifyChecksumsChecksWhatLoadSkipped) {
+  LoadOptions unchecked;
+  unchecked.verify_checksum = false;
+  auto good = IndexSnapshot::Load(tmp_.path("x.index"), unchecked);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE((*good)->info().has_metadata);
+  EXPECT_TRUE((*good)->info().has_vectors);
+  EXPECT_TRUE((*good)->VerifyChecksums().ok());
+  std::atomic<bool> cancel{true};
+  EXPECT_TRUE(absl::IsCancelled((*good)->VerifyChecksums(&cancel)));
+
+  Poke(kVectorsHeaderBytes + 7, 0x55);
+  auto changed = IndexSnapshot::Load(tmp_.path("x.index"), unchecked);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  absl::Status s = (*changed)->VerifyChecksums();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr(path_), HasSubstr("CRC-32")));
+
+  // The index file itself: one byte of its last stored id.
+  ASSERT_TRUE(WriteVectors(path_, base_, kDim, VectorsDtype::kFloat32).ok());
+  ::knnd::testing::FlipByteFromEnd(tmp_.path("x.index"), 4);
+  auto index_changed = IndexSnapshot::Load(tmp_.path("x.index"), unchecked);
+  ASSERT_TRUE(index_changed.ok()) << index_changed.status();
+  s = (*index_changed)->VerifyChecksums();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("x.index.meta.json"),
+                                 HasSubstr("CRC-32")));
 }
 
 // A vectors file of another index (other count): refused; kOptional serves

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include <faiss/IVFlib.h>
@@ -77,6 +78,16 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
   std::error_code ignored;
   std::filesystem::remove_all(dir_, ignored);
+}
+
+void FlipByteFromEnd(const std::string& path, int64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-offset, std::ios::end);
+  char c;
+  f.get(c);
+  f.seekp(-offset, std::ios::end);
+  f.put(static_cast<char>(c ^ 0x5a));
+  ASSERT_TRUE(f.good()) << "cannot change " << path;
 }
 
 int FreePort() {

@@ -67,6 +67,11 @@ struct RunningServer {
 };
 RunningServer StartServer(const knnd::v1::ServerConfig& config);
 
+// XORs the byte `offset` bytes before the end of `path` with 0x5a. Near the
+// end of an IVF-PQ file that is a stored code or id: the file stays
+// structurally valid, and only its CRC-32 tells.
+void FlipByteFromEnd(const std::string& path, int64_t offset);
+
 // A free TCP port on 127.0.0.1 (bound then released; racy only in theory).
 int FreePort();
 

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "knnd/index_snapshot.h"
 
@@ -29,14 +30,35 @@ class IndexHolder {
     {
       absl::MutexLock lock(&mu_);
       current_.swap(snapshot);
+      withdrawn_reason_ = absl::OkStatus();
     }
     // `snapshot` now holds the previous version; if this was its last
     // reference it is unmapped here, outside the lock.
   }
 
+  // Stops serving the current snapshot: Pin() returns null and
+  // NotServingStatus() says `reason` until the next Publish(). Returns the
+  // withdrawn snapshot (null when there was none).
+  std::shared_ptr<const IndexSnapshot> Withdraw(const absl::Status& reason) {
+    absl::MutexLock lock(&mu_);
+    withdrawn_reason_ = reason;
+    return std::move(current_);
+  }
+
+  // Why Pin() returns null, as the UNAVAILABLE status a request gets:
+  // nothing published yet, or the reason of Withdraw().
+  absl::Status NotServingStatus() const {
+    absl::MutexLock lock(&mu_);
+    if (withdrawn_reason_.ok()) {
+      return absl::UnavailableError("the index is not loaded yet");
+    }
+    return absl::UnavailableError(withdrawn_reason_.message());
+  }
+
  private:
   mutable absl::Mutex mu_;
   std::shared_ptr<const IndexSnapshot> current_ ABSL_GUARDED_BY(mu_);
+  absl::Status withdrawn_reason_ ABSL_GUARDED_BY(mu_);  // OK: none
 };
 
 }  // namespace knnd

@@ -27,12 +27,24 @@
 // again by Reload() (the poll would otherwise reload it every interval);
 // ReloadVersion() tries it again.
 //
+// Checksums (Options::checksum_check): a version whose files carry
+// checksums (the sidecar's CRC-32, the vectors header's) is verified by
+// reading its files once. kBeforeServing does that before every publish.
+// kBackground, the start-up default, publishes the FIRST version at once,
+// with its structure checked but its files not yet read whole, so that time
+// to SERVING does not grow with the file, and verifies it on a background
+// thread; a mismatch withdraws it (requests get UNAVAILABLE with the reason,
+// serving_changed(false), the version is marked refused). Later versions
+// are verified before they are published, since the previous one serves
+// meanwhile.
+//
 // Ownership: borrows the holder and the metrics, which must outlive it; owns
-// its thread, stopped and joined by the destructor.
+// its threads, stopped and joined by the destructor.
 // Thread-safety: all methods are safe to call concurrently.
 #ifndef KNND_INDEX_MANAGER_H_
 #define KNND_INDEX_MANAGER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -58,7 +70,8 @@ class IndexManager {
   struct Options {
     // A file (version 1) or a versions directory (index_source.h).
     std::string index_path;
-    // How versions are loaded; `version` is set per load.
+    // How versions are loaded; `version` and `verify_checksum` are set per
+    // load (the latter from checksum_check).
     LoadOptions load;
     // Time between scans of a versions directory for a newer version; zero
     // means no polling (a plain file is never polled).
@@ -68,6 +81,12 @@ class IndexManager {
     std::function<absl::Status(const IndexSnapshot&)> prepare;
     // Previous versions kept loaded for an immediate rollback (see above).
     int keep_previous_versions = 0;
+    // When checksums are verified (see above).
+    enum class ChecksumCheck { kBeforeServing, kBackground, kOff };
+    ChecksumCheck checksum_check = ChecksumCheck::kBeforeServing;
+    // Called with true after a version is published and with false after
+    // the serving one is withdrawn, on the thread that did it. May be empty.
+    std::function<void(bool serving)> serving_changed;
   };
 
   struct Outcome {
@@ -115,6 +134,12 @@ class IndexManager {
   absl::StatusOr<std::vector<VersionState>> ListVersions() const;
   int64_t pinned_version() const;
 
+  // Waits until `deadline` for the background checksum check of the first
+  // version (kBackground) to finish, and returns its outcome: OK when it
+  // passed or none was started, DEADLINE_EXCEEDED while it still runs, else
+  // the reason the version was withdrawn.
+  absl::Status AwaitBackgroundCheck(absl::Time deadline) const;
+
  private:
   IndexManager(const Options& options, IndexHolder* holder, Metrics* metrics)
       : options_(options), source_(options.index_path), holder_(holder),
@@ -127,6 +152,9 @@ class IndexManager {
                               absl::optional<Metric> expected_metric);
   // Publishes `snapshot`, retaining the one it replaces when configured.
   void Publish(std::shared_ptr<const IndexSnapshot> snapshot);
+  // Verifies `snapshot`'s checksums on the background thread; withdraws it
+  // on a mismatch if it still serves.
+  void CheckInBackground(std::shared_ptr<const IndexSnapshot> snapshot);
   // The retained snapshot of `version` at `path`, or null.
   std::shared_ptr<const IndexSnapshot> FindRetained(int64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -155,8 +183,16 @@ class IndexManager {
       ABSL_GUARDED_BY(mu_);
   bool reload_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // kBackground: set when the first version is published unverified;
+  // background_status_ holds the outcome once background_done_.
+  bool background_started_ ABSL_GUARDED_BY(mu_) = false;
+  bool background_done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status background_status_ ABSL_GUARDED_BY(mu_);
+  // Stops a background check's reads at destruction.
+  std::atomic<bool> cancel_{false};
 
   std::thread thread_;
+  std::thread checker_;  // the background checksum check, when started
 };
 
 }  // namespace knnd

@@ -9,6 +9,7 @@
 #ifndef KNND_INDEX_METADATA_H_
 #define KNND_INDEX_METADATA_H_
 
+#include <atomic>
 #include <string>
 
 #include "absl/status/status.h"
@@ -24,8 +25,10 @@ inline constexpr uint32_t kIndexMetadataFormatVersion = 1;
 std::string MetadataPath(const std::string& index_path);
 
 // zlib's CRC-32 of the whole file as 8 lowercase hex digits, read in 1 MiB
-// chunks so that memory stays bounded whatever the file size.
-absl::StatusOr<std::string> FileCrc32(const std::string& path);
+// chunks so that memory stays bounded whatever the file size. When `cancel`
+// is given and turns true, the read stops with CANCELLED.
+absl::StatusOr<std::string> FileCrc32(
+    const std::string& path, const std::atomic<bool>* cancel = nullptr);
 
 // Writes `metadata` as JSON to `path` via a temporary file and a rename.
 absl::Status WriteIndexMetadata(const std::string& path,
@@ -38,9 +41,11 @@ absl::StatusOr<knnd::v1::IndexMetadata> ReadIndexMetadata(
     const std::string& path);
 
 // Checks that `index_path` has the size and CRC-32 the sidecar records;
-// DATA_LOSS naming both values when it does not.
+// DATA_LOSS naming both values when it does not; CANCELLED when `cancel`
+// turned true during the read.
 absl::Status VerifyIndexChecksum(const std::string& index_path,
-                                 const knnd::v1::IndexMetadata& metadata);
+                                 const knnd::v1::IndexMetadata& metadata,
+                                 const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace knnd
 

@@ -17,6 +17,7 @@
 #define KNND_INDEX_SNAPSHOT_H_
 
 #include <cstdint>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -64,8 +65,11 @@ struct IndexInfo {
   absl::Time load_time = absl::InfinitePast();
   absl::Duration load_duration;
   // From the metadata sidecar (index_metadata.h) when the file has one, whose
-  // checksum then matched; empty / false without one.
+  // checksum then matched (unless Load() ran without verify_checksum: then
+  // VerifyChecksums() checks it later); empty / false without one.
   bool has_metadata = false;
+  std::string sidecar_crc32;       // the file's CRC-32 the sidecar records
+  int64_t sidecar_file_bytes = 0;  // and its size
   bool normalized = false;  // vectors L2-normalised at build (metric cosine)
   std::string factory;      // as given to the builder, e.g. "IVF1024,PQ56"
   std::string source;       // input file of the build
@@ -101,6 +105,7 @@ struct LoadOptions {
   // its CRC-32 against the sidecar's (one sequential read of the file), so
   // that a file changed after it was built is refused instead of served.
   // Also checks the vectors file's payload CRC-32 against its header.
+  // Without it, IndexSnapshot::VerifyChecksums() does the same later.
   bool verify_checksum = true;
   VectorsPolicy vectors = VectorsPolicy::kOptional;
   // Called before the heap-heavy part of loading: the file has been read
@@ -156,6 +161,14 @@ class IndexSnapshot {
   // is returned as INTERNAL, refine_factor > 0 without vectors as
   // FAILED_PRECONDITION.
   absl::Status Search(const SearchArgs& args) const;
+
+  // The checks Load() skips without verify_checksum: the index file's size
+  // and CRC-32 against its sidecar (when it has one) and the vectors file's
+  // payload CRC-32 against its header (when one is loaded); each reads its
+  // whole file once. DATA_LOSS naming the file and both values on a
+  // mismatch; CANCELLED when `cancel` turned true during a read. Safe to
+  // call while searches run.
+  absl::Status VerifyChecksums(const std::atomic<bool>* cancel = nullptr) const;
 
   // The FAISS objects; opaque outside index_snapshot.cc.
   struct Faiss;

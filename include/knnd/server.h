@@ -4,7 +4,9 @@
 //                health-only port with TLS); grpc.health.v1 answers
 //                NOT_SERVING
 //   LoadIndex()  load + check the index, run warm-up queries, publish it;
-//                health turns SERVING; later versions come through
+//                health turns SERVING (and NOT_SERVING again if the
+//                index's background checksum check fails, until another
+//                version is published); later versions come through
 //                index_manager() (SIGHUP, polling, AdminService, tests),
 //                each warmed up and canary-checked before it is published
 //   Drain()      health NOT_SERVING, refuse new searches (UNAVAILABLE), let
@@ -26,6 +28,7 @@
 #include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "knnd/admin_service.h"
 #include "knnd/admission_gate.h"
@@ -73,6 +76,8 @@ class Server {
  private:
   explicit Server(const knnd::v1::ServerConfig& config) : config_(config) {}
   void SetServing(bool serving);
+  // The index manager's serving_changed: SetServing() unless draining.
+  void OnServingChanged(bool serving);
   // What runs on a loaded version before it is published: warm-up, then the
   // canary check when configured.
   absl::Status Prepare(const IndexSnapshot& snapshot);
@@ -115,6 +120,10 @@ class Server {
   // Last: its thread may be reloading (warm-up on the pool, publishing to
   // the holder, recording metrics) until it is destroyed, first.
   std::unique_ptr<IndexManager> index_manager_;
+  // Serialises health changes from the index manager's threads with
+  // Drain(), after which they are ignored.
+  absl::Mutex serving_mu_;
+  bool draining_ ABSL_GUARDED_BY(serving_mu_) = false;
   int port_ = 0;
   int health_port_ = 0;
   int admin_port_ = 0;

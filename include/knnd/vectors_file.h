@@ -22,6 +22,7 @@
 #ifndef KNND_VECTORS_FILE_H_
 #define KNND_VECTORS_FILE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -109,6 +110,10 @@ class VectorsFile {
   const void* row(int64_t id) const {
     return rows_ + id * row_bytes_;
   }
+  // Reads the payload once and checks its CRC-32 against the header's:
+  // what Open() does with verify_checksum. DATA_LOSS naming both values on
+  // a mismatch; CANCELLED when `cancel` turned true during the read.
+  absl::Status VerifyChecksum(const std::atomic<bool>* cancel = nullptr) const;
 
  private:
   VectorsFile() = default;
@@ -121,6 +126,7 @@ class VectorsFile {
   int64_t row_bytes_ = 0;
   void* map_ = nullptr;
   const char* rows_ = nullptr;
+  uint32_t header_crc32_ = 0;
 };
 
 }  // namespace knnd
