@@ -4,7 +4,7 @@ the results written into bench/RESULTS.md (between the `make bench` markers)
 and plotted into bench/results.png.
 
   run_bench.py --build BUILD [--generic-build BUILD2] [--work /tmp/knnd_bench]
-               [--seconds 2] [--skip cold,fashion,...]
+               [--seconds 2] [--rounds 5] [--skip cold,fashion,...]
 
 Servers are separate processes (build/knnd, bench/python_server.py), driven by
 build/bench/load_gen, an asynchronous C++ client on one thread whose CPU is
@@ -300,6 +300,63 @@ def case_inline(R):
            "load_gen cores"], rows)
 
 
+def batching_ceiling(rows):
+    """What merging FAISS calls can gain at most: one thread's q/s with 256
+    rows per call over 1 row per call (search_bench rows)."""
+    return rows[(256, 1)]["mmap_qps"] / rows[(1, 1)]["mmap_qps"]
+
+
+def paired_figures(m):
+    """One paired round's figures (q/s; p50 in us) and its four target
+    figures, from its search_bench rows and load_gen results."""
+    ip = m["inproc"]
+    f = {"knnd_256": m["256"]["qps"], "inproc_256": ip[(256, 2)]["heap_qps"],
+         "on_32": m["32"]["qps"], "off_32": m["off"]["qps"], "inproc_1": ip[(1, 2)]["heap_qps"],
+         "knnd_p50": m["1"]["p50_ms"] * 1000, "mmap_p50": ip[(1, 1)]["mmap_p50"] * 1000,
+         "heap_p50": ip[(1, 1)]["heap_p50"] * 1000, "ceiling": batching_ceiling(ip)}
+    f.update(large=f["knnd_256"] / f["inproc_256"], batching=f["on_32"] / f["off_32"],
+             single=f["on_32"] / f["inproc_1"], p50_over=f["knnd_p50"] - f["mmap_p50"])
+    return f
+
+
+def case_paired(R):
+    out(f"### Paired rounds: knnd vs in-process FAISS, interleaved ({ARGS.rounds} rounds)")
+    out()
+    out("The machine's speed drifts over minutes, so the ratios of the Targets table are "
+        "measured side by side: each round runs `search_bench --batches 1,256 --threads 1,2` "
+        "and, on two `build/knnd` started once for all rounds (defaults; "
+        "`coalesce_requests: false`), `load_gen` with batch 256 x 4 clients (the best client "
+        "count of the gRPC sweep above in the runs recorded so far), 1 x 1, 1 x 32, then "
+        "1 x 32 on the second knnd. Odd rounds run them in that order, even "
+        "rounds in the reverse one. (a) = knnd 256 x 4 / in-process heap 256 rows x 2 "
+        "threads; (b) = batching on / off; (c) = knnd 1 x 32 / in-process heap 1 row x 2 "
+        "threads; (d) = knnd p50 at 1 client - in-process mmap p50 (1 row, 1 thread; knnd "
+        "serves the mmap'd index).")
+    out()
+    columns = [("knnd 256x4 q/s", "knnd_256", f0), ("in-proc 256x2 q/s", "inproc_256", f0),
+               ("(a)", "large", f2), ("on 1x32 q/s", "on_32", f0),
+               ("off 1x32 q/s", "off_32", f0), ("(b)", "batching", f2),
+               ("in-proc 1x2 q/s", "inproc_1", f0), ("(c)", "single", f2),
+               ("knnd p50 us", "knnd_p50", f0), ("mmap p50 us", "mmap_p50", f0),
+               ("heap p50 us", "heap_p50", f0), ("(d) us", "p50_over", f0)]
+    R["paired"] = []
+    rows = []
+    with Server("knnd", ARGS.index) as on, \
+            Server("knnd", ARGS.index, coalesce_requests="false") as off:
+        steps = [("inproc", lambda: search_bench(ARGS.build, "1,256", "1,2")[0]),
+                 ("256", lambda: load(on, 256, 4)), ("1", lambda: load(on, 1, 1)),
+                 ("32", lambda: load(on, 1, 32)), ("off", lambda: load(off, 1, 32))]
+        for i in range(ARGS.rounds):
+            order = steps if i % 2 == 0 else steps[::-1]
+            f = paired_figures({name: fn() for name, fn in order})
+            R["paired"].append(f)
+            rows.append([str(i + 1), "in-process first" if i % 2 == 0 else "knnd first"]
+                        + [fmt(f[key]) for _, key, fmt in columns])
+    rows.append(["median", ""] + [fmt(statistics.median(f[key] for f in R["paired"]))
+                                  for _, key, fmt in columns])
+    table(["round", "order"] + [header for header, _, _ in columns], rows)
+
+
 def case_python(R):
     out("### knnd vs a Python gRPC server (python3-grpcio + python3-faiss)")
     out()
@@ -479,7 +536,14 @@ def case_fashion(R):
 def targets(R):
     out("## Targets")
     out()
-    out("Ratios from the run above (same index, same machine, same minutes).")
+    paired = bool(R.get("paired"))  # False when skipped or failed in its first round
+    if paired:
+        out("Ratios from the run above (same index, same machine). The first four rows are "
+            f"medians of the {len(R['paired'])} paired rounds (knnd and in-process FAISS "
+            "measured alternately, seconds apart); the others compare the sweeps.")
+    else:
+        out("Ratios from the run above (same index, same machine, same minutes); the paired "
+            "case did not run, so the first four rows compare sweeps run minutes apart.")
     out()
     rows = []
 
@@ -492,41 +556,58 @@ def targets(R):
         except Exception as e:  # a skipped or failed case
             rows.append([fn.__doc__, f"not measured ({type(e).__name__}: {e})", "—"])
 
+    def median(key):
+        return statistics.median(f[key] for f in R["paired"])
+
+    def compare(key, num_key, den_key, sweep, unit="q/s"):
+        """Target figure `key` (num over den; num minus den for us) and its
+        text: the paired rounds' median when that case ran, else from
+        sweep() = (num, den), read from the sweep cases."""
+        show = (lambda x: f"{x:+.0f} us") if unit == "us" else (lambda x: f"{x:.2f}x")
+        if paired:
+            values = [f[key] for f in R["paired"]]
+            v = statistics.median(values)
+            return v, (f"median of {len(values)} interleaved rounds: {show(v)} (range "
+                       f"{show(min(values))} to {show(max(values))}); medians "
+                       f"{median(num_key):.0f} vs {median(den_key):.0f} {unit}")
+        num, den = sweep()
+        v = num - den if unit == "us" else num / den
+        return v, f"{num:.0f} vs {den:.0f} {unit}: {show(v)}"
+
     def t1():
         """Large batches (256/request): knnd >= 0.9x in-process"""
-        best = max(R["grpc"][(256, c)]["qps"] for c in (1, 4, 16, 32, 64))
-        ceil = R["inproc"][(256, 2)]["heap_qps"]
-        add(t1.__doc__, best / ceil, f"{best:.0f} / {ceil:.0f} q/s (best client count vs 2 "
-            f"in-process threads) = {best / ceil:.2f}x", best / ceil >= 0.9)
+        v, text = compare("large", "knnd_256", "inproc_256", lambda: (
+            max(R["grpc"][(256, c)]["qps"] for c in (1, 4, 16, 32, 64)),
+            R["inproc"][(256, 2)]["heap_qps"]))
+        clients = "4 clients" if paired else "best client count"
+        add(t1.__doc__, v, f"{text} ({clients} vs 2 in-process threads)", v >= 0.9)
 
     delay = int(proto_default("max_queue_delay_us"))
 
     def t2():
         """Batching on vs off, 32 single-query clients: >= 2x"""
-        on = R["batching"][(True, delay)]["qps"]
-        off = R["batching"][(False, 0)]["qps"]
-        text = f"{on:.0f} / {off:.0f} q/s = {on / off:.2f}x (default delay {delay} us)"
-        if "inproc" in R:
-            # What merging FAISS calls can gain at most: one thread's q/s
-            # with 256 rows per call over 1 row per call.
-            gain = R["inproc"][(256, 1)]["mmap_qps"] / R["inproc"][(1, 1)]["mmap_qps"]
+        v, text = compare("batching", "on_32", "off_32", lambda: (
+            R["batching"][(True, delay)]["qps"], R["batching"][(False, 0)]["qps"]))
+        text += f" (default delay {delay} us)"
+        if paired or "inproc" in R:
+            gain = median("ceiling") if paired else batching_ceiling(R["inproc"])
             text += (f"; ceiling: in-process FAISS does {gain:.2f}x the q/s with 256 rows "
                      "per call as with 1 on this index")
-        add(t2.__doc__, on / off, text, on / off >= 2)
+        add(t2.__doc__, v, text, v >= 2)
 
     def t3():
         """Single-query, 32 clients: knnd >= 0.8x in-process loop on all cores"""
-        on = R["batching"][(True, delay)]["qps"]
-        ceil = R["inproc"][(1, 2)]["heap_qps"]
-        add(t3.__doc__, on / ceil, f"{on:.0f} / {ceil:.0f} q/s = {on / ceil:.2f}x",
-            on / ceil >= 0.8)
+        v, text = compare("single", "on_32", "inproc_1", lambda: (
+            R["batching"][(True, delay)]["qps"], R["inproc"][(1, 2)]["heap_qps"]))
+        add(t3.__doc__, v, text, v >= 0.8)
 
     def t4():
         """Single query, low load: p50 <= in-process + 150 us"""
-        knnd = R["grpc"][(1, 1)]["p50_ms"]
-        inproc = R["inproc"][(1, 1)]["mmap_p50"]
-        add(t4.__doc__, knnd - inproc, f"{knnd * 1000:.0f} us vs {inproc * 1000:.0f} us: "
-            f"+{(knnd - inproc) * 1000:.0f} us", knnd - inproc <= 0.150)
+        v, text = compare("p50_over", "knnd_p50", "mmap_p50", lambda: (
+            R["grpc"][(1, 1)]["p50_ms"] * 1000, R["inproc"][(1, 1)]["mmap_p50"] * 1000), "us")
+        heap = f"; in-process heap: {median('heap_p50'):.0f} us" if paired else ""
+        add(t4.__doc__, v, f"{text} (knnd at 1 client vs in-process mmap, 1 thread{heap})",
+            v <= 150)
 
     def t5():
         """Vs Python gRPC server, 32 clients: >= 3x throughput"""
@@ -625,6 +706,7 @@ def main():
     p.add_argument("--generic-build", default="")
     p.add_argument("--work", default="/tmp/knnd_bench")
     p.add_argument("--seconds", type=float, default=2.0)
+    p.add_argument("--rounds", type=int, default=5, help="rounds of the paired case")
     p.add_argument("--skip", default="")
     p.add_argument("--results", default=f"{SOURCE}/bench/RESULTS.md")
     p.add_argument("--plot", default=f"{SOURCE}/bench/results.png")
@@ -667,8 +749,9 @@ def main():
         f"nprobe {NPROBE}, k {K}; files under {ARGS.work}")
     out()
     cases = [("inprocess", case_inprocess), ("simd", case_simd), ("grpc", case_grpc),
-             ("batching", case_batching), ("inline", case_inline), ("python", case_python),
-             ("offered", case_offered), ("gate", case_gate), ("cold", case_cold), ("fashion", case_fashion)]
+             ("batching", case_batching), ("inline", case_inline), ("paired", case_paired),
+             ("python", case_python), ("offered", case_offered), ("gate", case_gate),
+             ("cold", case_cold), ("fashion", case_fashion)]
     for name, fn in cases:
         if name in skip:
             continue
