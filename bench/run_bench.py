@@ -396,6 +396,43 @@ def case_gate(R):
     table(["max_inflight_queries", "q/s", "p50 ms", "p99 ms", "rejections/s"], rows)
 
 
+def case_priority(R):
+    nice = int(proto_default("worker_nice"))
+    out(f"### Worker priority under overload (worker_nice 0 vs {nice})")
+    out()
+    out("The overload test's shape (tests/python/memory_test.py) on this index: "
+        "`max_inflight_queries: 64`, `max_queries_per_request: 64`, "
+        "`coalesce_requests: false` (a gate of 4 requests of 16 rows on 2 workers); "
+        "`load_gen --batch 16` with 1 client (unloaded), then 40 clients (10x the gate), "
+        "each waiting 50 ms after a refusal. One fresh `build/knnd` per row, alternating "
+        f"`worker_nice: 0` and `{nice}` (the default) for {ARGS.rounds} rounds; the p99 "
+        "columns are of admitted (OK) requests.")
+    out()
+    rows = []
+    runs = {0: [], nice: []}
+    for i in range(ARGS.rounds):
+        for value in (0, nice) if i % 2 == 0 else (nice, 0):
+            with Server("knnd", ARGS.index, worker_nice=value, max_inflight_queries=64,
+                        max_queries_per_request=64, coalesce_requests="false") as s:
+                alone = load(s, 16, 1, seconds=max(ARGS.seconds, 3.0))
+                loaded = load(s, 16, 40, seconds=max(ARGS.seconds, 5.0))
+            run = {"alone_p99": alone["p99_ms"], "p50": loaded["p50_ms"],
+                   "p99": loaded["p99_ms"], "qps": loaded["qps"],
+                   "refused": loaded["errors"] / loaded["wall_s"],
+                   "ratio": loaded["p99_ms"] / alone["p99_ms"]}
+            runs[value].append(run)
+            rows.append([str(i + 1), str(value), f2(run["alone_p99"]), f0(run["qps"]),
+                         f0(run["refused"]), f2(run["p50"]), f2(run["p99"]),
+                         f2(run["ratio"])])
+    for value in (0, nice):
+        med = {k: statistics.median(r[k] for r in runs[value]) for k in runs[value][0]}
+        rows.append(["median", str(value), f2(med["alone_p99"]), f0(med["qps"]),
+                     f0(med["refused"]), f2(med["p50"]), f2(med["p99"]), f2(med["ratio"])])
+    R["priority"] = runs
+    table(["round", "worker_nice", "1 client p99 ms", "40 clients q/s", "refused/s",
+           "p50 ms", "p99 ms", "p99 / 1-client p99"], rows)
+
+
 def case_offered(R):
     out("### Latency vs offered load (open loop, single-query requests)")
     out()
@@ -751,6 +788,7 @@ def main():
     cases = [("inprocess", case_inprocess), ("simd", case_simd), ("grpc", case_grpc),
              ("batching", case_batching), ("inline", case_inline), ("paired", case_paired),
              ("python", case_python), ("offered", case_offered), ("gate", case_gate),
+             ("priority", case_priority),
              ("cold", case_cold), ("fashion", case_fashion)]
     for name, fn in cases:
         if name in skip:

@@ -110,6 +110,9 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
     return out_of_range("omp_threads_per_worker", c.omp_threads_per_worker(),
                         1, 256);
   }
+  if (c.worker_nice() > 19) {
+    return out_of_range("worker_nice", c.worker_nice(), 0, 19);
+  }
   if (c.max_receive_message_bytes() < 1024 ||
       c.max_receive_message_bytes() > (uint64_t{1} << 31) - 1) {
     return out_of_range("max_receive_message_bytes",

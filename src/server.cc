@@ -139,6 +139,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   pool_options.num_threads = static_cast<int>(config.num_workers());
   pool_options.omp_threads_per_worker =
       static_cast<int>(config.omp_threads_per_worker());
+  pool_options.nice_increment = static_cast<int>(config.worker_nice());
   absl::StatusOr<std::unique_ptr<WorkerPool>> pool =
       WorkerPool::Create(pool_options);
   if (!pool.ok()) return pool.status();
@@ -309,12 +310,14 @@ absl::Status Server::Start() {
                  config_.health_listen_address(), health_port_);
   }
   SetServing(false);
-  spdlog::info("listening on {} (port {}, {}), {} workers x {} OpenMP threads",
+  spdlog::info("listening on {} (port {}, {}), {} workers x {} OpenMP "
+               "threads at nice +{}",
                config_.listen_address(), port_,
                !UsesTls(config_)                    ? "plaintext"
                : config_.tls_client_ca_file().empty() ? "TLS"
                                                       : "mutual TLS",
-               pool_->num_threads(), config_.omp_threads_per_worker());
+               pool_->num_threads(), config_.omp_threads_per_worker(),
+               config_.worker_nice());
   if (shared_admin) {
     admin_port_ = port_;
     spdlog::info("admin API on the search port");

@@ -1,11 +1,19 @@
 #include "knnd/worker_pool.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -31,11 +39,15 @@ absl::StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Create(
         absl::StrCat("omp_threads_per_worker=", options.omp_threads_per_worker,
                      " is outside [1, 256]"));
   }
+  if (options.nice_increment < 0 || options.nice_increment > 19) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker_nice=", options.nice_increment, " is outside [0, 19]"));
+  }
   openblas_set_num_threads(1);
   const int n =
       options.num_threads > 0 ? options.num_threads : AvailableCores();
   std::unique_ptr<WorkerPool> pool(
-      new WorkerPool(options.omp_threads_per_worker));
+      new WorkerPool(options.omp_threads_per_worker, options.nice_increment));
   pool->threads_.reserve(n);
   for (int i = 0; i < n; ++i) {
     pool->threads_.emplace_back([p = pool.get()] { p->Run(); });
@@ -69,6 +81,20 @@ void WorkerPool::Run() {
   // The OpenMP thread count is a per-thread setting: it applies to parallel
   // regions this worker starts inside FAISS.
   ApplyThreadSettings();
+  pthread_setname_np(pthread_self(), "knnd-worker");
+  if (nice_increment_ > 0) {
+    // On Linux a nice value belongs to the thread (PRIO_PROCESS with a
+    // thread id); raising it needs no privilege.
+    const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+    errno = 0;
+    const int current = getpriority(PRIO_PROCESS, tid);
+    if (errno != 0 ||
+        setpriority(PRIO_PROCESS, tid,
+                    std::min(19, current + nice_increment_)) != 0) {
+      spdlog::warn("cannot lower the priority of worker thread {}: {}", tid,
+                   std::strerror(errno));
+    }
+  }
   for (;;) {
     std::function<void()> task;
     {

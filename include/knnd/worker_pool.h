@@ -30,6 +30,10 @@ class WorkerPool {
     int num_threads = 0;
     // OpenMP threads each worker may use within one task.
     int omp_threads_per_worker = 1;
+    // Added to the process's nice value for each worker thread (0 to 19;
+    // inherited by the OpenMP threads it starts): the threads that are not
+    // workers (gRPC's) then run first when the cores are full.
+    int nice_increment = 0;
   };
 
   static absl::StatusOr<std::unique_ptr<WorkerPool>> Create(
@@ -45,14 +49,17 @@ class WorkerPool {
   int idle_threads() const { return idle_.load(std::memory_order_relaxed); }
   // Gives the calling thread the workers' per-thread settings (OpenMP's
   // thread count is one): each worker calls it when it starts, and so does
-  // a caller that runs a search itself (Batcher's inline runs).
+  // a caller that runs a search itself (Batcher's inline runs). The nice
+  // increment is not one of them: it applies to the workers only.
   void ApplyThreadSettings() const;
 
  private:
-  explicit WorkerPool(int omp_threads) : omp_threads_(omp_threads) {}
+  WorkerPool(int omp_threads, int nice_increment)
+      : omp_threads_(omp_threads), nice_increment_(nice_increment) {}
   void Run();
 
   const int omp_threads_;
+  const int nice_increment_;
   std::vector<std::thread> threads_;
   mutable absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
