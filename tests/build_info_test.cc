@@ -3,6 +3,7 @@
 // get_compile_options() names AVX2 only when it was compiled with it.
 #include "knnd/build_info.h"
 
+#include <cstdio>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -27,6 +28,23 @@ TEST(BuildInfoTest, ReportsTheConfiguredFaissSimdBuild) {
 TEST(BuildInfoTest, VersionLineNamesTheFaissBuild) {
   EXPECT_THAT(BuildInfoLine(),
               HasSubstr("faiss 1.7.3 [" + GetBuildInfo().faiss_compile_options + "]"));
+}
+
+// The commit is the one built, not the one of the last CMake configure
+// (cmake/build_version.cmake runs at every build).
+TEST(BuildInfoTest, CommitIsTheCheckedOutOne) {
+  const std::string command = std::string("git -C '") + KNND_SOURCE_DIR +
+                              "' rev-parse --short=12 HEAD 2>/dev/null";
+  std::string head;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buf[64];
+    while (fgets(buf, sizeof buf, pipe) != nullptr) head += buf;
+    pclose(pipe);
+  }
+  while (!head.empty() && head.back() == '\n') head.pop_back();
+  if (head.empty()) GTEST_SKIP() << "not a git checkout";
+  EXPECT_EQ(GetBuildInfo().git_commit, head);
+  EXPECT_THAT(BuildInfoLine(), HasSubstr("git " + head));
 }
 
 }  // namespace
