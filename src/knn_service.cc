@@ -42,8 +42,12 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Time arrival = absl::Now();
   auto finish = [&](const absl::Status& status) {
-    spdlog::debug("Search from {} failed: {}", context->peer(),
-                  status.ToString());
+    // The peer and status strings are built only when debug logging is on
+    // (refusals under overload take this path hundreds of times a second).
+    if (spdlog::should_log(spdlog::level::debug)) {
+      spdlog::debug("Search from {} failed: {}", context->peer(),
+                    status.ToString());
+    }
     metrics_->RecordRpc(Metrics::Rpc::kSearch, status.code(),
                         absl::Now() - arrival);
     reactor->Finish(ToGrpcStatus(status));
@@ -121,8 +125,10 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
     metrics->RecordSearchWork(shape.num_queries, times.queue, times.search);
     metrics->RecordRpc(Metrics::Rpc::kSearch, status.code(), total);
     if (!status.ok()) {
-      spdlog::debug("Search from {} failed after {}: {}", context->peer(),
-                    absl::FormatDuration(total), status.ToString());
+      if (spdlog::should_log(spdlog::level::debug)) {
+        spdlog::debug("Search from {} failed after {}: {}", context->peer(),
+                      absl::FormatDuration(total), status.ToString());
+      }
     } else if (slow > absl::ZeroDuration() && total > slow) {
       spdlog::warn(
           "slow Search from {}: {} (queue {}, search {} in {} units), "

@@ -2,9 +2,12 @@
 #include "knnd/server.h"
 
 #include <set>
+#include <utility>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <faiss/IndexIVF.h>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "test_util.h"
@@ -294,6 +297,34 @@ TEST_F(ServerFixture, HealthIsNotServingUntilLoadedThenNotServingWhenDraining) {
   }
   held->Release();
   drainer.join();
+}
+
+// warmup_nprobe: each warm-up query reads that many lists (FAISS's IVF
+// statistics count the non-empty lists a search visits), so that the
+// warm-up before SERVING does not scan most of a large index; 0 means the
+// default nprobe, and a value above nlist reads every list once.
+TEST(WarmUp, ReadsWarmupNprobeListsPerQuery) {
+  TempDir tmp;
+  IndexSpec spec;
+  spec.n = 4000;
+  spec.factory = "IVF16,PQ8";
+  WriteIndex(tmp.path("w.index"), spec);
+  constexpr int kQueries = 12;
+  for (const auto& [warmup_nprobe, lists] :
+       std::vector<std::pair<int, int>>{{1, 1}, {3, 3}, {0, 8}, {64, 16}}) {
+    knnd::v1::ServerConfig config = TestConfig(tmp.path("w.index"));
+    config.set_warmup_queries(kQueries);
+    config.set_warmup_nprobe(warmup_nprobe);
+    config.set_default_nprobe(8);
+    faiss::indexIVF_stats.reset();
+    RunningServer s = StartServer(config);  // no search but the warm-up yet
+    ASSERT_NE(s.stub, nullptr);
+    EXPECT_EQ(faiss::indexIVF_stats.nq, static_cast<size_t>(kQueries))
+        << "warmup_nprobe " << warmup_nprobe;
+    EXPECT_EQ(faiss::indexIVF_stats.nlist,
+              static_cast<size_t>(kQueries * lists))
+        << "warmup_nprobe " << warmup_nprobe;
+  }
 }
 
 }  // namespace
