@@ -52,6 +52,15 @@ absl::StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Create(
   for (int i = 0; i < n; ++i) {
     pool->threads_.emplace_back([p = pool.get()] { p->Run(); });
   }
+  // Ready when every worker has its settings: none is still starting up
+  // (allocating) when the caller goes on, e.g. to fork the index probe,
+  // whose child would inherit an allocator lock a starting thread held.
+  absl::MutexLock lock(&pool->mu_);
+  pool->mu_.Await(absl::Condition(
+      +[](WorkerPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+        return p->started_ == static_cast<int>(p->threads_.size());
+      },
+      pool.get()));
   return pool;
 }
 
@@ -94,6 +103,10 @@ void WorkerPool::Run() {
       spdlog::warn("cannot lower the priority of worker thread {}: {}", tid,
                    std::strerror(errno));
     }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++started_;
   }
   for (;;) {
     std::function<void()> task;

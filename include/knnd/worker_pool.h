@@ -4,8 +4,9 @@
 // with OpenBLAS pinned to one thread (FAISS calls BLAS for batches of 20+
 // queries, and BLAS threads on top of workers oversubscribe the cores).
 //
-// Ownership: the pool owns its threads; destroying it runs every task
-// already submitted, then joins. Thread-safety: Submit() is safe from any
+// Ownership: the pool owns its threads, all started (thread settings
+// applied) when Create() returns; destroying it runs every task already
+// submitted, then joins. Thread-safety: Submit() is safe from any
 // thread. The queue itself is unbounded; the AdmissionGate bounds it.
 #ifndef KNND_WORKER_POOL_H_
 #define KNND_WORKER_POOL_H_
@@ -64,6 +65,7 @@ class WorkerPool {
   mutable absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int started_ ABSL_GUARDED_BY(mu_) = 0;  // workers past their start-up
   std::atomic<int> idle_{0};
 };
 
