@@ -94,6 +94,11 @@ class Server {
   void SetByteBudget(const IndexInfo& info);
 
   const knnd::v1::ServerConfig config_;
+  // Serialises health changes from the index manager's threads with
+  // Drain(), after which they are ignored. Declared before the index
+  // manager, whose threads use it until it is destroyed.
+  absl::Mutex serving_mu_;
+  bool draining_ ABSL_GUARDED_BY(serving_mu_) = false;
   // The limit (configured or the cgroup's; 0: none) and headroom, fixed at
   // Create().
   MemoryLimits memory_limits_;
@@ -120,10 +125,6 @@ class Server {
   // Last: its thread may be reloading (warm-up on the pool, publishing to
   // the holder, recording metrics) until it is destroyed, first.
   std::unique_ptr<IndexManager> index_manager_;
-  // Serialises health changes from the index manager's threads with
-  // Drain(), after which they are ignored.
-  absl::Mutex serving_mu_;
-  bool draining_ ABSL_GUARDED_BY(serving_mu_) = false;
   int port_ = 0;
   int health_port_ = 0;
   int admin_port_ = 0;
