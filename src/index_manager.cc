@@ -216,6 +216,10 @@ void IndexManager::CheckInBackground(
   const IndexInfo& info = snapshot->info();
   const absl::Time start = absl::Now();
   absl::Status status = snapshot->VerifyChecksums(&cancel_);
+  {
+    absl::MutexLock lock(&mu_);
+    background_read_done_ = true;  // a reload waiting for it may go on
+  }
   if (status.ok()) {
     spdlog::info("index version {} ({}): checksums verified in the "
                  "background in {:.1f} ms",
@@ -336,6 +340,16 @@ absl::Status IndexManager::LoadAndPublish(
   bool defer;  // the first version under kBackground: verified after
   {
     absl::MutexLock lock(&mu_);
+    // A load waits for the background check's read: one whole-file read at
+    // a time, and no probe forked beside it (the child of a fork inherits
+    // whatever locks the reading thread holds, which hangs it under the
+    // sanitizers' allocators).
+    mu_.Await(absl::Condition(
+        +[](IndexManager* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu_) {
+          return !m->background_started_ || m->background_read_done_ ||
+                 m->stopping_;
+        },
+        this));
     defer = options_.checksum_check == ChecksumCheck::kBackground &&
             dim_ == 0 && !background_started_;
   }

@@ -36,7 +36,7 @@
 // thread; a mismatch withdraws it (requests get UNAVAILABLE with the reason,
 // serving_changed(false), the version is marked refused). Later versions
 // are verified before they are published, since the previous one serves
-// meanwhile.
+// meanwhile; a load waits for the background check's read to finish.
 //
 // Ownership: borrows the holder and the metrics, which must outlive it; owns
 // its threads, stopped and joined by the destructor.
@@ -186,6 +186,9 @@ class IndexManager {
   // kBackground: set when the first version is published unverified;
   // background_status_ holds the outcome once background_done_.
   bool background_started_ ABSL_GUARDED_BY(mu_) = false;
+  // Its files are read (loads wait for that); then done_ once it has
+  // withdrawn the version or not.
+  bool background_read_done_ ABSL_GUARDED_BY(mu_) = false;
   bool background_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status background_status_ ABSL_GUARDED_BY(mu_);
   // Stops a background check's reads at destruction.
