@@ -53,8 +53,9 @@ absl::StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Create(
     pool->threads_.emplace_back([p = pool.get()] { p->Run(); });
   }
   // Ready when every worker has its settings: none is still starting up
-  // (allocating) when the caller goes on, e.g. to fork the index probe,
-  // whose child would inherit an allocator lock a starting thread held.
+  // (allocating) when the caller goes on, e.g. to fork the index probe.
+  // That removes the workers from the threads whose allocator locks a
+  // forked child can inherit; gRPC's and others' remain (see the probe).
   absl::MutexLock lock(&pool->mu_);
   pool->mu_.Await(absl::Condition(
       +[](WorkerPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
