@@ -159,6 +159,9 @@ ASAN_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:detect_
 # The concurrency tests (binaries run directly): gate, batcher (+ worker
 # pool), index manager / hot swap, server.
 TSAN_TESTS ?= admission_gate_test batcher_test index_manager_test server_test
+# Each binary's limit in seconds (the slowest, index_manager_test, takes
+# ~60 s here): a hang fails with its name instead of holding CI.
+TSAN_TIMEOUT ?= 900
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0:suppressions=$(SAN_DIR)/tsan.supp
 # TSan needs its fixed memory layout; newer kernels randomise mmap too much.
 NO_ASLR := $(shell setarch $$(uname -m) -R true 2>/dev/null && echo "setarch $$(uname -m) -R")
@@ -187,7 +190,8 @@ test-tsan: deps $(ABSL_SRC)/absl/synchronization/mutex.cc
 	  -DKNND_TSAN_ABSL_SOURCE_DIR=$(CURDIR)/$(ABSL_SRC) >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
 	@for t in $(TSAN_TESTS); do echo "tsan: $$t"; \
-	  OMP_NUM_THREADS=1 $(TSAN_ENV) $(NO_ASLR) $(TSAN_BUILD)/tests/$$t --gtest_brief=1 || exit 1; \
+	  OMP_NUM_THREADS=1 $(TSAN_ENV) timeout -k 30 $(TSAN_TIMEOUT) $(NO_ASLR) \
+	    $(TSAN_BUILD)/tests/$$t --gtest_brief=1 || { echo "tsan: $$t failed (status $$?)"; exit 1; }; \
 	done
 
 # Each target runs FUZZ_SECONDS from its seeds (tests/fuzz/corpus/<target>,

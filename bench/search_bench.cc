@@ -214,6 +214,7 @@ std::vector<int> ParseList(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  knnd::RunIndexProbeIfAsked(argc, argv);
   absl::ParseCommandLine(argc, argv);
   omp_set_num_threads(1);
   const std::string path = absl::GetFlag(FLAGS_index);

@@ -340,10 +340,9 @@ absl::Status IndexManager::LoadAndPublish(
   bool defer;  // the first version under kBackground: verified after
   {
     absl::MutexLock lock(&mu_);
-    // A load waits for the background check's read: one whole-file read at
-    // a time, and no probe forked beside it (the child of a fork inherits
-    // whatever locks the reading thread holds, which hangs it under the
-    // sanitizers' allocators).
+    // A load waits for the background check's read: one whole-file read of
+    // an index at a time, so that a reload does not compete with it for the
+    // disk and page cache.
     mu_.Await(absl::Condition(
         +[](IndexManager* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu_) {
           return !m->background_started_ || m->background_read_done_ ||

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
+#include <spawn.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -418,36 +419,69 @@ void WriteStatus(int fd, const absl::Status& status) {
   }
 }
 
-// Reads the file in a forked child, runs one search there, and reports how
-// it went. The parent learns of a corrupt file that crashes FAISS's reader
-// (e.g. a division by a zero field) from the child's signal, and stays up.
+// The probe runs in a new process image: the program's own executable,
+// started by posix_spawn as `kProbeFlag PATH` with a pipe on kProbeFd for
+// its answer, where RunIndexProbeIfAsked (first thing in main()) takes over.
+// A bare fork() of the serving process would run FAISS's reader in a copy
+// of a multi-threaded process, where a lock that another thread held at the
+// fork (gRPC's, or an allocator's under the sanitizers) stays locked for
+// ever; a fresh image inherits none of them.
+constexpr char kProbeFlag[] = "--knnd_internal_index_probe";
+constexpr int kProbeFd = 3;
+
+// Reads the file in a new process (see kProbeFlag), runs one search there,
+// and reports how it went. The parent learns of a corrupt file that
+// crashes FAISS's reader (e.g. a division by a zero field) from the child's
+// signal, and stays up.
 absl::Status ProbeInSubprocess(const std::string& path) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
   }
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
+  // dup2 onto itself would leave close-on-exec set: move the write end off
+  // kProbeFd first.
+  if (fds[1] == kProbeFd) {
+    const int moved = fcntl(fds[1], F_DUPFD_CLOEXEC, kProbeFd + 1);
     close(fds[1]);
-    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
-  }
-  if (pid == 0) {
-    close(fds[0]);
-    IndexSnapshot::Faiss faiss;
-    IndexInfo info;
-    absl::Status status = ReadAndCheck(path, /*precompute=*/false, faiss, info);
-    if (status.ok()) {
-      std::vector<float> query(static_cast<size_t>(info.dim), 0.0f);
-      float distance;
-      int64_t id;
-      SearchArgs args{query.data(), 1, 1, 1, {}, &distance, &id};
-      status = RunSearch(faiss, info.metric, args);
+    if (moved < 0) {
+      close(fds[0]);
+      return absl::InternalError(absl::StrCat("fcntl: ", strerror(errno)));
     }
-    WriteStatus(fds[1], status);
-    _exit(0);
+    fds[1] = moved;
   }
+  // Everything the child gets is built here: posix_spawn runs no code of
+  // ours between its clone and the exec.
+  char arg0[] = "knnd-index-probe";
+  std::string flag = kProbeFlag;
+  std::string file = path;
+  char* argv[] = {arg0, flag.data(), file.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], kProbeFd);
+  // Not the caller's blocked signals or ignored SIGPIPE: the child dies of
+  // SIGTERM, or of SIGPIPE when the parent has gone.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  const int err =
+      posix_spawn(&pid, "/proc/self/exe", &actions, &attr, argv, environ);
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&actions);
   close(fds[1]);
+  if (err != 0) {
+    close(fds[0]);
+    return absl::InternalError(absl::StrCat(
+        "cannot start the index probe process (/proc/self/exe): ",
+        strerror(err), "; probe_index_in_subprocess: false reads ", path,
+        " without it"));
+  }
   std::string reply;
   char buf[4096];
   for (;;) {
@@ -469,8 +503,12 @@ absl::Status ProbeInSubprocess(const std::string& path) {
                                       strsignal(WTERMSIG(wstatus)), ")"));
   }
   if (reply.empty()) {
+    // A sanitizer's report of a memory error in the reader ends here too.
     return absl::InternalError(absl::StrCat(
-        "the probe process for ", path, " exited without an answer"));
+        "the probe process for ", path, " exited with status ",
+        WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1,
+        " without an answer (a program that loads indexes with the probe on "
+        "must call knnd::RunIndexProbeIfAsked first in main)"));
   }
   return absl::Status(static_cast<absl::StatusCode>(reply[0]),
                       reply.substr(1));
@@ -617,6 +655,30 @@ int64_t PlannedTableBytes(const faiss::IndexIVFPQ& ivfpq) {
 }
 
 }  // namespace
+
+void RunIndexProbeIfAsked(int argc, char** argv) {
+  if (argc != 3 || std::strcmp(argv[1], kProbeFlag) != 0) return;
+  struct stat st;
+  if (fstat(kProbeFd, &st) != 0 || !S_ISFIFO(st.st_mode)) return;
+  // A crash in the reader must reach the parent as the signal it is, not
+  // as whatever the program installed (libFuzzer would save a crash).
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
+    signal(sig, SIG_DFL);
+  }
+  IndexSnapshot::Faiss faiss;
+  IndexInfo info;
+  absl::Status status =
+      ReadAndCheck(argv[2], /*precompute=*/false, faiss, info);
+  if (status.ok()) {
+    std::vector<float> query(static_cast<size_t>(info.dim), 0.0f);
+    float distance;
+    int64_t id;
+    SearchArgs args{query.data(), 1, 1, 1, {}, &distance, &id};
+    status = RunSearch(faiss, info.metric, args);
+  }
+  WriteStatus(kProbeFd, status);
+  _exit(0);
+}
 
 IndexSnapshot::IndexSnapshot(std::unique_ptr<Faiss> faiss, IndexInfo info,
                              std::unique_ptr<VectorsFile> vectors)

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "knnd/build_info.h"
 #include "knnd/config.h"
+#include "knnd/index_snapshot.h"
 #include "knnd/server.h"
 #include "spdlog/cfg/helpers.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -111,6 +112,7 @@ absl::Status SetUpLogging(const std::string& level_name) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  knnd::RunIndexProbeIfAsked(argc, argv);
   // Debian's abseil is built with absl::Mutex deadlock detection on: a
   // lock-order graph updated on every lock, a few percent of knnd's CPU
   // under single-query load. The tests and sanitizer builds keep it on.

@@ -52,10 +52,8 @@ absl::StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Create(
   for (int i = 0; i < n; ++i) {
     pool->threads_.emplace_back([p = pool.get()] { p->Run(); });
   }
-  // Ready when every worker has its settings: none is still starting up
-  // (allocating) when the caller goes on, e.g. to fork the index probe.
-  // That removes the workers from the threads whose allocator locks a
-  // forked child can inherit; gRPC's and others' remain (see the probe).
+  // Ready when every worker has its settings (nice, name, OpenMP threads):
+  // work submitted from here on runs as configured.
   absl::MutexLock lock(&pool->mu_);
   pool->mu_.Await(absl::Condition(
       +[](WorkerPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {

@@ -1,8 +1,10 @@
 #include "knnd/index_snapshot.h"
 
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -214,6 +216,40 @@ int LoadAndSearchInChild(const std::string& path, bool probe) {
   int status = 0;
   waitpid(pid, &status, 0);
   return status;
+}
+
+// While set, a child forked by this process exits at once (status 97).
+std::atomic<bool> exit_in_forked_children{false};
+
+// The probe is a new process image, not a fork of the caller: in a forked
+// copy of a multi-threaded server, a lock another thread held at the fork
+// stays held (the sanitizers' allocators hung CI that way). A fork would run
+// the fork handler below; the probe must still answer, and still refuse a
+// corrupt file with the reader's message.
+TEST(IndexSnapshot, ProbeIsAFreshProcessNotAFork) {
+  static const bool registered = [] {
+    pthread_atfork(nullptr, nullptr, [] {
+      if (exit_in_forked_children) _exit(97);
+    });
+    return true;
+  }();
+  ASSERT_TRUE(registered);
+  TempDir tmp;
+  IndexSpec spec;
+  WriteIndex(tmp.path("good.index"), spec);
+  WriteFile(tmp.path("cut.index"),
+            ReadFile(tmp.path("good.index")).substr(0, 40));
+  LoadOptions options;
+  options.probe_in_subprocess = true;
+  exit_in_forked_children = true;
+  auto good = IndexSnapshot::Load(tmp.path("good.index"), options);
+  auto cut = IndexSnapshot::Load(tmp.path("cut.index"), options);
+  exit_in_forked_children = false;
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ((*good)->info().ntotal, spec.n);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss) << cut.status();
+  EXPECT_THAT(cut.status().message(), HasSubstr("cut.index"));
 }
 
 TEST(IndexSnapshot, TruncatedFilesAreRefusedWithoutACrash) {

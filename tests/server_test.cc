@@ -316,10 +316,6 @@ TEST(WarmUp, ReadsWarmupNprobeListsPerQuery) {
     config.set_warmup_queries(kQueries);
     config.set_warmup_nprobe(warmup_nprobe);
     config.set_default_nprobe(8);
-    // Four servers in one process: a probe forked while the previous one's
-    // gRPC threads still free memory can hang under ASan, whose fork leaves
-    // its allocator locks as they were; the file is sound.
-    config.set_probe_index_in_subprocess(false);
     faiss::indexIVF_stats.reset();
     RunningServer s = StartServer(config);  // no search but the warm-up yet
     ASSERT_NE(s.stub, nullptr);

@@ -98,8 +98,10 @@ struct LoadOptions {
   int64_t version = 1;
   // Build the IVF-PQ precomputed table (nlist * M * 256 * 4 heap bytes).
   bool use_precomputed_table = true;
-  // Read the file once in a forked child first: a corrupt file that would
-  // crash FAISS's reader then yields an error instead of killing the caller.
+  // Read the file once in a probe process first (the program's own
+  // executable, started afresh; see RunIndexProbeIfAsked): a corrupt file
+  // that would crash FAISS's reader then yields an error instead of killing
+  // the caller.
   bool probe_in_subprocess = true;
   // When the file has a metadata sidecar, read the whole file once to check
   // its CRC-32 against the sidecar's (one sequential read of the file), so
@@ -133,6 +135,13 @@ struct SearchArgs {
   // Optional out: time spent computing exact distances (0 without refine).
   absl::Duration* rerank_time = nullptr;
 };
+
+// Every program that loads indexes with probe_in_subprocess calls this first
+// in main(), before it starts threads or parses flags. In the probe process
+// (the program's own executable, started by Load with a flag that only knnd
+// passes) it reads the index, writes the outcome to the pipe it was given
+// and exits; everywhere else it returns at once.
+void RunIndexProbeIfAsked(int argc, char** argv);
 
 class IndexSnapshot {
  public:

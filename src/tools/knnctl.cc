@@ -971,6 +971,7 @@ int Eval() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  knnd::RunIndexProbeIfAsked(argc, argv);
   const std::map<std::string, std::function<int()>> commands = {
       {"build", Build}, {"eval", Eval},     {"search", Search},
       {"info", Info},   {"health", Health}, {"publish", Publish},

@@ -1,9 +1,6 @@
 #include "fuzz_util.h"
 
 #include <fcntl.h>
-#include <pthread.h>
-#include <sanitizer/common_interface_defs.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -35,23 +32,6 @@ void WriteFileOrDie(const std::string& path, const uint8_t* data,
     done += static_cast<size_t>(n);
   }
   close(fd);
-}
-
-namespace {
-
-void DefaultCrashHandling() {
-  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
-    signal(sig, SIG_DFL);
-  }
-  // libFuzzer's death callback would save the input as a crash; the parent
-  // decides what the child's death means.
-  __sanitizer_set_death_callback(nullptr);
-}
-
-}  // namespace
-
-void RestoreDefaultCrashHandlingInForkedChildren() {
-  pthread_atfork(nullptr, nullptr, DefaultCrashHandling);
 }
 
 }  // namespace knnd::fuzz

@@ -16,12 +16,6 @@ const std::string& ScratchDir();
 // which is the fuzzing machine's fault, not the input's.
 void WriteFileOrDie(const std::string& path, const uint8_t* data, size_t size);
 
-// Makes a forked child die of a fatal signal as it would in production
-// instead of running libFuzzer's crash handler (which would write a crash
-// artifact for an input the parent survives): knnd's index loader probes
-// files in a forked child on purpose. Call once from LLVMFuzzerInitialize.
-void RestoreDefaultCrashHandlingInForkedChildren();
-
 }  // namespace knnd::fuzz
 
 #endif  // KNND_TESTS_FUZZ_FUZZ_UTIL_H_

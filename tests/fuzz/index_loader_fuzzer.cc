@@ -1,7 +1,8 @@
 // Fuzzes the index loader: the input is written to a file and loaded with
 // IndexSnapshot::Load exactly as the daemon does (subprocess probe on,
 // structure and list-bounds checks), then searched once when it loads. A
-// crash of the probe child is an expected rejection; a crash or sanitizer
+// crash of the probe process (this fuzzer's own binary, see
+// LLVMFuzzerInitialize) is an expected rejection; a crash or sanitizer
 // report in this process is a finding.
 #include <cstdint>
 #include <cstdlib>
@@ -11,8 +12,10 @@
 #include "fuzz_util.h"
 #include "knnd/index_snapshot.h"
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  knnd::fuzz::RestoreDefaultCrashHandlingInForkedChildren();
+// libFuzzer calls this before it parses its flags or installs its crash
+// handlers: the probe process answers here and exits.
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  knnd::RunIndexProbeIfAsked(*argc, *argv);
   return 0;
 }
 

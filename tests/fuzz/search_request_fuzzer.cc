@@ -24,7 +24,8 @@ const Target* target = nullptr;
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  knnd::RunIndexProbeIfAsked(*argc, *argv);
   knnd::testing::IndexSpec spec;
   spec.n = 2000;
   spec.d = 8;
