@@ -1,6 +1,7 @@
 #include "knnd/index_manager.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -141,6 +142,13 @@ absl::StatusOr<IndexManager::Outcome> IndexManager::ReloadTo(
                  "versions, without a load",
                  target->version, target->path);
     metrics_->SetIndexInfo(retained->info());
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = checksum_states_.find(target->version);
+      metrics_->SetIndexChecksumState(
+          it != checksum_states_.end() ? it->second
+                                       : Metrics::ChecksumState::kUnchecked);
+    }
     Publish(std::move(retained));
     republished = true;
   } else if (!pin.has_value() && target->version == refused) {
@@ -207,7 +215,16 @@ void IndexManager::Publish(std::shared_ptr<const IndexSnapshot> snapshot) {
         retained_.pop_back();
       }
     }
+    for (auto it = checksum_states_.begin(); it != checksum_states_.end();) {
+      const int64_t v = it->first;
+      const bool kept =
+          v == published->info().version ||
+          std::any_of(retained_.begin(), retained_.end(),
+                      [v](const auto& r) { return r->info().version == v; });
+      it = kept ? std::next(it) : checksum_states_.erase(it);
+    }
   }
+  metrics_->SetIndexServing(true);
   if (options_.serving_changed) options_.serving_changed(true);
 }
 
@@ -244,13 +261,21 @@ void IndexManager::CheckInBackground(
             return !m->reloading_ || m->stopping_;
           },
           this));
+      checksum_states_[info.version] = Metrics::ChecksumState::kFailed;
       if (!stopping_ && holder_->Pin() == snapshot) {
+        metrics_->SetIndexChecksumState(Metrics::ChecksumState::kFailed);
+        metrics_->SetIndexServing(false);
         released = holder_->Withdraw(status);
         served_version_ = 0;
         served_path_.clear();
         refused_version_ = info.version;
         refused_status_ = status;
         withdrawn = true;
+      }
+    } else if (status.ok()) {
+      checksum_states_[info.version] = Metrics::ChecksumState::kVerified;
+      if (holder_->Pin() == snapshot) {
+        metrics_->SetIndexChecksumState(Metrics::ChecksumState::kVerified);
       }
     }
     background_done_ = true;
@@ -378,15 +403,23 @@ absl::Status IndexManager::LoadAndPublish(
   }
   LogServed(info);
   metrics_->SetIndexInfo(info);
+  const bool checkable = info.has_metadata || info.has_vectors;
+  const Metrics::ChecksumState checksum =
+      !checkable             ? Metrics::ChecksumState::kUnchecked
+      : defer                ? Metrics::ChecksumState::kPending
+      : load.verify_checksum ? Metrics::ChecksumState::kVerified
+                             : Metrics::ChecksumState::kUnchecked;
   {
     absl::MutexLock lock(&mu_);
     if (dim_ == 0) {
       dim_ = info.dim;
       metric_ = info.metric;
     }
+    checksum_states_[info.version] = checksum;
+    metrics_->SetIndexChecksumState(checksum);
   }
   Publish(snapshot);
-  if (defer && (info.has_metadata || info.has_vectors)) {
+  if (defer && checkable) {
     spdlog::info("index version {} serves before its checksums are "
                  "verified; reading {} in the background to verify them",
                  info.version,

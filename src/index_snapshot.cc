@@ -656,6 +656,18 @@ int64_t PlannedTableBytes(const faiss::IndexIVFPQ& ivfpq) {
 
 }  // namespace
 
+int SetCoarseBlockRowsUnder(int64_t mmap_threshold_bytes) {
+  if (mmap_threshold_bytes > 0) {
+    // Half the threshold: room for the allocator's header and rounding.
+    const int64_t block = mmap_threshold_bytes / 2;
+    const int64_t rows =
+        block / (int64_t{faiss::distance_compute_blas_database_bs} * 4);
+    faiss::distance_compute_blas_query_bs =
+        static_cast<int>(std::clamp<int64_t>(rows, 20, 4096));
+  }
+  return faiss::distance_compute_blas_query_bs;
+}
+
 void RunIndexProbeIfAsked(int argc, char** argv) {
   if (argc != 3 || std::strcmp(argv[1], kProbeFlag) != 0) return;
   struct stat st;

@@ -225,6 +225,23 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
       "knnd_index_vectors_file_size_bytes",
       "Size of the raw-vectors file used for exact re-ranking, in bytes; 0 "
       "when the index is served without one.");
+  m->index_serving_ = index_gauge(
+      "knnd_index_serving",
+      "1 while an index version serves searches; 0 before the first one and "
+      "after a version is withdrawn (its checksum check failed), when the "
+      "other knnd_index_* series still describe the withdrawn version.");
+  auto& checksum =
+      BuildGauge()
+          .Name("knnd_index_checksum")
+          .Help("State of the served version's CRC-32 check, 1 on its state: "
+                "unchecked (no sidecar or vectors header, or checksum_check "
+                "off), pending (read in the background while it serves), "
+                "verified, failed (withdrawn).")
+          .Register(r);
+  const char* const states[] = {"unchecked", "pending", "verified", "failed"};
+  for (int i = 0; i < 4; ++i) {
+    m->index_checksum_[i] = &checksum.Add({{"state", states[i]}});
+  }
   return m;
 }
 
@@ -283,6 +300,17 @@ void Metrics::SetIndexInfo(const IndexInfo& info) {
 
 void Metrics::RecordIndexReload(bool ok) {
   (ok ? reloads_ok_ : reloads_failed_)->Increment();
+}
+
+void Metrics::SetIndexServing(bool serving) {
+  index_serving_->Set(serving ? 1 : 0);
+}
+
+void Metrics::SetIndexChecksumState(ChecksumState state) {
+  absl::MutexLock lock(&index_mu_);  // one state at 1, whoever sets it
+  for (int i = 0; i < 4; ++i) {
+    index_checksum_[i]->Set(i == static_cast<int>(state) ? 1 : 0);
+  }
 }
 
 void Metrics::RecordRpc(Rpc rpc, absl::StatusCode code,

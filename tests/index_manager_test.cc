@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <thread>
@@ -104,15 +105,35 @@ bool Mapped(const std::string& path) {
   return false;
 }
 
-double Reloads(RunningServer& s, const std::string& result) {
+// The value of one series on s's /metrics; -1 when it is missing.
+double Scrape(RunningServer& s, const std::string& name,
+              const std::map<std::string, std::string>& labels = {}) {
   absl::StatusOr<std::string> body =
       knnd::testing::HttpGet(s.server->metrics_port(), "/metrics");
   EXPECT_TRUE(body.ok()) << body.status();
   if (!body.ok()) return -1;
   return knnd::testing::FindSample(knnd::testing::ParseExposition(*body),
-                                   "knnd_index_reloads_total",
-                                   {{"result", result}})
+                                   name, labels)
       .value_or(-1);
+}
+
+double Reloads(RunningServer& s, const std::string& result) {
+  return Scrape(s, "knnd_index_reloads_total", {{"result", result}});
+}
+
+// The state whose knnd_index_checksum series is 1 ("" unless exactly one).
+std::string ChecksumState(RunningServer& s) {
+  std::string state;
+  for (const char* name : {"unchecked", "pending", "verified", "failed"}) {
+    const double v = Scrape(s, "knnd_index_checksum", {{"state", name}});
+    if (v == 1) {
+      if (!state.empty()) return "";
+      state = name;
+    } else if (v != 0) {
+      return "";
+    }
+  }
+  return state;
 }
 
 knnd::v1::SearchRequest Request(uint32_t seed) {
@@ -461,6 +482,8 @@ TEST(IndexManager, BackgroundChecksumWithdrawsAChangedFirstVersion) {
   EXPECT_THAT(check.message(), HasSubstr("CRC-32"));
   EXPECT_THAT(check.message(), HasSubstr(dir + "/1/index.faiss.meta.json"));
   EXPECT_EQ(Health(s), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(Scrape(s, "knnd_index_serving"), 0);
+  EXPECT_EQ(ChecksumState(s), "failed");
   knnd::v1::SearchResponse response;
   grpc::ClientContext context;
   grpc::Status status = s.stub->Search(&context, Request(7), &response);
@@ -481,6 +504,8 @@ TEST(IndexManager, BackgroundChecksumWithdrawsAChangedFirstVersion) {
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(ServedVersion(s), 2);
   EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Scrape(s, "knnd_index_serving"), 1);
+  EXPECT_EQ(ChecksumState(s), "verified");
 }
 
 // After start-up, "background" verifies before publishing: a changed file
@@ -497,6 +522,8 @@ TEST(IndexManager, BackgroundChecksumVerifiesHotSwapsFirst) {
       manager.AwaitBackgroundCheck(absl::Now() + absl::Seconds(60)).ok());
   EXPECT_EQ(ServedVersion(s), 1);
   EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Scrape(s, "knnd_index_serving"), 1);
+  EXPECT_EQ(ChecksumState(s), "verified");
 
   ASSERT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
   FlipByteFromEnd(dir + "/2/index.faiss", 4);
@@ -536,6 +563,7 @@ TEST(IndexManager, ChecksumCheckBeforeServingAndOff) {
                   .AwaitBackgroundCheck(absl::Now() + absl::Seconds(60))
                   .ok());
   EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_EQ(ChecksumState(s), "unchecked");
 
   knnd::v1::ServerConfig bad = TestConfig(dir);
   bad.set_checksum_check("later");
@@ -775,6 +803,9 @@ TEST(IndexManager, RetainedVersionRollsBackWithoutItsFiles) {
   ASSERT_NE(s.stub, nullptr);
   auto admin = AdminStub(s);
   const std::string v1 = fs::canonical(dir + "/1/index.faiss").string();
+  ASSERT_TRUE(s.server->index_manager()
+                  .AwaitBackgroundCheck(absl::Now() + absl::Seconds(60))
+                  .ok());
 
   Publish(tmp, dir, VersionSpec(2));
   knnd::v1::ReloadIndexResponse reloaded;
@@ -788,6 +819,8 @@ TEST(IndexManager, RetainedVersionRollsBackWithoutItsFiles) {
   EXPECT_EQ(reloaded.version(), 1);
   EXPECT_FALSE(reloaded.loaded());
   EXPECT_EQ(ServedVersion(s), 1);
+  // Its background check's outcome is remembered with it.
+  EXPECT_EQ(ChecksumState(s), "verified");
 
   knnd::v1::ListVersionsResponse listed;
   grpc::ClientContext context;

@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <faiss/IndexIVF.h>
+#include <faiss/utils/distances.h>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "test_util.h"
@@ -325,6 +326,26 @@ TEST(WarmUp, ReadsWarmupNprobeListsPerQuery) {
               static_cast<size_t>(kQueries * lists))
         << "warmup_nprobe " << warmup_nprobe;
   }
+}
+
+// The default malloc_mmap_threshold_bytes (1 MiB) sizes FAISS's coarse
+// distance block under it: 128 query rows x 1024 centroids x 4 bytes
+// (IndexSnapshot.CoarseSearchBlockUnderTheMmapThresholdStopsPageFaults shows
+// why); 0 leaves FAISS's 4096 rows.
+TEST(ServerMalloc, CoarseBlockFollowsTheMmapThreshold) {
+  TempDir tmp;
+  WriteIndex(tmp.path("m.index"), IndexSpec{});
+  const int faiss_default = faiss::distance_compute_blas_query_bs;
+  knnd::v1::ServerConfig config = TestConfig(tmp.path("m.index"));
+  ASSERT_EQ(config.malloc_mmap_threshold_bytes(), 1u << 20);
+  auto server = Server::Create(config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(faiss::distance_compute_blas_query_bs, 128);
+  faiss::distance_compute_blas_query_bs = faiss_default;
+  config.set_malloc_mmap_threshold_bytes(0);
+  server = Server::Create(config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(faiss::distance_compute_blas_query_bs, faiss_default);
 }
 
 }  // namespace

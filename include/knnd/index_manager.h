@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -172,6 +173,10 @@ class IndexManager {
   int64_t served_version_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none yet
   std::string served_path_ ABSL_GUARDED_BY(mu_);
   int64_t pinned_version_ ABSL_GUARDED_BY(mu_) = 0;  // 0: follow the latest
+  // The CRC-32 check state of the versions served or retained, for the
+  // knnd_index_checksum metric after a rollback; pruned on Publish.
+  std::map<int64_t, Metrics::ChecksumState> checksum_states_
+      ABSL_GUARDED_BY(mu_);
   // Of the first version served; 0 / absent before it.
   int dim_ ABSL_GUARDED_BY(mu_) = 0;
   absl::optional<Metric> metric_ ABSL_GUARDED_BY(mu_);

@@ -143,6 +143,17 @@ struct SearchArgs {
 // and exits; everywhere else it returns at once.
 void RunIndexProbeIfAsked(int argc, char** argv);
 
+// FAISS's coarse search (IndexFlat, >= 20 query rows) allocates a block of
+// distance_compute_blas_query_bs x distance_compute_blas_database_bs floats
+// per call, 4096 x 1024 (16 MiB) by default, and fills rows x min(nlist,
+// 1024) of it. When glibc maps blocks that large afresh (a fixed
+// M_MMAP_THRESHOLD below 16 MiB, as knnd sets), every call page-faults on
+// each 4 KiB it fills (~300 faults per 256-row call). This sets the query
+// rows per block so that the block stays under `mmap_threshold_bytes` (at
+// least 20 rows, at most FAISS's 4096) and is reused from the heap; 0 leaves
+// FAISS's default. Process-wide; returns the rows set.
+int SetCoarseBlockRowsUnder(int64_t mmap_threshold_bytes);
+
 class IndexSnapshot {
  public:
   // Reads `path` with the inverted lists memory-mapped, checks that it is an

@@ -48,6 +48,11 @@ class Metrics {
 
   // The RPCs of knnd.v1.KnnService (the grpc_method label).
   enum class Rpc { kSearch, kGetIndexInfo };
+  // Where the served version's CRC-32 check stands (knnd_index_checksum):
+  // nothing to check against (no sidecar or vectors header) or
+  // checksum_check "off"; read in the background while it serves; verified;
+  // failed (the version was withdrawn).
+  enum class ChecksumState { kUnchecked, kPending, kVerified, kFailed };
 
   static absl::StatusOr<std::unique_ptr<Metrics>> Create(
       const Options& options, const AdmissionGate* gate,
@@ -63,6 +68,11 @@ class Metrics {
   void SetIndexInfo(const IndexInfo& info);
   // One index version loaded and either published (ok) or refused.
   void RecordIndexReload(bool ok);
+  // knnd_index_serving: 1 while a version serves searches, 0 before the
+  // first and after a withdrawal (the knnd_index_* series then still
+  // describe the withdrawn version).
+  void SetIndexServing(bool serving);
+  void SetIndexChecksumState(ChecksumState state);
 
   // One finished call, whatever its outcome; `handling` runs from arrival to
   // the status being sent.
@@ -117,6 +127,9 @@ class Metrics {
   prometheus::Gauge* index_load_duration_ = nullptr;
   prometheus::Gauge* index_load_time_ = nullptr;
   prometheus::Gauge* vectors_file_size_ = nullptr;
+  prometheus::Gauge* index_serving_ = nullptr;
+  // By ChecksumState: 1 for the served version's state, 0 for the others.
+  prometheus::Gauge* index_checksum_[4] = {};
 };
 
 }  // namespace knnd
