@@ -102,11 +102,13 @@ void ApplyMallocOptions(const knnd::v1::ServerConfig& config) {
   }
   // A fixed mmap threshold also freezes the trim threshold at 128 KiB: the
   // top of the heap was given back and faulted in again on nearly every
-  // 256-row request (~95 page faults each). Twice the mmap threshold is
-  // what glibc itself sets when it moves the threshold.
+  // 256-row request (~95 page faults each). At the mmap threshold, an arena
+  // keeps at most that much free at its top (twice it, glibc's own ratio,
+  // left anonymous memory 1.5 MiB higher after a burst; bench/RESULTS.md
+  // "Page faults").
   if (mmap_threshold > 0 &&
-      mallopt(M_TRIM_THRESHOLD, static_cast<int>(2 * mmap_threshold)) != 1) {
-    spdlog::warn("mallopt(M_TRIM_THRESHOLD, {}) failed", 2 * mmap_threshold);
+      mallopt(M_TRIM_THRESHOLD, static_cast<int>(mmap_threshold)) != 1) {
+    spdlog::warn("mallopt(M_TRIM_THRESHOLD, {}) failed", mmap_threshold);
   }
   // The coarse search's distance block then stays on the heap instead of
   // being mapped and faulted in on every call.

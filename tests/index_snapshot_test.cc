@@ -290,7 +290,7 @@ TEST(IndexSnapshot, CoarseSearchBlockUnderTheMmapThresholdStopsPageFaults) {
   };
   const int faiss_default = faiss::distance_compute_blas_query_bs;
   ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
-  ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 2 << 20), 1);
+  ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 1 << 20), 1);
   const double mapped = faults_per_call();
   EXPECT_EQ(SetCoarseBlockRowsUnder(1 << 20), 128);
   const double reused = faults_per_call();
