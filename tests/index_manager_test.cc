@@ -105,27 +105,34 @@ bool Mapped(const std::string& path) {
   return false;
 }
 
-// The value of one series on s's /metrics; -1 when it is missing.
-double Scrape(RunningServer& s, const std::string& name,
-              const std::map<std::string, std::string>& labels = {}) {
+// Every sample on s's /metrics (none when the scrape fails).
+std::vector<knnd::testing::Sample> Samples(RunningServer& s) {
   absl::StatusOr<std::string> body =
       knnd::testing::HttpGet(s.server->metrics_port(), "/metrics");
   EXPECT_TRUE(body.ok()) << body.status();
-  if (!body.ok()) return -1;
-  return knnd::testing::FindSample(knnd::testing::ParseExposition(*body),
-                                   name, labels)
-      .value_or(-1);
+  if (!body.ok()) return {};
+  return knnd::testing::ParseExposition(*body);
+}
+
+// The value of one series on s's /metrics; -1 when it is missing.
+double Scrape(RunningServer& s, const std::string& name,
+              const std::map<std::string, std::string>& labels = {}) {
+  return knnd::testing::FindSample(Samples(s), name, labels).value_or(-1);
 }
 
 double Reloads(RunningServer& s, const std::string& result) {
   return Scrape(s, "knnd_index_reloads_total", {{"result", result}});
 }
 
-// The state whose knnd_index_checksum series is 1 ("" unless exactly one).
+// The state whose knnd_index_checksum series is 1 ("" unless exactly one),
+// from one scrape.
 std::string ChecksumState(RunningServer& s) {
+  const std::vector<knnd::testing::Sample> samples = Samples(s);
   std::string state;
   for (const char* name : {"unchecked", "pending", "verified", "failed"}) {
-    const double v = Scrape(s, "knnd_index_checksum", {{"state", name}});
+    const double v = knnd::testing::FindSample(samples, "knnd_index_checksum",
+                                               {{"state", name}})
+                         .value_or(-1);
     if (v == 1) {
       if (!state.empty()) return "";
       state = name;
