@@ -112,6 +112,12 @@ class Server:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"knnd exited with {self.proc.returncode}")
                 raise RuntimeError("knnd not SERVING in time")
+        elif kind == "noop":
+            self.started = time.time()
+            self.proc = subprocess.Popen([f"{ARGS.build}/bench/noop_server", "--port",
+                                          str(self.port)], stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, text=True, env=env)
+            assert self.proc.stdout.readline().strip() == "serving"
         else:
             cmd = ["/usr/bin/python3", f"{SOURCE}/bench/python_server.py", "--index", index,
                    "--port", str(self.port), "--nprobe", str(NPROBE),
@@ -316,6 +322,20 @@ def paired_figures(m):
          "heap_p50": ip[(1, 1)]["heap_p50"] * 1000, "ceiling": batching_ceiling(ip)}
     f.update(large=f["knnd_256"] / f["inproc_256"], batching=f["on_32"] / f["off_32"],
              single=f["on_32"] / f["inproc_1"], p50_over=f["knnd_p50"] - f["mmap_p50"])
+    # The transport floor: the no-op server's p50 at 1 client, and the CPU
+    # seconds one single-query request costs gRPC at 32 clients, server and
+    # client side together.
+    n1, n32 = m["noop1"], m["noop32"]
+    rpc_cpu = (n32["server_cores"] + n32["client_cores"]) / n32["qps"]
+    faiss_cpu = 2 / f["inproc_1"]  # both cores busy in the in-process loop
+    f.update(noop_p50=n1["p50_ms"] * 1000, noop_32=n32["qps"], rpc_cpu_us=rpc_cpu * 1e6,
+             knnd_own=f["p50_over"] - n1["p50_ms"] * 1000,
+             # Best case for (c): every request costs FAISS's CPU plus the
+             # transport's and nothing else, on the same 2 cores.
+             single_bound=faiss_cpu / (faiss_cpu + rpc_cpu),
+             # Best case for (b): merging makes FAISS's per-query CPU fall by
+             # its own batch gain; the transport's per request stays.
+             batching_bound=(faiss_cpu + rpc_cpu) / (faiss_cpu / f["ceiling"] + rpc_cpu))
     return f
 
 
@@ -331,21 +351,34 @@ def case_paired(R):
         "rounds in the reverse one. (a) = knnd 256 x 4 / in-process heap 256 rows x 2 "
         "threads; (b) = batching on / off; (c) = knnd 1 x 32 / in-process heap 1 row x 2 "
         "threads; (d) = knnd p50 at 1 client - in-process mmap p50 (1 row, 1 thread; knnd "
-        "serves the mmap'd index).")
+        "serves the mmap'd index). The transport floor, in the same rounds: "
+        "`bench/noop_server` (knnd's API on gRPC's callback API, as knnd, answering "
+        "num_queries x k results without searching) at 1 x 1 and 1 x 32. From it: "
+        "knnd's own = (d) - no-op p50 (what knnd adds beyond FAISS and the transport); "
+        "rpc CPU = CPU seconds of the no-op server and load_gen per request at 32 clients; "
+        "(c) bound = f / (f + rpc CPU), f = 2 cores / in-process 1x2 q/s (the best a "
+        "gRPC server could do with the client on the same 2 cores); (b) bound = (f + rpc "
+        "CPU) / (f / g + rpc CPU), g = FAISS's own gain from 256-row calls (1x1 vs 256x1 "
+        "in-process).")
     out()
     columns = [("knnd 256x4 q/s", "knnd_256", f0), ("in-proc 256x2 q/s", "inproc_256", f0),
                ("(a)", "large", f2), ("on 1x32 q/s", "on_32", f0),
                ("off 1x32 q/s", "off_32", f0), ("(b)", "batching", f2),
                ("in-proc 1x2 q/s", "inproc_1", f0), ("(c)", "single", f2),
                ("knnd p50 us", "knnd_p50", f0), ("mmap p50 us", "mmap_p50", f0),
-               ("heap p50 us", "heap_p50", f0), ("(d) us", "p50_over", f0)]
+               ("heap p50 us", "heap_p50", f0), ("(d) us", "p50_over", f0),
+               ("no-op p50 us", "noop_p50", f0), ("knnd's own us", "knnd_own", f0),
+               ("no-op 1x32 q/s", "noop_32", f0), ("rpc CPU us", "rpc_cpu_us", f0),
+               ("(c) bound", "single_bound", f2), ("(b) bound", "batching_bound", f2)]
     R["paired"] = []
     rows = []
     with Server("knnd", ARGS.index) as on, \
-            Server("knnd", ARGS.index, coalesce_requests="false") as off:
+            Server("knnd", ARGS.index, coalesce_requests="false") as off, \
+            Server("noop", ARGS.index) as noop:
         steps = [("inproc", lambda: search_bench(ARGS.build, "1,256", "1,2")[0]),
                  ("256", lambda: load(on, 256, 4)), ("1", lambda: load(on, 1, 1)),
-                 ("32", lambda: load(on, 1, 32)), ("off", lambda: load(off, 1, 32))]
+                 ("32", lambda: load(on, 1, 32)), ("off", lambda: load(off, 1, 32)),
+                 ("noop1", lambda: load(noop, 1, 1)), ("noop32", lambda: load(noop, 1, 32))]
         for i in range(ARGS.rounds):
             order = steps if i % 2 == 0 else steps[::-1]
             f = paired_figures({name: fn() for name, fn in order})
@@ -630,19 +663,28 @@ def targets(R):
             gain = median("ceiling") if paired else batching_ceiling(R["inproc"])
             text += (f"; ceiling: in-process FAISS does {gain:.2f}x the q/s with 256 rows "
                      "per call as with 1 on this index")
+        if paired:
+            text += (f"; with the transport's CPU per request (no-op server) the bound is "
+                     f"{median('batching_bound'):.2f}x")
         add(t2.__doc__, v, text, v >= 2)
 
     def t3():
         """Single-query, 32 clients: knnd >= 0.8x in-process loop on all cores"""
         v, text = compare("single", "on_32", "inproc_1", lambda: (
             R["batching"][(True, delay)]["qps"], R["inproc"][(1, 2)]["heap_qps"]))
+        if paired:
+            text += (f"; bound {median('single_bound'):.2f}x: FAISS's CPU per query plus the "
+                     f"transport's {median('rpc_cpu_us'):.0f} us per request (no-op server "
+                     "and load_gen), on the same 2 cores")
         add(t3.__doc__, v, text, v >= 0.8)
 
     def t4():
         """Single query, low load: p50 <= in-process + 150 us"""
         v, text = compare("p50_over", "knnd_p50", "mmap_p50", lambda: (
             R["grpc"][(1, 1)]["p50_ms"] * 1000, R["inproc"][(1, 1)]["mmap_p50"] * 1000), "us")
-        heap = f"; in-process heap: {median('heap_p50'):.0f} us" if paired else ""
+        heap = (f"; in-process heap: {median('heap_p50'):.0f} us; the no-op server's p50 "
+                f"{median('noop_p50'):.0f} us, so knnd's own share is "
+                f"{median('knnd_own'):+.0f} us" if paired else "")
         add(t4.__doc__, v, f"{text} (knnd at 1 client vs in-process mmap, 1 thread{heap})",
             v <= 150)
 
