@@ -103,6 +103,10 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
     return out_of_range("inline_max_rows", c.inline_max_rows(), 0,
                         c.max_batch_rows());
   }
+  if (c.index_probe_timeout_s() < 1 || c.index_probe_timeout_s() > 86400) {
+    return out_of_range("index_probe_timeout_s", c.index_probe_timeout_s(), 1,
+                        86400);
+  }
   if (c.num_workers() > 1024) {
     return out_of_range("num_workers", c.num_workers(), 0, 1024);
   }

@@ -5,6 +5,7 @@
 #include <cxxabi.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -433,7 +435,8 @@ constexpr int kProbeFd = 3;
 // and reports how it went. The parent learns of a corrupt file that
 // crashes FAISS's reader (e.g. a division by a zero field) from the child's
 // signal, and stays up.
-absl::Status ProbeInSubprocess(const std::string& path) {
+absl::Status ProbeInSubprocess(const std::string& path,
+                               absl::Duration timeout) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
@@ -484,7 +487,25 @@ absl::Status ProbeInSubprocess(const std::string& path) {
   }
   std::string reply;
   char buf[4096];
+  const absl::Time deadline = absl::Now() + timeout;
+  bool timed_out = false;
+  int poll_error = 0;
   for (;;) {
+    const int64_t wait_ms =
+        absl::ToInt64Milliseconds(absl::Ceil(deadline - absl::Now(),
+                                             absl::Milliseconds(1)));
+    if (wait_ms <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd readable = {fds[0], POLLIN, 0};
+    const int ready = poll(&readable, 1,
+                           static_cast<int>(std::min<int64_t>(wait_ms, INT_MAX)));
+    if (ready < 0 && errno != EINTR) {
+      poll_error = errno;
+      break;
+    }
+    if (ready <= 0) continue;
     ssize_t n = read(fds[0], buf, sizeof buf);
     if (n > 0) {
       reply.append(buf, static_cast<size_t>(n));
@@ -495,8 +516,21 @@ absl::Status ProbeInSubprocess(const std::string& path) {
     }
   }
   close(fds[0]);
+  if (timed_out || poll_error != 0) kill(pid, SIGKILL);
   int wstatus = 0;
   while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the index probe process for ", path, " gave no answer within ",
+        absl::FormatDuration(timeout),
+        " and was killed (a hung or very slow filesystem?); "
+        "index_probe_timeout_s sets the limit"));
+  }
+  if (poll_error != 0) {
+    return absl::InternalError(absl::StrCat(
+        "waiting for the index probe process for ", path, ": ",
+        strerror(poll_error)));
   }
   if (WIFSIGNALED(wstatus)) {
     return Corrupt(path, absl::StrCat("reading it crashed a probe process (",
@@ -711,7 +745,10 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
     const std::string& path, const LoadOptions& options) {
   const absl::Time start = absl::Now();
   if (options.probe_in_subprocess) {
-    if (absl::Status s = ProbeInSubprocess(path); !s.ok()) return s;
+    if (absl::Status s = ProbeInSubprocess(path, options.probe_timeout);
+        !s.ok()) {
+      return s;
+    }
   }
   auto faiss = std::make_unique<Faiss>();
   IndexInfo info;

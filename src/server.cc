@@ -217,6 +217,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   manager_options.load.use_precomputed_table = config.use_precomputed_table();
   manager_options.load.probe_in_subprocess =
       config.probe_index_in_subprocess();
+  manager_options.load.probe_timeout =
+      absl::Seconds(config.index_probe_timeout_s());
   manager_options.load.vectors =
       !config.load_vectors()      ? VectorsPolicy::kIgnore
       : config.require_vectors()  ? VectorsPolicy::kRequired

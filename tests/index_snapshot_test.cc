@@ -20,6 +20,7 @@
 #include <faiss/index_io.h>
 #include <faiss/utils/distances.h>
 
+#include "knnd/config.h"
 #include "test_util.h"
 
 namespace knnd {
@@ -254,6 +255,44 @@ TEST(IndexSnapshot, ProbeIsAFreshProcessNotAFork) {
   ASSERT_FALSE(cut.ok());
   EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss) << cut.status();
   EXPECT_THAT(cut.status().message(), HasSubstr("cut.index"));
+}
+
+// A probe that never answers (as on a filesystem that hangs) is killed once
+// probe_timeout has passed, and the load fails with DEADLINE_EXCEEDED
+// instead of waiting for ever; the probe is reaped. tests/test_main.cc makes
+// the probe hang while KNND_TEST_PROBE_HANGS is set.
+TEST(IndexSnapshot, ProbeThatNeverAnswersIsKilledAfterItsTimeout) {
+  TempDir tmp;
+  IndexSpec spec;
+  WriteIndex(tmp.path("good.index"), spec);
+  LoadOptions options;
+  options.probe_in_subprocess = true;
+  options.probe_timeout = absl::Milliseconds(300);
+  ASSERT_EQ(setenv("KNND_TEST_PROBE_HANGS", "1", 1), 0);
+  auto hung = IndexSnapshot::Load(tmp.path("good.index"), options);
+  ASSERT_EQ(unsetenv("KNND_TEST_PROBE_HANGS"), 0);
+  ASSERT_FALSE(hung.ok());
+  EXPECT_EQ(hung.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << hung.status();
+  EXPECT_THAT(hung.status().message(), HasSubstr("good.index"));
+  EXPECT_THAT(hung.status().message(), HasSubstr("index_probe_timeout_s"));
+  // No child left, not even a zombie.
+  errno = 0;
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+  // The same file loads with a probe that answers (a generous limit: a
+  // sanitizer build starts slowly).
+  options.probe_timeout = absl::Minutes(5);
+  auto good = IndexSnapshot::Load(tmp.path("good.index"), options);
+  ASSERT_TRUE(good.ok()) << good.status();
+
+  knnd::v1::ServerConfig config = ::knnd::testing::TestConfig("x.index");
+  EXPECT_EQ(config.index_probe_timeout_s(), 300u);
+  config.set_index_probe_timeout_s(0);
+  const absl::Status refused = ValidateConfig(config);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_THAT(refused.message(),
+              HasSubstr("index_probe_timeout_s=0 is outside [1, 86400]"));
 }
 
 // Minor page faults of the calling thread so far.

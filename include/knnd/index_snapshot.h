@@ -103,6 +103,10 @@ struct LoadOptions {
   // that would crash FAISS's reader then yields an error instead of killing
   // the caller.
   bool probe_in_subprocess = true;
+  // How long the probe may take to answer (reading the file's structure and
+  // one search); then it is killed and the load fails with
+  // DEADLINE_EXCEEDED instead of waiting for ever on a filesystem that hangs.
+  absl::Duration probe_timeout = absl::Minutes(5);
   // When the file has a metadata sidecar, read the whole file once to check
   // its CRC-32 against the sidecar's (one sequential read of the file), so
   // that a file changed after it was built is refused instead of served.
