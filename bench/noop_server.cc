@@ -61,8 +61,9 @@ int main(int argc, char** argv) {
   NoopService service;
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:" + std::to_string(absl::GetFlag(FLAGS_port)),
-                           grpc::InsecureServerCredentials(), &port);
+  const std::string address =
+      "127.0.0.1:" + std::to_string(absl::GetFlag(FLAGS_port));
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

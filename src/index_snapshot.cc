@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -499,8 +498,8 @@ absl::Status ProbeInSubprocess(const std::string& path,
       break;
     }
     pollfd readable = {fds[0], POLLIN, 0};
-    const int ready = poll(&readable, 1,
-                           static_cast<int>(std::min<int64_t>(wait_ms, INT_MAX)));
+    const int ready =
+        poll(&readable, 1, static_cast<int>(std::min<int64_t>(wait_ms, 60000)));
     if (ready < 0 && errno != EINTR) {
       poll_error = errno;
       break;
