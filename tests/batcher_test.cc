@@ -472,14 +472,6 @@ TEST_F(BatcherTest, WithoutCoalescingEveryUnitIsItsOwnCall) {
   EXPECT_EQ(BatchRows(*metrics), std::make_pair(5.0, 5.0));
 }
 
-// The config check refuses `config` with INVALID_ARGUMENT saying `why`.
-void ExpectRefused(const knnd::v1::ServerConfig& config,
-                   absl::string_view why) {
-  const absl::Status refused = ValidateConfig(config);
-  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
-  EXPECT_NE(refused.message().find(why), absl::string_view::npos) << refused;
-}
-
 // inline_max_rows above max_batch_rows would run a multi-unit request inline:
 // the config check refuses it, naming the field and its limit.
 TEST(BatcherConfig, InlineMaxRowsAboveMaxBatchRowsIsRefused) {
@@ -488,7 +480,8 @@ TEST(BatcherConfig, InlineMaxRowsAboveMaxBatchRowsIsRefused) {
   config.set_inline_max_rows(16);
   EXPECT_TRUE(ValidateConfig(config).ok());
   config.set_inline_max_rows(17);
-  ExpectRefused(config, "inline_max_rows=17 is outside [0, 16]");
+  ::knnd::testing::ExpectConfigRefused(
+      config, "inline_max_rows=17 is outside [0, 16]");
 }
 
 // The nice value and name of the calling thread.
@@ -533,7 +526,8 @@ TEST(WorkerPool, WorkersRunAtTheirNiceIncrement) {
   knnd::v1::ServerConfig config = ::knnd::testing::TestConfig("b.index");
   EXPECT_EQ(config.worker_nice(), 10u);
   config.set_worker_nice(20);
-  ExpectRefused(config, "worker_nice=20 is outside [0, 19]");
+  ::knnd::testing::ExpectConfigRefused(
+      config, "worker_nice=20 is outside [0, 19]");
 }
 
 }  // namespace

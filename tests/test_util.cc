@@ -137,4 +137,11 @@ RunningServer StartServer(const knnd::v1::ServerConfig& config) {
   return running;
 }
 
+void ExpectConfigRefused(const knnd::v1::ServerConfig& config,
+                         const std::string& why) {
+  const absl::Status refused = ValidateConfig(config);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_NE(refused.message().find(why), absl::string_view::npos) << refused;
+}
+
 }  // namespace knnd::testing

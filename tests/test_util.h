@@ -58,6 +58,11 @@ class TempDir {
 // A config for an in-process server on a free loopback port.
 knnd::v1::ServerConfig TestConfig(const std::string& index_path);
 
+// Expects the config check to refuse `config` with INVALID_ARGUMENT whose
+// message contains `why`.
+void ExpectConfigRefused(const knnd::v1::ServerConfig& config,
+                         const std::string& why);
+
 // A started, loaded in-process server and a stub connected to it.
 struct RunningServer {
   std::unique_ptr<Server> server;
