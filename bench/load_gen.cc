@@ -37,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
+#include "knnd/base/percentile.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address.");
 ABSL_FLAG(std::string, queries, "", "Raw float32 query rows.");
@@ -59,6 +60,7 @@ ABSL_FLAG(int, retry_delay_ms, 50,
 
 namespace {
 
+using knnd::Percentile;
 using knnd::v1::KnnService;
 using knnd::v1::SearchRequest;
 using knnd::v1::SearchResponse;
@@ -78,12 +80,6 @@ double CpuSeconds() {
   getrusage(RUSAGE_SELF, &u);
   return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec +
          u.ru_stime.tv_usec * 1e-6;
-}
-
-double Percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1)))];
 }
 
 std::string JsonEscape(const std::string& s) {

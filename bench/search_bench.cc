@@ -36,10 +36,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "knnd/build_info.h"
-#include "knnd/index_snapshot.h"
+#include "knnd/monitoring/build_info.h"
+#include "knnd/index/index_probe.h"
+#include "knnd/index/index_snapshot.h"
 #include "knnd/server.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
+#include "knnd/base/percentile.h"
 
 ABSL_FLAG(int64_t, n, 200000, "Vectors in the synthetic index.");
 ABSL_FLAG(int, d, 128, "Dimension.");
@@ -62,6 +64,8 @@ ABSL_FLAG(std::string, threads, "1",
           "loop with one OpenMP thread (2 = both cores of this machine).");
 
 namespace {
+
+using knnd::Percentile;
 
 constexpr int kK = 10;
 
@@ -110,12 +114,6 @@ struct Measured {
   double p50_ms = 0;
   double p99_ms = 0;
 };
-
-double Percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1)))];
-}
 
 // Runs `call(thread, iteration)` (returning queries done) on `threads`
 // threads for the configured duration.

@@ -16,9 +16,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
-#include "knnd/cgroup_memory.h"
-#include "knnd/search_request.h"
-#include "knnd/transport_security.h"
+#include "knnd/base/units.h"
+#include "knnd/faiss/faiss_runtime.h"
+#include "knnd/monitoring/cgroup_memory.h"
+#include "knnd/rpc/transport_security.h"
+#include "knnd/serving/search_request.h"
+#include "knnd/serving/serving_load.h"
 #include "spdlog/spdlog.h"
 
 namespace knnd {
@@ -85,8 +88,6 @@ void ShutDownNow(grpc::Server* server) {
   server->Shutdown(std::chrono::system_clock::now());
   server->Wait();
 }
-
-double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 // glibc malloc settings that keep freed request memory from staying
 // resident (config "Memory" block). Process-wide; best before threads start.
@@ -169,7 +170,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   metrics_options.process.max_residency_scan_bytes_per_scrape =
       static_cast<int64_t>(config.metrics_residency_scan_bytes());
   absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Create(
-      metrics_options, server->gate_.get(), server->pool_.get());
+      metrics_options, ServingLoad(server->gate_.get(), server->pool_.get()));
   if (!metrics.ok()) return metrics.status();
   server->metrics_ = std::move(*metrics);
 

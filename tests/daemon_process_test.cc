@@ -16,10 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "knnd/index_source.h"
+#include "knnd/lifecycle/index_source.h"
 #include "knnd/v1/admin_service.grpc.pb.h"
-#include "scrape_util.h"
-#include "test_util.h"
+#include "testing/scrape_util.h"
+#include "testing/test_util.h"
 
 namespace knnd {
 namespace {

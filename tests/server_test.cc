@@ -11,7 +11,7 @@
 #include <faiss/utils/distances.h>
 
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "test_util.h"
+#include "testing/test_util.h"
 
 namespace knnd {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "fuzz_util.h"
-#include "knnd/config.h"
-#include "knnd/index_metadata.h"
+#include "knnd/config/config.h"
+#include "knnd/storage/index_metadata.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

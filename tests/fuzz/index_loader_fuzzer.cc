@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "fuzz_util.h"
-#include "knnd/index_snapshot.h"
+#include "knnd/index/index_probe.h"
+#include "knnd/index/index_snapshot.h"
 
 // libFuzzer calls this before it parses its flags or installs its crash
 // handlers: the probe process answers here and exits.

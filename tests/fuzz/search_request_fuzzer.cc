@@ -8,10 +8,11 @@
 #include <vector>
 
 #include "fuzz_util.h"
-#include "knnd/index_snapshot.h"
-#include "knnd/search_request.h"
+#include "knnd/index/index_probe.h"
+#include "knnd/index/index_snapshot.h"
+#include "knnd/serving/search_request.h"
 #include "knnd/v1/knn_service.pb.h"
-#include "test_util.h"
+#include "testing/test_util.h"
 
 namespace {
 

@@ -1,0 +1,203 @@
+#include "knnd/config/config.h"
+
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace knnd {
+namespace {
+
+// Collects the parser's messages instead of letting them go to stderr.
+class ErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    errors.push_back(absl::StrCat(line + 1, ":", column + 1, ": ", message));
+  }
+  void AddWarning(int line, google::protobuf::io::ColumnNumber column,
+                  const std::string& message) override {
+    AddError(line, column, message);
+  }
+  std::vector<std::string> errors;
+};
+
+}  // namespace
+
+absl::StatusOr<knnd::v1::ServerConfig> ParseConfig(const std::string& text,
+                                                   const std::string& origin) {
+  knnd::v1::ServerConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  ErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config ", origin, ": ", absl::StrJoin(errors.errors, "; ")));
+  }
+  return config;
+}
+
+absl::StatusOr<knnd::v1::ServerConfig> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open config file ", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseConfig(text.str(), path);
+}
+
+absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
+  auto out_of_range = [](const char* field, uint64_t value, uint64_t lo,
+                         uint64_t hi) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field ", field, "=", value, " is outside [", lo, ", ", hi,
+        "]"));
+  };
+  if (c.max_k() < 1 || c.max_k() > 100000) {
+    return out_of_range("max_k", c.max_k(), 1, 100000);
+  }
+  if (c.max_queries_per_request() < 1) {
+    return out_of_range("max_queries_per_request", c.max_queries_per_request(),
+                        1, c.max_inflight_queries());
+  }
+  if (c.max_inflight_queries() < c.max_queries_per_request()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_inflight_queries=", c.max_inflight_queries(),
+        " is below max_queries_per_request=", c.max_queries_per_request(),
+        ": a full request could never be admitted"));
+  }
+  if (c.inflight_bytes_limit_percent() < 1 ||
+      c.inflight_bytes_limit_percent() > 100) {
+    return out_of_range("inflight_bytes_limit_percent",
+                        c.inflight_bytes_limit_percent(), 1, 100);
+  }
+  if (c.malloc_arena_max() > 1024) {
+    return out_of_range("malloc_arena_max", c.malloc_arena_max(), 0, 1024);
+  }
+  // glibc refuses thresholds above DEFAULT_MMAP_THRESHOLD_MAX (32 MiB).
+  if (c.malloc_mmap_threshold_bytes() > (uint32_t{32} << 20)) {
+    return out_of_range("malloc_mmap_threshold_bytes",
+                        c.malloc_mmap_threshold_bytes(), 0, uint32_t{32} << 20);
+  }
+  if (c.checksum_check() != "background" &&
+      c.checksum_check() != "before_serving" && c.checksum_check() != "off") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field checksum_check=\"", c.checksum_check(),
+        "\" is none of \"background\", \"before_serving\", \"off\""));
+  }
+  if (c.max_batch_rows() < 1 || c.max_batch_rows() > 1000000) {
+    return out_of_range("max_batch_rows", c.max_batch_rows(), 1, 1000000);
+  }
+  if (c.max_queue_delay_us() > 1000000) {
+    return out_of_range("max_queue_delay_us", c.max_queue_delay_us(), 0,
+                        1000000);
+  }
+  if (c.inline_max_rows() > c.max_batch_rows()) {
+    return out_of_range("inline_max_rows", c.inline_max_rows(), 0,
+                        c.max_batch_rows());
+  }
+  if (c.index_probe_timeout_s() < 1 || c.index_probe_timeout_s() > 86400) {
+    return out_of_range("index_probe_timeout_s", c.index_probe_timeout_s(), 1,
+                        86400);
+  }
+  if (c.num_workers() > 1024) {
+    return out_of_range("num_workers", c.num_workers(), 0, 1024);
+  }
+  if (c.omp_threads_per_worker() < 1 || c.omp_threads_per_worker() > 256) {
+    return out_of_range("omp_threads_per_worker", c.omp_threads_per_worker(),
+                        1, 256);
+  }
+  if (c.worker_nice() > 19) {
+    return out_of_range("worker_nice", c.worker_nice(), 0, 19);
+  }
+  if (c.max_receive_message_bytes() < 1024 ||
+      c.max_receive_message_bytes() > (uint64_t{1} << 31) - 1) {
+    return out_of_range("max_receive_message_bytes",
+                        c.max_receive_message_bytes(), 1024,
+                        (uint64_t{1} << 31) - 1);
+  }
+  if (c.max_connection_age_ms() > INT32_MAX) {
+    return out_of_range("max_connection_age_ms", c.max_connection_age_ms(), 0,
+                        INT32_MAX);
+  }
+  if (c.max_connection_age_grace_ms() > INT32_MAX) {
+    return out_of_range("max_connection_age_grace_ms",
+                        c.max_connection_age_grace_ms(), 0, INT32_MAX);
+  }
+  if (c.listen_address().empty()) {
+    return absl::InvalidArgumentError("config field listen_address is empty");
+  }
+  if (c.metrics_listen_address().empty()) {
+    return absl::InvalidArgumentError(
+        "config field metrics_listen_address is empty");
+  }
+  if (c.tls_cert_file().empty() != c.tls_key_file().empty()) {
+    return absl::InvalidArgumentError(
+        "config fields tls_cert_file and tls_key_file go together: set both "
+        "(TLS) or neither (plaintext)");
+  }
+  if (c.tls_cert_file().empty() && !c.tls_client_ca_file().empty()) {
+    return absl::InvalidArgumentError(
+        "config field tls_client_ca_file needs tls_cert_file and tls_key_file");
+  }
+  if (c.tls_cert_file().empty() && !c.health_listen_address().empty()) {
+    return absl::InvalidArgumentError(
+        "config field health_listen_address is for a TLS listen_address; "
+        "without TLS, probes use listen_address itself");
+  }
+  if (c.tls_reload_interval_s() < 1) {
+    return out_of_range("tls_reload_interval_s", c.tls_reload_interval_s(), 1,
+                        UINT32_MAX);
+  }
+  if (c.max_concurrent_streams() < 1 || c.max_concurrent_streams() > 1000000) {
+    return out_of_range("max_concurrent_streams", c.max_concurrent_streams(),
+                        1, 1000000);
+  }
+  if (c.keepalive_min_ping_interval_ms() > INT32_MAX) {
+    return out_of_range("keepalive_min_ping_interval_ms",
+                        c.keepalive_min_ping_interval_ms(), 0, INT32_MAX);
+  }
+  if (c.max_metadata_bytes() < 1024 || c.max_metadata_bytes() > 1048576) {
+    return out_of_range("max_metadata_bytes", c.max_metadata_bytes(), 1024,
+                        1048576);
+  }
+  if (c.keep_previous_versions() > 16) {
+    return out_of_range("keep_previous_versions", c.keep_previous_versions(),
+                        0, 16);
+  }
+  if (c.canary_k() < 1 || c.canary_k() > 1024) {
+    return out_of_range("canary_k", c.canary_k(), 1, 1024);
+  }
+  if (!(c.canary_min_recall() >= 0.0 && c.canary_min_recall() <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field canary_min_recall=", c.canary_min_recall(),
+        " is outside [0, 1]"));
+  }
+  if (c.canary_queries_path().empty() &&
+      !c.canary_ground_truth_path().empty()) {
+    return absl::InvalidArgumentError(
+        "config field canary_ground_truth_path is set without "
+        "canary_queries_path");
+  }
+  if (c.metrics_residency_scan_bytes() == 0) {
+    return absl::InvalidArgumentError(
+        "config field metrics_residency_scan_bytes=0 must be positive");
+  }
+  if (c.max_refine_factor() > 1024) {
+    return out_of_range("max_refine_factor", c.max_refine_factor(), 0, 1024);
+  }
+  if (c.default_refine_factor() > c.max_refine_factor()) {
+    return out_of_range("default_refine_factor", c.default_refine_factor(), 0,
+                        c.max_refine_factor());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace knnd

@@ -1,0 +1,52 @@
+// FaissBuilder: an empty FAISS index made from a factory string, trained,
+// filled and written to a file. The FAISS half of index/index_builder.h,
+// which adds the defaults, normalisation, checks and sidecar.
+//
+// Thread-safety: used by one thread at a time (FAISS itself may use all
+// cores inside Train and Add).
+#ifndef KNND_FAISS_FAISS_BUILDER_H_
+#define KNND_FAISS_FAISS_BUILDER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "knnd/base/metric.h"
+
+namespace knnd {
+
+class FaissBuilder {
+ public:
+  // `metric` kL2 or kInnerProduct (cosine is inner product over vectors the
+  // caller normalised). INVALID_ARGUMENT, saying why, for a factory string
+  // FAISS cannot parse or whose index knnd cannot serve.
+  static absl::StatusOr<std::unique_ptr<FaissBuilder>> Create(
+      int dim, const std::string& factory, Metric metric, uint32_t seed);
+
+  ~FaissBuilder();
+  FaissBuilder(const FaissBuilder&) = delete;
+  FaissBuilder& operator=(const FaissBuilder&) = delete;
+
+  int64_t nlist() const;
+  int pq_m() const;
+  int64_t ntotal() const;
+
+  absl::Status Train(const float* vectors, int64_t rows);
+  // `ids` (rows entries) or null for sequential ids from ntotal().
+  absl::Status Add(const float* vectors, int64_t rows, const int64_t* ids);
+  // Writes the index, with `nprobe` as its stored default, to `path` as
+  // is (the caller writes to a temporary name and renames).
+  absl::Status WriteTo(const std::string& path, int nprobe) const;
+
+  struct Objects;  // defined in faiss_builder.cc
+
+ private:
+  explicit FaissBuilder(std::unique_ptr<Objects> objects);
+  std::unique_ptr<Objects> objects_;
+};
+
+}  // namespace knnd
+
+#endif  // KNND_FAISS_FAISS_BUILDER_H_

@@ -1,0 +1,107 @@
+// FaissIndex: one FAISS IVF-PQ index file opened for serving, with its
+// inverted lists memory-mapped read-only (IO_FLAG_MMAP | IO_FLAG_READ_ONLY):
+// the lists stay in the shared, reclaimable page cache and only the coarse
+// centroids, the PQ codebooks, any pre-transform and the optional
+// precomputed table live on the heap.
+//
+// Open() checks what FAISS's reader does not (every mapped list inside the
+// file, sizes that agree with each other, a metric knnd serves) so that a
+// truncated or corrupt file is an error, not a crash in the first search.
+// FAISS types and exceptions never leave src/faiss/.
+//
+// Ownership: owns the FAISS objects and, through them, the mapping.
+// Thread-safety: after BuildPrecomputedTable() (if called) the object is
+// immutable; Search() is const and safe from any number of threads, with
+// every per-call parameter (nprobe, the id filter) in the call.
+#ifndef KNND_FAISS_FAISS_INDEX_H_
+#define KNND_FAISS_FAISS_INDEX_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "knnd/base/metric.h"
+
+namespace knnd {
+
+// What the file itself says about an index; filled by FaissIndex::Open().
+struct IndexFacts {
+  std::string path;
+  int64_t file_bytes = 0;
+  std::string index_type;  // e.g. "LT128_128,IVF1024,PQ32" in factory terms
+  bool has_pretransform = false;  // OPQ, PCA ... applied to queries first
+  int dim = 0;
+  // kL2 or kInnerProduct (cosine is known only from the sidecar).
+  Metric metric = Metric::kL2;
+  int64_t ntotal = 0;
+  int64_t nlist = 0;
+  int pq_m = 0;
+  int pq_nbits = 0;
+  int64_t code_size_bytes = 0;
+  int stored_nprobe = 1;  // the nprobe saved in the file
+  // Heap memory of the index: coarse centroids + PQ codebooks + pre-transform
+  // matrices + precomputed table (reported separately as well).
+  int64_t heap_bytes = 0;
+  int64_t precomputed_table_bytes = 0;
+  // Bytes of the file holding inverted lists (codes + ids), memory-mapped.
+  int64_t mapped_list_bytes = 0;
+};
+
+// One search call. Buffers are owned by the caller and hold num_queries * k
+// entries; queries are num_queries * dim floats, row-major.
+struct FaissSearchArgs {
+  const float* queries = nullptr;
+  int64_t num_queries = 0;
+  int k = 0;
+  int nprobe = 1;
+  // Sorted ascending; empty means no filter.
+  absl::Span<const int64_t> allowed_ids;
+  float* distances = nullptr;
+  int64_t* ids = nullptr;
+};
+
+// Heap bytes of an IVF-PQ precomputed table: nlist * M * 2^nbits floats.
+int64_t PrecomputedTableBytes(int64_t nlist, int pq_m, int pq_nbits);
+
+class FaissIndex {
+ public:
+  // Reads and checks `path` without building the precomputed table (so
+  // that a caller can check the planned heap first). A missing, truncated,
+  // corrupt or unsupported file is an error whose message names the file
+  // and what is wrong.
+  static absl::StatusOr<std::unique_ptr<FaissIndex>> Open(
+      const std::string& path);
+
+  ~FaissIndex();
+  FaissIndex(const FaissIndex&) = delete;
+  FaissIndex& operator=(const FaissIndex&) = delete;
+
+  const IndexFacts& facts() const { return facts_; }
+
+  // The heap bytes BuildPrecomputedTable() would allocate (0 when FAISS
+  // would build none for this index).
+  int64_t PlannedTableBytes() const;
+  // Builds the IVF-PQ precomputed table (nlist * M * 256 floats), before
+  // the index is shared between threads; updates facts().
+  absl::Status BuildPrecomputedTable();
+
+  // k-NN search on the raw index (no query normalisation). Results of each
+  // query are closest first; missing neighbours are id -1 with distance
+  // +inf (L2) or -inf (inner product). A FAISS error is INTERNAL.
+  absl::Status Search(const FaissSearchArgs& args) const;
+
+  struct Objects;  // the FAISS objects; defined in faiss_index.cc
+
+ private:
+  FaissIndex(std::unique_ptr<Objects> objects, IndexFacts facts);
+
+  std::unique_ptr<Objects> objects_;
+  IndexFacts facts_;
+};
+
+}  // namespace knnd
+
+#endif  // KNND_FAISS_FAISS_INDEX_H_

@@ -1,0 +1,128 @@
+#include "knnd/index/index_builder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "knnd/faiss/vector_math.h"
+#include "knnd/storage/atomic_file.h"
+#include "knnd/storage/index_metadata.h"
+
+namespace knnd {
+namespace {
+
+int64_t FloorPowerOfTwo(int64_t x) {
+  int64_t p = 1;
+  while (p * 2 <= x) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+int64_t DefaultNlist(int64_t rows) {
+  const double target = 4.0 * std::sqrt(static_cast<double>(rows));
+  int64_t nlist = FloorPowerOfTwo(std::max<int64_t>(1, std::llround(target)));
+  // Round to the nearer power of two, not always down.
+  if (target > 1.5 * static_cast<double>(nlist)) nlist *= 2;
+  return std::max<int64_t>(1, std::min(nlist, FloorPowerOfTwo(std::max<int64_t>(1, rows / 39))));
+}
+
+int DefaultPqM(int dim) {
+  for (int m = std::min(64, dim / 4); m > 1; --m) {
+    if (dim % m == 0) return m;
+  }
+  return 1;
+}
+
+int64_t DefaultTrainRows(int64_t rows, int64_t nlist) {
+  return std::min(rows, std::max<int64_t>(50 * nlist, 65536));
+}
+
+int DefaultNprobe(int64_t nlist) {
+  return static_cast<int>(std::max<int64_t>(1, nlist / 32));
+}
+
+IndexBuilder::IndexBuilder(const Options& options,
+                           std::unique_ptr<FaissBuilder> faiss)
+    : options_(options), faiss_(std::move(faiss)) {}
+
+IndexBuilder::~IndexBuilder() = default;
+
+absl::StatusOr<std::unique_ptr<IndexBuilder>> IndexBuilder::Create(
+    const Options& options) {
+  if (options.dim <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dim=", options.dim, " must be positive"));
+  }
+  // Cosine is inner product over the vectors normalised here.
+  const Metric faiss_metric =
+      options.metric == Metric::kL2 ? Metric::kL2 : Metric::kInnerProduct;
+  absl::StatusOr<std::unique_ptr<FaissBuilder>> faiss = FaissBuilder::Create(
+      options.dim, options.factory, faiss_metric, options.seed);
+  if (!faiss.ok()) return faiss.status();
+  return std::unique_ptr<IndexBuilder>(
+      new IndexBuilder(options, std::move(*faiss)));
+}
+
+int64_t IndexBuilder::nlist() const { return faiss_->nlist(); }
+
+int IndexBuilder::pq_m() const { return faiss_->pq_m(); }
+
+int64_t IndexBuilder::ntotal() const { return faiss_->ntotal(); }
+
+std::vector<float> IndexBuilder::NormalizedCopy(const float* vectors,
+                                                int64_t rows) const {
+  if (options_.metric != Metric::kCosine) return {};
+  std::vector<float> copy(vectors, vectors + rows * options_.dim);
+  NormalizeRows(copy.data(), rows, options_.dim);
+  return copy;
+}
+
+absl::Status IndexBuilder::Train(const float* vectors, int64_t rows) {
+  const std::vector<float> normalized = NormalizedCopy(vectors, rows);
+  return faiss_->Train(normalized.empty() ? vectors : normalized.data(), rows);
+}
+
+absl::Status IndexBuilder::Add(const float* vectors, int64_t rows,
+                               const int64_t* ids) {
+  const std::vector<float> normalized = NormalizedCopy(vectors, rows);
+  return faiss_->Add(normalized.empty() ? vectors : normalized.data(), rows,
+                     ids);
+}
+
+absl::Status IndexBuilder::Write(const std::string& path, int nprobe,
+                                 knnd::v1::IndexMetadata metadata) const {
+  const std::string tmp = TempPathFor(path);
+  auto fail = [&tmp](absl::Status status) {
+    std::remove(tmp.c_str());
+    return status;
+  };
+  if (absl::Status s = faiss_->WriteTo(tmp, nprobe); !s.ok()) return fail(s);
+  LoadOptions check;
+  check.use_precomputed_table = false;
+  check.probe_in_subprocess = false;
+  absl::StatusOr<std::unique_ptr<IndexSnapshot>> loaded =
+      IndexSnapshot::Load(tmp, check);
+  if (!loaded.ok()) {
+    return fail(absl::InternalError(absl::StrCat(
+        "the written index does not load in knnd, so ", path,
+        " was left as it was: ", loaded.status().message())));
+  }
+  const IndexInfo& info = (*loaded)->info();
+  absl::StatusOr<std::string> crc = FileCrc32(tmp);
+  if (!crc.ok()) return fail(crc.status());
+  metadata.set_format_version(kIndexMetadataFormatVersion);
+  metadata.set_dim(static_cast<uint32_t>(info.dim));
+  metadata.set_metric(MetricName(options_.metric));
+  metadata.set_normalized(options_.metric == Metric::kCosine);
+  metadata.set_ntotal(info.ntotal);
+  metadata.set_factory(options_.factory);
+  metadata.set_file_bytes(info.file_bytes);
+  metadata.set_crc32(*crc);
+  loaded->reset();
+  if (absl::Status s = CommitTempFile(tmp, path); !s.ok()) return s;
+  return WriteIndexMetadata(MetadataPath(path), metadata);
+}
+
+}  // namespace knnd

@@ -1,0 +1,101 @@
+// Building IVF-PQ index files that knnd can serve: choosing defaults from
+// the data's shape, training on a sample, adding in batches, and writing the
+// file and its metadata sidecar so that a reader never sees half a file.
+// The FAISS half (factory, training, writing) is faiss/faiss_builder.h.
+//
+// Thread-safety: the free functions are pure. An IndexBuilder is used by one
+// thread at a time (FAISS itself may use all cores inside Train and Add).
+#ifndef KNND_INDEX_INDEX_BUILDER_H_
+#define KNND_INDEX_INDEX_BUILDER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "knnd/faiss/faiss_builder.h"
+#include "knnd/index/index_snapshot.h"
+#include "knnd/v1/index_metadata.pb.h"
+
+namespace knnd {
+
+// nlist about 4 * sqrt(rows), rounded to a power of two, and at most
+// rows / 39 (FAISS's minimum of 39 training points per centroid), at least 1.
+int64_t DefaultNlist(int64_t rows);
+
+// The largest divisor M of dim with M <= 64 and dim / M >= 4: sub-vectors of
+// a few dimensions quantise well, and 64 bytes per vector bounds the codes
+// and the precomputed table (nlist * M * 256 * 4 bytes).
+int DefaultPqM(int dim);
+
+// Rows to train on: all rows up to max(50 * nlist, 65536). FAISS's k-means
+// samples 256 points per centroid at most and the PQ 65536, so more rows
+// cost memory and time without improving the quantizers.
+int64_t DefaultTrainRows(int64_t rows, int64_t nlist);
+
+// nprobe written into the file as the daemon's default: nlist / 32, at
+// least 1. `knnctl eval` measures which nprobe reaches a target recall.
+int DefaultNprobe(int64_t nlist);
+
+class IndexBuilder {
+ public:
+  struct Options {
+    int dim = 0;
+    // kCosine: vectors are L2-normalised (copies, batch by batch) and the
+    // index uses inner product; the sidecar records it.
+    Metric metric = Metric::kL2;
+    // FAISS factory string; must describe an IVF-PQ index, optionally behind
+    // a pre-transform such as OPQ (what IndexSnapshot can memory-map).
+    std::string factory;
+    // Seed of FAISS's k-means (coarse quantizer and PQ).
+    uint32_t seed = 1234;
+  };
+
+  // Builds the empty index. INVALID_ARGUMENT, saying why, for a factory
+  // string FAISS cannot parse or whose index knnd cannot memory-map
+  // (FastScan, IVF-Flat/SQ, refinement, non-IVF indexes, ID maps).
+  static absl::StatusOr<std::unique_ptr<IndexBuilder>> Create(
+      const Options& options);
+
+  ~IndexBuilder();
+  IndexBuilder(const IndexBuilder&) = delete;
+  IndexBuilder& operator=(const IndexBuilder&) = delete;
+
+  int64_t nlist() const;
+  int pq_m() const;
+  int64_t ntotal() const;
+
+  // Trains the coarse quantizer, any pre-transform and the product quantizer
+  // on `rows` vectors (row-major, dim floats each). Call once, before Add.
+  absl::Status Train(const float* vectors, int64_t rows);
+
+  // Adds one batch; `ids` (rows entries) or null for sequential ids that
+  // continue from ntotal(). The caller bounds memory by the batch size.
+  absl::Status Add(const float* vectors, int64_t rows, const int64_t* ids);
+
+  // Writes the index to `path` with `nprobe` as its stored default: first to
+  // a temporary file in the same directory, which must load in
+  // IndexSnapshot (the daemon's own checks), then renamed over `path`, so a
+  // failed or killed build never replaces a good file and a mapped file is
+  // never rewritten in place. Then writes the sidecar, completed with the
+  // file's dim, metric, ntotal, size and CRC-32, likewise. Between the two
+  // renames a loader sees a checksum mismatch and refuses the file; it
+  // never serves a file with another file's metadata.
+  absl::Status Write(const std::string& path, int nprobe,
+                     knnd::v1::IndexMetadata metadata) const;
+
+ private:
+  IndexBuilder(const Options& options, std::unique_ptr<FaissBuilder> faiss);
+
+  // A copy of `vectors` L2-normalised for metric cosine; empty otherwise.
+  std::vector<float> NormalizedCopy(const float* vectors, int64_t rows) const;
+
+  Options options_;
+  std::unique_ptr<FaissBuilder> faiss_;
+};
+
+}  // namespace knnd
+
+#endif  // KNND_INDEX_INDEX_BUILDER_H_

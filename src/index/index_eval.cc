@@ -1,0 +1,131 @@
+#include "knnd/index/index_eval.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "knnd/faiss/vector_math.h"
+
+namespace knnd {
+namespace {
+
+// A copy of m's values, L2-normalised row by row.
+std::vector<float> Normalized(const Matrix& m) {
+  std::vector<float> copy = m.values;
+  NormalizeRows(copy.data(), m.rows, m.dim);
+  return copy;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> ExactNeighbors(const Matrix& base,
+                                                    const Matrix& queries,
+                                                    int k, Metric metric) {
+  if (base.dim != queries.dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("base vectors have dim=", base.dim,
+                     " but queries have dim=", queries.dim));
+  }
+  if (k <= 0 || k > base.rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "k=", k, " must be in [1, ", base.rows, "] (the base rows)"));
+  }
+  std::vector<float> base_copy;
+  std::vector<float> query_copy;
+  const float* x = base.values.data();
+  const float* q = queries.values.data();
+  if (metric == Metric::kCosine) {
+    base_copy = Normalized(base);
+    query_copy = Normalized(queries);
+    x = base_copy.data();
+    q = query_copy.data();
+  }
+  std::vector<int64_t> ids(static_cast<size_t>(queries.rows) * k);
+  std::vector<float> distances(ids.size());
+  if (absl::Status s = ExactKnn(x, base.rows, q, queries.rows, base.dim, k,
+                                metric, distances.data(), ids.data());
+      !s.ok()) {
+    return s;
+  }
+  return ids;
+}
+
+double RecallAt(absl::Span<const int64_t> results, int results_k,
+                absl::Span<const int64_t> truth, int truth_k, int r) {
+  const int64_t n = static_cast<int64_t>(truth.size()) / truth_k;
+  if (n == 0) return 0;
+  int64_t found = 0;
+  std::vector<int64_t> expected;
+  for (int64_t i = 0; i < n; ++i) {
+    expected.assign(truth.begin() + i * truth_k,
+                    truth.begin() + i * truth_k + r);
+    std::sort(expected.begin(), expected.end());
+    for (int j = 0; j < r; ++j) {
+      const int64_t id = results[i * results_k + j];
+      if (id >= 0 &&
+          std::binary_search(expected.begin(), expected.end(), id)) {
+        ++found;
+      }
+    }
+  }
+  return static_cast<double>(found) / static_cast<double>(n * r);
+}
+
+absl::StatusOr<std::vector<SweepRow>> SweepNprobe(
+    const IndexSnapshot& snapshot, const Matrix& queries,
+    absl::Span<const int64_t> truth, int truth_k, const SweepOptions& options) {
+  const IndexInfo& info = snapshot.info();
+  if (queries.dim != info.dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queries have dim=", queries.dim, " but the index has dim=", info.dim));
+  }
+  if (static_cast<int64_t>(truth.size()) != queries.rows * truth_k) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ground truth has ", truth.size() / std::max(truth_k, 1),
+        " rows but there are ", queries.rows, " queries"));
+  }
+  int k = 1;
+  for (int r : options.recall_at) {
+    if (r > truth_k) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "recall@", r, " needs ", r, " true neighbours per query; the "
+          "ground truth has ", truth_k));
+    }
+    k = std::max(k, r);
+  }
+  std::vector<int64_t> ids(static_cast<size_t>(queries.rows) * k);
+  std::vector<float> distances(ids.size());
+  const int64_t batch = std::max<int64_t>(1, options.batch_rows);
+  std::vector<SweepRow> rows;
+  for (int nprobe : options.nprobes) {
+    if (nprobe < 1 || nprobe > info.nlist) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "nprobe=", nprobe, " is outside [1, nlist=", info.nlist, "]"));
+    }
+    const absl::Time start = absl::Now();
+    for (int64_t begin = 0; begin < queries.rows; begin += batch) {
+      SearchArgs args;
+      args.queries = queries.row(begin);
+      args.num_queries = std::min(batch, queries.rows - begin);
+      args.k = k;
+      args.nprobe = nprobe;
+      args.refine_factor = options.refine_factor;
+      args.distances = distances.data() + begin * k;
+      args.ids = ids.data() + begin * k;
+      if (absl::Status s = snapshot.Search(args); !s.ok()) return s;
+    }
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    SweepRow row;
+    row.nprobe = nprobe;
+    row.refine_factor = options.refine_factor;
+    for (int r : options.recall_at) {
+      row.recall.push_back(RecallAt(ids, k, truth, truth_k, r));
+    }
+    row.queries_per_second =
+        seconds > 0 ? static_cast<double>(queries.rows) / seconds : 0;
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace knnd

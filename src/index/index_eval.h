@@ -1,0 +1,60 @@
+// Measuring an index: exact ground truth with a flat (brute-force) index,
+// recall of approximate results against it, and a sweep of nprobe through
+// IndexSnapshot, the daemon's own search path.
+//
+// Thread-safety: pure functions; FAISS may use all cores inside them.
+#ifndef KNND_INDEX_INDEX_EVAL_H_
+#define KNND_INDEX_INDEX_EVAL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "knnd/index/index_snapshot.h"
+#include "knnd/storage/vector_io.h"
+
+namespace knnd {
+
+// The exact k nearest rows of `base` for every query (queries.rows * k ids,
+// row-major, closest first) under `metric`; for kCosine both sides are
+// normalised (on copies). Memory: the flat index holds its own copy of the
+// base (rows * dim * 4 bytes), plus queries.rows * k * 12 bytes of results.
+absl::StatusOr<std::vector<int64_t>> ExactNeighbors(const Matrix& base,
+                                                    const Matrix& queries,
+                                                    int k, Metric metric);
+
+// R-recall@R, as ann-benchmarks reports it: the mean over queries of
+// |first R results ∩ first R true neighbours| / R. `results` has
+// `results_k` ids per query and `truth` `truth_k`; both must be >= r.
+double RecallAt(absl::Span<const int64_t> results, int results_k,
+                absl::Span<const int64_t> truth, int truth_k, int r);
+
+struct SweepRow {
+  int nprobe = 0;
+  int refine_factor = 0;
+  std::vector<double> recall;  // one per SweepOptions::recall_at
+  double queries_per_second = 0;
+};
+
+struct SweepOptions {
+  std::vector<int> nprobes;    // each <= nlist
+  std::vector<int> recall_at;  // R values, each <= truth_k
+  // Queries per Search call (as the daemon's batches would be).
+  int64_t batch_rows = 1024;
+  // Exact re-ranking of refine_factor * k candidates (0: off); > 0 needs
+  // the snapshot's raw vectors.
+  int refine_factor = 0;
+};
+
+// Searches every query at each nprobe (and options.refine_factor) through
+// snapshot.Search() and scores
+// it against `truth` (truth_k ids per query). queries_per_second is wall
+// time over the whole query set.
+absl::StatusOr<std::vector<SweepRow>> SweepNprobe(
+    const IndexSnapshot& snapshot, const Matrix& queries,
+    absl::Span<const int64_t> truth, int truth_k, const SweepOptions& options);
+
+}  // namespace knnd
+
+#endif  // KNND_INDEX_INDEX_EVAL_H_

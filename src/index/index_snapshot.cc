@@ -1,0 +1,204 @@
+#include "knnd/index/index_snapshot.h"
+
+#include <malloc.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "knnd/faiss/vector_math.h"
+#include "knnd/index/index_probe.h"
+#include "knnd/index/rerank.h"
+#include "knnd/storage/index_metadata.h"
+
+namespace knnd {
+namespace {
+
+// Applies the metadata sidecar of `path`, if it has one, to `info`: the
+// sidecar must describe this file (checksum, dim, ntotal, FAISS metric).
+absl::Status ApplyMetadata(const std::string& path, bool verify_checksum,
+                           IndexInfo& info) {
+  const std::string sidecar = MetadataPath(path);
+  absl::StatusOr<knnd::v1::IndexMetadata> meta = ReadIndexMetadata(sidecar);
+  if (absl::IsNotFound(meta.status())) return absl::OkStatus();
+  if (!meta.ok()) return meta.status();
+  if (verify_checksum) {
+    if (absl::Status s = VerifyIndexChecksum(path, *meta); !s.ok()) return s;
+  }
+  absl::StatusOr<Metric> metric = ParseMetric(meta->metric());
+  if (!metric.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(sidecar, ": ", metric.status().message()));
+  }
+  const Metric file_metric =
+      *metric == Metric::kCosine ? Metric::kInnerProduct : *metric;
+  if (meta->dim() != static_cast<uint32_t>(info.dim) ||
+      meta->ntotal() != info.ntotal || file_metric != info.metric ||
+      (*metric == Metric::kCosine && !meta->normalized())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s (dim=%d ntotal=%d metric=%s normalized=%s) does not describe "
+        "index file %s (dim=%d ntotal=%d metric=%s)",
+        sidecar, meta->dim(), meta->ntotal(), meta->metric(),
+        meta->normalized() ? "true" : "false", path, info.dim, info.ntotal,
+        MetricName(info.metric)));
+  }
+  info.metric = *metric;
+  info.has_metadata = true;
+  info.sidecar_crc32 = meta->crc32();
+  info.sidecar_file_bytes = meta->file_bytes();
+  info.normalized = meta->normalized();
+  info.factory = meta->factory();
+  info.source = meta->source();
+  info.created = meta->created();
+  return absl::OkStatus();
+}
+
+// Opens VectorsPath(path) as `options.vectors` asks; a file refused under
+// kOptional leaves the reason in info.vectors_error and returns null.
+absl::StatusOr<std::unique_ptr<VectorsFile>> OpenVectors(
+    const std::string& path, const LoadOptions& options, IndexInfo& info) {
+  if (options.vectors == VectorsPolicy::kIgnore) return nullptr;
+  absl::StatusOr<std::unique_ptr<VectorsFile>> vectors = VectorsFile::Open(
+      VectorsPath(path), info.dim, info.ntotal, options.verify_checksum);
+  if (!vectors.ok()) {
+    if (options.vectors == VectorsPolicy::kRequired) {
+      return absl::Status(
+          vectors.status().code(),
+          absl::StrCat(vectors.status().message(),
+                       " (re-ranking vectors are required: "
+                       "require_vectors=true)"));
+    }
+    if (!absl::IsNotFound(vectors.status())) {
+      info.vectors_error = std::string(vectors.status().message());
+    }
+    return nullptr;
+  }
+  info.has_vectors = true;
+  info.vectors_path = (*vectors)->path();
+  info.vectors_dtype = VectorsDtypeName((*vectors)->dtype());
+  info.vectors_file_bytes = (*vectors)->file_bytes();
+  return vectors;
+}
+
+}  // namespace
+
+IndexSnapshot::IndexSnapshot(std::unique_ptr<FaissIndex> faiss, IndexInfo info,
+                             std::unique_ptr<VectorsFile> vectors)
+    : faiss_(std::move(faiss)),
+      info_(std::move(info)),
+      vectors_(std::move(vectors)) {}
+
+IndexSnapshot::~IndexSnapshot() {
+  faiss_.reset();
+  // A version's heap (centroids, codebooks, the precomputed table: up to
+  // gigabytes) is freed in a few large blocks that glibc may keep in its
+  // arenas rather than return; give them back so that anonymous memory
+  // falls to its level before the swap (issue: no growth across versions).
+  malloc_trim(0);
+}
+
+absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
+    const std::string& path, const LoadOptions& options) {
+  const absl::Time start = absl::Now();
+  if (options.probe_in_subprocess) {
+    if (absl::Status s = ProbeIndexInSubprocess(path, options.probe_timeout);
+        !s.ok()) {
+      return s;
+    }
+  }
+  // Read without the precomputed table first (the lists are mapped, so this
+  // allocates only centroids and codebooks), check the planned heap, then
+  // build the table, the part that can be large.
+  absl::StatusOr<std::unique_ptr<FaissIndex>> faiss = FaissIndex::Open(path);
+  if (!faiss.ok()) return faiss.status();
+  const int64_t table_bytes =
+      options.use_precomputed_table ? (*faiss)->PlannedTableBytes() : 0;
+  if (options.check_heap) {
+    IndexInfo planned;
+    static_cast<IndexFacts&>(planned) = (*faiss)->facts();
+    planned.precomputed_table_bytes = table_bytes;
+    planned.heap_bytes += table_bytes;
+    if (absl::Status s = options.check_heap(planned); !s.ok()) return s;
+  }
+  if (table_bytes > 0) {
+    if (absl::Status s = (*faiss)->BuildPrecomputedTable(); !s.ok()) return s;
+  }
+  IndexInfo info;
+  static_cast<IndexFacts&>(info) = (*faiss)->facts();
+  if (absl::Status s = ApplyMetadata(path, options.verify_checksum, info);
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::unique_ptr<VectorsFile>> vectors =
+      OpenVectors(path, options, info);
+  if (!vectors.ok()) return vectors.status();
+  info.version = options.version;
+  info.load_time = absl::Now();
+  info.load_duration = info.load_time - start;
+  return std::unique_ptr<IndexSnapshot>(new IndexSnapshot(
+      std::move(*faiss), std::move(info), std::move(*vectors)));
+}
+
+absl::Status IndexSnapshot::VerifyChecksums(
+    const std::atomic<bool>* cancel) const {
+  if (info_.has_metadata) {
+    knnd::v1::IndexMetadata recorded;
+    recorded.set_file_bytes(info_.sidecar_file_bytes);
+    recorded.set_crc32(info_.sidecar_crc32);
+    if (absl::Status s = VerifyIndexChecksum(info_.path, recorded, cancel);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (vectors_ != nullptr) return vectors_->VerifyChecksum(cancel);
+  return absl::OkStatus();
+}
+
+absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
+  if (args.rerank_time != nullptr) *args.rerank_time = absl::ZeroDuration();
+  if (args.refine_factor > 0 && vectors_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refine_factor=", args.refine_factor, " needs the raw-vectors file ",
+        VectorsPath(info_.path), ", which is not loaded",
+        info_.vectors_error.empty() ? ""
+                                    : absl::StrCat(": ", info_.vectors_error)));
+  }
+  FaissSearchArgs call;
+  call.queries = args.queries;
+  call.num_queries = args.num_queries;
+  call.k = args.k;
+  call.nprobe = args.nprobe;
+  call.allowed_ids = args.allowed_ids;
+  call.distances = args.distances;
+  call.ids = args.ids;
+  std::vector<float> normalized;
+  if (info_.metric == Metric::kCosine) {
+    // The indexed vectors were normalised at build time, so inner products
+    // are cosines only if the queries are normalised too. A copy: the
+    // caller's buffer is the request message's.
+    normalized.assign(args.queries,
+                      args.queries + args.num_queries * info_.dim);
+    NormalizeRows(normalized.data(), args.num_queries, info_.dim);
+    call.queries = normalized.data();
+  }
+  if (args.refine_factor <= 0) return faiss_->Search(call);
+
+  // refine_factor * k candidates from IVF-PQ, then the k best by exact
+  // distance (memory_model.h counts these buffers).
+  const int kc = args.k * args.refine_factor;
+  const size_t n = static_cast<size_t>(args.num_queries) * kc;
+  std::vector<float> candidate_distances(n);
+  std::vector<int64_t> candidate_ids(n);
+  call.k = kc;
+  call.distances = candidate_distances.data();
+  call.ids = candidate_ids.data();
+  if (absl::Status s = faiss_->Search(call); !s.ok()) return s;
+  const absl::Time start = absl::Now();
+  RerankExact(*vectors_, info_.metric, call.queries, args.num_queries, kc,
+              candidate_ids.data(), args.k, args.distances, args.ids);
+  if (args.rerank_time != nullptr) *args.rerank_time = absl::Now() - start;
+  return absl::OkStatus();
+}
+
+}  // namespace knnd

@@ -1,0 +1,167 @@
+// IndexSnapshot: one loaded, immutable version of a FAISS IVF-PQ index.
+//
+// The inverted lists (the bulk of the index) are memory-mapped read-only from
+// the file, so they live in the shared, reclaimable page cache; only the
+// coarse centroids, the PQ codebooks and the optional precomputed table are
+// on the heap. The FAISS objects are faiss/faiss_index.h's; the probe
+// process is index_probe.h's, exact re-ranking rerank.h's.
+//
+// With a raw-vectors file beside the index (vectors_file.h) it can re-rank
+// IVF-PQ candidates by exact distance; the snapshot owns that mapping too,
+// so a pinned snapshot keeps its vectors mapped and a swapped-out one unmaps
+// them when its last search ends.
+//
+// Thread-safety: an IndexSnapshot is immutable after Load(); Search() is const
+// and safe to call from any number of threads at once. Per-call parameters
+// (nprobe, the id filter) travel in the call, never in shared state.
+#ifndef KNND_INDEX_INDEX_SNAPSHOT_H_
+#define KNND_INDEX_INDEX_SNAPSHOT_H_
+
+#include <cstdint>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "knnd/base/metric.h"
+#include "knnd/faiss/faiss_index.h"
+#include "knnd/storage/vectors_file.h"
+
+namespace knnd {
+
+// What is known about a loaded index: what the file says (IndexFacts),
+// then its version, sidecar and vectors file. Filled by Load(), then
+// constant.
+struct IndexInfo : IndexFacts {
+  int64_t version = 0;
+  absl::Time load_time = absl::InfinitePast();
+  absl::Duration load_duration;
+  // From the metadata sidecar (index_metadata.h) when the file has one, whose
+  // checksum then matched (unless Load() ran without verify_checksum: then
+  // VerifyChecksums() checks it later); empty / false without one.
+  bool has_metadata = false;
+  std::string sidecar_crc32;       // the file's CRC-32 the sidecar records
+  int64_t sidecar_file_bytes = 0;  // and its size
+  bool normalized = false;  // vectors L2-normalised at build (metric cosine)
+  std::string factory;      // as given to the builder, e.g. "IVF1024,PQ56"
+  std::string source;       // input file of the build
+  std::string created;      // RFC 3339 UTC
+  // The raw-vectors file (vectors_file.h) used for exact re-ranking, when
+  // one was loaded; vectors_error says why one was not (empty when there
+  // was none or loading was not asked for).
+  bool has_vectors = false;
+  std::string vectors_path;
+  std::string vectors_dtype;  // "f32" or "f16"
+  int64_t vectors_file_bytes = 0;
+  std::string vectors_error;
+};
+
+// What Load() does with the raw-vectors file VectorsPath(path).
+enum class VectorsPolicy {
+  kIgnore,    // never opened: no re-ranking
+  kOptional,  // loaded when present and valid; missing or invalid: the index
+              // alone serves (the reason is in IndexInfo::vectors_error)
+  kRequired,  // missing or invalid: Load() fails with the reason
+};
+
+struct LoadOptions {
+  // Version number the snapshot reports (set by the caller that owns the
+  // versioning scheme).
+  int64_t version = 1;
+  // Build the IVF-PQ precomputed table (nlist * M * 256 * 4 heap bytes).
+  bool use_precomputed_table = true;
+  // Read the file once in a probe process first (the program's own
+  // executable, started afresh; see index_probe.h): a corrupt file
+  // that would crash FAISS's reader then yields an error instead of killing
+  // the caller.
+  bool probe_in_subprocess = true;
+  // How long the probe may take to answer (reading the file's structure and
+  // one search); then it is killed and the load fails with
+  // DEADLINE_EXCEEDED instead of waiting for ever on a filesystem that hangs.
+  absl::Duration probe_timeout = absl::Minutes(5);
+  // When the file has a metadata sidecar, read the whole file once to check
+  // its CRC-32 against the sidecar's (one sequential read of the file), so
+  // that a file changed after it was built is refused instead of served.
+  // Also checks the vectors file's payload CRC-32 against its header.
+  // Without it, IndexSnapshot::VerifyChecksums() does the same later.
+  bool verify_checksum = true;
+  VectorsPolicy vectors = VectorsPolicy::kOptional;
+  // Called before the heap-heavy part of loading: the file has been read
+  // with its inverted lists mapped and without the precomputed table, and
+  // `planned` says the heap the loaded index will need (heap_bytes and
+  // precomputed_table_bytes include the table about to be built). A non-OK
+  // status is returned by Load() and nothing more is allocated.
+  std::function<absl::Status(const IndexInfo& planned)> check_heap;
+};
+
+// One search call. Buffers are owned by the caller and must hold
+// num_queries * k entries.
+struct SearchArgs {
+  const float* queries = nullptr;  // num_queries * dim, row-major
+  int64_t num_queries = 0;
+  int k = 0;
+  int nprobe = 1;
+  // Sorted ascending; empty means no filter.
+  absl::Span<const int64_t> allowed_ids;
+  float* distances = nullptr;
+  int64_t* ids = nullptr;
+  // > 0: take refine_factor * k candidates from IVF-PQ and return the k
+  // best by exact distance over the raw vectors. Needs has_vectors.
+  int refine_factor = 0;
+  // Optional out: time spent computing exact distances (0 without refine).
+  absl::Duration* rerank_time = nullptr;
+};
+
+class IndexSnapshot {
+ public:
+  // Reads `path` with the inverted lists memory-mapped, checks that it is an
+  // IVF-PQ index (optionally behind a pre-transform such as OPQ) whose every
+  // inverted list lies inside the file, and turns list prefetch threads off.
+  // A metadata sidecar (MetadataPath(path)), when present, must match the
+  // file: checksum, dim, ntotal and metric.
+  // A missing, truncated, corrupt or unsupported file is an error whose
+  // message says what is wrong; never a crash.
+  static absl::StatusOr<std::unique_ptr<IndexSnapshot>> Load(
+      const std::string& path, const LoadOptions& options);
+
+  ~IndexSnapshot();
+  IndexSnapshot(const IndexSnapshot&) = delete;
+  IndexSnapshot& operator=(const IndexSnapshot&) = delete;
+
+  const IndexInfo& info() const { return info_; }
+
+  // k-NN search; with metric cosine the queries are L2-normalised first
+  // (on a copy). Results of each query are sorted closest first; missing
+  // neighbours are id -1 with distance +inf (L2) or -inf (inner product).
+  // With refine_factor > 0 the distances are exact (squared L2, inner
+  // product or cosine), computed from the memory-mapped raw vectors.
+  // Arguments are assumed validated (see search_request.h); a FAISS error
+  // is returned as INTERNAL, refine_factor > 0 without vectors as
+  // FAILED_PRECONDITION.
+  absl::Status Search(const SearchArgs& args) const;
+
+  // The checks Load() skips without verify_checksum: the index file's size
+  // and CRC-32 against its sidecar (when it has one) and the vectors file's
+  // payload CRC-32 against its header (when one is loaded); each reads its
+  // whole file once. DATA_LOSS naming the file and both values on a
+  // mismatch; CANCELLED when `cancel` turned true during a read. Safe to
+  // call while searches run.
+  absl::Status VerifyChecksums(const std::atomic<bool>* cancel = nullptr) const;
+
+ private:
+  IndexSnapshot(std::unique_ptr<FaissIndex> faiss, IndexInfo info,
+                std::unique_ptr<VectorsFile> vectors);
+
+  std::unique_ptr<FaissIndex> faiss_;
+  IndexInfo info_;
+  std::unique_ptr<VectorsFile> vectors_;  // null without re-ranking
+};
+
+}  // namespace knnd
+
+#endif  // KNND_INDEX_INDEX_SNAPSHOT_H_

@@ -1,0 +1,84 @@
+#include "knnd/index/memory_model.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "knnd/base/units.h"
+
+namespace knnd {
+namespace {
+
+// FAISS 1.7.3 (utils/distances.cpp) computes L2 distances with BLAS from
+// this many query rows on, in blocks of up to 1024 database vectors.
+constexpr int64_t kBlasThresholdRows = 20;
+constexpr int64_t kBlasDatabaseBlock = 1024;
+
+}  // namespace
+
+int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape) {
+  const int64_t nq = shape.num_queries;
+  const int64_t d = index.dim;
+  const int64_t k = shape.k;
+  int64_t bytes = nq * d * 4;
+  if (index.has_pretransform || index.metric == Metric::kCosine) {
+    bytes += nq * d * 4;  // a transformed or normalised copy
+  }
+  bytes += 2 * nq * k * 12;
+  bytes += nq * k * 12;
+  bytes += nq * shape.nprobe * 12;
+  const int64_t rows = shape.unit_rows > 0 ? std::min(nq, shape.unit_rows)
+                                           : nq;
+  if (rows >= kBlasThresholdRows) {
+    bytes += nq * std::min(index.nlist, kBlasDatabaseBlock) * 4;
+  }
+  bytes += index.nlist * 4;
+  const int64_t calls =
+      shape.unit_rows > 0 ? (nq + shape.unit_rows - 1) / shape.unit_rows : 1;
+  bytes += std::max<int64_t>(calls, 1) *
+           (2 * int64_t{index.pq_m} * (int64_t{1} << index.pq_nbits) * 4 +
+            2 * d * 4);
+  bytes += shape.filter_ids * 16;
+  bytes += nq * shape.refine_factor * k * 12;
+  return bytes;
+}
+
+absl::Status CheckIndexFits(const IndexInfo& planned, int64_t other_heap_bytes,
+                            const MemoryLimits& limits) {
+  if (limits.limit_bytes <= 0) return absl::OkStatus();
+  const int64_t need =
+      planned.heap_bytes + other_heap_bytes + limits.headroom_bytes;
+  if (need <= limits.limit_bytes) return absl::OkStatus();
+  std::string other;
+  if (other_heap_bytes > 0) {
+    other = absl::StrFormat(" + %.1f MiB of the version still serving",
+                            MiB(other_heap_bytes));
+  }
+  std::string advice;
+  if (planned.precomputed_table_bytes > 0) {
+    advice = absl::StrFormat(
+        ", or set use_precomputed_table: false (saves %.1f MiB)",
+        MiB(planned.precomputed_table_bytes));
+  }
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "index %s needs %.1f MiB of heap (centroids, codebooks and "
+      "pre-transforms %.1f MiB + precomputed table %.1f MiB)%s + "
+      "memory_headroom_bytes %.1f MiB = %.1f MiB, more than the memory limit "
+      "of %.1f MiB; raise the limit, lower memory_headroom_bytes, serve a "
+      "smaller index (fewer lists or sub-quantizers)%s",
+      planned.path, MiB(planned.heap_bytes),
+      MiB(planned.heap_bytes - planned.precomputed_table_bytes),
+      MiB(planned.precomputed_table_bytes), other,
+      MiB(limits.headroom_bytes), MiB(need), MiB(limits.limit_bytes),
+      advice));
+}
+
+int64_t InflightBytesBudget(const MemoryLimits& limits,
+                            int64_t index_heap_bytes, int percent,
+                            int64_t fixed_bytes) {
+  if (limits.limit_bytes <= 0) return fixed_bytes;
+  const int64_t free_bytes =
+      limits.limit_bytes - index_heap_bytes - limits.headroom_bytes;
+  return std::max<int64_t>(1, free_bytes / 100 * percent);
+}
+
+}  // namespace knnd

@@ -1,0 +1,82 @@
+// The anonymous-memory cost model of knnd (shared/DESIGN.md, "Memory
+// model"): what one search request holds while admitted, what an index needs
+// on the heap, whether an index fits the memory limit, and the byte budget
+// the AdmissionGate enforces.
+//
+//   anonymous = index heap (centroids + PQ codebooks + pre-transforms
+//                           + precomputed table nlist * M * 2^nbits * 4)
+//             + bytes admitted by the gate (<= max_inflight_bytes)
+//             + a fixed base (code, gRPC, thread stacks, allocator slack)
+//   file-backed (page cache, reclaimable) = the mapped inverted lists
+//
+// Thread-safety: pure functions.
+#ifndef KNND_INDEX_MEMORY_MODEL_H_
+#define KNND_INDEX_MEMORY_MODEL_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "knnd/index/index_snapshot.h"
+
+namespace knnd {
+
+struct SearchShape {
+  int64_t num_queries = 0;
+  int k = 0;
+  int nprobe = 0;
+  int64_t filter_ids = 0;
+  int refine_factor = 0;
+  // Rows per FAISS call (the batcher's max_batch_rows); 0: one call for the
+  // whole request. Each call has its own per-thread tables.
+  int64_t unit_rows = 0;
+};
+
+// Upper estimate, in bytes, of the heap a request holds while admitted:
+//   request vectors            nq * d * 4 (plus a transformed copy with a
+//                              pre-transform or cosine normalisation)
+//   response ids + distances   nq * k * (8 + 4), in the message, and as much
+//                              again for its serialised copy
+//   FAISS result heaps         nq * k * 12 while a unit runs
+//   coarse assignment          nq * nprobe * (8 + 4)
+//   coarse-search temporaries  the BLAS distance block of the coarse search:
+//                              nq * min(nlist, 1024) * 4 (FAISS computes it
+//                              for calls of >= 20 rows) + nlist * 4 norms
+//   per-thread PQ tables       2 * M * 2^nbits * 4 + 2 * d * 4 per FAISS call
+//                              (QueryTables' sim_table and sim_table_2; with
+//                              the precomputed table on, the per-list tables
+//                              are computed into these same buffers, FAISS
+//                              1.7.3 keeps no nprobe * M * 2^nbits table)
+//   allow-list                 filter_ids * 8 * 2 (message + sorted copy)
+//   re-ranking candidates      nq * refine_factor * k * (8 + 4)
+int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape);
+
+// PrecomputedTableBytes() (faiss/faiss_index.h) gives the IVF-PQ
+// precomputed table's bytes.
+
+// The memory knnd must stay within.
+struct MemoryLimits {
+  // The container's (cgroup's) limit or the configured one; 0: none known.
+  int64_t limit_bytes = 0;
+  // Anonymous memory kept free for everything outside the model: code,
+  // gRPC, thread stacks, allocator slack.
+  int64_t headroom_bytes = 0;
+};
+
+// OK when an index needing `index_heap_bytes` fits beside `other_heap_bytes`
+// (a version still serving during a hot swap) and the headroom; otherwise
+// RESOURCE_EXHAUSTED naming the sizes, the limit and the knobs that help.
+// Always OK without a limit.
+absl::Status CheckIndexFits(const IndexInfo& planned, int64_t other_heap_bytes,
+                            const MemoryLimits& limits);
+
+// The gate's byte budget: `percent` of (limit - index heap - headroom) when a
+// limit is known, else `fixed_bytes` (0: unbounded). Never below 1 with a
+// limit, so that a tight limit refuses requests rather than lifting the
+// bound.
+int64_t InflightBytesBudget(const MemoryLimits& limits,
+                            int64_t index_heap_bytes, int percent,
+                            int64_t fixed_bytes);
+
+}  // namespace knnd
+
+#endif  // KNND_INDEX_MEMORY_MODEL_H_

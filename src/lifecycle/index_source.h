@@ -1,0 +1,70 @@
+// IndexSource: where the versions of the served index come from.
+//
+// The index path names either one file, served as version 1, or a directory
+// of numbered versions (TF Serving style):
+//
+//   <dir>/<N>/index.faiss            N: a positive decimal number
+//   <dir>/<N>/index.faiss.meta.json  its sidecar (index_metadata.h)
+//
+// A version is complete once its sidecar exists, so a writer either fills
+// <dir>/<N>.tmp/ and renames it to <dir>/<N>/ (PublishVersion, knnctl
+// publish) or writes the sidecar last. Incomplete versions and any other
+// entries are ignored, never an error.
+//
+// Thread-safety: IndexSource is immutable and only reads the file system;
+// its methods are safe to call concurrently.
+#ifndef KNND_LIFECYCLE_INDEX_SOURCE_H_
+#define KNND_LIFECYCLE_INDEX_SOURCE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace knnd {
+
+// Name of the index file inside a version directory.
+inline constexpr char kVersionIndexFile[] = "index.faiss";
+
+struct IndexVersion {
+  int64_t version = 0;
+  std::string path;  // the index file
+};
+
+class IndexSource {
+ public:
+  explicit IndexSource(std::string path) : path_(std::move(path)) {}
+
+  const std::string& path() const { return path_; }
+
+  // True when the path is a directory of versions (checked on each call, so
+  // a path that does not exist yet counts as a file).
+  bool IsDirectory() const;
+
+  // The complete versions, lowest first. A file is {1, path} whether or not
+  // it exists: loading it reports what is wrong with it.
+  absl::StatusOr<std::vector<IndexVersion>> List() const;
+
+  // The highest complete version; NOT_FOUND for a directory without one.
+  absl::StatusOr<IndexVersion> Latest() const;
+
+  // Complete version `version`; NOT_FOUND naming the versions there are.
+  absl::StatusOr<IndexVersion> Find(int64_t version) const;
+
+ private:
+  std::string path_;
+};
+
+// Publishes `index_file` as the next version of the versions directory
+// `dir` (created if missing): the file is first loaded and checked, then
+// copied with its sidecar (written from the loaded index when the file has
+// none) into <dir>/<N>.tmp/, which is renamed to <dir>/<N>/, N being one
+// above the highest number in use. A reader never sees a partial version.
+absl::StatusOr<IndexVersion> PublishVersion(const std::string& dir,
+                                            const std::string& index_file);
+
+}  // namespace knnd
+
+#endif  // KNND_LIFECYCLE_INDEX_SOURCE_H_

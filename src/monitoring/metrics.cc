@@ -1,0 +1,344 @@
+#include "knnd/monitoring/metrics.h"
+
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "knnd/monitoring/build_info.h"
+#include "spdlog/spdlog.h"
+
+namespace knnd {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+constexpr char kService[] = "knnd.v1.KnnService";
+
+// From 100 us (a single query at low nprobe) to 10 s (a client deadline).
+const prometheus::Histogram::BucketBoundaries& SecondsBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+      0.05,   0.1,     0.25,   0.5,   1,     2.5,   5,    10};
+  return *b;
+}
+
+// Powers of two up to 16384 (4x the default max_inflight_queries).
+const prometheus::Histogram::BucketBoundaries& RowBuckets() {
+  static const auto* b = [] {
+    auto* v = new prometheus::Histogram::BucketBoundaries;
+    for (double rows = 1; rows <= 16384; rows *= 2) v->push_back(rows);
+    return v;
+  }();
+  return *b;
+}
+
+const char* RpcName(Metrics::Rpc rpc) {
+  switch (rpc) {
+    case Metrics::Rpc::kSearch:
+      return "Search";
+    case Metrics::Rpc::kGetIndexInfo:
+      return "GetIndexInfo";
+  }
+  return "unknown";
+}
+
+// Scrape-time view of the load on the gate and the worker queue.
+class LoadCollector : public prometheus::Collectable {
+ public:
+  explicit LoadCollector(Metrics::LoadReadings load) : load_(std::move(load)) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    return {Gauge("knnd_queries_in_flight",
+                  "Query rows admitted and not finished (queued or searching).",
+                  static_cast<double>(load_.queries_in_flight())),
+            Gauge("knnd_estimated_bytes_in_flight",
+                  "Estimated request memory admitted and not finished, in "
+                  "bytes (the gate's max_inflight_bytes budget).",
+                  static_cast<double>(load_.bytes_in_flight())),
+            Gauge("knnd_max_inflight_bytes",
+                  "The gate's byte budget in force (0: unbounded): "
+                  "max_inflight_bytes, or its share of the memory limit left "
+                  "after the index heap and the headroom.",
+                  static_cast<double>(load_.max_inflight_bytes())),
+            Gauge("knnd_work_units_queued",
+                  "Work units waiting for a free worker thread.",
+                  static_cast<double>(load_.work_units_queued()))};
+  }
+
+ private:
+  static MetricFamily Gauge(const char* name, const char* help, double value) {
+    ClientMetric metric;
+    metric.gauge.value = value;
+    return MetricFamily{name, help, MetricType::Gauge, {metric}};
+  }
+
+  const Metrics::LoadReadings load_;
+};
+
+}  // namespace
+
+Metrics::Metrics(const Options& options)
+    : options_(options),
+      registry_(std::make_shared<prometheus::Registry>()) {}
+
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
+    const Options& options, LoadReadings load) {
+  if (!load.queries_in_flight || !load.bytes_in_flight ||
+      !load.max_inflight_bytes || !load.work_units_queued) {
+    return absl::InvalidArgumentError(
+        "metrics need every load reading (gate and worker pool)");
+  }
+  std::unique_ptr<Metrics> m(new Metrics(options));
+  prometheus::Registry& r = *m->registry_;
+  m->process_ = std::make_shared<ProcessMetrics>(options.process);
+  m->load_ = std::make_shared<LoadCollector>(std::move(load));
+
+  // Every method x code pair exists from the start, so that rate() and
+  // ratios see a 0 instead of a missing series before the first error.
+  auto& handled =
+      BuildCounter()
+          .Name("grpc_server_handled_total")
+          .Help("RPCs completed on the server, by method and gRPC status code.")
+          .Register(r);
+  auto& handling =
+      BuildHistogram()
+          .Name("grpc_server_handling_seconds")
+          .Help("Time from an RPC's arrival to its status being sent, in "
+                "seconds, rejections included.")
+          .Register(r);
+  for (int rpc = 0; rpc < kNumRpcs; ++rpc) {
+    const prometheus::Labels labels = {
+        {"grpc_service", kService},
+        {"grpc_method", RpcName(static_cast<Rpc>(rpc))},
+        {"grpc_type", "unary"}};
+    for (int code = 0; code < kNumCodes; ++code) {
+      prometheus::Labels with_code = labels;
+      with_code["grpc_code"] =
+          absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+      m->handled_[rpc][code] = &handled.Add(with_code);
+    }
+    m->handling_[rpc] = &handling.Add(labels, SecondsBuckets());
+  }
+
+  auto& rejected =
+      BuildCounter()
+          .Name("knnd_search_rejected_total")
+          .Help("Search requests refused before reaching the workers, by "
+                "reason.")
+          .Register(r);
+  for (int reason = 0; reason < kNumRejectReasons; ++reason) {
+    m->rejected_[reason] = &rejected.Add(
+        {{"reason", RejectReasonName(static_cast<RejectReason>(reason))}});
+  }
+
+  m->queue_ = &BuildHistogram()
+                   .Name("knnd_search_queue_duration_seconds")
+                   .Help("Time an admitted Search waited for its first work "
+                         "unit to start, in seconds.")
+                   .Register(r)
+                   .Add({}, SecondsBuckets());
+  m->execution_ = &BuildHistogram()
+                       .Name("knnd_search_execution_duration_seconds")
+                       .Help("Time from a Search's first work unit starting to "
+                             "its last finishing, in seconds.")
+                       .Register(r)
+                       .Add({}, SecondsBuckets());
+  m->request_queries_ = &BuildHistogram()
+                             .Name("knnd_search_request_queries")
+                             .Help("Query vectors per admitted Search request.")
+                             .Register(r)
+                             .Add({}, RowBuckets());
+  m->batch_rows_ = &BuildHistogram()
+                        .Name("knnd_search_batch_rows")
+                        .Help("Query rows per FAISS search call executed.")
+                        .Register(r)
+                        .Add({}, RowBuckets());
+  m->rerank_ = &BuildHistogram()
+                    .Name("knnd_search_rerank_duration_seconds")
+                    .Help("Time one search call with refine_factor > 0 spent "
+                          "computing exact distances from the raw vectors "
+                          "and keeping the k best, in seconds.")
+                    .Register(r)
+                    .Add({}, SecondsBuckets());
+
+  auto& reloads =
+      BuildCounter()
+          .Name("knnd_index_reloads_total")
+          .Help("Index versions loaded, the first included: ok = checked and "
+                "published, failed = refused while the previous version kept "
+                "serving.")
+          .Register(r);
+  m->reloads_ok_ = &reloads.Add({{"result", "ok"}});
+  m->reloads_failed_ = &reloads.Add({{"result", "failed"}});
+
+  const BuildInfo& build = GetBuildInfo();
+  BuildGauge()
+      .Name("knnd_build_info")
+      .Help("Always 1; labels say which knnd and which FAISS build run.")
+      .Register(r)
+      .Add({{"version", build.version},
+            {"git", build.git_commit},
+            {"faiss_version", build.faiss_version},
+            {"faiss_opt", build.faiss_compile_options}})
+      .Set(1);
+
+  m->index_info_family_ =
+      &BuildGauge()
+           .Name("knnd_index_info")
+           .Help("Always 1 for the index being served; labels identify it.")
+           .Register(r);
+  auto index_gauge = [&r](const char* name, const char* help) {
+    return &BuildGauge().Name(name).Help(help).Register(r).Add({});
+  };
+  m->index_vectors_ =
+      index_gauge("knnd_index_vectors", "Vectors in the served index.");
+  m->index_dimensions_ =
+      index_gauge("knnd_index_dimensions", "Dimension of the indexed vectors.");
+  m->index_nlist_ =
+      index_gauge("knnd_index_nlist", "Inverted lists (IVF cells) of the index.");
+  m->index_code_size_ = index_gauge(
+      "knnd_index_code_size_bytes", "Bytes of one encoded vector (PQ code).");
+  m->index_file_size_ = index_gauge("knnd_index_file_size_bytes",
+                                    "Size of the served index file in bytes.");
+  m->index_heap_ = index_gauge(
+      "knnd_index_heap_bytes",
+      "Heap memory of the index in bytes: coarse centroids, PQ codebooks, "
+      "pre-transforms and the precomputed table.");
+  m->index_precomputed_table_ = index_gauge(
+      "knnd_index_precomputed_table_bytes",
+      "Heap bytes of the IVF-PQ precomputed table (part of "
+      "knnd_index_heap_bytes; 0 when turned off).");
+  m->index_load_duration_ =
+      index_gauge("knnd_index_load_duration_seconds",
+                  "Time it took to load and check the served index, in "
+                  "seconds.");
+  m->index_load_time_ = index_gauge(
+      "knnd_index_load_timestamp_seconds",
+      "When the served index was loaded, in seconds since the Unix epoch.");
+  m->vectors_file_size_ = index_gauge(
+      "knnd_index_vectors_file_size_bytes",
+      "Size of the raw-vectors file used for exact re-ranking, in bytes; 0 "
+      "when the index is served without one.");
+  m->index_serving_ = index_gauge(
+      "knnd_index_serving",
+      "1 while an index version serves searches; 0 before the first one and "
+      "after a version is withdrawn (its checksum check failed), when the "
+      "other knnd_index_* series still describe the withdrawn version.");
+  auto& checksum =
+      BuildGauge()
+          .Name("knnd_index_checksum")
+          .Help("State of the served version's CRC-32 check, 1 on its state: "
+                "unchecked (no sidecar or vectors header, or checksum_check "
+                "off), pending (read in the background while it serves), "
+                "verified, failed (withdrawn).")
+          .Register(r);
+  const char* const states[] = {"unchecked", "pending", "verified", "failed"};
+  for (int i = 0; i < 4; ++i) {
+    m->index_checksum_[i] = &checksum.Add({{"state", states[i]}});
+  }
+  return m;
+}
+
+absl::Status Metrics::StartExposer() {
+  // civetweb reports a failed bind by throwing from the constructor.
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(options_.listen_address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", options_.listen_address,
+                     " (address in use or invalid): ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  exposer_->RegisterCollectable(process_);
+  exposer_->RegisterCollectable(load_);
+  return absl::OkStatus();
+}
+
+int Metrics::port() const {
+  if (exposer_ == nullptr) return 0;
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports.front();
+}
+
+void Metrics::SetIndexInfo(const IndexInfo& info) {
+  {
+    absl::MutexLock lock(&index_mu_);
+    if (index_info_ != nullptr) index_info_family_->Remove(index_info_);
+    index_info_ = &index_info_family_->Add(
+        {{"version", absl::StrCat(info.version)},
+         {"metric", MetricName(info.metric)},
+         {"factory", info.factory.empty() ? info.index_type : info.factory}});
+    index_info_->Set(1);
+  }
+  index_vectors_->Set(static_cast<double>(info.ntotal));
+  index_dimensions_->Set(info.dim);
+  index_nlist_->Set(static_cast<double>(info.nlist));
+  index_code_size_->Set(static_cast<double>(info.code_size_bytes));
+  index_file_size_->Set(static_cast<double>(info.file_bytes));
+  index_heap_->Set(static_cast<double>(info.heap_bytes));
+  index_precomputed_table_->Set(
+      static_cast<double>(info.precomputed_table_bytes));
+  index_load_duration_->Set(absl::ToDoubleSeconds(info.load_duration));
+  index_load_time_->Set(absl::ToDoubleSeconds(info.load_time - absl::UnixEpoch()));
+  // A path that no longer resolves only costs the residency series; the
+  // index itself is already loaded and served.
+  if (absl::Status s = process_->TrackIndexFile(info.path); !s.ok()) {
+    spdlog::warn("index residency metrics unavailable: {}", s.ToString());
+  }
+  vectors_file_size_->Set(static_cast<double>(info.vectors_file_bytes));
+  if (absl::Status s = process_->TrackVectorsFile(info.vectors_path);
+      !s.ok()) {
+    spdlog::warn("vectors residency metrics unavailable: {}", s.ToString());
+  }
+}
+
+void Metrics::RecordIndexReload(bool ok) {
+  (ok ? reloads_ok_ : reloads_failed_)->Increment();
+}
+
+void Metrics::SetIndexServing(bool serving) {
+  index_serving_->Set(serving ? 1 : 0);
+}
+
+void Metrics::SetIndexChecksumState(ChecksumState state) {
+  absl::MutexLock lock(&index_mu_);  // one state at 1, whoever sets it
+  for (int i = 0; i < 4; ++i) {
+    index_checksum_[i]->Set(i == static_cast<int>(state) ? 1 : 0);
+  }
+}
+
+void Metrics::RecordRpc(Rpc rpc, absl::StatusCode code,
+                        absl::Duration handling) {
+  const int r = static_cast<int>(rpc);
+  const int c = static_cast<int>(code);
+  handled_[r][c >= 0 && c < kNumCodes ? c : static_cast<int>(absl::StatusCode::kUnknown)]
+      ->Increment();
+  handling_[r]->Observe(absl::ToDoubleSeconds(handling));
+}
+
+void Metrics::RecordRejection(RejectReason reason) {
+  rejected_[static_cast<int>(reason)]->Increment();
+}
+
+void Metrics::RecordSearchWork(int64_t queries, absl::Duration queue,
+                               absl::Duration execution) {
+  request_queries_->Observe(static_cast<double>(queries));
+  queue_->Observe(absl::ToDoubleSeconds(queue));
+  execution_->Observe(absl::ToDoubleSeconds(execution));
+}
+
+void Metrics::RecordBatchRows(int64_t rows) {
+  batch_rows_->Observe(static_cast<double>(rows));
+}
+
+void Metrics::RecordRerank(absl::Duration duration) {
+  rerank_->Observe(absl::ToDoubleSeconds(duration));
+}
+
+}  // namespace knnd

@@ -1,0 +1,209 @@
+#include "knnd/rpc/knn_service.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "knnd/index/memory_model.h"
+#include "knnd/serving/search_request.h"
+#include "knnd/rpc/status_util.h"
+#include "spdlog/spdlog.h"
+
+namespace knnd {
+namespace {
+
+knnd::v1::Metric ToProto(Metric metric) {
+  switch (metric) {
+    case Metric::kL2: return knnd::v1::METRIC_L2;
+    case Metric::kInnerProduct: return knnd::v1::METRIC_INNER_PRODUCT;
+    case Metric::kCosine: return knnd::v1::METRIC_COSINE;
+  }
+  return knnd::v1::METRIC_UNSPECIFIED;
+}
+
+}  // namespace
+
+SearchLimits KnnServiceImpl::LimitsFor(const IndexInfo& index) const {
+  SearchLimits limits =
+      ResolveLimits(options_.max_k, options_.max_queries_per_request,
+                    options_.default_nprobe, options_.max_nprobe,
+                    options_.max_filter_ids, index);
+  limits.default_refine_factor = options_.default_refine_factor;
+  limits.max_refine_factor = options_.max_refine_factor;
+  return limits;
+}
+
+grpc::ServerUnaryReactor* KnnServiceImpl::Search(
+    grpc::CallbackServerContext* context,
+    const knnd::v1::SearchRequest* request,
+    knnd::v1::SearchResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::Time arrival = absl::Now();
+  auto finish = [&](const absl::Status& status) {
+    // The peer and status strings are built only when debug logging is on
+    // (refusals under overload take this path hundreds of times a second).
+    if (spdlog::should_log(spdlog::level::debug)) {
+      spdlog::debug("Search from {} failed: {}", context->peer(),
+                    status.ToString());
+    }
+    metrics_->RecordRpc(Metrics::Rpc::kSearch, status.code(),
+                        absl::Now() - arrival);
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
+  };
+  auto reject = [&](RejectReason reason, const absl::Status& status) {
+    metrics_->RecordRejection(reason);
+    return finish(status);
+  };
+  if (absl::Status allowed =
+          auth_->CheckCall(*context, "/knnd.v1.KnnService/Search");
+      !allowed.ok()) {
+    return finish(allowed);
+  }
+
+  std::shared_ptr<const IndexSnapshot> snapshot = holder_->Pin();
+  if (snapshot == nullptr) {
+    return reject(RejectReason::kNotReady, holder_->NotServingStatus());
+  }
+  const IndexInfo& index = snapshot->info();
+  absl::StatusOr<ParsedSearch> parsed =
+      ParseSearchRequest(*request, index, LimitsFor(index));
+  if (!parsed.ok()) return reject(RejectReason::kInvalid, parsed.status());
+
+  const absl::Time deadline = absl::FromChrono(context->deadline());
+  if (deadline <= arrival) {
+    return reject(RejectReason::kDeadline,
+                  absl::DeadlineExceededError(
+                      "the deadline had passed when the request arrived"));
+  }
+
+  SearchShape shape{parsed->num_queries, parsed->k, parsed->nprobe,
+                    static_cast<int64_t>(parsed->allowed_ids.size()),
+                    parsed->refine_factor, options_.max_batch_rows};
+  RejectReason refused = RejectReason::kQueueFull;  // set on failure
+  absl::StatusOr<AdmissionGate::Ticket> ticket = gate_->TryAdmit(
+      parsed->num_queries, EstimateSearchBytes(index, shape), &refused);
+  if (!ticket.ok()) {
+    if (absl::IsResourceExhausted(ticket.status())) {
+      context->AddTrailingMetadata("grpc-retry-pushback-ms",
+                                   std::to_string(options_.retry_pushback_ms));
+    }
+    return reject(refused, ticket.status());
+  }
+
+  const int64_t results = parsed->num_queries * parsed->k;
+  response->set_num_queries(static_cast<uint32_t>(parsed->num_queries));
+  response->set_k(parsed->k);
+  response->set_index_version(index.version);
+  response->set_metric(ToProto(index.metric));
+  response->set_nprobe(static_cast<uint32_t>(parsed->nprobe));
+  response->set_refine_factor(static_cast<uint32_t>(parsed->refine_factor));
+  response->mutable_ids()->Resize(static_cast<int>(results), -1);
+  response->mutable_distances()->Resize(static_cast<int>(results), 0.0f);
+
+  auto job = std::make_unique<SearchJob>();
+  job->snapshot = std::move(snapshot);
+  job->query_storage = std::move(parsed->aligned_copy);
+  job->queries = job->query_storage.empty() ? parsed->queries
+                                            : job->query_storage.data();
+  job->num_queries = parsed->num_queries;
+  job->k = parsed->k;
+  job->nprobe = parsed->nprobe;
+  job->refine_factor = parsed->refine_factor;
+  job->allowed_ids = std::move(parsed->allowed_ids);
+  job->ids = response->mutable_ids()->mutable_data();
+  job->distances = response->mutable_distances()->mutable_data();
+  job->deadline = deadline;
+  job->is_cancelled = [context] { return context->IsCancelled(); };
+  job->ticket = std::move(*ticket);
+  const absl::Duration slow = options_.slow_request;
+  job->on_done = [reactor, context, arrival, slow, shape, metrics = metrics_](
+                     const absl::Status& status, const JobTimes& times) {
+    const absl::Duration total = absl::Now() - arrival;
+    metrics->RecordSearchWork(shape.num_queries, times.queue, times.search);
+    metrics->RecordRpc(Metrics::Rpc::kSearch, status.code(), total);
+    if (!status.ok()) {
+      if (spdlog::should_log(spdlog::level::debug)) {
+        spdlog::debug("Search from {} failed after {}: {}", context->peer(),
+                      absl::FormatDuration(total), status.ToString());
+      }
+    } else if (slow > absl::ZeroDuration() && total > slow) {
+      spdlog::warn(
+          "slow Search from {}: {} (queue {}, search {} in {} units), "
+          "{} queries k={} nprobe={} refine_factor={} filter={}",
+          context->peer(), absl::FormatDuration(total),
+          absl::FormatDuration(times.queue), absl::FormatDuration(times.search),
+          times.units, shape.num_queries, shape.k, shape.nprobe,
+          shape.refine_factor, shape.filter_ids);
+    }
+    reactor->Finish(ToGrpcStatus(status));
+  };
+  batcher_->Submit(std::move(job));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* KnnServiceImpl::GetIndexInfo(
+    grpc::CallbackServerContext* context,
+    const knnd::v1::GetIndexInfoRequest* /*request*/,
+    knnd::v1::GetIndexInfoResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::Time arrival = absl::Now();
+  auto finish = [&](const absl::Status& status) {
+    metrics_->RecordRpc(Metrics::Rpc::kGetIndexInfo, status.code(),
+                        absl::Now() - arrival);
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
+  };
+  if (absl::Status allowed =
+          auth_->CheckCall(*context, "/knnd.v1.KnnService/GetIndexInfo");
+      !allowed.ok()) {
+    return finish(allowed);
+  }
+  std::shared_ptr<const IndexSnapshot> snapshot = holder_->Pin();
+  if (snapshot == nullptr) {
+    return finish(holder_->NotServingStatus());
+  }
+  const IndexInfo& index = snapshot->info();
+  const SearchLimits limits = LimitsFor(index);
+  response->set_dim(static_cast<uint32_t>(index.dim));
+  response->set_metric(ToProto(index.metric));
+  response->set_ntotal(index.ntotal);
+  response->set_nlist(static_cast<uint32_t>(index.nlist));
+  response->set_pq_m(static_cast<uint32_t>(index.pq_m));
+  response->set_pq_nbits(static_cast<uint32_t>(index.pq_nbits));
+  response->set_code_size_bytes(static_cast<uint32_t>(index.code_size_bytes));
+  response->set_index_type(index.index_type);
+  response->set_path(index.path);
+  response->set_file_bytes(index.file_bytes);
+  response->set_heap_bytes(index.heap_bytes);
+  response->set_version(index.version);
+  response->set_load_time_unix_seconds(absl::ToDoubleSeconds(
+      index.load_time - absl::UnixEpoch()));
+  response->set_load_duration_ms(
+      absl::ToDoubleMilliseconds(index.load_duration));
+  response->set_default_nprobe(static_cast<uint32_t>(limits.default_nprobe));
+  response->set_max_nprobe(static_cast<uint32_t>(limits.max_nprobe));
+  response->set_max_k(limits.max_k);
+  response->set_max_queries_per_request(
+      static_cast<uint32_t>(limits.max_queries_per_request));
+  response->set_max_filter_ids(static_cast<uint32_t>(limits.max_filter_ids));
+  response->set_max_receive_message_bytes(options_.max_receive_message_bytes);
+  response->set_has_metadata(index.has_metadata);
+  response->set_normalized(index.normalized);
+  response->set_factory(index.factory);
+  response->set_source(index.source);
+  response->set_created(index.created);
+  response->set_has_vectors(index.has_vectors);
+  response->set_vectors_dtype(index.vectors_dtype);
+  response->set_default_refine_factor(static_cast<uint32_t>(
+      index.has_vectors ? std::min(limits.default_refine_factor,
+                                   limits.max_refine_factor)
+                        : 0));
+  response->set_max_refine_factor(
+      static_cast<uint32_t>(limits.max_refine_factor));
+  return finish(absl::OkStatus());
+}
+
+}  // namespace knnd

@@ -1,0 +1,66 @@
+// IndexHolder: publishes the snapshot being served. A request pins the
+// current snapshot (a shared_ptr copy taken under the lock; the search runs
+// without it), so a newer snapshot can be published at any time and the old
+// one is unmapped when its last request lets go.
+//
+// Thread-safety: all methods are safe to call concurrently.
+#ifndef KNND_SERVING_INDEX_HOLDER_H_
+#define KNND_SERVING_INDEX_HOLDER_H_
+
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "knnd/index/index_snapshot.h"
+
+namespace knnd {
+
+class IndexHolder {
+ public:
+  // The snapshot serving now; null before the first Publish().
+  std::shared_ptr<const IndexSnapshot> Pin() const {
+    absl::MutexLock lock(&mu_);
+    return current_;
+  }
+
+  // Makes `snapshot` the one new requests pin. Requests running on the
+  // previous one keep it alive until they finish.
+  void Publish(std::shared_ptr<const IndexSnapshot> snapshot) {
+    {
+      absl::MutexLock lock(&mu_);
+      current_.swap(snapshot);
+      withdrawn_reason_ = absl::OkStatus();
+    }
+    // `snapshot` now holds the previous version; if this was its last
+    // reference it is unmapped here, outside the lock.
+  }
+
+  // Stops serving the current snapshot: Pin() returns null and
+  // NotServingStatus() says `reason` until the next Publish(). Returns the
+  // withdrawn snapshot (null when there was none).
+  std::shared_ptr<const IndexSnapshot> Withdraw(const absl::Status& reason) {
+    absl::MutexLock lock(&mu_);
+    withdrawn_reason_ = reason;
+    return std::move(current_);
+  }
+
+  // Why Pin() returns null, as the UNAVAILABLE status a request gets:
+  // nothing published yet, or the reason of Withdraw().
+  absl::Status NotServingStatus() const {
+    absl::MutexLock lock(&mu_);
+    if (withdrawn_reason_.ok()) {
+      return absl::UnavailableError("the index is not loaded yet");
+    }
+    return absl::UnavailableError(withdrawn_reason_.message());
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const IndexSnapshot> current_ ABSL_GUARDED_BY(mu_);
+  absl::Status withdrawn_reason_ ABSL_GUARDED_BY(mu_);  // OK: none
+};
+
+}  // namespace knnd
+
+#endif  // KNND_SERVING_INDEX_HOLDER_H_

@@ -1,0 +1,141 @@
+#include "knnd/serving/search_request.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace knnd {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "vectors_f32le is read in place; a big-endian host would need "
+              "a byte swap");
+
+SearchLimits ResolveLimits(int max_k, int64_t max_queries_per_request,
+                           int default_nprobe, int max_nprobe,
+                           int64_t max_filter_ids, const IndexInfo& index) {
+  SearchLimits limits;
+  limits.max_k = max_k;
+  limits.max_queries_per_request = max_queries_per_request;
+  limits.max_filter_ids = max_filter_ids;
+  const int nlist = static_cast<int>(std::max<int64_t>(1, index.nlist));
+  limits.max_nprobe = max_nprobe > 0 ? std::min(max_nprobe, nlist) : nlist;
+  limits.default_nprobe =
+      std::min(default_nprobe > 0 ? default_nprobe : index.stored_nprobe,
+               limits.max_nprobe);
+  return limits;
+}
+
+absl::StatusOr<ParsedSearch> ParseSearchRequest(
+    const knnd::v1::SearchRequest& request, const IndexInfo& index,
+    const SearchLimits& limits) {
+  ParsedSearch parsed;
+  const int dim = index.dim;
+  if (request.dim() != 0 && request.dim() != static_cast<uint32_t>(dim)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dim=", request.dim(), " does not match the index dimension ", dim));
+  }
+  const bool has_floats = request.vectors_size() > 0;
+  const bool has_bytes = !request.vectors_f32le().empty();
+  if (has_floats && has_bytes) {
+    return absl::InvalidArgumentError(
+        "set either vectors or vectors_f32le, not both");
+  }
+  int64_t values = 0;
+  if (has_floats) {
+    values = request.vectors_size();
+    parsed.queries = request.vectors().data();
+  } else if (has_bytes) {
+    const std::string& bytes = request.vectors_f32le();
+    if (bytes.size() % (sizeof(float) * dim) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "vectors_f32le has ", bytes.size(),
+          " bytes, not a multiple of 4*dim=", sizeof(float) * dim));
+    }
+    values = static_cast<int64_t>(bytes.size() / sizeof(float));
+    if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
+      parsed.queries = reinterpret_cast<const float*>(bytes.data());
+    } else {
+      parsed.aligned_copy.resize(static_cast<size_t>(values));
+      std::memcpy(parsed.aligned_copy.data(), bytes.data(), bytes.size());
+      parsed.queries = parsed.aligned_copy.data();
+    }
+  }
+  if (values == 0) {
+    return absl::InvalidArgumentError(
+        "no query vectors: set vectors or vectors_f32le");
+  }
+  if (values % dim != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vectors has ", values, " values, not a multiple of dim=",
+                     dim, " (row-major num_queries x dim)"));
+  }
+  parsed.num_queries = values / dim;
+  if (parsed.num_queries > limits.max_queries_per_request) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_queries=", parsed.num_queries,
+        " exceeds max_queries_per_request=", limits.max_queries_per_request));
+  }
+  for (int64_t i = 0; i < values; ++i) {
+    if (!std::isfinite(parsed.queries[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "query ", i / dim, " has a non-finite value (", parsed.queries[i],
+          ") at dimension ", i % dim));
+    }
+  }
+  if (request.k() <= 0 || request.k() > limits.max_k) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("k=", request.k(),
+                     request.k() <= 0 ? " must be positive"
+                                      : absl::StrCat(" exceeds max_k=",
+                                                     limits.max_k)));
+  }
+  parsed.k = request.k();
+  parsed.nprobe = limits.default_nprobe;
+  if (request.has_nprobe()) {
+    if (request.nprobe() == 0 ||
+        request.nprobe() > static_cast<uint32_t>(limits.max_nprobe)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("nprobe=", request.nprobe(), " is outside [1, ",
+                       limits.max_nprobe, "] (max_nprobe)"));
+    }
+    parsed.nprobe = static_cast<int>(request.nprobe());
+  }
+  parsed.refine_factor =
+      index.has_vectors ? std::min(limits.default_refine_factor,
+                                   limits.max_refine_factor)
+                        : 0;
+  if (request.has_refine_factor()) {
+    if (request.refine_factor() >
+        static_cast<uint32_t>(limits.max_refine_factor)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "refine_factor=", request.refine_factor(), " is outside [0, ",
+          limits.max_refine_factor, "] (max_refine_factor)"));
+    }
+    if (request.refine_factor() > 0 && !index.has_vectors) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refine_factor=", request.refine_factor(),
+          " needs the index's raw-vectors file (knnctl build --keep_vectors), "
+          "which is not loaded",
+          index.vectors_error.empty()
+              ? absl::StrCat(": ", index.path, ".vectors does not exist")
+              : absl::StrCat(": ", index.vectors_error)));
+    }
+    parsed.refine_factor = static_cast<int>(request.refine_factor());
+  }
+  if (request.allowed_ids_size() > limits.max_filter_ids) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("allowed_ids has ", request.allowed_ids_size(),
+                     " ids, more than max_filter_ids=", limits.max_filter_ids));
+  }
+  parsed.allowed_ids.assign(request.allowed_ids().begin(),
+                            request.allowed_ids().end());
+  std::sort(parsed.allowed_ids.begin(), parsed.allowed_ids.end());
+  parsed.allowed_ids.erase(
+      std::unique(parsed.allowed_ids.begin(), parsed.allowed_ids.end()),
+      parsed.allowed_ids.end());
+  return parsed;
+}
+
+}  // namespace knnd

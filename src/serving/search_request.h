@@ -1,0 +1,57 @@
+// Parsing and validation of a SearchRequest against the served index and the
+// server's limits. Every rejection is INVALID_ARGUMENT with a message that
+// names the field, its value and the limit, e.g. "k=5000 exceeds max_k=1024",
+// except refine_factor > 0 on an index without raw vectors:
+// FAILED_PRECONDITION.
+//
+// Thread-safety: pure functions.
+#ifndef KNND_SERVING_SEARCH_REQUEST_H_
+#define KNND_SERVING_SEARCH_REQUEST_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "knnd/index/index_snapshot.h"
+#include "knnd/v1/knn_service.pb.h"
+
+namespace knnd {
+
+// Request limits in force for one index (max_nprobe depends on its nlist).
+struct SearchLimits {
+  int max_k = 1024;
+  int64_t max_queries_per_request = 4096;
+  int default_nprobe = 1;
+  int max_nprobe = 1;
+  int64_t max_filter_ids = 1000000;
+  // Re-ranking: the default applies only to an index with raw vectors.
+  int default_refine_factor = 0;
+  int max_refine_factor = 0;
+};
+
+// Resolves the configured limits against an index: a configured 0 means
+// "from the index" (default_nprobe: the file's nprobe; max_nprobe: nlist).
+SearchLimits ResolveLimits(int max_k, int64_t max_queries_per_request,
+                           int default_nprobe, int max_nprobe,
+                           int64_t max_filter_ids, const IndexInfo& index);
+
+// A validated request. `queries` points into the request message (or into
+// `aligned_copy` when the byte payload was not 4-byte aligned), so the
+// request must outlive it.
+struct ParsedSearch {
+  const float* queries = nullptr;
+  int64_t num_queries = 0;
+  int k = 0;
+  int nprobe = 0;
+  int refine_factor = 0;  // 0: no re-ranking
+  std::vector<int64_t> allowed_ids;  // sorted, unique
+  std::vector<float> aligned_copy;
+};
+
+absl::StatusOr<ParsedSearch> ParseSearchRequest(
+    const knnd::v1::SearchRequest& request, const IndexInfo& index,
+    const SearchLimits& limits);
+
+}  // namespace knnd
+
+#endif  // KNND_SERVING_SEARCH_REQUEST_H_

@@ -1,0 +1,887 @@
+// Versioned index directories and hot swaps through an in-process server:
+// IndexSource, PublishVersion and IndexManager.
+#include "knnd/lifecycle/index_manager.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "knnd/storage/index_metadata.h"
+#include "knnd/config/config.h"
+#include "knnd/index/index_eval.h"
+#include "knnd/lifecycle/index_source.h"
+#include "knnd/monitoring/process_stats.h"
+#include "knnd/v1/admin_service.grpc.pb.h"
+#include "knnd/storage/vector_io.h"
+#include "testing/scrape_util.h"
+#include "testing/test_util.h"
+
+namespace knnd {
+namespace {
+
+namespace fs = std::filesystem;
+using ::knnd::testing::FlipByteFromEnd;
+using ::knnd::testing::IndexSpec;
+using ::knnd::testing::MakeData;
+using ::knnd::testing::RunningServer;
+using ::knnd::testing::StartServer;
+using ::knnd::testing::TempDir;
+using ::knnd::testing::TestConfig;
+using ::knnd::testing::WriteIndex;
+using ::testing::HasSubstr;
+
+constexpr int kDim = 16;
+constexpr int64_t kRows = 1000;
+// Version v's vectors have ids v * kIdStride .. v * kIdStride + kRows - 1,
+// so every answer says which version produced it.
+constexpr int64_t kIdStride = 1000000;
+
+IndexSpec VersionSpec(int64_t version) {
+  IndexSpec spec;
+  spec.n = kRows;
+  spec.d = kDim;
+  spec.factory = "IVF16,PQ4x4";
+  spec.seed = static_cast<uint32_t>(version);
+  spec.first_id = version * kIdStride;
+  return spec;
+}
+
+// Builds `spec` into a staging file and publishes it into `dir`.
+int64_t Publish(const TempDir& tmp, const std::string& dir,
+                const IndexSpec& spec) {
+  const std::string staging = tmp.path(absl::StrCat("staging.", spec.seed));
+  WriteIndex(staging, spec);
+  absl::StatusOr<IndexVersion> published = PublishVersion(dir, staging);
+  EXPECT_TRUE(published.ok()) << published.status();
+  return published.ok() ? published->version : 0;
+}
+
+// Publishes version 1 in `dir` and serves it with the test configuration.
+RunningServer ServeVersionOne(const TempDir& tmp, const std::string& dir) {
+  Publish(tmp, dir, VersionSpec(1));
+  return StartServer(TestConfig(dir));
+}
+
+// Writes a sidecar describing `index` as it is, so that only knnd's own
+// checks can refuse it.
+void WriteSidecar(const std::string& index, int dim, const std::string& metric,
+                  int64_t ntotal) {
+  knnd::v1::IndexMetadata meta;
+  meta.set_format_version(kIndexMetadataFormatVersion);
+  meta.set_dim(dim);
+  meta.set_metric(metric);
+  meta.set_ntotal(ntotal);
+  meta.set_file_bytes(static_cast<int64_t>(fs::file_size(index)));
+  absl::StatusOr<std::string> crc = FileCrc32(index);
+  ASSERT_TRUE(crc.ok()) << crc.status();
+  meta.set_crc32(*crc);
+  ASSERT_TRUE(WriteIndexMetadata(MetadataPath(index), meta).ok());
+}
+
+bool Mapped(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  const std::string canonical = fs::canonical(path).string();
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.size() >= canonical.size() &&
+        line.compare(line.size() - canonical.size(), canonical.size(),
+                     canonical) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Every sample on s's /metrics (none when the scrape fails).
+std::vector<knnd::testing::Sample> Samples(RunningServer& s) {
+  absl::StatusOr<std::string> body =
+      knnd::testing::HttpGet(s.server->metrics_port(), "/metrics");
+  EXPECT_TRUE(body.ok()) << body.status();
+  if (!body.ok()) return {};
+  return knnd::testing::ParseExposition(*body);
+}
+
+// The value of one series on s's /metrics; -1 when it is missing.
+double Scrape(RunningServer& s, const std::string& name,
+              const std::map<std::string, std::string>& labels = {}) {
+  return knnd::testing::FindSample(Samples(s), name, labels).value_or(-1);
+}
+
+double Reloads(RunningServer& s, const std::string& result) {
+  return Scrape(s, "knnd_index_reloads_total", {{"result", result}});
+}
+
+// The state whose knnd_index_checksum series is 1 ("" unless exactly one),
+// from one scrape.
+std::string ChecksumState(RunningServer& s) {
+  const std::vector<knnd::testing::Sample> samples = Samples(s);
+  std::string state;
+  for (const char* name : {"unchecked", "pending", "verified", "failed"}) {
+    const double v = knnd::testing::FindSample(samples, "knnd_index_checksum",
+                                               {{"state", name}})
+                         .value_or(-1);
+    if (v == 1) {
+      if (!state.empty()) return "";
+      state = name;
+    } else if (v != 0) {
+      return "";
+    }
+  }
+  return state;
+}
+
+knnd::v1::SearchRequest Request(uint32_t seed) {
+  std::vector<float> q = MakeData(2, kDim, seed);
+  knnd::v1::SearchRequest r;
+  *r.mutable_vectors() = {q.begin(), q.end()};
+  r.set_k(5);
+  return r;
+}
+
+std::unique_ptr<knnd::v1::AdminService::Stub> AdminStub(RunningServer& s) {
+  EXPECT_NE(s.server->admin_port(), 0);
+  return knnd::v1::AdminService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", s.server->admin_port()),
+      grpc::InsecureChannelCredentials()));
+}
+
+grpc::Status ReloadRpc(knnd::v1::AdminService::Stub& admin,
+                       absl::optional<int64_t> version,
+                       knnd::v1::ReloadIndexResponse* response) {
+  knnd::v1::ReloadIndexRequest request;
+  if (version.has_value()) request.set_version(*version);
+  grpc::ClientContext context;
+  return admin.ReloadIndex(&context, request, response);
+}
+
+int64_t ServedVersion(RunningServer& s) {
+  knnd::v1::SearchResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = s.stub->Search(&context, Request(7), &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.index_version();
+}
+
+TEST(IndexSource, FileIsVersionOne) {
+  TempDir tmp;
+  IndexSource source(tmp.path("missing.index"));
+  EXPECT_FALSE(source.IsDirectory());
+  absl::StatusOr<IndexVersion> latest = source.Latest();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->version, 1);
+  EXPECT_EQ(latest->path, tmp.path("missing.index"));
+}
+
+TEST(IndexSource, ServesHighestCompleteVersion) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  IndexSource source(dir);
+  EXPECT_EQ(Publish(tmp, dir, VersionSpec(1)), 1);
+  EXPECT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
+  // Ignored: unfinished, without a sidecar, not a number.
+  fs::create_directories(dir + "/9.tmp");
+  fs::create_directories(dir + "/7");
+  fs::copy_file(dir + "/2/index.faiss", dir + "/7/index.faiss");
+  fs::create_directories(dir + "/latest");
+  ASSERT_TRUE(source.IsDirectory());
+  absl::StatusOr<IndexVersion> latest = source.Latest();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->version, 2);
+  EXPECT_EQ(latest->path, dir + "/2/index.faiss");
+  absl::StatusOr<IndexVersion> missing = source.Find(7);
+  EXPECT_TRUE(absl::IsNotFound(missing.status()));
+  EXPECT_THAT(missing.status().message(), HasSubstr("complete: 1, 2"));
+  // The next number is above every one in use, complete or not.
+  EXPECT_EQ(Publish(tmp, dir, VersionSpec(3)), 10);
+}
+
+TEST(IndexSource, EmptyDirectoryHasNoVersion) {
+  TempDir tmp;
+  IndexSource source(tmp.dir());
+  absl::StatusOr<IndexVersion> latest = source.Latest();
+  EXPECT_TRUE(absl::IsNotFound(latest.status()));
+  EXPECT_THAT(latest.status().message(), HasSubstr("no complete version"));
+}
+
+TEST(IndexSource, PublishRefusesABrokenFile) {
+  TempDir tmp;
+  WriteIndex(tmp.path("good.index"), VersionSpec(1));
+  fs::resize_file(tmp.path("good.index"),
+                  fs::file_size(tmp.path("good.index")) / 2);
+  absl::StatusOr<IndexVersion> published =
+      PublishVersion(tmp.path("versions"), tmp.path("good.index"));
+  EXPECT_FALSE(published.ok());
+  EXPECT_TRUE(IndexSource(tmp.path("versions")).List()->empty());
+}
+
+// Clients search without pause while versions are published and swapped in:
+// no request fails, and every answer's ids belong to the version it names.
+TEST(IndexManager, SwapsUnderLoadWithoutFailedRequests) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  RunningServer s = ServeVersionOne(tmp, dir);
+  ASSERT_NE(s.stub, nullptr);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> answered{0};
+  absl::Mutex mu;
+  std::vector<std::string> failures;
+  std::set<int64_t> versions_seen;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 16; ++c) {
+    clients.emplace_back([&, c] {
+      uint32_t seed = 100 * c;
+      while (!stop.load()) {
+        knnd::v1::SearchResponse response;
+        grpc::ClientContext context;
+        grpc::Status status = s.stub->Search(&context, Request(++seed),
+                                             &response);
+        std::string bad;
+        const int64_t v = response.index_version();
+        if (!status.ok()) {
+          bad = absl::StrCat("status ", status.error_code(), ": ",
+                             status.error_message());
+        } else {
+          for (int64_t id : response.ids()) {
+            if (id != -1 && (id < v * kIdStride || id >= v * kIdStride + kRows)) {
+              bad = absl::StrCat("id ", id, " in an answer of version ", v);
+            }
+          }
+        }
+        absl::MutexLock lock(&mu);
+        if (!bad.empty()) failures.push_back(bad);
+        versions_seen.insert(v);
+        answered.fetch_add(1);
+      }
+    });
+  }
+
+  // 20 swaps through the admin API, the operator's way in.
+  auto admin = AdminStub(s);
+  constexpr int64_t kVersions = 21;
+  for (int64_t v = 2; v <= kVersions; ++v) {
+    ASSERT_EQ(Publish(tmp, dir, VersionSpec(v)), v);
+    knnd::v1::ReloadIndexResponse reloaded;
+    grpc::ClientContext context;
+    grpc::Status status = admin->ReloadIndex(
+        &context, knnd::v1::ReloadIndexRequest(), &reloaded);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(reloaded.version(), v);
+    EXPECT_EQ(reloaded.previous_version(), v - 1);
+    EXPECT_TRUE(reloaded.loaded());
+    // Let requests run on the new version before the next swap.
+    const int64_t before = answered.load();
+    while (answered.load() < before + 20) absl::SleepFor(absl::Milliseconds(1));
+  }
+  stop = true;
+  for (std::thread& t : clients) t.join();
+
+  absl::MutexLock lock(&mu);
+  EXPECT_THAT(failures, ::testing::IsEmpty());
+  EXPECT_GT(answered.load(), 20 * (kVersions - 1));
+  EXPECT_EQ(versions_seen.count(kVersions), 1u);
+  EXPECT_EQ(Reloads(s, "ok"), static_cast<double>(kVersions));
+  EXPECT_EQ(Reloads(s, "failed"), 0);
+}
+
+// A truncated, a wrong-dimension and a wrong-metric version are each
+// refused, counted and explained, while the version before keeps serving.
+TEST(IndexManager, RefusesBadVersionsAndKeepsServing) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  RunningServer s = ServeVersionOne(tmp, dir);
+  ASSERT_NE(s.stub, nullptr);
+  IndexManager& manager = s.server->index_manager();
+
+  // Truncated: written by hand, with a sidecar that matches the cut file,
+  // since PublishVersion would refuse it.
+  fs::create_directories(dir + "/2.tmp");
+  WriteIndex(dir + "/2.tmp/index.faiss", VersionSpec(2));
+  fs::resize_file(dir + "/2.tmp/index.faiss",
+                  fs::file_size(dir + "/2.tmp/index.faiss") * 3 / 4);
+  WriteSidecar(dir + "/2.tmp/index.faiss", kDim, "l2", kRows);
+  fs::rename(dir + "/2.tmp", dir + "/2");
+  absl::StatusOr<IndexManager::Outcome> outcome = manager.Reload();
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_THAT(outcome.status().message(), HasSubstr("index version 2"));
+  EXPECT_THAT(outcome.status().message(), HasSubstr("still serving version 1"));
+  EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_EQ(Reloads(s, "failed"), 1);
+
+  IndexSpec wrong_dim = VersionSpec(3);
+  wrong_dim.d = 8;
+  ASSERT_EQ(Publish(tmp, dir, wrong_dim), 3);
+  outcome = manager.Reload();
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_THAT(outcome.status().message(), HasSubstr("dim=8 differs from dim=16"));
+  EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_EQ(Reloads(s, "failed"), 2);
+
+  IndexSpec wrong_metric = VersionSpec(4);
+  wrong_metric.inner_product = true;
+  ASSERT_EQ(Publish(tmp, dir, wrong_metric), 4);
+  outcome = manager.Reload();
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_THAT(outcome.status().message(),
+              HasSubstr("metric inner_product differs from metric l2"));
+  EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_EQ(Reloads(s, "failed"), 3);
+
+  // Asked again, the refused version is not loaded again.
+  outcome = manager.Reload();
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_THAT(outcome.status().message(), HasSubstr("index version 4"));
+  EXPECT_EQ(Reloads(s, "failed"), 3);
+
+  ASSERT_EQ(Publish(tmp, dir, VersionSpec(5)), 5);
+  outcome = manager.Reload();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->version, 5);
+  EXPECT_EQ(ServedVersion(s), 5);
+  EXPECT_EQ(Reloads(s, "ok"), 2);
+}
+
+// Pinning an older version rolls back and holds until unpinned.
+TEST(IndexManager, PinnedVersionRollsBack) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  Publish(tmp, dir, VersionSpec(1));
+  Publish(tmp, dir, VersionSpec(2));
+  RunningServer s = StartServer(TestConfig(dir));
+  ASSERT_NE(s.stub, nullptr);
+  IndexManager& manager = s.server->index_manager();
+  EXPECT_EQ(ServedVersion(s), 2);
+
+  absl::StatusOr<IndexManager::Outcome> outcome = manager.ReloadVersion(1);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(ServedVersion(s), 1);
+  Publish(tmp, dir, VersionSpec(3));
+  outcome = manager.Reload();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->version, 1);
+  EXPECT_FALSE(outcome->loaded);
+
+  EXPECT_FALSE(manager.ReloadVersion(9).ok());
+  EXPECT_EQ(ServedVersion(s), 1);
+
+  outcome = manager.ReloadVersion(0);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->version, 3);
+  EXPECT_EQ(ServedVersion(s), 3);
+}
+
+// The old file stays mapped while a request holds its snapshot and is
+// unmapped when the last holder lets go.
+TEST(IndexManager, OldVersionUnmappedAfterItsLastRequest) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  RunningServer s = ServeVersionOne(tmp, dir);
+  ASSERT_NE(s.stub, nullptr);
+  const std::string v1 = dir + "/1/index.faiss";
+  const std::string v2 = dir + "/2/index.faiss";
+  EXPECT_TRUE(Mapped(v1));
+
+  std::shared_ptr<const IndexSnapshot> in_flight = s.server->holder().Pin();
+  Publish(tmp, dir, VersionSpec(2));
+  ASSERT_TRUE(s.server->index_manager().Reload().ok());
+  EXPECT_EQ(ServedVersion(s), 2);
+  EXPECT_TRUE(Mapped(v1));
+  EXPECT_TRUE(Mapped(v2));
+
+  in_flight.reset();
+  EXPECT_FALSE(Mapped(v1));
+  EXPECT_TRUE(Mapped(v2));
+}
+
+// Reloads asked for at once load the new version once: the initial load
+// plus one.
+TEST(IndexManager, ConcurrentReloadsLoadOnce) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  RunningServer s = ServeVersionOne(tmp, dir);
+  ASSERT_NE(s.stub, nullptr);
+  Publish(tmp, dir, VersionSpec(2));
+
+  std::atomic<int> loaded{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      absl::StatusOr<IndexManager::Outcome> outcome =
+          s.server->index_manager().Reload();
+      ASSERT_TRUE(outcome.ok()) << outcome.status();
+      EXPECT_EQ(outcome->version, 2);
+      if (outcome->loaded) ++loaded;
+    });
+  }
+  // SIGHUP's way in, racing the others.
+  s.server->index_manager().RequestReload();
+  for (std::thread& t : threads) t.join();
+  EXPECT_LE(loaded.load(), 1);
+  EXPECT_EQ(ServedVersion(s), 2);
+  EXPECT_EQ(Reloads(s, "ok"), 2);
+}
+
+// SIGHUP's path (RequestReload) and polling both bring a new version in.
+TEST(IndexManager, RequestedAndPolledReloadsServeTheNewVersion) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  RunningServer s = ServeVersionOne(tmp, dir);
+  ASSERT_NE(s.stub, nullptr);
+  Publish(tmp, dir, VersionSpec(2));
+  s.server->index_manager().RequestReload();
+  while (ServedVersion(s) != 2) absl::SleepFor(absl::Milliseconds(5));
+
+  knnd::v1::ServerConfig polling = TestConfig(dir);
+  polling.set_index_poll_interval_ms(10);
+  RunningServer polled = StartServer(polling);
+  ASSERT_NE(polled.stub, nullptr);
+  EXPECT_EQ(ServedVersion(polled), 2);
+  Publish(tmp, dir, VersionSpec(3));
+  while (ServedVersion(polled) != 3) absl::SleepFor(absl::Milliseconds(5));
+}
+
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(
+    RunningServer& s) {
+  auto stub = grpc::health::v1::Health::NewStub(s.channel);
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("knnd.v1.KnnService");
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = stub->Check(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.status();
+}
+
+// checksum_check "background" (the default): the first version serves before
+// its file is read whole; the background check then finds the changed byte
+// and withdraws it (searches UNAVAILABLE with the reason, health
+// NOT_SERVING, the version refused) until a good version is published.
+TEST(IndexManager, BackgroundChecksumWithdrawsAChangedFirstVersion) {
+  using grpc::health::v1::HealthCheckResponse;
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  Publish(tmp, dir, VersionSpec(1));
+  FlipByteFromEnd(dir + "/1/index.faiss", 4);  // of the last id
+  knnd::v1::ServerConfig config = TestConfig(dir);
+  ASSERT_EQ(config.checksum_check(), "background");
+  RunningServer s = StartServer(config);  // LoadIndex() succeeded
+  ASSERT_NE(s.stub, nullptr);
+  IndexManager& manager = s.server->index_manager();
+
+  const absl::Status check =
+      manager.AwaitBackgroundCheck(absl::Now() + absl::Seconds(60));
+  EXPECT_EQ(check.code(), absl::StatusCode::kDataLoss) << check;
+  EXPECT_THAT(check.message(), HasSubstr("index version 1"));
+  EXPECT_THAT(check.message(), HasSubstr("withdrawn"));
+  EXPECT_THAT(check.message(), HasSubstr("CRC-32"));
+  EXPECT_THAT(check.message(), HasSubstr(dir + "/1/index.faiss.meta.json"));
+  EXPECT_EQ(Health(s), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(Scrape(s, "knnd_index_serving"), 0);
+  EXPECT_EQ(ChecksumState(s), "failed");
+  knnd::v1::SearchResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = s.stub->Search(&context, Request(7), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(status.error_message(), HasSubstr("withdrawn"));
+  EXPECT_THAT(status.error_message(), HasSubstr("CRC-32"));
+  absl::StatusOr<std::vector<IndexManager::VersionState>> versions =
+      manager.ListVersions();
+  ASSERT_TRUE(versions.ok()) << versions.status();
+  ASSERT_EQ(versions->size(), 1u);
+  EXPECT_FALSE((*versions)[0].serving);
+  EXPECT_TRUE((*versions)[0].refused);
+  EXPECT_THAT((*versions)[0].refused_reason, HasSubstr("CRC-32"));
+
+  // A good version serves again, verified before it is published.
+  ASSERT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
+  absl::StatusOr<IndexManager::Outcome> outcome = manager.Reload();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(ServedVersion(s), 2);
+  EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Scrape(s, "knnd_index_serving"), 1);
+  EXPECT_EQ(ChecksumState(s), "verified");
+}
+
+// After start-up, "background" verifies before publishing: a changed file
+// is refused and the version serving keeps serving. A good first version
+// passes its background check and keeps serving.
+TEST(IndexManager, BackgroundChecksumVerifiesHotSwapsFirst) {
+  using grpc::health::v1::HealthCheckResponse;
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  RunningServer s = ServeVersionOne(tmp, dir);
+  ASSERT_NE(s.stub, nullptr);
+  IndexManager& manager = s.server->index_manager();
+  EXPECT_TRUE(
+      manager.AwaitBackgroundCheck(absl::Now() + absl::Seconds(60)).ok());
+  EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Scrape(s, "knnd_index_serving"), 1);
+  EXPECT_EQ(ChecksumState(s), "verified");
+
+  ASSERT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
+  FlipByteFromEnd(dir + "/2/index.faiss", 4);
+  absl::StatusOr<IndexManager::Outcome> outcome = manager.Reload();
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(outcome.status().message(), HasSubstr("CRC-32"));
+  EXPECT_THAT(outcome.status().message(), HasSubstr("still serving version 1"));
+  EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
+}
+
+// "before_serving" refuses a changed first version at start-up; "off"
+// serves it and never reads it whole.
+TEST(IndexManager, ChecksumCheckBeforeServingAndOff) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  Publish(tmp, dir, VersionSpec(1));
+  FlipByteFromEnd(dir + "/1/index.faiss", 4);  // of the last id
+
+  knnd::v1::ServerConfig before = TestConfig(dir);
+  before.set_checksum_check("before_serving");
+  ASSERT_TRUE(ValidateConfig(before).ok());
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(before);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE((*server)->Start().ok());
+  const absl::Status loaded = (*server)->LoadIndex();
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kDataLoss) << loaded;
+  EXPECT_THAT(loaded.message(), HasSubstr("CRC-32"));
+  EXPECT_EQ((*server)->holder().Pin(), nullptr);
+
+  knnd::v1::ServerConfig off = TestConfig(dir);
+  off.set_checksum_check("off");
+  RunningServer s = StartServer(off);
+  ASSERT_NE(s.stub, nullptr);
+  EXPECT_TRUE(s.server->index_manager()
+                  .AwaitBackgroundCheck(absl::Now() + absl::Seconds(60))
+                  .ok());
+  EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_EQ(ChecksumState(s), "unchecked");
+
+  knnd::v1::ServerConfig bad = TestConfig(dir);
+  bad.set_checksum_check("later");
+  const absl::Status refused = ValidateConfig(bad);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("checksum_check=\"later\""));
+}
+
+// The admin API listens on its own address, unless configured onto the
+// search port or off; neither port answers the other's service.
+TEST(AdminService, ListensApartFromTheSearchApiUnlessConfigured) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  RunningServer s = ServeVersionOne(tmp, dir);
+  ASSERT_NE(s.stub, nullptr);
+  ASSERT_NE(s.server->admin_port(), 0);
+  ASSERT_NE(s.server->admin_port(), s.server->port());
+
+  knnd::v1::ReloadIndexResponse reloaded;
+  auto on_search_port = knnd::v1::AdminService::NewStub(s.channel);
+  EXPECT_EQ(ReloadRpc(*on_search_port, absl::nullopt, &reloaded).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  auto admin = AdminStub(s);
+  grpc::Status status = ReloadRpc(*admin, absl::nullopt, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 1);
+  EXPECT_FALSE(reloaded.loaded());
+  auto search_on_admin_port = knnd::v1::KnnService::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", s.server->admin_port()),
+                          grpc::InsecureChannelCredentials()));
+  knnd::v1::SearchResponse response;
+  grpc::ClientContext context;
+  EXPECT_EQ(search_on_admin_port->Search(&context, Request(1), &response)
+                .error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+
+  knnd::v1::ServerConfig off = TestConfig(dir);
+  off.set_admin_listen_address("");
+  RunningServer without = StartServer(off);
+  ASSERT_NE(without.stub, nullptr);
+  EXPECT_EQ(without.server->admin_port(), 0);
+
+  knnd::v1::ServerConfig shared = TestConfig(dir);
+  shared.set_listen_address(absl::StrCat("127.0.0.1:", knnd::testing::FreePort()));
+  shared.set_admin_listen_address(shared.listen_address());
+  RunningServer one_port = StartServer(shared);
+  ASSERT_NE(one_port.stub, nullptr);
+  EXPECT_EQ(one_port.server->admin_port(), one_port.server->port());
+  auto shared_admin = knnd::v1::AdminService::NewStub(one_port.channel);
+  status = ReloadRpc(*shared_admin, absl::nullopt, &reloaded);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+// A refused version: the RPC returns why, ListVersions marks it, the old
+// version serves; pinning and unpinning through the RPC.
+TEST(AdminService, ReportsRefusalsPinsAndListsVersions) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  RunningServer s = ServeVersionOne(tmp, dir);
+  ASSERT_NE(s.stub, nullptr);
+  auto admin = AdminStub(s);
+
+  IndexSpec wrong_dim = VersionSpec(2);
+  wrong_dim.d = 8;
+  ASSERT_EQ(Publish(tmp, dir, wrong_dim), 2);
+  knnd::v1::ReloadIndexResponse reloaded;
+  grpc::Status status = ReloadRpc(*admin, absl::nullopt, &reloaded);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("index version 2"));
+  EXPECT_THAT(status.error_message(), HasSubstr("dim=8 differs from dim=16"));
+  EXPECT_THAT(status.error_message(), HasSubstr("still serving version 1"));
+  EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_EQ(Reloads(s, "failed"), 1);
+
+  ASSERT_EQ(Publish(tmp, dir, VersionSpec(3)), 3);
+  status = ReloadRpc(*admin, absl::nullopt, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 3);
+  EXPECT_EQ(reloaded.pinned_version(), 0);
+
+  knnd::v1::ListVersionsResponse listed;
+  {
+    grpc::ClientContext context;
+    status = admin->ListVersions(&context, {}, &listed);
+  }
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(listed.versions_size(), 3);
+  EXPECT_EQ(listed.serving_version(), 3);
+  EXPECT_TRUE(listed.versions(1).refused());
+  EXPECT_THAT(listed.versions(1).refused_reason(), HasSubstr("dim=8"));
+  EXPECT_TRUE(listed.versions(2).serving());
+  EXPECT_FALSE(listed.versions(0).serving());
+
+  status = ReloadRpc(*admin, 1, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 1);
+  EXPECT_EQ(reloaded.previous_version(), 3);
+  EXPECT_EQ(reloaded.pinned_version(), 1);
+  EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_EQ(ReloadRpc(*admin, 7, &reloaded).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(ReloadRpc(*admin, -1, &reloaded).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  status = ReloadRpc(*admin, 0, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 3);
+  EXPECT_EQ(reloaded.pinned_version(), 0);
+}
+
+// Writes `queries` as .fvecs for the canary set.
+std::string WriteQueries(const TempDir& tmp, int64_t rows, uint32_t seed) {
+  Matrix m;
+  m.rows = rows;
+  m.dim = kDim;
+  m.values = MakeData(rows, kDim, seed);
+  const std::string path = tmp.path(absl::StrCat("canary.", seed, ".fvecs"));
+  EXPECT_TRUE(WriteVectors(path, m).ok());
+  return path;
+}
+
+// The canary check against the serving version: the same vectors rebuilt
+// pass; the same vectors under other ids (a broken id mapping) are refused
+// while the old version serves.
+TEST(Canary, RefusesAVersionThatLosesTheServingVersionsNeighbours) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  IndexSpec base = VersionSpec(1);
+  base.first_id = 0;
+  Publish(tmp, dir, base);
+  knnd::v1::ServerConfig config = TestConfig(dir);
+  config.set_canary_queries_path(WriteQueries(tmp, 50, 99));
+  config.set_canary_min_recall(0.3);
+  RunningServer s = StartServer(config);
+  ASSERT_NE(s.stub, nullptr);
+  auto admin = AdminStub(s);
+
+  IndexSpec rebuilt = base;
+  rebuilt.seed = 1;  // same vectors, same ids
+  ASSERT_EQ(Publish(tmp, dir, rebuilt), 2);
+  knnd::v1::ReloadIndexResponse reloaded;
+  grpc::Status status = ReloadRpc(*admin, absl::nullopt, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 2);
+
+  IndexSpec shuffled = base;
+  shuffled.first_id = 500000;  // same vectors, every id wrong
+  ASSERT_EQ(Publish(tmp, dir, shuffled), 3);
+  status = ReloadRpc(*admin, absl::nullopt, &reloaded);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("index version 3"));
+  EXPECT_THAT(status.error_message(), HasSubstr("canary recall@10 = 0.0000"));
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("below canary_min_recall = 0.3000"));
+  EXPECT_EQ(ServedVersion(s), 2);
+  EXPECT_EQ(Reloads(s, "failed"), 1);
+}
+
+// Writes the exact top-k neighbours of `queries` among `base` as .ivecs.
+std::string WriteGroundTruth(const TempDir& tmp, const std::string& queries,
+                             const std::vector<float>& base, int k) {
+  absl::StatusOr<Matrix> q = ReadVectors(queries);
+  EXPECT_TRUE(q.ok()) << q.status();
+  Matrix b;
+  b.rows = static_cast<int64_t>(base.size()) / kDim;
+  b.dim = kDim;
+  b.values = base;
+  absl::StatusOr<std::vector<int64_t>> exact =
+      ExactNeighbors(b, *q, k, Metric::kL2);
+  EXPECT_TRUE(exact.ok()) << exact.status();
+  const std::string path = tmp.path("canary.ivecs");
+  std::ofstream out(path, std::ios::binary);
+  for (int64_t row = 0; row < q->rows; ++row) {
+    const int32_t cols = k;
+    out.write(reinterpret_cast<const char*>(&cols), sizeof(cols));
+    for (int j = 0; j < k; ++j) {
+      const int32_t id = static_cast<int32_t>((*exact)[row * k + j]);
+      out.write(reinterpret_cast<const char*>(&id), sizeof(id));
+    }
+  }
+  return path;
+}
+
+// With a ground truth the first version is checked too: a bar it cannot
+// reach keeps the server from starting, with the recall in the message.
+TEST(Canary, GroundTruthChecksTheFirstVersion) {
+  TempDir tmp;
+  IndexSpec spec = VersionSpec(1);
+  spec.first_id = 0;
+  const std::string index = tmp.path("index.faiss");
+  const std::vector<float> base = WriteIndex(index, spec);
+  const std::string queries = WriteQueries(tmp, 40, 77);
+  knnd::v1::ServerConfig config = TestConfig(index);
+  config.set_canary_queries_path(queries);
+  config.set_canary_ground_truth_path(WriteGroundTruth(tmp, queries, base, 10));
+
+  config.set_canary_min_recall(0.2);
+  RunningServer s = StartServer(config);
+  ASSERT_NE(s.stub, nullptr);
+  EXPECT_EQ(ServedVersion(s), 1);
+
+  config.set_canary_min_recall(1.0);  // PQ4x4 codes cannot be exact
+  config.set_metrics_listen_address(
+      absl::StrCat("127.0.0.1:", knnd::testing::FreePort()));
+  absl::StatusOr<std::unique_ptr<Server>> strict = Server::Create(config);
+  ASSERT_TRUE(strict.ok()) << strict.status();
+  ASSERT_TRUE((*strict)->Start().ok());
+  absl::Status loaded = (*strict)->LoadIndex();
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(loaded.message(), HasSubstr("against the ground truth"));
+  EXPECT_THAT(loaded.message(), HasSubstr("below canary_min_recall = 1.0000"));
+}
+
+// A bad canary configuration stops the server at creation, naming it.
+TEST(Canary, BadCanarySetIsAConfigurationError) {
+  TempDir tmp;
+  knnd::v1::ServerConfig config = TestConfig(tmp.path("unused.faiss"));
+  config.set_canary_queries_path(tmp.path("missing.fvecs"));
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(config);
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(server.status().message(), HasSubstr("missing.fvecs"));
+
+  config.set_canary_queries_path(WriteQueries(tmp, 5, 1));
+  config.set_canary_min_recall(1.5);
+  absl::Status invalid = ValidateConfig(config);
+  EXPECT_THAT(invalid.message(), HasSubstr("canary_min_recall=1.5"));
+}
+
+// keep_previous_versions: the replaced version stays loaded, so a rollback
+// to it is immediate and works with its files gone.
+TEST(IndexManager, RetainedVersionRollsBackWithoutItsFiles) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  Publish(tmp, dir, VersionSpec(1));
+  knnd::v1::ServerConfig config = TestConfig(dir);
+  config.set_keep_previous_versions(1);
+  RunningServer s = StartServer(config);
+  ASSERT_NE(s.stub, nullptr);
+  auto admin = AdminStub(s);
+  const std::string v1 = fs::canonical(dir + "/1/index.faiss").string();
+  ASSERT_TRUE(s.server->index_manager()
+                  .AwaitBackgroundCheck(absl::Now() + absl::Seconds(60))
+                  .ok());
+
+  Publish(tmp, dir, VersionSpec(2));
+  knnd::v1::ReloadIndexResponse reloaded;
+  ASSERT_TRUE(ReloadRpc(*admin, absl::nullopt, &reloaded).ok());
+  EXPECT_EQ(ServedVersion(s), 2);
+  EXPECT_TRUE(Mapped(v1));  // retained, not unmapped
+  fs::remove_all(dir + "/1");
+
+  grpc::Status status = ReloadRpc(*admin, 1, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 1);
+  EXPECT_FALSE(reloaded.loaded());
+  EXPECT_EQ(ServedVersion(s), 1);
+  // Its background check's outcome is remembered with it.
+  EXPECT_EQ(ChecksumState(s), "verified");
+
+  knnd::v1::ListVersionsResponse listed;
+  grpc::ClientContext context;
+  ASSERT_TRUE(admin->ListVersions(&context, {}, &listed).ok());
+  ASSERT_EQ(listed.versions_size(), 2);
+  EXPECT_TRUE(listed.versions(0).serving());   // 1, from memory only
+  EXPECT_TRUE(listed.versions(1).retained());  // 2, replaced by the rollback
+
+  status = ReloadRpc(*admin, 0, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reloaded.version(), 2);
+  EXPECT_FALSE(reloaded.loaded());
+  EXPECT_EQ(Reloads(s, "ok"), 2);  // the first load and version 2's
+}
+
+int64_t AnonBytes() {
+  return ReadProcessStats("/proc").resident_anonymous_bytes.value_or(-1);
+}
+
+// After a swap, once the requests on the old version end, its heap (a
+// 4 MiB precomputed table here) is given back: anonymous memory returns to
+// its level before the swap.
+TEST(IndexManager, AnonymousMemoryReturnsAfterASwap) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's allocator keeps freed memory (quarantine)";
+#endif
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  auto spec = [](int64_t version) {
+    IndexSpec spec = VersionSpec(version);
+    spec.n = 10000;
+    spec.d = 16;
+    spec.factory = "IVF256,PQ16";  // table: 256 lists x 16 x 256 x 4 B = 4 MiB
+    return spec;
+  };
+  Publish(tmp, dir, spec(1));
+  knnd::v1::ServerConfig config = TestConfig(dir);
+  config.set_warmup_queries(0);
+  RunningServer s = StartServer(config);
+  ASSERT_NE(s.stub, nullptr);
+  const int64_t table = s.server->holder().Pin()->info().precomputed_table_bytes;
+  ASSERT_EQ(table, 4 << 20);
+  Publish(tmp, dir, spec(2));
+
+  const int64_t before = AnonBytes();
+  std::shared_ptr<const IndexSnapshot> in_flight = s.server->holder().Pin();
+  ASSERT_TRUE(s.server->index_manager().Reload().ok());
+  const int64_t both = AnonBytes();
+  in_flight.reset();
+  const int64_t after = AnonBytes();
+  EXPECT_GE(both - before, table * 3 / 4) << "both versions' tables resident";
+  EXPECT_LT(std::abs(after - before), table / 4)
+      << "before " << before << ", after " << after;
+}
+
+}  // namespace
+}  // namespace knnd

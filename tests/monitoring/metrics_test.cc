@@ -1,0 +1,238 @@
+// knnd's /metrics as Prometheus sees it: scraped over HTTP from an
+// in-process server after real traffic.
+#include "knnd/monitoring/metrics.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "knnd/monitoring/build_info.h"
+#include "knnd/serving/serving_load.h"
+#include "testing/scrape_util.h"
+#include "testing/test_util.h"
+
+namespace knnd {
+namespace {
+
+using ::knnd::testing::FindSample;
+using ::knnd::testing::HttpGet;
+using ::knnd::testing::IndexSpec;
+using ::knnd::testing::MakeData;
+using ::knnd::testing::ParseExposition;
+using ::knnd::testing::RunningServer;
+using ::knnd::testing::Sample;
+using ::knnd::testing::StartServer;
+using ::knnd::testing::SumSamples;
+using ::knnd::testing::TempDir;
+using ::knnd::testing::TestConfig;
+using ::knnd::testing::WriteIndex;
+
+std::vector<Sample> Scrape(int port) {
+  absl::StatusOr<std::string> body = HttpGet(port, "/metrics");
+  EXPECT_TRUE(body.ok()) << body.status();
+  return body.ok() ? ParseExposition(*body) : std::vector<Sample>{};
+}
+
+grpc::Status Search(RunningServer& s, int num_queries, int k) {
+  const std::vector<float> q = MakeData(num_queries, 32, 7);
+  knnd::v1::SearchRequest request;
+  *request.mutable_vectors() = {q.begin(), q.end()};
+  request.set_k(k);
+  knnd::v1::SearchResponse response;
+  grpc::ClientContext context;
+  return s.stub->Search(&context, request, &response);
+}
+
+TEST(Metrics, ScrapeCountsTrafficByCodeReasonAndSize) {
+  TempDir tmp;
+  const std::string index = tmp.path("m.index");
+  WriteIndex(index, IndexSpec{});
+  knnd::v1::ServerConfig config = TestConfig(index);
+  config.set_metrics_listen_address("127.0.0.1:0");
+  config.set_max_batch_rows(64);
+  config.set_max_inflight_queries(4096);
+  config.set_max_queries_per_request(4096);
+  RunningServer s = StartServer(config);
+  ASSERT_NE(s.stub, nullptr);
+  const int port = s.server->metrics_port();
+  ASSERT_GT(port, 0);
+
+  // 3 x 1 query (1 unit each) + 2 x 100 queries (units of 64 + 36).
+  for (int nq : {1, 1, 1, 100, 100}) {
+    grpc::Status status = Search(s, nq, 5);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  EXPECT_EQ(Search(s, 1, 100000).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    grpc::ClientContext context;
+    knnd::v1::GetIndexInfoResponse info;
+    ASSERT_TRUE(s.stub->GetIndexInfo(&context, {}, &info).ok());
+  }
+  // Fill the gate so that the next search is refused as queue_full.
+  ASSERT_TRUE(s.server->gate().WaitUntilIdle(absl::Now() + absl::Seconds(10)));
+  absl::StatusOr<AdmissionGate::Ticket> held =
+      s.server->gate().TryAdmit(4096, 0);
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(Search(s, 1, 5).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  const std::vector<Sample> m = Scrape(port);
+  const std::map<std::string, std::string> search = {
+      {"grpc_service", "knnd.v1.KnnService"},
+      {"grpc_method", "Search"},
+      {"grpc_type", "unary"}};
+  auto with = [](std::map<std::string, std::string> labels, const char* k,
+                 const char* v) {
+    labels[k] = v;
+    return labels;
+  };
+  EXPECT_EQ(FindSample(m, "grpc_server_handled_total",
+                       with(search, "grpc_code", "OK")),
+            5);
+  EXPECT_EQ(FindSample(m, "grpc_server_handled_total",
+                       with(search, "grpc_code", "INVALID_ARGUMENT")),
+            1);
+  EXPECT_EQ(FindSample(m, "grpc_server_handled_total",
+                       with(search, "grpc_code", "RESOURCE_EXHAUSTED")),
+            1);
+  // Every code exists from the start, at 0 until it happens.
+  EXPECT_EQ(FindSample(m, "grpc_server_handled_total",
+                       with(search, "grpc_code", "UNAUTHENTICATED")),
+            0);
+  EXPECT_EQ(SumSamples(m, "grpc_server_handled_total", search), 7);
+  EXPECT_EQ(FindSample(m, "grpc_server_handled_total",
+                       {{"grpc_method", "GetIndexInfo"}, {"grpc_code", "OK"}}),
+            1);
+  EXPECT_EQ(FindSample(m, "grpc_server_handling_seconds_count", search), 7);
+  EXPECT_EQ(FindSample(m, "grpc_server_handling_seconds_bucket",
+                       with(search, "le", "+Inf")),
+            7);
+
+  EXPECT_EQ(FindSample(m, "knnd_search_rejected_total", {{"reason", "invalid"}}),
+            1);
+  EXPECT_EQ(
+      FindSample(m, "knnd_search_rejected_total", {{"reason", "queue_full"}}),
+      1);
+  EXPECT_EQ(
+      FindSample(m, "knnd_search_rejected_total", {{"reason", "memory_budget"}}),
+      0);
+  EXPECT_EQ(SumSamples(m, "knnd_search_rejected_total"), 2);
+
+  EXPECT_EQ(FindSample(m, "knnd_search_request_queries_count"), 5);
+  EXPECT_EQ(FindSample(m, "knnd_search_request_queries_sum"), 203);
+  EXPECT_EQ(FindSample(m, "knnd_search_batch_rows_count"), 7);
+  EXPECT_EQ(FindSample(m, "knnd_search_batch_rows_sum"), 203);
+  EXPECT_EQ(FindSample(m, "knnd_search_batch_rows_bucket", {{"le", "32"}}), 3);
+  EXPECT_EQ(FindSample(m, "knnd_search_batch_rows_bucket", {{"le", "64"}}), 7);
+  EXPECT_EQ(FindSample(m, "knnd_search_queue_duration_seconds_count"), 5);
+  EXPECT_EQ(FindSample(m, "knnd_search_execution_duration_seconds_count"), 5);
+  EXPECT_EQ(FindSample(m, "knnd_queries_in_flight"), 4096);
+  EXPECT_EQ(FindSample(m, "knnd_work_units_queued"), 0);
+
+  // The index.
+  const double file_bytes =
+      static_cast<double>(std::filesystem::file_size(index));
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double mapped_bytes = std::ceil(file_bytes / page) * page;
+  EXPECT_EQ(FindSample(m, "knnd_index_info",
+                       {{"version", "1"}, {"metric", "l2"},
+                        {"factory", "IVF32,PQ8"}}),
+            1);
+  EXPECT_EQ(FindSample(m, "knnd_index_vectors"), 5000);
+  EXPECT_EQ(FindSample(m, "knnd_index_dimensions"), 32);
+  EXPECT_EQ(FindSample(m, "knnd_index_nlist"), 32);
+  EXPECT_EQ(FindSample(m, "knnd_index_code_size_bytes"), 8);
+  EXPECT_EQ(FindSample(m, "knnd_index_file_size_bytes"), file_bytes);
+  EXPECT_GT(FindSample(m, "knnd_index_heap_bytes").value_or(0), 0);
+  EXPECT_TRUE(FindSample(m, "knnd_index_precomputed_table_bytes").has_value());
+  EXPECT_EQ(FindSample(m, "knnd_index_mapped_bytes"), mapped_bytes);
+  const double resident =
+      FindSample(m, "knnd_index_page_cache_resident_bytes").value_or(-1);
+  EXPECT_GT(resident, 0);  // just written and searched
+  EXPECT_LE(resident, mapped_bytes);
+  EXPECT_EQ(FindSample(m, "knnd_build_info",
+                       {{"version", GetBuildInfo().version},
+                        {"git", GetBuildInfo().git_commit}}),
+            1);
+
+  // The process: the anonymous / file / shmem split adds up to the RSS.
+  const double rss = FindSample(m, "process_resident_memory_bytes").value_or(0);
+  EXPECT_GT(rss, 0);
+  EXPECT_GT(FindSample(m, "knnd_process_resident_memory_bytes",
+                       {{"type", "anonymous"}})
+                .value_or(0),
+            0);
+  EXPECT_GT(
+      FindSample(m, "knnd_process_resident_memory_bytes", {{"type", "file"}})
+          .value_or(0),
+      0);
+  EXPECT_NEAR(SumSamples(m, "knnd_process_resident_memory_bytes"), rss,
+              0.05 * rss);
+  EXPECT_GT(FindSample(m, "process_virtual_memory_bytes").value_or(0), rss);
+  EXPECT_GT(FindSample(m, "process_open_fds").value_or(0), 0);
+  EXPECT_GT(FindSample(m, "process_start_time_seconds").value_or(0), 1.6e9);
+  EXPECT_TRUE(FindSample(m, "process_cpu_seconds_total").has_value());
+
+  held->Release();
+  EXPECT_EQ(FindSample(Scrape(port), "knnd_queries_in_flight"), 0);
+}
+
+TEST(Metrics, IndexInfoSeriesIsReplacedByTheNextIndex) {
+  AdmissionGate gate(AdmissionGate::Options{});
+  auto pool = WorkerPool::Create(WorkerPool::Options{1, 1});
+  ASSERT_TRUE(pool.ok());
+  Metrics::Options options;
+  options.listen_address = "127.0.0.1:0";
+  auto metrics = Metrics::Create(options, ServingLoad(&gate, pool->get()));
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  ASSERT_TRUE((*metrics)->StartExposer().ok());
+
+  IndexInfo info;
+  info.path = "/nonexistent/a.index";  // residency series left out
+  info.index_type = "IVF16,PQ4";
+  info.version = 1;
+  info.ntotal = 10;
+  (*metrics)->SetIndexInfo(info);
+  info.version = 2;
+  info.ntotal = 20;
+  info.factory = "OPQ4,IVF16,PQ4";
+  (*metrics)->SetIndexInfo(info);
+
+  const std::vector<Sample> m = Scrape((*metrics)->port());
+  EXPECT_EQ(SumSamples(m, "knnd_index_info"), 1);
+  EXPECT_EQ(FindSample(m, "knnd_index_info",
+                       {{"version", "2"}, {"factory", "OPQ4,IVF16,PQ4"}}),
+            1);
+  EXPECT_EQ(FindSample(m, "knnd_index_vectors"), 20);
+  EXPECT_FALSE(FindSample(m, "knnd_index_mapped_bytes").has_value());
+}
+
+TEST(Metrics, StartExposerFailsOnAPortInUse) {
+  AdmissionGate gate(AdmissionGate::Options{});
+  auto pool = WorkerPool::Create(WorkerPool::Options{1, 1});
+  ASSERT_TRUE(pool.ok());
+  Metrics::Options options;
+  options.listen_address = "127.0.0.1:0";
+  auto first = Metrics::Create(options, ServingLoad(&gate, pool->get()));
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE((*first)->StartExposer().ok());
+
+  options.listen_address = absl::StrCat("127.0.0.1:", (*first)->port());
+  auto second = Metrics::Create(options, ServingLoad(&gate, pool->get()));
+  ASSERT_TRUE(second.ok());
+  absl::Status s = (*second)->StartExposer();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find(options.listen_address), std::string::npos) << s;
+  EXPECT_EQ((*second)->port(), 0);
+}
+
+}  // namespace
+}  // namespace knnd

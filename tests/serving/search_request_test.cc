@@ -1,0 +1,140 @@
+#include "knnd/serving/search_request.h"
+
+#include <cmath>
+#include <limits>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace knnd {
+namespace {
+
+using ::testing::HasSubstr;
+
+IndexInfo Index(int dim = 4, int64_t nlist = 64, int stored_nprobe = 3) {
+  IndexInfo info;
+  info.dim = dim;
+  info.nlist = nlist;
+  info.stored_nprobe = stored_nprobe;
+  return info;
+}
+
+SearchLimits Limits() { return ResolveLimits(100, 10, 0, 32, 5, Index()); }
+
+knnd::v1::SearchRequest Request(int rows, int dim = 4, int k = 5) {
+  knnd::v1::SearchRequest r;
+  for (int i = 0; i < rows * dim; ++i) r.add_vectors(static_cast<float>(i));
+  r.set_k(k);
+  return r;
+}
+
+void ExpectInvalid(const knnd::v1::SearchRequest& request,
+                   const std::string& message) {
+  auto parsed = ParseSearchRequest(request, Index(), Limits());
+  ASSERT_FALSE(parsed.ok()) << "accepted: " << request.ShortDebugString();
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(parsed.status().message(), HasSubstr(message));
+}
+
+TEST(ResolveLimits, ZeroMeansFromTheIndexAndDefaultsAreClamped) {
+  SearchLimits l = ResolveLimits(10, 10, 0, 0, 5, Index(4, 64, 3));
+  EXPECT_EQ(l.max_nprobe, 64);
+  EXPECT_EQ(l.default_nprobe, 3);
+  l = ResolveLimits(10, 10, 100, 500, 5, Index(4, 64, 3));
+  EXPECT_EQ(l.max_nprobe, 64);
+  EXPECT_EQ(l.default_nprobe, 64);
+}
+
+TEST(ParseSearchRequest, AcceptsFloatsAndUsesTheDefaultNprobe) {
+  // `queries` points into the request, which must outlive the result.
+  const knnd::v1::SearchRequest request = Request(3);
+  auto parsed = ParseSearchRequest(request, Index(), Limits());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->num_queries, 3);
+  EXPECT_EQ(parsed->k, 5);
+  EXPECT_EQ(parsed->nprobe, 3);
+  EXPECT_EQ(parsed->queries[5], 5.0f);
+}
+
+TEST(ParseSearchRequest, AcceptsRawLittleEndianBytesEvenUnaligned) {
+  std::vector<float> values = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::string bytes(reinterpret_cast<const char*>(values.data()), 32);
+  knnd::v1::SearchRequest r;
+  r.set_k(1);
+  r.set_dim(4);
+  r.set_vectors_f32le(bytes);
+  auto parsed = ParseSearchRequest(r, Index(), Limits());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->num_queries, 2);
+  EXPECT_EQ(parsed->queries[7], 8.0f);
+  // A payload starting at an odd address is copied, not misread.
+  std::string padded = "x" + bytes;
+  knnd::v1::SearchRequest odd;
+  odd.set_k(1);
+  odd.mutable_vectors_f32le()->assign(padded.data() + 1, 32);
+  parsed = ParseSearchRequest(odd, Index(), Limits());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->queries[6], 7.0f);
+}
+
+TEST(ParseSearchRequest, WrongDimension) {
+  auto r = Request(1);
+  r.set_dim(8);
+  ExpectInvalid(r, "dim=8 does not match the index dimension 4");
+  ExpectInvalid(Request(1, 3), "vectors has 3 values, not a multiple of dim=4");
+}
+
+TEST(ParseSearchRequest, ZeroOrTooManyQueries) {
+  ExpectInvalid(Request(0), "no query vectors");
+  ExpectInvalid(Request(11), "num_queries=11 exceeds max_queries_per_request=10");
+}
+
+TEST(ParseSearchRequest, KOutOfRange) {
+  ExpectInvalid(Request(1, 4, 0), "k=0 must be positive");
+  ExpectInvalid(Request(1, 4, -3), "k=-3 must be positive");
+  ExpectInvalid(Request(1, 4, 101), "k=101 exceeds max_k=100");
+}
+
+TEST(ParseSearchRequest, NprobeOutOfRange) {
+  auto r = Request(1);
+  r.set_nprobe(0);
+  ExpectInvalid(r, "nprobe=0 is outside [1, 32]");
+  r.set_nprobe(33);
+  ExpectInvalid(r, "nprobe=33 is outside [1, 32]");
+  r.set_nprobe(32);
+  EXPECT_TRUE(ParseSearchRequest(r, Index(), Limits()).ok());
+}
+
+TEST(ParseSearchRequest, NonFiniteValues) {
+  auto r = Request(2);
+  r.set_vectors(6, std::numeric_limits<float>::quiet_NaN());
+  ExpectInvalid(r, "query 1 has a non-finite value (nan) at dimension 2");
+  r.set_vectors(6, std::numeric_limits<float>::infinity());
+  ExpectInvalid(r, "query 1 has a non-finite value (inf)");
+}
+
+TEST(ParseSearchRequest, ByteLengthNotAMultipleOfRowSize) {
+  knnd::v1::SearchRequest r;
+  r.set_k(1);
+  r.set_vectors_f32le(std::string(20, '\0'));
+  ExpectInvalid(r, "vectors_f32le has 20 bytes, not a multiple of 4*dim=16");
+}
+
+TEST(ParseSearchRequest, BothEncodingsAtOnce) {
+  auto r = Request(1);
+  r.set_vectors_f32le(std::string(16, '\0'));
+  ExpectInvalid(r, "either vectors or vectors_f32le");
+}
+
+TEST(ParseSearchRequest, AllowListIsBoundedSortedAndDeduplicated) {
+  auto r = Request(1);
+  for (int64_t id : {9, 2, 9, 5}) r.add_allowed_ids(id);
+  auto parsed = ParseSearchRequest(r, Index(), Limits());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->allowed_ids, (std::vector<int64_t>{2, 5, 9}));
+  for (int64_t id : {1, 3}) r.add_allowed_ids(id);
+  ExpectInvalid(r, "allowed_ids has 6 ids, more than max_filter_ids=5");
+}
+
+}  // namespace
+}  // namespace knnd

@@ -1,0 +1,365 @@
+// knnctl as a user runs it: the binary, its output and its exit codes.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "knnd/storage/index_metadata.h"
+#include "knnd/index/index_snapshot.h"
+#include "knnd/storage/vector_io.h"
+#include "testing/test_util.h"
+
+namespace knnd {
+namespace {
+
+using ::knnd::testing::FreePort;
+using ::knnd::testing::MakeData;
+using ::knnd::testing::ReferenceSearch;
+using ::knnd::testing::TempDir;
+using ::testing::HasSubstr;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+CommandResult Knnctl(const std::string& args) {
+  CommandResult run;
+  // One thread: tests share the machine, and OpenMP threads spinning on
+  // busy cores made small builds several times slower.
+  FILE* pipe = popen(
+      absl::StrCat(KNNCTL_BINARY, " ", args, " --threads 1 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) run.output.append(buf, n);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+Matrix WriteData(const std::string& path, int64_t rows, int dim,
+                 uint32_t seed) {
+  Matrix m;
+  m.rows = rows;
+  m.dim = dim;
+  m.values = MakeData(rows, dim, seed);
+  EXPECT_TRUE(WriteVectors(path, m).ok());
+  return m;
+}
+
+TEST(Knnctl, ExitCodes) {
+  TempDir dir;
+  WriteData(dir.path("x.npy"), 2000, 16, 3);
+  EXPECT_EQ(Knnctl("").exit_code, 2);
+  EXPECT_EQ(Knnctl("frobnicate").exit_code, 2);
+
+  CommandResult no_output = Knnctl(absl::StrCat("build --input ", dir.path("x.npy")));
+  EXPECT_EQ(no_output.exit_code, 2);
+  EXPECT_THAT(no_output.output, HasSubstr("--output"));
+
+  CommandResult fast_scan = Knnctl(absl::StrCat("build --input ", dir.path("x.npy"),
+                                      " --output ", dir.path("x.index"),
+                                      " --factory IVF16,PQ4x4fs"));
+  EXPECT_EQ(fast_scan.exit_code, 2);
+  EXPECT_THAT(fast_scan.output, HasSubstr("cannot memory-map"));
+  EXPECT_FALSE(std::ifstream(dir.path("x.index")).good());
+
+  CommandResult bad_m = Knnctl(absl::StrCat("build --input ", dir.path("x.npy"),
+                                  " --output ", dir.path("x.index"), " --m 5"));
+  EXPECT_EQ(bad_m.exit_code, 2);
+  EXPECT_THAT(bad_m.output, HasSubstr("--m=5 does not divide dim=16"));
+
+  CommandResult missing = Knnctl(absl::StrCat("build --input ", dir.path("none.npy"),
+                                    " --output ", dir.path("x.index")));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.output, HasSubstr("none.npy"));
+
+  CommandResult built = Knnctl(absl::StrCat("build --input ", dir.path("x.npy"),
+                                  " --output ", dir.path("x.index"),
+                                  " --nlist 16 --m 4"));
+  EXPECT_EQ(built.exit_code, 0) << built.output;
+  CommandResult info = Knnctl(absl::StrCat("info --index ", dir.path("x.index")));
+  EXPECT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_THAT(info.output, HasSubstr("IVF16,PQ4"));
+
+  CommandResult no_truth = Knnctl(absl::StrCat("eval --index ", dir.path("x.index"),
+                                     " --queries ", dir.path("x.npy")));
+  EXPECT_EQ(no_truth.exit_code, 2);
+  EXPECT_THAT(no_truth.output, HasSubstr("--base"));
+
+  // Nothing listens there: not serving.
+  EXPECT_EQ(Knnctl(absl::StrCat("health --timeout_ms 500 --addr 127.0.0.1:",
+                                FreePort()))
+                .exit_code,
+            1);
+}
+
+// Parses eval's table: nprobe -> the recall@10 column.
+std::map<int, double> Recall10Column(const std::string& output) {
+  std::map<int, double> recall;
+  int column = -1;
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    std::vector<absl::string_view> cells =
+        absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (!cells.empty() && cells[0] == "nprobe") {
+      for (size_t i = 0; i < cells.size(); ++i) {
+        if (cells[i] == "recall@10") column = static_cast<int>(i);
+      }
+      continue;
+    }
+    int nprobe;
+    double value;
+    if (column > 0 && cells.size() > static_cast<size_t>(column) &&
+        absl::SimpleAtoi(cells[0], &nprobe) &&
+        absl::SimpleAtod(cells[column], &value)) {
+      recall[nprobe] = value;
+    }
+  }
+  return recall;
+}
+
+TEST(Knnctl, EvalRecallEqualsAnIndependentComputation) {
+  TempDir dir;
+  const Matrix base = WriteData(dir.path("base.npy"), 3000, 16, 11);
+  const Matrix queries = WriteData(dir.path("q.npy"), 200, 16, 12);
+  ASSERT_EQ(Knnctl(absl::StrCat("build --input ", dir.path("base.npy"),
+                                " --output ", dir.path("x.index"),
+                                " --nlist 32 --m 4"))
+                .exit_code,
+            0);
+  CommandResult eval = Knnctl(absl::StrCat("eval --index ", dir.path("x.index"),
+                                 " --queries ", dir.path("q.npy"), " --base ",
+                                 dir.path("base.npy"),
+                                 " --nprobes 1,4,32 --k 10"));
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  const std::map<int, double> printed = Recall10Column(eval.output);
+  ASSERT_EQ(printed.size(), 3u) << eval.output;
+
+  // Exact neighbours by a double-precision loop, approximate ones from
+  // FAISS reading the file itself.
+  std::vector<std::set<int64_t>> truth(queries.rows);
+  for (int64_t q = 0; q < queries.rows; ++q) {
+    std::vector<std::pair<double, int64_t>> all;
+    for (int64_t b = 0; b < base.rows; ++b) {
+      double d = 0;
+      for (int j = 0; j < base.dim; ++j) {
+        const double diff = queries.row(q)[j] - base.row(b)[j];
+        d += diff * diff;
+      }
+      all.emplace_back(d, b);
+    }
+    std::partial_sort(all.begin(), all.begin() + 10, all.end());
+    for (int j = 0; j < 10; ++j) truth[q].insert(all[j].second);
+  }
+  for (const auto& [nprobe, recall] : printed) {
+    std::vector<float> distances;
+    std::vector<int64_t> ids;
+    ReferenceSearch(dir.path("x.index"), queries.values, 10, nprobe,
+                    &distances, &ids);
+    int64_t hits = 0;
+    for (int64_t q = 0; q < queries.rows; ++q) {
+      for (int j = 0; j < 10; ++j) hits += truth[q].count(ids[q * 10 + j]);
+    }
+    // The table prints 4 decimals; one neighbour of 2,000 is 0.0005.
+    EXPECT_NEAR(recall, hits / 2000.0, 0.00051) << "nprobe " << nprobe;
+  }
+  EXPECT_LT(printed.at(1), printed.at(32));
+  EXPECT_THAT(eval.output, HasSubstr("chosen nprobe:"));
+}
+
+// --keep_vectors writes INDEX.vectors that knnd loads; eval sweeps
+// refine_factor with nprobe and re-ranking lifts recall past what PQ alone
+// reaches; a build without the flag removes a stale vectors file.
+TEST(Knnctl, KeepVectorsAndEvalSweepsRefineFactors) {
+  TempDir dir;
+  WriteData(dir.path("base.npy"), 3000, 16, 11);
+  WriteData(dir.path("q.npy"), 200, 16, 12);
+  const std::string index = dir.path("x.index");
+  const std::string build = absl::StrCat(
+      "build --input ", dir.path("base.npy"), " --output ", index,
+      " --nlist 32 --m 2");
+  CommandResult built = Knnctl(build + " --keep_vectors --vectors_dtype f16");
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  EXPECT_THAT(built.output, HasSubstr("x.index.vectors (f16"));
+  struct stat st;
+  ASSERT_EQ(stat((index + ".vectors").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 64 + 3000 * 16 * 2);
+
+  CommandResult eval = Knnctl(absl::StrCat(
+      "eval --index ", index, " --queries ", dir.path("q.npy"), " --base ",
+      dir.path("base.npy"), " --nprobes 32 --refine_factors 0,16 --k 10",
+      " --target_recall 0.99"));
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_THAT(eval.output, HasSubstr("refine"));
+  // Rows: "32 0 r@1 r@10 ..." and "32 16 ...".
+  std::map<int, double> recall10;
+  int column = -1;
+  for (absl::string_view line : absl::StrSplit(eval.output, '\n')) {
+    std::vector<absl::string_view> cells =
+        absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (!cells.empty() && cells[0] == "nprobe") {
+      for (size_t i = 0; i < cells.size(); ++i) {
+        if (cells[i] == "recall@10") column = static_cast<int>(i);
+      }
+      continue;
+    }
+    int nprobe, refine;
+    double value;
+    if (column > 0 && cells.size() > static_cast<size_t>(column) &&
+        absl::SimpleAtoi(cells[0], &nprobe) &&
+        absl::SimpleAtoi(cells[1], &refine) &&
+        absl::SimpleAtod(cells[column], &value)) {
+      recall10[refine] = value;
+    }
+  }
+  ASSERT_EQ(recall10.size(), 2u) << eval.output;
+  EXPECT_LT(recall10.at(0), 0.9) << eval.output;  // 2-byte PQ codes
+  EXPECT_GT(recall10.at(16), recall10.at(0) + 0.2) << eval.output;
+  EXPECT_THAT(eval.output, HasSubstr("chosen nprobe: 32 refine_factor: 16"));
+
+  CommandResult info = Knnctl(absl::StrCat("info --index ", index));
+  EXPECT_THAT(info.output, HasSubstr("raw vectors:     " + index +
+                                     ".vectors (f16"));
+  {
+    knnd::testing::RunningServer server =
+        knnd::testing::StartServer(knnd::testing::TestConfig(index));
+    ASSERT_NE(server.stub, nullptr);
+    CommandResult search = Knnctl(absl::StrCat(
+        "search --addr ", server.address, " --random 3 --refine_factor 4"));
+    EXPECT_EQ(search.exit_code, 0) << search.output;
+    EXPECT_THAT(search.output, HasSubstr("refine_factor 4"));
+  }
+
+  CommandResult rebuilt = Knnctl(build);
+  ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
+  EXPECT_THAT(rebuilt.output, HasSubstr("removed:"));
+  EXPECT_NE(stat((index + ".vectors").c_str(), &st), 0);
+  CommandResult refused = Knnctl(absl::StrCat(
+      "eval --index ", index, " --queries ", dir.path("q.npy"), " --base ",
+      dir.path("base.npy"), " --refine_factors 4"));
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_THAT(refused.output, HasSubstr("--keep_vectors"));
+}
+
+TEST(Knnctl, KilledBuildLeavesTheOldIndexIntact) {
+  TempDir dir;
+  WriteData(dir.path("small.npy"), 2000, 16, 1);
+  WriteData(dir.path("big.npy"), 200000, 16, 2);
+  const std::string index = dir.path("x.index");
+  ASSERT_EQ(Knnctl(absl::StrCat("build --input ", dir.path("small.npy"),
+                                " --output ", index, " --nlist 16 --m 4"))
+                .exit_code,
+            0);
+  absl::StatusOr<std::string> crc = FileCrc32(index);
+  ASSERT_TRUE(crc.ok());
+
+  // Kill the second build once it reports training done, i.e. while it
+  // adds rows in small batches, long before it writes.
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    dup2(out[1], STDERR_FILENO);
+    const std::string input = dir.path("big.npy");
+    execl(KNNCTL_BINARY, KNNCTL_BINARY, "build", "--input", input.c_str(),
+          "--output", index.c_str(), "--nlist", "16", "--m", "4",
+          "--add_batch", "100", "--threads", "1", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  std::string seen;
+  char buf[256];
+  ssize_t n;
+  while (seen.find("trained in") == std::string::npos &&
+         (n = read(out[0], buf, sizeof buf)) > 0) {
+    seen.append(buf, static_cast<size_t>(n));
+  }
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  close(out[0]);
+  ASSERT_THAT(seen, HasSubstr("trained in"));
+  ASSERT_TRUE(WIFSIGNALED(status));
+
+  EXPECT_EQ(*FileCrc32(index), *crc);
+  EXPECT_TRUE(IndexSnapshot::Load(index, {}).ok());
+}
+
+// publish copies a built index and its sidecar into the next numbered
+// version of a directory; a broken file is refused and publishes nothing.
+TEST(Knnctl, PublishWritesNumberedVersions) {
+  TempDir dir;
+  WriteData(dir.path("x.npy"), 2000, 16, 3);
+  CommandResult built = Knnctl(absl::StrCat("build --input ", dir.path("x.npy"),
+                                            " --output ", dir.path("x.index"),
+                                            " --nlist 16 --m 4"));
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  for (int version : {1, 2}) {
+    CommandResult published =
+        Knnctl(absl::StrCat("publish --index ", dir.path("x.index"), " --dir ",
+                            dir.path("versions")));
+    EXPECT_EQ(published.exit_code, 0) << published.output;
+    EXPECT_THAT(published.output,
+                HasSubstr(absl::StrCat("as version ", version)));
+    const std::string index =
+        absl::StrCat(dir.path("versions"), "/", version, "/index.faiss");
+    EXPECT_TRUE(std::ifstream(MetadataPath(index)).good()) << index;
+  }
+  CommandResult missing = Knnctl(absl::StrCat(
+      "publish --index ", dir.path("none.index"), " --dir ", dir.path("versions")));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.output, HasSubstr("none.index"));
+  EXPECT_FALSE(std::ifstream(dir.path("versions") + "/3/index.faiss").good());
+  EXPECT_EQ(Knnctl("publish --index x").exit_code, 2);
+
+  // knnd serves the directory; knnctl reload and versions drive its admin
+  // API.
+  knnd::testing::RunningServer s =
+      knnd::testing::StartServer(knnd::testing::TestConfig(dir.path("versions")));
+  ASSERT_NE(s.stub, nullptr);
+  const std::string admin =
+      absl::StrCat(" --addr 127.0.0.1:", s.server->admin_port());
+  ASSERT_EQ(Knnctl(absl::StrCat("publish --index ", dir.path("x.index"),
+                                " --dir ", dir.path("versions")))
+                .exit_code,
+            0);
+  CommandResult reloaded = Knnctl("reload" + admin);
+  EXPECT_EQ(reloaded.exit_code, 0) << reloaded.output;
+  EXPECT_THAT(reloaded.output, HasSubstr("serving:  version 3"));
+  EXPECT_THAT(reloaded.output, HasSubstr("before:   version 2"));
+  EXPECT_THAT(reloaded.output, HasSubstr("loaded:   yes"));
+  CommandResult pinned = Knnctl("reload --pin 1" + admin);
+  EXPECT_EQ(pinned.exit_code, 0) << pinned.output;
+  EXPECT_THAT(pinned.output, HasSubstr("serving:  version 1"));
+  EXPECT_THAT(pinned.output, HasSubstr("pinned:   version 1"));
+  CommandResult versions = Knnctl("versions" + admin);
+  EXPECT_EQ(versions.exit_code, 0) << versions.output;
+  EXPECT_THAT(versions.output, ::testing::ContainsRegex("1  serving "));
+  EXPECT_THAT(versions.output, ::testing::ContainsRegex("3  -  "));
+  EXPECT_THAT(versions.output, HasSubstr("pinned:  version 1"));
+  CommandResult absent = Knnctl("reload --pin 9" + admin);
+  EXPECT_EQ(absent.exit_code, 2);
+  EXPECT_THAT(absent.output, HasSubstr("NOT_FOUND"));
+  // The search port does not serve the admin API.
+  CommandResult wrong_port =
+      Knnctl(absl::StrCat("reload --addr 127.0.0.1:", s.server->port()));
+  EXPECT_EQ(wrong_port.exit_code, 2);
+  EXPECT_THAT(wrong_port.output, HasSubstr("UNIMPLEMENTED"));
+}
+
+}  // namespace
+}  // namespace knnd
