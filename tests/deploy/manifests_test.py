@@ -10,7 +10,9 @@ of v2beta2) and the Prometheus Operator's ServiceMonitor are described in
 EXTRA_TYPES below. Then the manifests are checked against each other and
 against knnd's config in the ConfigMap, parsed with the config.proto schema:
 ports, probes, memory limit, read-only index, drain timing, security
-context, selectors, the kustomization's resource list.
+context, selectors, the kustomization's resource list, and that metrics are
+scraped by exactly one route (the pods' prometheus.io/* annotations, the
+default, or the opt-in ServiceMonitor), never both.
 
   manifests_test.py --source-dir . [unittest args]
 """
@@ -67,6 +69,10 @@ PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float),
               "datetime": str, "date": str}
 HEALTH_SERVICES = ("", "knnd.v1.KnnService")
 MIN_STARTUP_SECONDS = 300
+# Files of deploy/k8s that the default kustomization leaves out on purpose:
+# the ServiceMonitor is the opt-in second scrape route (kustomization.yaml).
+OPTIONAL_RESOURCES = {"servicemonitor.yaml"}
+PROMETHEUS_ANNOTATION_PREFIX = "prometheus.io/"
 PROCESS_BASELINE_BYTES = 100 << 20
 
 
@@ -204,7 +210,7 @@ def check_manifests(docs, config_pb2):
     _, kustomization = objects["Kustomization"][0]
     listed = set(kustomization["resources"])
     present = {n for n in docs if n != "kustomization.yaml"}
-    for missing in sorted(present - listed):
+    for missing in sorted(present - listed - OPTIONAL_RESOURCES):
         errors.append(f"kustomization.yaml: {missing} is not in resources")
     for extra in sorted(listed - present):
         errors.append(f"kustomization.yaml: resource {extra} does not exist")
@@ -327,9 +333,12 @@ def check_manifests(docs, config_pb2):
         errors.append("Deployment: capabilities are not dropped (drop: [ALL])")
 
     annotations = pod["metadata"].get("annotations", {})
-    if annotations.get("prometheus.io/scrape") != "true" or \
-            annotations.get("prometheus.io/port") != str(metrics_port) or \
-            annotations.get("prometheus.io/path") != "/metrics":
+    annotation_route = any(k.startswith(PROMETHEUS_ANNOTATION_PREFIX)
+                           for k in annotations)
+    if annotation_route and (
+            annotations.get("prometheus.io/scrape") != "true" or
+            annotations.get("prometheus.io/port") != str(metrics_port) or
+            annotations.get("prometheus.io/path") != "/metrics"):
         errors.append(f"Deployment: prometheus.io annotations must say scrape "
                       f"\"true\", port \"{metrics_port}\", path /metrics")
     if config.max_connection_age_ms == 0:
@@ -353,7 +362,16 @@ def check_manifests(docs, config_pb2):
         if not any(p.get("name") == "grpc" for p in svc["spec"]["ports"]):
             errors.append(f"Service {name}: no port named grpc")
 
-    _, monitor = objects["ServiceMonitor"][0]
+    monitor_file, monitor = objects["ServiceMonitor"][0]
+    monitor_route = monitor_file in listed
+    if annotation_route and monitor_route:
+        errors.append(f"kustomization.yaml: both scrape routes are active, the "
+                      f"pods' prometheus.io/* annotations and {monitor_file}: "
+                      "every series would be scraped twice; keep one")
+    elif not annotation_route and not monitor_route:
+        errors.append(f"no scrape route: the pods have no prometheus.io/* "
+                      f"annotations and {monitor_file} is not in the "
+                      "kustomization's resources")
     chosen = [n for n, s in sorted(services.items())
               if selects(monitor["spec"]["selector"].get("matchLabels"),
                          s["metadata"].get("labels", {}))]
@@ -430,6 +448,10 @@ class ManifestTest(unittest.TestCase):
                                        "service-headless.yaml", "pdb.yaml",
                                        "hpa.yaml", "servicemonitor.yaml"]))
         self.assertEqual(check_manifests(self.docs, self.config_pb2), [])
+        # The default scrape route is the pods' annotations; the
+        # ServiceMonitor is opt-in (kustomization.yaml says how).
+        self.assertNotIn("servicemonitor.yaml",
+                         self.docs["kustomization.yaml"][0]["resources"])
 
     def test_the_schema_check_knows_required_fields(self):
         self.assertIn("containers", fields_of("V1PodSpec")[1])
@@ -540,6 +562,28 @@ class ManifestTest(unittest.TestCase):
             docs["deployment.yaml"][0]["spec"]["template"]["metadata"][
                 "annotations"]["prometheus.io/port"] = "8080"
         self.assertIn("prometheus.io annotations", self.errors_after(annotation))
+
+    def annotations(self, docs):
+        return docs["deployment.yaml"][0]["spec"]["template"]["metadata"][
+            "annotations"]
+
+    def test_detects_both_scrape_routes_active(self):
+        def both(docs):
+            docs["kustomization.yaml"][0]["resources"].append("servicemonitor.yaml")
+        self.assertIn("both scrape routes are active", self.errors_after(both))
+
+    def test_the_servicemonitor_alone_is_one_scrape_route(self):
+        def monitor_only(docs):
+            docs["kustomization.yaml"][0]["resources"].append("servicemonitor.yaml")
+            for key in list(self.annotations(docs)):
+                if key.startswith(PROMETHEUS_ANNOTATION_PREFIX):
+                    del self.annotations(docs)[key]
+        self.assertEqual(self.errors_after(monitor_only), "")
+
+    def test_detects_no_scrape_route(self):
+        def none(docs):
+            self.annotations(docs).clear()
+        self.assertIn("no scrape route", self.errors_after(none))
 
     def test_detects_a_resource_missing_from_the_kustomization(self):
         def change(docs):
