@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "knnd/config/server_options.h"
 
 namespace knnd {
 namespace {
@@ -54,6 +55,17 @@ absl::StatusOr<knnd::v1::ServerConfig> LoadConfigFile(const std::string& path) {
 }
 
 absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
+  // The components' own checks, on the options made from this config: one
+  // range check per field, wherever the field is used.
+  for (absl::Status s :
+       {WorkerPool::ValidateOptions(WorkerPoolOptionsFrom(c)),
+        Batcher::ValidateOptions(BatcherOptionsFrom(c)),
+        ParseChecksumCheck(c.checksum_check()).status()}) {
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config field ", s.message()));
+    }
+  }
   auto out_of_range = [](const char* field, uint64_t value, uint64_t lo,
                          uint64_t hi) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -86,36 +98,9 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
     return out_of_range("malloc_mmap_threshold_bytes",
                         c.malloc_mmap_threshold_bytes(), 0, uint32_t{32} << 20);
   }
-  if (c.checksum_check() != "background" &&
-      c.checksum_check() != "before_serving" && c.checksum_check() != "off") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config field checksum_check=\"", c.checksum_check(),
-        "\" is none of \"background\", \"before_serving\", \"off\""));
-  }
-  if (c.max_batch_rows() < 1 || c.max_batch_rows() > 1000000) {
-    return out_of_range("max_batch_rows", c.max_batch_rows(), 1, 1000000);
-  }
-  if (c.max_queue_delay_us() > 1000000) {
-    return out_of_range("max_queue_delay_us", c.max_queue_delay_us(), 0,
-                        1000000);
-  }
-  if (c.inline_max_rows() > c.max_batch_rows()) {
-    return out_of_range("inline_max_rows", c.inline_max_rows(), 0,
-                        c.max_batch_rows());
-  }
   if (c.index_probe_timeout_s() < 1 || c.index_probe_timeout_s() > 86400) {
     return out_of_range("index_probe_timeout_s", c.index_probe_timeout_s(), 1,
                         86400);
-  }
-  if (c.num_workers() > 1024) {
-    return out_of_range("num_workers", c.num_workers(), 0, 1024);
-  }
-  if (c.omp_threads_per_worker() < 1 || c.omp_threads_per_worker() > 256) {
-    return out_of_range("omp_threads_per_worker", c.omp_threads_per_worker(),
-                        1, 256);
-  }
-  if (c.worker_nice() > 19) {
-    return out_of_range("worker_nice", c.worker_nice(), 0, 19);
   }
   if (c.max_receive_message_bytes() < 1024 ||
       c.max_receive_message_bytes() > (uint64_t{1} << 31) - 1) {

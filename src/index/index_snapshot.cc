@@ -51,6 +51,11 @@ absl::Status ApplyMetadata(const std::string& path, bool verify_checksum,
   info.factory = meta->factory();
   info.source = meta->source();
   info.created = meta->created();
+  info.tuned_nprobe = static_cast<int>(meta->tuned_nprobe());
+  info.tuned_refine_factor = static_cast<int>(meta->tuned_refine_factor());
+  info.tuned_k = static_cast<int>(meta->tuned_k());
+  info.target_recall = meta->target_recall();
+  info.tuned_recall = meta->tuned_recall();
   return absl::OkStatus();
 }
 

@@ -51,6 +51,12 @@ struct IndexInfo : IndexFacts {
   std::string factory;      // as given to the builder, e.g. "IVF1024,PQ56"
   std::string source;       // input file of the build
   std::string created;      // RFC 3339 UTC
+  // The sidecar's `knnctl tune` result (tuned_nprobe 0: not tuned).
+  int tuned_nprobe = 0;
+  int tuned_refine_factor = 0;
+  int tuned_k = 0;
+  double target_recall = 0;
+  double tuned_recall = 0;
   // The raw-vectors file (vectors_file.h) used for exact re-ranking, when
   // one was loaded; vectors_error says why one was not (empty when there
   // was none or loading was not asked for).

@@ -25,16 +25,6 @@ knnd::v1::Metric ToProto(Metric metric) {
 
 }  // namespace
 
-SearchLimits KnnServiceImpl::LimitsFor(const IndexInfo& index) const {
-  SearchLimits limits =
-      ResolveLimits(options_.max_k, options_.max_queries_per_request,
-                    options_.default_nprobe, options_.max_nprobe,
-                    options_.max_filter_ids, index);
-  limits.default_refine_factor = options_.default_refine_factor;
-  limits.max_refine_factor = options_.max_refine_factor;
-  return limits;
-}
-
 grpc::ServerUnaryReactor* KnnServiceImpl::Search(
     grpc::CallbackServerContext* context,
     const knnd::v1::SearchRequest* request,
@@ -69,7 +59,7 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
   }
   const IndexInfo& index = snapshot->info();
   absl::StatusOr<ParsedSearch> parsed =
-      ParseSearchRequest(*request, index, LimitsFor(index));
+      ParseSearchRequest(*request, index, ResolveLimits(options_.limits, index));
   if (!parsed.ok()) return reject(RejectReason::kInvalid, parsed.status());
 
   const absl::Time deadline = absl::FromChrono(context->deadline());
@@ -166,7 +156,7 @@ grpc::ServerUnaryReactor* KnnServiceImpl::GetIndexInfo(
     return finish(holder_->NotServingStatus());
   }
   const IndexInfo& index = snapshot->info();
-  const SearchLimits limits = LimitsFor(index);
+  const SearchLimits limits = ResolveLimits(options_.limits, index);
   response->set_dim(static_cast<uint32_t>(index.dim));
   response->set_metric(ToProto(index.metric));
   response->set_ntotal(index.ntotal);
@@ -197,12 +187,14 @@ grpc::ServerUnaryReactor* KnnServiceImpl::GetIndexInfo(
   response->set_created(index.created);
   response->set_has_vectors(index.has_vectors);
   response->set_vectors_dtype(index.vectors_dtype);
-  response->set_default_refine_factor(static_cast<uint32_t>(
-      index.has_vectors ? std::min(limits.default_refine_factor,
-                                   limits.max_refine_factor)
-                        : 0));
+  response->set_default_refine_factor(
+      static_cast<uint32_t>(limits.default_refine_factor));
   response->set_max_refine_factor(
       static_cast<uint32_t>(limits.max_refine_factor));
+  response->set_defaults_source(DefaultsSourceName(limits.defaults_source));
+  response->set_tuned_k(static_cast<uint32_t>(index.tuned_k));
+  response->set_target_recall(index.target_recall);
+  response->set_tuned_recall(index.tuned_recall);
   return finish(absl::OkStatus());
 }
 

@@ -31,15 +31,9 @@ namespace knnd {
 class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
  public:
   struct Options {
-    int max_k = 1024;
-    int64_t max_queries_per_request = 4096;
-    int default_nprobe = 0;  // 0: the index file's nprobe
-    int max_nprobe = 0;      // 0: nlist
-    int64_t max_filter_ids = 1000000;
+    LimitsConfig limits;
     int64_t max_receive_message_bytes = 64 << 20;
     int retry_pushback_ms = 50;
-    int default_refine_factor = 0;  // applies to indexes with raw vectors
-    int max_refine_factor = 64;
     // Rows per FAISS call (the batcher's), for the memory estimate.
     int64_t max_batch_rows = 256;
     absl::Duration slow_request = absl::Milliseconds(250);  // 0: no log
@@ -65,8 +59,6 @@ class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
       knnd::v1::GetIndexInfoResponse* response) override;
 
  private:
-  SearchLimits LimitsFor(const IndexInfo& index) const;
-
   const Options options_;
   IndexHolder* const holder_;
   AdmissionGate* const gate_;

@@ -6,6 +6,7 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "knnd/base/range_check.h"
 
 namespace knnd {
 
@@ -36,18 +37,25 @@ struct Batcher::Running {
   absl::Status error ABSL_GUARDED_BY(mu);
 };
 
+absl::Status Batcher::ValidateOptions(const Options& options) {
+  if (absl::Status s =
+          CheckInRange("max_batch_rows", options.max_batch_rows, 1, 1000000);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckInRange("max_queue_delay_us",
+                                    options.max_queue_delay_us, 0, 1000000);
+      !s.ok()) {
+    return s;
+  }
+  return CheckInRange("inline_max_rows", options.inline_max_rows, 0,
+                      options.max_batch_rows);
+}
+
 absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(const Options& options,
                                                          WorkerPool* pool,
                                                          Metrics* metrics) {
-  if (options.max_batch_rows <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_batch_rows=", options.max_batch_rows, " must be positive"));
-  }
-  if (options.max_queue_delay_us < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_queue_delay_us=", options.max_queue_delay_us,
-                     " must not be negative"));
-  }
+  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
   if (pool == nullptr) return absl::InvalidArgumentError("no worker pool");
   return std::unique_ptr<Batcher>(new Batcher(options, pool, metrics));
 }

@@ -76,7 +76,7 @@ struct SearchJob {
 class Batcher {
  public:
   struct Options {
-    // Largest number of rows in one FAISS call. Must be > 0.
+    // Largest number of rows in one FAISS call.
     int max_batch_rows = 256;
     // Merge queued units of different requests with the same key into one
     // FAISS call. Off: every unit is its own call (splitting only).
@@ -93,6 +93,11 @@ class Batcher {
     // most the pool's thread count. 0: never inline.
     int inline_max_rows = 0;
   };
+
+  // The one range check of each option (the config check calls it too):
+  // max_batch_rows in [1, 1000000], max_queue_delay_us in [0, 1000000],
+  // inline_max_rows in [0, max_batch_rows].
+  static absl::Status ValidateOptions(const Options& options);
 
   // `metrics` (optional) is told the rows of every FAISS call that runs.
   static absl::StatusOr<std::unique_ptr<Batcher>> Create(

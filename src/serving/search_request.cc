@@ -12,21 +12,6 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "vectors_f32le is read in place; a big-endian host would need "
               "a byte swap");
 
-SearchLimits ResolveLimits(int max_k, int64_t max_queries_per_request,
-                           int default_nprobe, int max_nprobe,
-                           int64_t max_filter_ids, const IndexInfo& index) {
-  SearchLimits limits;
-  limits.max_k = max_k;
-  limits.max_queries_per_request = max_queries_per_request;
-  limits.max_filter_ids = max_filter_ids;
-  const int nlist = static_cast<int>(std::max<int64_t>(1, index.nlist));
-  limits.max_nprobe = max_nprobe > 0 ? std::min(max_nprobe, nlist) : nlist;
-  limits.default_nprobe =
-      std::min(default_nprobe > 0 ? default_nprobe : index.stored_nprobe,
-               limits.max_nprobe);
-  return limits;
-}
-
 absl::StatusOr<ParsedSearch> ParseSearchRequest(
     const knnd::v1::SearchRequest& request, const IndexInfo& index,
     const SearchLimits& limits) {
@@ -102,10 +87,7 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
     }
     parsed.nprobe = static_cast<int>(request.nprobe());
   }
-  parsed.refine_factor =
-      index.has_vectors ? std::min(limits.default_refine_factor,
-                                   limits.max_refine_factor)
-                        : 0;
+  parsed.refine_factor = limits.default_refine_factor;
   if (request.has_refine_factor()) {
     if (request.refine_factor() >
         static_cast<uint32_t>(limits.max_refine_factor)) {

@@ -13,27 +13,10 @@
 
 #include "absl/status/statusor.h"
 #include "knnd/index/index_snapshot.h"
+#include "knnd/serving/search_limits.h"
 #include "knnd/v1/knn_service.pb.h"
 
 namespace knnd {
-
-// Request limits in force for one index (max_nprobe depends on its nlist).
-struct SearchLimits {
-  int max_k = 1024;
-  int64_t max_queries_per_request = 4096;
-  int default_nprobe = 1;
-  int max_nprobe = 1;
-  int64_t max_filter_ids = 1000000;
-  // Re-ranking: the default applies only to an index with raw vectors.
-  int default_refine_factor = 0;
-  int max_refine_factor = 0;
-};
-
-// Resolves the configured limits against an index: a configured 0 means
-// "from the index" (default_nprobe: the file's nprobe; max_nprobe: nlist).
-SearchLimits ResolveLimits(int max_k, int64_t max_queries_per_request,
-                           int default_nprobe, int max_nprobe,
-                           int64_t max_filter_ids, const IndexInfo& index);
 
 // A validated request. `queries` points into the request message (or into
 // `aligned_copy` when the byte payload was not 4-byte aligned), so the

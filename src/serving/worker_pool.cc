@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "knnd/base/range_check.h"
 #include "knnd/faiss/faiss_runtime.h"
 #include "spdlog/spdlog.h"
 
@@ -25,22 +26,23 @@ int AvailableCores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+absl::Status WorkerPool::ValidateOptions(const Options& options) {
+  if (absl::Status s =
+          CheckInRange("num_workers", options.num_threads, 0, 1024);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckInRange("omp_threads_per_worker",
+                                    options.omp_threads_per_worker, 1, 256);
+      !s.ok()) {
+    return s;
+  }
+  return CheckInRange("worker_nice", options.nice_increment, 0, 19);
+}
+
 absl::StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Create(
     const Options& options) {
-  if (options.num_threads < 0 || options.num_threads > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_workers=", options.num_threads, " is outside [0, 1024]"));
-  }
-  if (options.omp_threads_per_worker < 1 ||
-      options.omp_threads_per_worker > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("omp_threads_per_worker=", options.omp_threads_per_worker,
-                     " is outside [1, 256]"));
-  }
-  if (options.nice_increment < 0 || options.nice_increment > 19) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker_nice=", options.nice_increment, " is outside [0, 19]"));
-  }
+  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
   UseSingleThreadedBlas();
   const int n =
       options.num_threads > 0 ? options.num_threads : AvailableCores();

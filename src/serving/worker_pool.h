@@ -37,6 +37,11 @@ class WorkerPool {
     int nice_increment = 0;
   };
 
+  // The one range check of each option (the config check calls it too):
+  // num_threads in [0, 1024], omp_threads_per_worker in [1, 256],
+  // nice_increment in [0, 19]; messages use the config field names.
+  static absl::Status ValidateOptions(const Options& options);
+
   static absl::StatusOr<std::unique_ptr<WorkerPool>> Create(
       const Options& options);
   ~WorkerPool();

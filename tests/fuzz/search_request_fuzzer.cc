@@ -41,10 +41,11 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   t->snapshot = std::move(*snapshot);
   // The server's resolution of its limits, with small maxima so that one
   // input stays cheap (the defaults allow 4096 queries of k=1024).
-  t->limits = knnd::ResolveLimits(/*max_k=*/64,
-                                  /*max_queries_per_request=*/32,
-                                  /*default_nprobe=*/0, /*max_nprobe=*/0,
-                                  /*max_filter_ids=*/256, t->snapshot->info());
+  knnd::LimitsConfig config;
+  config.max_k = 64;
+  config.max_queries_per_request = 32;
+  config.max_filter_ids = 256;
+  t->limits = knnd::ResolveLimits(config, t->snapshot->info());
   target = t;
   return 0;
 }

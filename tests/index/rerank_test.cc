@@ -432,8 +432,9 @@ knnd::v1::SearchRequest Request() {
 // Parses Request() with refine_factor set, under max_refine_factor 16.
 absl::StatusOr<ParsedSearch> ParseWithRefine(const IndexInfo& info,
                                              int refine_factor) {
-  SearchLimits limits = ResolveLimits(100, 10, 0, 0, 5, info);
-  limits.max_refine_factor = 16;
+  LimitsConfig config;
+  config.max_refine_factor = 16;
+  const SearchLimits limits = ResolveLimits(config, info);
   knnd::v1::SearchRequest r = Request();
   r.set_refine_factor(refine_factor);
   return ParseSearchRequest(r, info, limits);
@@ -452,13 +453,15 @@ TEST(RerankRequest, RefineFactorOutOfRangeNamesTheLimit) {
 }
 
 TEST(RerankRequest, DefaultAppliesOnlyWithVectors) {
-  SearchLimits limits = ResolveLimits(100, 10, 0, 0, 5, InfoWithVectors(true));
-  limits.default_refine_factor = 4;
-  limits.max_refine_factor = 16;
+  LimitsConfig config;
+  config.default_refine_factor = 4;
+  config.max_refine_factor = 16;
+  const SearchLimits limits = ResolveLimits(config, InfoWithVectors(true));
   auto with = ParseSearchRequest(Request(), InfoWithVectors(true), limits);
   ASSERT_TRUE(with.ok());
   EXPECT_EQ(with->refine_factor, 4);
-  auto without = ParseSearchRequest(Request(), InfoWithVectors(false), limits);
+  auto without = ParseSearchRequest(Request(), InfoWithVectors(false),
+                                    ResolveLimits(config, InfoWithVectors(false)));
   ASSERT_TRUE(without.ok());
   EXPECT_EQ(without->refine_factor, 0);
   knnd::v1::SearchRequest r = Request();

@@ -19,7 +19,18 @@ IndexInfo Index(int dim = 4, int64_t nlist = 64, int stored_nprobe = 3) {
   return info;
 }
 
-SearchLimits Limits() { return ResolveLimits(100, 10, 0, 32, 5, Index()); }
+// max_k 100, 10 queries per request, max_nprobe 32, 5 filter ids.
+LimitsConfig Config(int default_nprobe = 0, int max_nprobe = 32) {
+  LimitsConfig config;
+  config.max_k = 100;
+  config.max_queries_per_request = 10;
+  config.default_nprobe = default_nprobe;
+  config.max_nprobe = max_nprobe;
+  config.max_filter_ids = 5;
+  return config;
+}
+
+SearchLimits Limits() { return ResolveLimits(Config(), Index()); }
 
 knnd::v1::SearchRequest Request(int rows, int dim = 4, int k = 5) {
   knnd::v1::SearchRequest r;
@@ -37,10 +48,10 @@ void ExpectInvalid(const knnd::v1::SearchRequest& request,
 }
 
 TEST(ResolveLimits, ZeroMeansFromTheIndexAndDefaultsAreClamped) {
-  SearchLimits l = ResolveLimits(10, 10, 0, 0, 5, Index(4, 64, 3));
+  SearchLimits l = ResolveLimits(Config(0, 0), Index(4, 64, 3));
   EXPECT_EQ(l.max_nprobe, 64);
   EXPECT_EQ(l.default_nprobe, 3);
-  l = ResolveLimits(10, 10, 100, 500, 5, Index(4, 64, 3));
+  l = ResolveLimits(Config(100, 500), Index(4, 64, 3));
   EXPECT_EQ(l.max_nprobe, 64);
   EXPECT_EQ(l.default_nprobe, 64);
 }

@@ -1,0 +1,56 @@
+// The Options of every component, made from a ServerConfig: the one place
+// where config fields are mapped to the components' own names and units.
+// Server (server.cc) only wires what these return; ValidateConfig calls the
+// components' own ValidateOptions on them, so each range is checked once.
+//
+// Thread-safety: pure functions.
+#ifndef KNND_CONFIG_SERVER_OPTIONS_H_
+#define KNND_CONFIG_SERVER_OPTIONS_H_
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "knnd/lifecycle/index_manager.h"
+#include "knnd/lifecycle/version_preparation.h"
+#include "knnd/monitoring/metrics.h"
+#include "knnd/rpc/knn_service.h"
+#include "knnd/rpc/listener.h"
+#include "knnd/rpc/token_auth.h"
+#include "knnd/serving/admission_gate.h"
+#include "knnd/serving/batcher.h"
+#include "knnd/serving/malloc_settings.h"
+#include "knnd/serving/memory_budget.h"
+#include "knnd/serving/search_limits.h"
+#include "knnd/serving/worker_pool.h"
+#include "knnd/v1/config.pb.h"
+
+namespace knnd {
+
+// checksum_check: "background", "before_serving" or "off"; anything else is
+// INVALID_ARGUMENT naming the value and the choices.
+absl::StatusOr<IndexManager::Options::ChecksumCheck> ParseChecksumCheck(
+    absl::string_view value);
+
+MallocSettings MallocSettingsFrom(const knnd::v1::ServerConfig& config);
+WorkerPool::Options WorkerPoolOptionsFrom(const knnd::v1::ServerConfig& config);
+AdmissionGate::Options GateOptionsFrom(const knnd::v1::ServerConfig& config);
+Metrics::Options MetricsOptionsFrom(const knnd::v1::ServerConfig& config);
+Batcher::Options BatcherOptionsFrom(const knnd::v1::ServerConfig& config);
+LimitsConfig LimitsConfigFrom(const knnd::v1::ServerConfig& config);
+KnnServiceImpl::Options KnnServiceOptionsFrom(
+    const knnd::v1::ServerConfig& config);
+TokenAuthenticator::Options AuthOptionsFrom(
+    const knnd::v1::ServerConfig& config);
+MemoryBudget::Options MemoryBudgetOptionsFrom(
+    const knnd::v1::ServerConfig& config);
+VersionPreparation::Options PreparationOptionsFrom(
+    const knnd::v1::ServerConfig& config);
+// Without the callbacks (serving_changed, check_heap, prepare), which the
+// server connects; `config` must have passed ValidateConfig (checksum_check
+// is then known).
+IndexManager::Options IndexManagerOptionsFrom(
+    const knnd::v1::ServerConfig& config);
+ConnectionLimits ConnectionLimitsFrom(const knnd::v1::ServerConfig& config);
+
+}  // namespace knnd
+
+#endif  // KNND_CONFIG_SERVER_OPTIONS_H_

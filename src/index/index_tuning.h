@@ -1,0 +1,69 @@
+// Tuning the search defaults of an index: the fastest (nprobe,
+// refine_factor) whose recall@k on held-out queries reaches a target,
+// measured through IndexSnapshot::Search at one query per call on the
+// calling thread (what one request of one query costs). `knnctl tune`
+// stores the result in the index's sidecar, and knnd serves it when its
+// config leaves default_nprobe / default_refine_factor unset
+// (serving/search_limits.h).
+//
+// Thread-safety: pure functions of their arguments (FAISS searches run on
+// the calling thread).
+#ifndef KNND_INDEX_INDEX_TUNING_H_
+#define KNND_INDEX_INDEX_TUNING_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "knnd/index/index_eval.h"
+#include "knnd/index/index_snapshot.h"
+#include "knnd/storage/vector_io.h"
+
+namespace knnd {
+
+struct TuneOptions {
+  int k = 10;
+  double target_recall = 0.95;
+  // Swept values; empty: powers of two from 1 to nlist, and {0, 1, 2, 4,
+  // 8, 16} re-ranking factors when the snapshot has raw vectors (else 0).
+  std::vector<int> nprobes;
+  std::vector<int> refine_factors;
+};
+
+struct TuneResult {
+  // Whether any setting reached the target; `chosen` is then the fastest
+  // that did, else the one with the highest recall.
+  bool reached = false;
+  SweepRow chosen;
+  // Every setting measured, in sweep order (for each refine_factor,
+  // nprobe ascending until the target is reached: a larger nprobe is only
+  // slower).
+  std::vector<SweepRow> measured;
+};
+
+// `truth` holds truth_k >= options.k exact neighbour ids per query.
+absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,
+                                              const Matrix& queries,
+                                              absl::Span<const int64_t> truth,
+                                              int truth_k,
+                                              const TuneOptions& options);
+
+// Records `result` in the sidecar of `index_path` (written atomically);
+// `tuned_on` says which queries were used. FAILED_PRECONDITION when the
+// index has no sidecar.
+absl::Status RecordTunedDefaults(const std::string& index_path,
+                                 const TuneOptions& options,
+                                 const TuneResult& result,
+                                 const std::string& tuned_on);
+
+// `count` rows of `base` chosen with a fixed seed, as held-out queries when
+// none are given (they are indexed too, so each finds itself: recall is
+// measured against exact neighbours that include it).
+Matrix SampleRows(const Matrix& base, int64_t count, uint32_t seed);
+
+}  // namespace knnd
+
+#endif  // KNND_INDEX_INDEX_TUNING_H_

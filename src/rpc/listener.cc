@@ -1,0 +1,93 @@
+#include "knnd/rpc/listener.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace knnd {
+namespace {
+
+// A config duration in ms where 0 means "never" as a gRPC channel argument,
+// for which INT_MAX means "never". ValidateConfig() bounds it to INT_MAX.
+int MillisOrInfinite(uint32_t ms) {
+  return ms == 0 ? INT_MAX : static_cast<int>(ms);
+}
+
+// Gives this server reflection or takes it away. Linking gRPC's reflection
+// library registers its plugin for every server at static initialisation,
+// so turning reflection off means removing the plugin, and turning it on
+// must not add it twice.
+class ReflectionOption : public grpc::ServerBuilderOption {
+ public:
+  explicit ReflectionOption(bool enabled) : enabled_(enabled) {}
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*
+                         plugins) override {
+    auto reflection =
+        std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>();
+    const std::string name = reflection->name();
+    plugins->erase(
+        std::remove_if(plugins->begin(), plugins->end(),
+                       [&](const auto& p) { return p->name() == name; }),
+        plugins->end());
+    if (enabled_) plugins->push_back(std::move(reflection));
+  }
+
+ private:
+  const bool enabled_;
+};
+
+void AddConnectionLimits(const ConnectionLimits& limits,
+                         grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(
+      static_cast<int>(limits.max_receive_message_bytes));
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                              MillisOrInfinite(limits.max_connection_age_ms));
+  builder->AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+      MillisOrInfinite(limits.max_connection_age_grace_ms));
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                              limits.max_concurrent_streams);
+  builder->AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      limits.keepalive_min_ping_interval_ms);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
+                              limits.keepalive_permit_without_calls ? 1 : 0);
+  builder->AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE,
+                              limits.max_metadata_bytes);
+}
+
+}  // namespace
+
+absl::StatusOr<Listener> BuildListener(const ListenerSpec& spec) {
+  Listener listener;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(spec.address, spec.credentials, &listener.port);
+  AddConnectionLimits(spec.limits, &builder);
+  builder.SetOption(std::make_unique<ReflectionOption>(spec.reflection));
+  for (grpc::Service* service : spec.services) builder.RegisterService(service);
+  if (spec.generic_service != nullptr) {
+    builder.RegisterCallbackGenericService(spec.generic_service);
+  }
+  listener.server = builder.BuildAndStart();
+  if (listener.server == nullptr || listener.port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", spec.role,
+                                               " ", spec.address,
+                                               " (address in use or invalid)"));
+  }
+  return listener;
+}
+
+void ShutDownNow(grpc::Server* server) {
+  if (server == nullptr) return;
+  server->Shutdown(std::chrono::system_clock::now());
+  server->Wait();
+}
+
+}  // namespace knnd

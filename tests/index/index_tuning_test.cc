@@ -1,0 +1,125 @@
+// TuneSearchDefaults picks the fastest setting that reaches the target
+// recall; RecordTunedDefaults stores it in the sidecar, where IndexSnapshot
+// finds it.
+#include "knnd/index/index_tuning.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "knnd/index/index_builder.h"
+#include "knnd/storage/index_metadata.h"
+#include "testing/test_util.h"
+
+namespace knnd {
+namespace {
+
+using ::knnd::testing::MakeData;
+using ::knnd::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr int kDim = 32;
+constexpr int64_t kRows = 4000;
+
+// An IVF64,PQ8 index over MakeData(kRows, kDim, 7), with its sidecar.
+Matrix BuildIndex(const std::string& path) {
+  Matrix base;
+  base.rows = kRows;
+  base.dim = kDim;
+  base.values = MakeData(kRows, kDim, 7);
+  IndexBuilder::Options options;
+  options.dim = kDim;
+  options.factory = "IVF64,PQ8";
+  auto builder = IndexBuilder::Create(options);
+  EXPECT_TRUE(builder.ok()) << builder.status();
+  EXPECT_TRUE((*builder)->Train(base.values.data(), kRows).ok());
+  EXPECT_TRUE((*builder)->Add(base.values.data(), kRows, nullptr).ok());
+  EXPECT_TRUE((*builder)->Write(path, 1, knnd::v1::IndexMetadata()).ok());
+  return base;
+}
+
+std::unique_ptr<IndexSnapshot> Load(const std::string& path) {
+  LoadOptions options;
+  options.probe_in_subprocess = false;
+  auto snapshot = IndexSnapshot::Load(path, options);
+  EXPECT_TRUE(snapshot.ok()) << snapshot.status();
+  return std::move(*snapshot);
+}
+
+TEST(IndexTuning, ChoosesTheFastestSettingThatReachesTheTarget) {
+  TempDir tmp;
+  const std::string path = tmp.path("t.index");
+  const Matrix base = BuildIndex(path);
+  std::unique_ptr<IndexSnapshot> snapshot = Load(path);
+  const Matrix queries = SampleRows(base, 200, 3);
+  ASSERT_EQ(queries.rows, 200);
+  auto truth = ExactNeighbors(base, queries, 10, Metric::kL2);
+  ASSERT_TRUE(truth.ok());
+  TuneOptions options;
+  options.target_recall = 0.5;
+  auto result = TuneSearchDefaults(*snapshot, queries, *truth, 10, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_TRUE(result->reached);
+  EXPECT_GE(result->chosen.recall[0], 0.5);
+  // Every other setting that reached the target measured no faster, and the
+  // sweep stopped at the first nprobe that reached it.
+  int reached = 0;
+  for (const SweepRow& row : result->measured) {
+    if (row.recall[0] >= 0.5) {
+      ++reached;
+      EXPECT_LE(row.queries_per_second, result->chosen.queries_per_second);
+    }
+  }
+  EXPECT_EQ(reached, 1);  // one refine factor (no vectors), one crossing
+  EXPECT_EQ(result->chosen.refine_factor, 0);
+
+  // A target no setting reaches: the most accurate one, not reached.
+  options.target_recall = 1.0;
+  options.nprobes = {1, 2};
+  result = TuneSearchDefaults(*snapshot, queries, *truth, 10, options);
+  ASSERT_TRUE(result.ok());
+  if (!result->reached) {
+    for (const SweepRow& row : result->measured) {
+      EXPECT_LE(row.recall[0], result->chosen.recall[0]);
+    }
+  }
+  options.target_recall = 1.5;
+  EXPECT_THAT(
+      TuneSearchDefaults(*snapshot, queries, *truth, 10, options)
+          .status()
+          .message(),
+      HasSubstr("target_recall=1.5 is outside (0, 1]"));
+}
+
+TEST(IndexTuning, RecordedDefaultsReachTheSnapshot) {
+  TempDir tmp;
+  const std::string path = tmp.path("t.index");
+  BuildIndex(path);
+  TuneResult result;
+  result.reached = true;
+  result.chosen.nprobe = 7;
+  result.chosen.refine_factor = 2;
+  result.chosen.recall = {0.97};
+  result.chosen.queries_per_second = 1234;
+  TuneOptions options;
+  options.target_recall = 0.95;
+  ASSERT_TRUE(RecordTunedDefaults(path, options, result, "a sample").ok());
+  auto meta = ReadIndexMetadata(MetadataPath(path));
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->tuned_on(), "a sample");
+  EXPECT_DOUBLE_EQ(meta->tuned_queries_per_second(), 1234);
+  // The sidecar still matches the file (its checksum was kept).
+  std::unique_ptr<IndexSnapshot> snapshot = Load(path);
+  EXPECT_EQ(snapshot->info().tuned_nprobe, 7);
+  EXPECT_EQ(snapshot->info().tuned_refine_factor, 2);
+  EXPECT_EQ(snapshot->info().tuned_k, 10);
+  EXPECT_DOUBLE_EQ(snapshot->info().target_recall, 0.95);
+  EXPECT_DOUBLE_EQ(snapshot->info().tuned_recall, 0.97);
+
+  const absl::Status no_sidecar =
+      RecordTunedDefaults(tmp.path("none.index"), options, result, "x");
+  EXPECT_TRUE(absl::IsFailedPrecondition(no_sidecar)) << no_sidecar;
+  EXPECT_THAT(no_sidecar.message(), HasSubstr("has no sidecar"));
+}
+
+}  // namespace
+}  // namespace knnd
