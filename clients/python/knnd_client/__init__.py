@@ -3,9 +3,18 @@
     from knnd_client import KnnClient
     client = KnnClient("dns:///knnd-headless.search.svc.cluster.local:50051")
     ids, distances = client.search(queries, k=10)   # float32 (nq, dim)
-"""
-from knnd_client.client import (PUSHBACK_METADATA_KEY, KnnClient, RetryPolicy,
-                                pushback_ms)
 
-__all__ = ["KnnClient", "RetryPolicy", "PUSHBACK_METADATA_KEY", "pushback_ms"]
-__version__ = "0.1.0"
+    from knnd_client import AsyncKnnClient          # asyncio, same contract
+    ids, distances = await async_client.search(queries, k=10)
+
+The LangChain vector store is knnd_client.langchain.KnndVectorStore
+(`pip install knnd-client[langchain]`); it is not imported here, so this
+package does not need langchain-core.
+"""
+from knnd_client._common import PUSHBACK_METADATA_KEY, RetryPolicy, pushback_ms
+from knnd_client.aio import AsyncKnnClient
+from knnd_client.client import KnnClient
+
+__all__ = ["KnnClient", "AsyncKnnClient", "RetryPolicy",
+           "PUSHBACK_METADATA_KEY", "pushback_ms"]
+__version__ = "0.2.0"

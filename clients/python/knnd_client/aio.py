@@ -1,0 +1,167 @@
+"""AsyncKnnClient: KnnClient's contract on grpc.aio, for asyncio services
+(FastAPI, aiohttp, ...).
+
+A search awaits the RPC instead of blocking a thread, so the event loop
+keeps serving other requests meanwhile. Cancelling the awaiting task
+cancels the RPC: knnd drops the work and counts the call CANCELLED.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Optional, Sequence, Tuple, cast
+
+import grpc
+import grpc.aio
+import numpy as np
+import numpy.typing as npt
+
+from knnd_client import _common
+from knnd_client._common import RetryPolicy
+from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
+from knnd_client._generated.knnd.v1 import knn_service_pb2_grpc as pb_grpc
+
+__all__ = ["AsyncKnnClient"]
+
+# Default bound on calls in flight per client: enough to keep the worker
+# pools of a few replicas busy (knnd coalesces small requests); more would
+# only wait in knnd's admission gate or come back RESOURCE_EXHAUSTED.
+DEFAULT_MAX_CONCURRENT_CALLS = 64
+
+
+class AsyncKnnClient:
+    """asyncio client of knnd.v1.KnnService; the arguments, results, errors
+    and retries of KnnClient, awaited.
+
+    Create it inside the event loop that uses it (in a coroutine: FastAPI's
+    lifespan, aiohttp's on_startup), one per loop and per process: a
+    grpc.aio channel belongs to the loop it was made in and does not
+    survive fork().
+
+    target, timeout_s, retry, credentials, bearer_token, options: as
+      KnnClient.
+    max_concurrent_calls: at most this many search()/info() calls of this
+      client are in flight at once; the others wait for a slot (an
+      asyncio.Semaphore), and that wait counts against their deadline. A
+      call holds its slot from its first attempt to its last, retry waits
+      included, so that a burst refused with RESOURCE_EXHAUSTED does not
+      turn into more calls on a server that is already full.
+    """
+
+    def __init__(self, target: str, *, timeout_s: float = 2.0,
+                 retry: RetryPolicy = RetryPolicy(),
+                 credentials: Optional[grpc.ChannelCredentials] = None,
+                 bearer_token: Optional[str] = None,
+                 max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+                 options: Sequence[Tuple[str, Any]] = ()) -> None:
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "AsyncKnnClient must be created inside a running event loop "
+                "(in a coroutine, e.g. FastAPI's lifespan): its grpc.aio "
+                "channel belongs to that loop") from None
+        self._timeout_s = _common.positive_timeout_s("timeout_s", timeout_s)
+        self._retry = retry
+        self._metadata = _common.call_metadata(bearer_token)
+        self._max_concurrent_calls = _common.positive_int(
+            "max_concurrent_calls", max_concurrent_calls)
+        self._slots = asyncio.Semaphore(self._max_concurrent_calls)
+        self._fork_guard = _common.ForkGuard("AsyncKnnClient")
+        channel_options = _common.channel_options(target, options)
+        if credentials is None:
+            self._channel = grpc.aio.insecure_channel(target, channel_options)
+        else:
+            self._channel = grpc.aio.secure_channel(target, credentials,
+                                                    channel_options)
+        self._stub = pb_grpc.KnnServiceStub(self._channel)
+
+    async def search(self, queries: npt.NDArray[np.float32], k: int,
+                     nprobe: Optional[int] = None, *,
+                     allowed_ids: Optional[npt.ArrayLike] = None,
+                     refine_factor: Optional[int] = None,
+                     timeout_s: Optional[float] = None,
+                     ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """The k nearest neighbours of each row of `queries`: the arguments,
+        results and errors of KnnClient.search (grpc.aio.AioRpcError is a
+        grpc.RpcError). The arguments are checked before the call waits for
+        a slot, so a bad one raises at once."""
+        request = _common.search_request(queries, k, nprobe, allowed_ids,
+                                         refine_factor)
+        response = await self._call(self._stub.Search, request, timeout_s)
+        return _common.search_result(request, response)
+
+    async def info(self, timeout_s: Optional[float] = None
+                   ) -> pb.GetIndexInfoResponse:
+        """The served index and the server's limits, as KnnClient.info."""
+        return cast(pb.GetIndexInfoResponse,
+                    await self._call(self._stub.GetIndexInfo,
+                                     pb.GetIndexInfoRequest(), timeout_s))
+
+    async def close(self, grace_s: Optional[float] = None) -> None:
+        """Closes the channel: with `grace_s`, calls in progress get that
+        long to finish, then (or at once) they end with CANCELLED."""
+        if not self._fork_guard.forked():
+            await self._channel.close(grace_s)
+
+    async def __aenter__(self) -> "AsyncKnnClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(self, method: Callable[..., Any], request: Any,
+                    timeout_s: Optional[float]) -> Any:
+        """Awaits `method` within one deadline, retrying per the
+        RetryPolicy, in one of the client's slots."""
+        self._fork_guard.check()
+        if asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError(
+                "AsyncKnnClient used from another event loop than the one it "
+                "was created in; create one client per loop")
+        attempts = _common.Attempts(
+            self._retry, self._timeout_s if timeout_s is None else
+            _common.positive_timeout_s("timeout_s", timeout_s), request)
+        if not await _acquire(self._slots, attempts.remaining_s()):
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(),
+                grpc.aio.Metadata(),
+                details="deadline passed while waiting for one of the "
+                f"client's max_concurrent_calls={self._max_concurrent_calls}"
+                " slots; nothing was sent")
+        try:
+            while True:
+                try:
+                    return await method(request,
+                                        timeout=attempts.remaining_s(),
+                                        metadata=self._metadata)
+                except grpc.aio.AioRpcError as error:
+                    delay_s = attempts.delay_before_retry_s(error)
+                    if delay_s is None:
+                        raise
+                    await asyncio.sleep(delay_s)
+        finally:
+            self._slots.release()
+
+
+async def _acquire(slots: asyncio.Semaphore, timeout_s: float) -> bool:
+    """Takes one of `slots` within `timeout_s`; False if none came in time.
+
+    Not asyncio.wait_for(slots.acquire(), ...): before Python 3.12 it can
+    swallow a cancellation that races with the acquire. Here a slot that an
+    abandoned acquire obtained is always handed back or passed on."""
+    if not slots.locked():
+        await slots.acquire()  # a free slot: returns without suspending
+        return True
+    acquire = asyncio.ensure_future(slots.acquire())
+    try:
+        await asyncio.wait((acquire,), timeout=timeout_s)
+    except BaseException:  # this task was cancelled while it waited
+        if acquire.done() and not acquire.cancelled():
+            slots.release()
+        else:
+            acquire.cancel()  # Semaphore passes a slot it gave on
+        raise
+    if acquire.done():
+        return True
+    acquire.cancel()
+    return False

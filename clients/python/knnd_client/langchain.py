@@ -1,0 +1,320 @@
+"""knnd as a LangChain vector store and retriever (read-only).
+
+    pip install 'knnd-client[langchain]'
+
+    from knnd_client import KnnClient
+    from knnd_client.langchain import KnndVectorStore
+
+    store = KnndVectorStore(KnnClient("dns:///knnd-headless:50051"),
+                            embedding=my_embeddings, docstore=chunks)
+    docs = store.similarity_search("how do I rotate tokens?", k=4)
+    retriever = store.as_retriever(search_kwargs={"k": 4, "nprobe": 16})
+
+knnd stores vectors and their int64 ids, nothing else: the texts live in a
+docstore the application owns (a dict, a SQLite table behind a Mapping, a
+LangChain BaseStore), keyed by the ids the index was built with
+(`knnctl build --ids`, or row numbers). knnd serves one immutable index, so
+this store cannot add or delete: new vectors go through `knnctl build` and
+`knnctl publish`, and knnd loads the new version by itself.
+
+This module needs langchain-core; `import knnd_client` does not import it.
+"""
+from __future__ import annotations
+
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
+
+import numpy as np
+
+try:
+    from langchain_core.documents import Document
+    from langchain_core.embeddings import Embeddings
+    from langchain_core.stores import BaseStore
+    from langchain_core.vectorstores import VectorStore
+except ImportError as error:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "knnd_client.langchain needs langchain-core: "
+        "pip install 'knnd-client[langchain]'") from error
+
+from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
+from knnd_client.aio import AsyncKnnClient
+from knnd_client.client import KnnClient
+
+__all__ = ["KnndVectorStore"]
+
+_READ_ONLY = (
+    "KnndVectorStore is read-only: knnd serves one immutable index. New "
+    "vectors go through `knnctl build` (a new index file, with --ids for "
+    "your docstore's ids) and `knnctl publish --index FILE --dir DIR` (a new "
+    "version that knnd loads and swaps in); add their documents to your "
+    "docstore before publishing")
+
+# The search() arguments a caller may pass through similarity_search's
+# **kwargs (and a retriever's search_kwargs).
+_SEARCH_KWARGS = ("nprobe", "refine_factor", "allowed_ids", "timeout_s")
+
+Docstore = Union[Mapping[int, Document], "BaseStore[str, Document]"]
+
+
+class KnndVectorStore(VectorStore):
+    """A LangChain VectorStore over knnd.
+
+    client: a KnnClient (the sync methods; LangChain runs the a* methods in
+      a thread) or an AsyncKnnClient (the a* methods, natively; the sync
+      methods then raise TypeError, as they would block the loop).
+    embedding: embeds queries; it must be the model (and normalisation)
+      the index was built from, or the neighbours mean nothing.
+    docstore: the documents by vector id: a Mapping[int, Document] (a dict,
+      or a Mapping over a database table), or a LangChain
+      BaseStore[str, Document] whose keys are the ids as decimal strings
+      (InMemoryStore, ...), read with one mget per search.
+    nprobe, refine_factor, timeout_s: defaults of every search; a search's
+      own keyword arguments override them.
+    relevance_score_fn: maps knnd's distance to a relevance in [0, 1] for
+      similarity_search_with_relevance_scores and the retriever's
+      "similarity_score_threshold"; default: by the served index's metric,
+      assuming unit-length embeddings (see _relevance).
+    """
+
+    def __init__(self, client: Union[KnnClient, AsyncKnnClient],
+                 embedding: Embeddings, docstore: Docstore, *,
+                 nprobe: Optional[int] = None,
+                 refine_factor: Optional[int] = None,
+                 timeout_s: Optional[float] = None,
+                 relevance_score_fn: Optional[Callable[[float], float]] = None
+                 ) -> None:
+        if not isinstance(client, (KnnClient, AsyncKnnClient)):
+            raise TypeError("client must be a knnd_client.KnnClient or "
+                            f"AsyncKnnClient, got {type(client).__name__}")
+        if not isinstance(embedding, Embeddings):
+            raise TypeError("embedding must be a langchain_core Embeddings, "
+                            f"got {type(embedding).__name__}")
+        if not isinstance(docstore, (Mapping, BaseStore)):
+            raise TypeError(
+                "docstore must be a Mapping[int, Document] or a LangChain "
+                f"BaseStore[str, Document], got {type(docstore).__name__}")
+        self._client = client
+        self._embedding = embedding
+        self._docstore = docstore
+        self._defaults = {"nprobe": nprobe, "refine_factor": refine_factor,
+                          "timeout_s": timeout_s}
+        self._relevance_score_fn = relevance_score_fn
+        self._metric: Optional[int] = None
+
+    @property
+    def embeddings(self) -> Embeddings:
+        return self._embedding
+
+    # -- search, sync ------------------------------------------------------
+
+    def similarity_search(self, query: str, k: int = 4, **kwargs: Any
+                          ) -> List[Document]:
+        """The k documents closest to `query`. kwargs: nprobe,
+        refine_factor, allowed_ids (only these vector ids), timeout_s."""
+        return [doc for doc, _ in self.similarity_search_with_score(
+            query, k, **kwargs)]
+
+    def similarity_search_by_vector(self, embedding: List[float], k: int = 4,
+                                    **kwargs: Any) -> List[Document]:
+        return [doc for doc, _ in self._search(embedding, k, kwargs)]
+
+    def similarity_search_with_score(self, query: str, k: int = 4,
+                                     **kwargs: Any
+                                     ) -> List[Tuple[Document, float]]:
+        """(document, distance) pairs, closest first. The distance is
+        knnd's: squared L2 (smaller is closer) or inner product / cosine
+        (larger is closer), as the index was built."""
+        self._sync_client("similarity_search_with_score")
+        return self._search(self._embedding.embed_query(query), k, kwargs)
+
+    def _similarity_search_with_relevance_scores(
+            self, query: str, k: int = 4, **kwargs: Any
+    ) -> List[Tuple[Document, float]]:
+        pairs = self.similarity_search_with_score(query, k, **kwargs)
+        relevance = self._select_relevance_score_fn()
+        return [(doc, relevance(d)) for doc, d in pairs]
+
+    def _select_relevance_score_fn(self) -> Callable[[float], float]:
+        if self._relevance_score_fn is None and self._metric is None:
+            self._metric = self._sync_client("similarity_search").info().metric
+        return self._relevance
+
+    # -- search, asyncio ---------------------------------------------------
+
+    async def asimilarity_search(self, query: str, k: int = 4, **kwargs: Any
+                                 ) -> List[Document]:
+        return [doc for doc, _ in await self.asimilarity_search_with_score(
+            query, k, **kwargs)]
+
+    async def asimilarity_search_by_vector(
+            self, embedding: List[float], k: int = 4, **kwargs: Any
+    ) -> List[Document]:
+        if isinstance(self._client, KnnClient):
+            return await super().asimilarity_search_by_vector(
+                embedding, k, **kwargs)
+        return [doc for doc, _ in await self._asearch(embedding, k, kwargs)]
+
+    async def asimilarity_search_with_score(
+            self, query: str, k: int = 4, **kwargs: Any
+    ) -> List[Tuple[Document, float]]:
+        if isinstance(self._client, KnnClient):
+            return await super().asimilarity_search_with_score(
+                query, k, **kwargs)
+        return await self._asearch(
+            await self._embedding.aembed_query(query), k, kwargs)
+
+    async def _asimilarity_search_with_relevance_scores(
+            self, query: str, k: int = 4, **kwargs: Any
+    ) -> List[Tuple[Document, float]]:
+        if isinstance(self._client, KnnClient):
+            return await super()._asimilarity_search_with_relevance_scores(
+                query, k, **kwargs)
+        pairs = await self.asimilarity_search_with_score(query, k, **kwargs)
+        if self._relevance_score_fn is None and self._metric is None:
+            self._metric = (await self._async_client().info()).metric
+        return [(doc, self._relevance(d)) for doc, d in pairs]
+
+    # -- documents by id ---------------------------------------------------
+
+    def get_by_ids(self, ids: Sequence[str], /) -> List[Document]:
+        """The docstore's documents for these vector ids (decimal strings);
+        ids it does not hold are left out, as LangChain specifies."""
+        found = self._lookup([int(i) for i in ids], missing_ok=True)
+        return [doc for doc in found if doc is not None]
+
+    async def aget_by_ids(self, ids: Sequence[str], /) -> List[Document]:
+        return self.get_by_ids(ids)
+
+    # -- read-only ---------------------------------------------------------
+
+    def add_texts(self, texts: Iterable[str],
+                  metadatas: Optional[List[Dict[str, Any]]] = None, *,
+                  ids: Optional[List[str]] = None, **kwargs: Any) -> List[str]:
+        raise NotImplementedError(_READ_ONLY)
+
+    async def aadd_texts(self, texts: Iterable[str],
+                         metadatas: Optional[List[Dict[str, Any]]] = None, *,
+                         ids: Optional[List[str]] = None, **kwargs: Any
+                         ) -> List[str]:
+        raise NotImplementedError(_READ_ONLY)
+
+    def add_documents(self, documents: List[Document], **kwargs: Any
+                      ) -> List[str]:
+        raise NotImplementedError(_READ_ONLY)
+
+    async def aadd_documents(self, documents: List[Document], **kwargs: Any
+                             ) -> List[str]:
+        raise NotImplementedError(_READ_ONLY)
+
+    def delete(self, ids: Optional[List[str]] = None, **kwargs: Any
+               ) -> Optional[bool]:
+        raise NotImplementedError(_READ_ONLY)
+
+    async def adelete(self, ids: Optional[List[str]] = None, **kwargs: Any
+                      ) -> Optional[bool]:
+        raise NotImplementedError(_READ_ONLY)
+
+    @classmethod
+    def from_texts(cls, texts: List[str], embedding: Embeddings,
+                   metadatas: Optional[List[Dict[str, Any]]] = None, *,
+                   ids: Optional[List[str]] = None, **kwargs: Any
+                   ) -> "KnndVectorStore":
+        raise NotImplementedError(_READ_ONLY)
+
+    @classmethod
+    async def afrom_texts(cls, texts: List[str], embedding: Embeddings,
+                          metadatas: Optional[List[Dict[str, Any]]] = None, *,
+                          ids: Optional[List[str]] = None, **kwargs: Any
+                          ) -> "KnndVectorStore":
+        raise NotImplementedError(_READ_ONLY)
+
+    # -- internals ---------------------------------------------------------
+
+    def _sync_client(self, method: str) -> KnnClient:
+        if not isinstance(self._client, KnnClient):
+            raise TypeError(
+                f"KnndVectorStore.{method} needs a KnnClient; this store has "
+                "an AsyncKnnClient: await the a* methods (asimilarity_search, "
+                "retriever.ainvoke) instead")
+        return self._client
+
+    def _async_client(self) -> AsyncKnnClient:
+        assert isinstance(self._client, AsyncKnnClient)  # callers checked
+        return self._client
+
+    def _search_arguments(self, k: int, kwargs: Dict[str, Any]
+                          ) -> Dict[str, Any]:
+        if "filter" in kwargs:
+            raise TypeError(
+                "KnndVectorStore has no metadata filter: knnd filters by "
+                "vector id, pass allowed_ids=[...]")
+        unknown = sorted(set(kwargs) - set(_SEARCH_KWARGS))
+        if unknown:
+            raise TypeError(
+                f"KnndVectorStore searches take {', '.join(_SEARCH_KWARGS)}; "
+                f"got {', '.join(unknown)}")
+        arguments = dict(self._defaults, **kwargs)
+        arguments["k"] = k
+        return arguments
+
+    def _search(self, embedding: Sequence[float], k: int,
+                kwargs: Dict[str, Any]) -> List[Tuple[Document, float]]:
+        client = self._sync_client("similarity_search")
+        arguments = self._search_arguments(k, kwargs)
+        ids, distances = client.search(_query_row(embedding), **arguments)
+        return self._documents(ids[0], distances[0])
+
+    async def _asearch(self, embedding: Sequence[float], k: int,
+                       kwargs: Dict[str, Any]) -> List[Tuple[Document, float]]:
+        arguments = self._search_arguments(k, kwargs)
+        ids, distances = await self._async_client().search(
+            _query_row(embedding), **arguments)
+        return self._documents(ids[0], distances[0])
+
+    def _documents(self, ids: np.ndarray, distances: np.ndarray
+                   ) -> List[Tuple[Document, float]]:
+        # -1 pads a row when fewer than k vectors were reachable.
+        keep = ids >= 0
+        docs = self._lookup(ids[keep].tolist(), missing_ok=False)
+        return [(doc, distance) for doc, distance
+                in zip(docs, distances[keep].tolist()) if doc is not None]
+
+    def _lookup(self, ids: List[int], missing_ok: bool
+                ) -> List[Optional[Document]]:
+        if isinstance(self._docstore, BaseStore):
+            docs = list(self._docstore.mget([str(i) for i in ids]))
+        else:
+            docs = [self._docstore.get(i) for i in ids]
+        if not missing_ok:
+            for i, doc in zip(ids, docs):
+                if doc is None:
+                    raise LookupError(
+                        f"knnd returned vector id {i}, which the docstore "
+                        "does not hold: the served index and the docstore "
+                        "are out of step (add documents to the docstore "
+                        "before publishing an index that refers to them)")
+        return docs
+
+    def _relevance(self, distance: float) -> float:
+        """knnd's distance as a relevance in [0, 1], 1 the closest.
+
+        For unit-length embeddings (what sentence-embedding models give)
+        every metric here is a function of the cosine c: cosine and inner
+        product are c, squared L2 is 2 - 2c. Each maps to (1 + c) / 2, so
+        one score_threshold means the same whatever metric the index was
+        built with. Other embeddings need their own relevance_score_fn."""
+        if self._relevance_score_fn is not None:
+            return self._relevance_score_fn(distance)
+        if self._metric == pb.METRIC_L2:
+            relevance = 1.0 - distance / 4.0
+        else:
+            relevance = (1.0 + distance) / 2.0
+        return min(max(relevance, 0.0), 1.0)
+
+
+def _query_row(embedding: Sequence[float]) -> np.ndarray:
+    row = np.asarray(embedding, dtype=np.float32)
+    if row.ndim != 1:
+        raise ValueError(
+            f"an embedding must be one vector, got shape {row.shape}")
+    return row.reshape(1, -1)
