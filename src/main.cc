@@ -2,11 +2,14 @@
 #include <signal.h>
 #include <string.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
@@ -94,6 +97,42 @@ absl::StatusOr<knnd::v1::ServerConfig> BuildConfig() {
   return config;
 }
 
+// The flags knnd's --help lists: those of this file, not those of the
+// libraries it links.
+bool IsKnndFlagFile(absl::string_view file) {
+  return absl::EndsWith(file, "src/main.cc");
+}
+
+// absl::ParseCommandLine() answers --help with exit code 1, which reads as
+// a failure to scripts and health checks; knnd answers --help (and -help)
+// itself, before parsing. absl's other help flags (--helpfull ...) stay
+// absl's.
+bool HelpAsked(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-help") return true;
+  }
+  return false;
+}
+
+// The usage message and every flag of this file with its help, on stdout.
+void PrintHelp() {
+  std::vector<const absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (IsKnndFlagFile(flag->Filename())) flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(),
+            [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) {
+              return a->Name() < b->Name();
+            });
+  std::printf("knnd: %s\n\nflags:\n",
+              std::string(absl::ProgramUsageMessage()).c_str());
+  for (const absl::CommandLineFlag* flag : flags) {
+    std::printf("  --%s\n      %s\n", std::string(flag->Name()).c_str(),
+                flag->Help().c_str());
+  }
+}
+
 absl::Status SetUpLogging(const std::string& level_name) {
   const spdlog::level::level_enum level = spdlog::level::from_str(level_name);
   if (level == spdlog::level::off && level_name != "off") {
@@ -119,15 +158,17 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::FlagsUsageConfig usage;
   usage.version_string = [] { return knnd::BuildInfoLine() + "\n"; };
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "src/main.cc");
-  };
+  usage.contains_help_flags = IsKnndFlagFile;
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "serves batched k-NN search over gRPC from one memory-mapped FAISS "
       "IVF-PQ index.\n  knnd --index INDEX [--config FILE] [--listen "
       "HOST:PORT] [--metrics_listen HOST:PORT] [--workers N] [--log_level LEVEL]"
       "\n  [--tls_cert PEM --tls_key PEM [--tls_client_ca PEM]]");
+  if (HelpAsked(argc, argv)) {
+    PrintHelp();
+    return 0;
+  }
   absl::ParseCommandLine(argc, argv);
 
   absl::StatusOr<knnd::v1::ServerConfig> config = BuildConfig();

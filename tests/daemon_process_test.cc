@@ -415,6 +415,21 @@ TEST(Daemon, SighupReloadsTokenFileAndNoTokenIsLogged) {
   EXPECT_THAT(tls.Log(), HasSubstr("tls_cert_file"));
 }
 
+// --help is an answer, not an error: usage and knnd's own flags on
+// stdout, exit 0, nothing served.
+TEST(Daemon, HelpListsFlagsAndExitsZero) {
+  TempDir tmp;
+  Daemon help({"--help"}, tmp.path("log"));
+  const int status = help.Wait();
+  ASSERT_TRUE(WIFEXITED(status)) << help.Log();
+  EXPECT_EQ(WEXITSTATUS(status), 0) << help.Log();
+  EXPECT_THAT(help.Log(), HasSubstr("serves batched k-NN search"));
+  for (const char* flag : {"--config", "--index", "--listen", "--workers",
+                           "--tls_client_ca"}) {
+    EXPECT_THAT(help.Log(), HasSubstr(absl::StrCat("\n  ", flag, "\n")));
+  }
+}
+
 TEST(Daemon, VersionNamesFaissBuild) {
   TempDir tmp;
   Daemon version({"--version"}, tmp.path("log"));

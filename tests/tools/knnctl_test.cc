@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -14,7 +15,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "knnd/storage/index_metadata.h"
@@ -30,6 +33,7 @@ using ::knnd::testing::MakeData;
 using ::knnd::testing::ReferenceSearch;
 using ::knnd::testing::TempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct CommandResult {
   int exit_code = -1;
@@ -38,10 +42,13 @@ struct CommandResult {
 
 CommandResult Knnctl(const std::string& args) {
   CommandResult run;
-  // One thread: tests share the machine, and OpenMP threads spinning on
-  // busy cores made small builds several times slower.
-  FILE* pipe = popen(
-      absl::StrCat(KNNCTL_BINARY, " ", args, " --threads 1 2>&1").c_str(), "r");
+  // One OpenMP thread: tests share the machine, and OpenMP threads spinning
+  // on busy cores made small builds several times slower. The environment,
+  // not --threads, which only build and eval take.
+  FILE* pipe = popen(absl::StrCat("OMP_NUM_THREADS=1 ", KNNCTL_BINARY, " ",
+                                  args, " 2>&1")
+                         .c_str(),
+                     "r");
   char buf[4096];
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) run.output.append(buf, n);
@@ -105,6 +112,111 @@ TEST(Knnctl, ExitCodes) {
                                 FreePort()))
                 .exit_code,
             1);
+}
+
+constexpr const char* kCommands[] = {"build",  "eval",    "search",
+                                     "info",   "health",  "publish",
+                                     "reload", "versions"};
+
+TEST(Knnctl, HelpListsEveryCommandAndExitsZero) {
+  for (const char* help : {"--help", "help", "-h"}) {
+    CommandResult usage = Knnctl(help);
+    EXPECT_EQ(usage.exit_code, 0) << help << ": " << usage.output;
+    for (const char* command : kCommands) {
+      EXPECT_THAT(usage.output, HasSubstr(absl::StrCat("\n  ", command, " ")))
+          << help;
+    }
+  }
+  // Without a command the list goes to stderr and the exit code says the
+  // call was wrong.
+  CommandResult none = Knnctl("");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_THAT(none.output, HasSubstr("  versions "));
+  CommandResult version = Knnctl("--version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_THAT(version.output, HasSubstr("faiss 1.7.3"));
+}
+
+TEST(Knnctl, CommandHelpShowsOnlyThatCommandsFlagsAndExitsZero) {
+  CommandResult build = Knnctl("build --help");
+  EXPECT_EQ(build.exit_code, 0) << build.output;
+  EXPECT_THAT(build.output,
+              HasSubstr("usage: knnctl build --input FILE --output INDEX"));
+  for (const char* flag : {"--input FILE", "--stored_nprobe N",
+                           "--keep_vectors", "--threads N"}) {
+    EXPECT_THAT(build.output, HasSubstr(flag));
+  }
+  for (const char* flag : {"--nprobes", "--refine_factors", "--ground_truth",
+                           "--target_recall", "--addr", "--nprobe "}) {
+    EXPECT_THAT(build.output, Not(HasSubstr(flag)));
+  }
+  // --help wins over the other arguments, whatever they are.
+  EXPECT_EQ(Knnctl("build --input x --no_such_flag --help").output,
+            build.output);
+  EXPECT_EQ(Knnctl("help build").output, build.output);
+
+  CommandResult eval = Knnctl("eval --help");
+  EXPECT_EQ(eval.exit_code, 0);
+  EXPECT_THAT(eval.output, HasSubstr("--nprobes LIST"));
+  EXPECT_THAT(eval.output, Not(HasSubstr("--keep_vectors")));
+  CommandResult search = Knnctl("search --help");
+  EXPECT_EQ(search.exit_code, 0);
+  EXPECT_THAT(search.output, HasSubstr("--nprobe N"));
+  EXPECT_THAT(search.output, HasSubstr("(default localhost:50051)"));
+  EXPECT_THAT(Knnctl("reload --help").output,
+              HasSubstr("(default localhost:50052)"));
+  for (const char* command : kCommands) {
+    EXPECT_EQ(Knnctl(absl::StrCat(command, " --help")).exit_code, 0)
+        << command;
+  }
+}
+
+TEST(Knnctl, UnknownFlagsAndBadValuesExitTwoNamingTheFlagAndCommand) {
+  // eval's sweep list and search's per-request nprobe are not build's.
+  CommandResult nprobes = Knnctl("build --input x.npy --output x.index "
+                                 "--nprobes 1,2");
+  EXPECT_EQ(nprobes.exit_code, 2);
+  EXPECT_THAT(nprobes.output,
+              HasSubstr("knnctl build: unknown flag --nprobes"));
+  EXPECT_THAT(nprobes.output, HasSubstr("knnctl build --help"));
+  CommandResult keep = Knnctl("search --keep_vectors");
+  EXPECT_EQ(keep.exit_code, 2);
+  EXPECT_THAT(keep.output, HasSubstr("knnctl search: unknown flag --keep_vectors"));
+  CommandResult value = Knnctl("build --input x.npy --output x.index "
+                               "--nlist many");
+  EXPECT_EQ(value.exit_code, 2);
+  EXPECT_THAT(value.output, HasSubstr("--nlist=many is not"));
+  CommandResult missing = Knnctl("eval --index");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.output, HasSubstr("--index needs a value"));
+  CommandResult stray = Knnctl("versions localhost:50052");
+  EXPECT_EQ(stray.exit_code, 2);
+  EXPECT_THAT(stray.output, HasSubstr("'localhost:50052'"));
+  CommandResult unknown = Knnctl("frobnicate");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.output, HasSubstr("unknown command 'frobnicate'"));
+}
+
+// docs/knnctl.md shows the --help output of knnctl and of every command,
+// block by block (a block: text between blank lines), so the manual's
+// flag lists are the binary's.
+TEST(Knnctl, DocsShowEveryCommandsHelp) {
+  std::ifstream in(absl::StrCat(KNND_SOURCE_DIR, "/docs/knnctl.md"));
+  ASSERT_TRUE(in.good());
+  const std::string docs(std::istreambuf_iterator<char>(in), {});
+  std::vector<std::string> helps = {"--help"};
+  for (const char* command : kCommands) {
+    helps.push_back(absl::StrCat(command, " --help"));
+  }
+  for (const std::string& help : helps) {
+    const std::string output = Knnctl(help).output;
+    for (absl::string_view block : absl::StrSplit(output, "\n\n")) {
+      block = absl::StripSuffix(block, "\n");
+      EXPECT_TRUE(absl::StrContains(docs, block))
+          << "docs/knnctl.md lacks this block of `knnctl " << help
+          << "`:\n" << block;
+    }
+  }
 }
 
 // Parses eval's table: nprobe -> the recall@10 column.

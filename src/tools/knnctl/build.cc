@@ -1,0 +1,369 @@
+// knnctl build: vectors in, an IVF-PQ index file and its metadata sidecar
+// out (and INDEX.vectors with --keep_vectors), with defaults chosen from
+// the data's shape (index_builder.h).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "command.h"
+#include "knnd/base/metric.h"
+#include "knnd/faiss/vector_math.h"
+#include "knnd/index/index_builder.h"
+#include "knnd/monitoring/build_info.h"
+#include "knnd/storage/index_metadata.h"
+#include "knnd/storage/vector_io.h"
+#include "knnd/storage/vectors_file.h"
+
+namespace knnd::knnctl {
+namespace {
+
+struct BuildOptions {
+  std::string input;
+  std::string output;
+  std::string metric = "l2";
+  std::string factory;
+  int64_t nlist = 0;
+  int m = 0;
+  int64_t train_size = 0;
+  std::string ids;
+  int64_t add_batch = 65536;
+  uint32_t seed = 1234;
+  int stored_nprobe = 0;
+  bool keep_vectors = false;
+  std::string vectors_dtype = "f32";
+  int threads = 0;
+};
+
+// Reports progress of a long loop on stderr: a bar redrawn in place with
+// rate and ETA when stderr is a terminal, otherwise a plain line about every
+// 10% (logs and CI capture stay readable). Not thread-safe: one loop's.
+class Progress {
+ public:
+  Progress(std::string what, int64_t total)
+      : what_(std::move(what)),
+        total_(total),
+        tty_(isatty(STDERR_FILENO) != 0),
+        start_(absl::Now()) {}
+
+  void Update(int64_t done) {
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+    const double rate = seconds > 0 ? done / seconds : 0;
+    const double eta = rate > 0 ? (total_ - done) / rate : 0;
+    const double fraction = total_ > 0 ? static_cast<double>(done) / total_ : 1;
+    if (tty_) {
+      constexpr int kWidth = 30;
+      const int filled = static_cast<int>(fraction * kWidth);
+      std::fprintf(stderr,
+                   "\r%s [%s%s] %3.0f%% %lld/%lld %.0f rows/s ETA %.0fs ",
+                   what_.c_str(), std::string(filled, '#').c_str(),
+                   std::string(kWidth - filled, '.').c_str(), 100 * fraction,
+                   static_cast<long long>(done), static_cast<long long>(total_),
+                   rate, eta);
+      if (done >= total_) std::fprintf(stderr, "\n");
+    } else if (done >= total_ || fraction >= next_line_) {
+      std::fprintf(stderr,
+                   "%s %lld/%lld rows (%.0f%%), %.0f rows/s, ETA %.0fs\n",
+                   what_.c_str(), static_cast<long long>(done),
+                   static_cast<long long>(total_), 100 * fraction, rate, eta);
+      next_line_ = fraction + 0.1;
+    }
+    std::fflush(stderr);
+  }
+
+ private:
+  const std::string what_;
+  const int64_t total_;
+  const bool tty_;
+  const absl::Time start_;
+  double next_line_ = 0.1;
+};
+
+double MiBOf(int64_t bytes) { return bytes / 1048576.0; }
+
+// `count` distinct row numbers out of `rows`, seeded, ascending (so the copy
+// reads the input front to back).
+std::vector<int64_t> SampleRows(int64_t rows, int64_t count, uint32_t seed) {
+  std::vector<int64_t> all(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) all[i] = i;
+  std::mt19937_64 rng(seed);
+  for (int64_t i = 0; i < count; ++i) {
+    std::uniform_int_distribution<int64_t> pick(i, rows - 1);
+    std::swap(all[i], all[pick(rng)]);
+  }
+  all.resize(static_cast<size_t>(count));
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash + 1);
+}
+
+// Writes `x` (L2-normalised for cosine, as the index holds them) to `path`
+// in batches of `batch` rows.
+absl::Status WriteRawVectors(const Matrix& x, Metric metric,
+                             const std::string& path, VectorsDtype dtype,
+                             int64_t batch) {
+  absl::StatusOr<std::unique_ptr<VectorsFileWriter>> writer =
+      VectorsFileWriter::Create(path, x.dim, dtype);
+  if (!writer.ok()) return writer.status();
+  std::vector<float> normalized;
+  for (int64_t begin = 0; begin < x.rows; begin += batch) {
+    const int64_t n = std::min(batch, x.rows - begin);
+    const float* rows = x.row(begin);
+    if (metric == Metric::kCosine) {
+      normalized.assign(rows, rows + n * x.dim);
+      NormalizeRows(normalized.data(), n, x.dim);
+      rows = normalized.data();
+    }
+    if (absl::Status s = (*writer)->Append(rows, n); !s.ok()) return s;
+  }
+  return (*writer)->Finish();
+}
+
+// --factory, or IVF<nlist>,PQ<m> from --nlist/--m and the defaults for
+// `x`'s shape; prints which.
+absl::StatusOr<std::string> FactoryFor(const BuildOptions& options,
+                                       const Matrix& x) {
+  if (!options.factory.empty()) {
+    std::printf("factory:  %s (from --factory)\n", options.factory.c_str());
+    return options.factory;
+  }
+  const int64_t nlist =
+      options.nlist > 0 ? options.nlist : DefaultNlist(x.rows);
+  const int m = options.m > 0 ? options.m : DefaultPqM(x.dim);
+  if (x.dim % m != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--m=", m, " does not divide dim=", x.dim));
+  }
+  std::string factory = absl::StrCat("IVF", nlist, ",PQ", m);
+  std::printf(
+      "factory:  %s (nlist %s, M %s: %d-dim sub-vectors, %d bytes "
+      "per vector)\n",
+      factory.c_str(),
+      options.nlist > 0 ? "from --nlist" : "~4*sqrt(N), <= N/39",
+      options.m > 0 ? "from --m" : "largest divisor of dim <= 64", x.dim / m,
+      m);
+  return factory;
+}
+
+// Trains `b` on `train_rows` rows of `x`: all of them, or a seeded sample.
+absl::Status Train(IndexBuilder& b, const Matrix& x, int64_t train_rows,
+                   uint32_t seed) {
+  if (train_rows == x.rows) return b.Train(x.values.data(), x.rows);
+  std::vector<float> sample(static_cast<size_t>(train_rows) * x.dim);
+  const std::vector<int64_t> rows = SampleRows(x.rows, train_rows, seed);
+  for (int64_t i = 0; i < train_rows; ++i) {
+    std::copy(x.row(rows[i]), x.row(rows[i]) + x.dim,
+              sample.data() + i * x.dim);
+  }
+  return b.Train(sample.data(), train_rows);
+}
+
+int Build(const BuildOptions& options) {
+  UseThreads(options.threads);
+  const std::string& input = options.input;
+  const std::string& output = options.output;
+  if (input.empty() || output.empty()) {
+    return Fail("build needs --input FILE and --output INDEX");
+  }
+  absl::StatusOr<Metric> metric = ParseMetric(options.metric);
+  if (!metric.ok()) return Fail(metric.status());
+  if (!options.factory.empty() && (options.nlist > 0 || options.m > 0)) {
+    return Fail("give either --factory or --nlist/--m, not both");
+  }
+  absl::StatusOr<VectorsDtype> vectors_dtype =
+      ParseVectorsDtype(options.vectors_dtype);
+  if (!vectors_dtype.ok()) {
+    return Fail(
+        absl::StrCat("--vectors_dtype: ", vectors_dtype.status().message()));
+  }
+  if (options.keep_vectors && !options.ids.empty()) {
+    return Fail(
+        "--keep_vectors stores row i as the vector of id i, so it "
+        "needs the sequential ids of a build without --ids");
+  }
+  // Fail before reading and training, not after.
+  if (access(DirectoryOf(output).c_str(), W_OK) != 0) {
+    return Fail(absl::StrCat("cannot write into the directory of ", output,
+                             ": ", std::strerror(errno)));
+  }
+
+  const absl::Time read_start = absl::Now();
+  absl::StatusOr<Matrix> read = ReadVectors(input);
+  if (!read.ok()) return Fail(read.status());
+  const Matrix& x = *read;
+  std::printf("input:    %s: %lld x %d float32 (%.1f MiB), read in %.1f s\n",
+              input.c_str(), static_cast<long long>(x.rows), x.dim,
+              MiBOf(static_cast<int64_t>(x.values.size() * sizeof(float))),
+              absl::ToDoubleSeconds(absl::Now() - read_start));
+  std::vector<int64_t> ids;
+  if (!options.ids.empty()) {
+    absl::StatusOr<std::vector<int64_t>> read_ids =
+        ReadRowIds(options.ids, x.rows);
+    if (!read_ids.ok()) return Fail(read_ids.status());
+    ids = std::move(*read_ids);
+  }
+
+  absl::StatusOr<std::string> factory = FactoryFor(options, x);
+  if (!factory.ok()) return Fail(factory.status());
+  IndexBuilder::Options builder_options;
+  builder_options.dim = x.dim;
+  builder_options.metric = *metric;
+  builder_options.factory = *factory;
+  builder_options.seed = options.seed;
+  absl::StatusOr<std::unique_ptr<IndexBuilder>> builder =
+      IndexBuilder::Create(builder_options);
+  if (!builder.ok()) return Fail(builder.status());
+  IndexBuilder& b = **builder;
+
+  int64_t train_rows = options.train_size > 0
+                           ? options.train_size
+                           : DefaultTrainRows(x.rows, b.nlist());
+  if (train_rows > x.rows) {
+    std::printf(
+        "note:     --train_size=%lld exceeds the %lld input rows; "
+        "training on all of them\n",
+        static_cast<long long>(train_rows), static_cast<long long>(x.rows));
+    train_rows = x.rows;
+  }
+  std::printf("metric:   %s%s\n", MetricName(*metric),
+              *metric == Metric::kCosine
+                  ? " (vectors L2-normalised; knnd normalises queries)"
+                  : "");
+  std::printf("training: %lld rows (%s, seed %u), %.1f MiB\n",
+              static_cast<long long>(train_rows),
+              train_rows == x.rows ? "all rows" : "seeded random sample",
+              options.seed,
+              MiBOf(train_rows * x.dim * static_cast<int64_t>(sizeof(float))));
+  if (train_rows < 39 * b.nlist()) {
+    std::printf(
+        "warning:  %lld training rows are fewer than 39 * nlist = "
+        "%lld, the minimum FAISS's k-means wants; centroids will be "
+        "poor. Lower --nlist or raise --train_size.\n",
+        static_cast<long long>(train_rows),
+        static_cast<long long>(39 * b.nlist()));
+  }
+  std::fflush(stdout);
+
+  const absl::Time train_start = absl::Now();
+  if (absl::Status s = Train(b, x, train_rows, options.seed); !s.ok()) {
+    return Fail(s);
+  }
+  std::printf("trained in %.1f s\n",
+              absl::ToDoubleSeconds(absl::Now() - train_start));
+  std::fflush(stdout);
+
+  const int64_t batch = std::max<int64_t>(1, options.add_batch);
+  Progress progress("adding", x.rows);
+  for (int64_t begin = 0; begin < x.rows; begin += batch) {
+    const int64_t n = std::min(batch, x.rows - begin);
+    if (absl::Status s =
+            b.Add(x.row(begin), n, ids.empty() ? nullptr : ids.data() + begin);
+        !s.ok()) {
+      return Fail(s);
+    }
+    progress.Update(begin + n);
+  }
+
+  const int nprobe = options.stored_nprobe > 0 ? options.stored_nprobe
+                                               : DefaultNprobe(b.nlist());
+  knnd::v1::IndexMetadata metadata;
+  metadata.set_source(input);
+  metadata.set_created(
+      absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
+  metadata.set_train_rows(train_rows);
+  metadata.set_built_by(absl::StrCat("knnctl build: ", BuildInfoLine()));
+  // The vectors file goes in first; the index and then its sidecar follow,
+  // and a loader takes a version as complete only with its sidecar.
+  const std::string vectors_path = VectorsPath(output);
+  if (options.keep_vectors) {
+    if (absl::Status s =
+            WriteRawVectors(x, *metric, vectors_path, *vectors_dtype, batch);
+        !s.ok()) {
+      return Fail(s);
+    }
+  } else if (unlink(vectors_path.c_str()) == 0) {
+    std::printf("removed:  %s (of a previous build; no --keep_vectors)\n",
+                vectors_path.c_str());
+  }
+  if (absl::Status s = b.Write(output, nprobe, metadata); !s.ok()) {
+    return Fail(s);
+  }
+  struct stat st;
+  stat(output.c_str(), &st);
+  std::printf(
+      "wrote:    %s (%lld vectors, %.1f MiB, stored nprobe %d) and "
+      "%s\n",
+      output.c_str(), static_cast<long long>(b.ntotal()), MiBOf(st.st_size),
+      nprobe, MetadataPath(output).c_str());
+  if (options.keep_vectors) {
+    stat(vectors_path.c_str(), &st);
+    std::printf("wrote:    %s (%s, %.1f MiB, for refine_factor > 0)\n",
+                vectors_path.c_str(), VectorsDtypeName(*vectors_dtype),
+                MiBOf(st.st_size));
+  }
+  std::printf("next:     knnctl eval --index %s --queries QUERIES --base %s\n",
+              output.c_str(), input.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+std::function<int()> DefineBuild(FlagSet& flags) {
+  auto options = std::make_shared<BuildOptions>();
+  flags.Add("input", &options->input, "FILE",
+            "Vectors to index: .npy (float32, 2-D, C order), .fvecs, .bvecs "
+            "or IDX (.gz allowed). Required.");
+  flags.Add("output", &options->output, "INDEX",
+            "Index file to write, with INDEX.meta.json beside it. Required.");
+  flags.Add("metric", &options->metric, "l2|ip|cosine",
+            "Distance: l2, ip (inner product) or cosine (vectors and, in "
+            "knnd, queries are L2-normalised).");
+  flags.Add("factory", &options->factory, "STR",
+            "FAISS factory string of an IVF-PQ index, e.g. 'IVF1024,PQ32' or "
+            "'OPQ32,IVF1024,PQ32'; default from --nlist/--m.");
+  flags.Add("nlist", &options->nlist, "N",
+            "Inverted lists; 0 = about 4*sqrt(rows), a power of two, at most "
+            "rows/39.");
+  flags.Add("m", &options->m, "M",
+            "PQ sub-quantizers (bytes per vector), must divide dim; 0 = the "
+            "largest divisor <= 64 leaving sub-vectors of >= 4 dims.");
+  flags.Add("train_size", &options->train_size, "N",
+            "Rows sampled (seeded) for training; 0 = min(rows, "
+            "max(50*nlist, 65536)).");
+  flags.Add("ids", &options->ids, "FILE",
+            "int64/int32 .npy or .ivecs of one id per input row, unique and "
+            ">= 0; default: row numbers.");
+  flags.Add("stored_nprobe", &options->stored_nprobe, "N",
+            "nprobe stored in the index file: what knnd searches with when "
+            "its config's default_nprobe is 0; 0 = nlist/32.");
+  flags.AddSwitch("keep_vectors", &options->keep_vectors,
+                  "Also write the raw vectors to INDEX.vectors (row = id) so "
+                  "knnd can re-rank IVF-PQ candidates exactly "
+                  "(refine_factor). Not with --ids.");
+  flags.Add("vectors_dtype", &options->vectors_dtype, "f32|f16",
+            "Element type of INDEX.vectors: f32, or f16 (half the bytes, "
+            "distances rounded to ~3 decimal digits).");
+  flags.Add("add_batch", &options->add_batch, "N",
+            "Rows added per batch (bounds the temporary memory of add).");
+  flags.Add("seed", &options->seed, "N",
+            "Seed of the training sample and of k-means.");
+  AddThreadsFlag(flags, &options->threads);
+  return [options] { return Build(*options); };
+}
+
+}  // namespace knnd::knnctl

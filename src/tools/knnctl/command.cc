@@ -1,0 +1,63 @@
+#include "command.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "knnd/faiss/faiss_runtime.h"
+#include "knnd/storage/vector_io.h"
+
+namespace knnd::knnctl {
+
+int Fail(absl::string_view message) {
+  std::fprintf(stderr, "knnctl: %.*s\n", static_cast<int>(message.size()),
+               message.data());
+  return kExitError;
+}
+
+int Fail(const absl::Status& status) { return Fail(status.message()); }
+
+void AddQueryFlags(FlagSet& flags, QueryOptions& options) {
+  flags.Add("queries", &options.queries, "FILE",
+            "Query vectors: .npy, .fvecs, .bvecs or IDX (.gz allowed).");
+  flags.Add("limit", &options.limit, "N",
+            "Use at most N rows of --queries; 0 = all.");
+  flags.Add("k", &options.k, "N", "Neighbours per query.");
+}
+
+void AddThreadsFlag(FlagSet& flags, int* threads) {
+  flags.Add("threads", threads, "N",
+            "OpenMP threads FAISS may use; 0 = all cores (or "
+            "OMP_NUM_THREADS). OpenBLAS is pinned to one thread, as in "
+            "knnd.");
+}
+
+void UseThreads(int threads) {
+  if (threads > 0) SetOpenMpThreadsOfThisThread(threads);
+}
+
+absl::StatusOr<std::vector<int64_t>> ReadRowIds(const std::string& path,
+                                                int64_t rows) {
+  absl::StatusOr<IdMatrix> ids = ReadIds(path);
+  if (!ids.ok()) return ids.status();
+  if (ids->cols != 1 || ids->rows != rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": holds ", ids->rows, " x ", ids->cols,
+                     " ids; expected ", rows, " (one per input row)"));
+  }
+  std::vector<int64_t> sorted = ids->values;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.front() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": id ", sorted.front(), " is negative; ids must be >= 0"));
+  }
+  if (auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+      dup != sorted.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": id ", *dup, " appears more than once"));
+  }
+  return std::move(ids->values);
+}
+
+}  // namespace knnd::knnctl

@@ -1,0 +1,321 @@
+// knnctl eval: recall@R and queries/s of an index file for a sweep of
+// nprobe (and refine_factor), measured through IndexSnapshot, the daemon's
+// own search path, and the setting to serve.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "command.h"
+#include "knnd/base/metric.h"
+#include "knnd/index/index_eval.h"
+#include "knnd/index/index_snapshot.h"
+#include "knnd/storage/vector_io.h"
+
+namespace knnd::knnctl {
+namespace {
+
+struct EvalOptions {
+  std::string index;
+  QueryOptions query;
+  std::string ground_truth;
+  std::string base;
+  std::string ids;
+  double target_recall = 0.95;
+  std::string nprobes;
+  std::string refine_factors;
+  int64_t batch = 256;
+  int threads = 0;
+};
+
+// True neighbour ids, `k` per query, closest first.
+struct Truth {
+  std::vector<int64_t> ids;
+  int k = 0;
+};
+
+// The R values of the recall columns: 1, 10, 100 and --k, at most ntotal.
+std::vector<int> RecallColumns(int k, int64_t ntotal) {
+  std::vector<int> columns;
+  for (int r : {1, 10, 100, k}) {
+    if (r >= 1 && r <= ntotal) columns.push_back(r);
+  }
+  std::sort(columns.begin(), columns.end());
+  columns.erase(std::unique(columns.begin(), columns.end()), columns.end());
+  return columns;
+}
+
+// --nprobes, or the powers of two below nlist and nlist itself.
+absl::StatusOr<std::vector<int>> NprobeList(const std::string& list,
+                                            int64_t nlist) {
+  std::vector<int> nprobes;
+  if (list.empty()) {
+    for (int64_t p = 1; p < nlist; p *= 2)
+      nprobes.push_back(static_cast<int>(p));
+    nprobes.push_back(static_cast<int>(nlist));
+    return nprobes;
+  }
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    int p;
+    if (!absl::SimpleAtoi(part, &p) || p < 1 || p > nlist) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nprobes: '", part,
+                       "' is not an nprobe in [1, nlist=", nlist, "]"));
+    }
+    nprobes.push_back(p);
+  }
+  return nprobes;
+}
+
+// --refine_factors, or 0,1,2,4,8,16 with vectors and 0 without.
+absl::StatusOr<std::vector<int>> RefineFactorList(const std::string& list,
+                                                  bool has_vectors) {
+  if (list.empty()) {
+    if (!has_vectors) return std::vector<int>{0};
+    return std::vector<int>{0, 1, 2, 4, 8, 16};
+  }
+  std::vector<int> factors;
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    int f;
+    if (!absl::SimpleAtoi(part, &f) || f < 0 || f > 1024) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--refine_factors: '", part,
+                       "' is not a refine_factor in [0, 1024]"));
+    }
+    if (f > 0 && !has_vectors) {
+      return absl::FailedPreconditionError(
+          "--refine_factors > 0 needs INDEX.vectors (knnctl build "
+          "--keep_vectors)");
+    }
+    factors.push_back(f);
+  }
+  return factors;
+}
+
+// --ground_truth for `rows` queries; drops the recall columns beyond its
+// neighbours per query.
+absl::StatusOr<Truth> TruthFromFile(const std::string& path, int64_t rows,
+                                    int k, std::vector<int>& columns) {
+  absl::StatusOr<IdMatrix> read = ReadIds(path);
+  if (!read.ok()) return read.status();
+  if (read->rows < rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " has ", read->rows, " rows for ", rows, " queries"));
+  }
+  Truth truth;
+  truth.k = read->cols;
+  truth.ids.assign(read->values.begin(), read->values.begin() + rows * truth.k);
+  columns.erase(std::remove_if(columns.begin(), columns.end(),
+                               [&](int r) { return r > truth.k; }),
+                columns.end());
+  if (columns.empty() || k > truth.k) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " has ", truth.k, " neighbours per query, fewer than --k=", k));
+  }
+  std::printf("truth:    %s: %d neighbours per query\n", path.c_str(), truth.k);
+  return truth;
+}
+
+// Exact neighbours of `queries` in --base (mapped to --ids), as many per
+// query as the widest recall column.
+absl::StatusOr<Truth> TruthFromBase(const EvalOptions& options,
+                                    const IndexInfo& info,
+                                    const Matrix& queries,
+                                    const std::vector<int>& columns) {
+  absl::StatusOr<Matrix> base = ReadVectors(options.base);
+  if (!base.ok()) return base.status();
+  if (base->rows != info.ntotal) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.base, " has ", base->rows, " rows but the index holds ",
+        info.ntotal, "; --base must be the indexed vectors"));
+  }
+  Truth truth;
+  truth.k = columns.back();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<int64_t>> exact =
+      ExactNeighbors(*base, queries, truth.k, info.metric);
+  if (!exact.ok()) return exact.status();
+  truth.ids = std::move(*exact);
+  if (!options.ids.empty()) {
+    absl::StatusOr<std::vector<int64_t>> ids =
+        ReadRowIds(options.ids, base->rows);
+    if (!ids.ok()) return ids.status();
+    for (int64_t& id : truth.ids) id = (*ids)[id];
+  }
+  std::printf("truth:    exact %s search over %s (%lld rows), %.1f s\n",
+              MetricName(info.metric), options.base.c_str(),
+              static_cast<long long>(base->rows),
+              absl::ToDoubleSeconds(absl::Now() - start));
+  return truth;
+}
+
+// Prints the fastest measured setting reaching --target_recall at recall@k
+// (column `target_column`), or, when none does, the best recall and the
+// fastest setting within 0.005 of it, then the chosen line.
+void ReportChoice(const std::vector<SweepRow>& rows, size_t target_column,
+                  int k, double target, bool has_vectors) {
+  const SweepRow* reached = nullptr;
+  const SweepRow* best = &rows.front();
+  for (const SweepRow& row : rows) {
+    if (row.recall[target_column] >= target &&
+        (reached == nullptr ||
+         row.queries_per_second > reached->queries_per_second)) {
+      reached = &row;
+    }
+    if (row.recall[target_column] > best->recall[target_column]) best = &row;
+  }
+  std::printf("\n");
+  const SweepRow* chosen = reached;
+  if (reached != nullptr) {
+    std::printf(
+        "recall@%d >= %.3g: fastest at nprobe %d refine_factor %d "
+        "(%.4f, %.0f queries/s)\n",
+        k, target, reached->nprobe, reached->refine_factor,
+        reached->recall[target_column], reached->queries_per_second);
+  } else {
+    // More nprobe cannot fix what the PQ codes lost; take the fastest
+    // setting within 0.005 of the best recall instead.
+    for (const SweepRow& row : rows) {
+      if (row.recall[target_column] >= best->recall[target_column] - 0.005 &&
+          (chosen == nullptr ||
+           row.queries_per_second > chosen->queries_per_second)) {
+        chosen = &row;
+      }
+    }
+    std::printf(
+        "no setting reaches recall@%d >= %.3g: the best is %.4f at nprobe %d "
+        "refine_factor %d. The PQ codes limit recall: %s\n",
+        k, target, best->recall[target_column], best->nprobe,
+        best->refine_factor,
+        has_vectors
+            ? "try larger --refine_factors or rebuild with a larger --m."
+            : "rebuild with a larger --m (more bytes per vector), or with "
+              "--keep_vectors and re-rank candidates exactly "
+              "(--refine_factors).");
+  }
+  std::printf(
+      "chosen nprobe: %d refine_factor: %d (recall@%d %.4f); serve "
+      "it with default_nprobe: %d and default_refine_factor: %d in "
+      "the config, or per request\n",
+      chosen->nprobe, chosen->refine_factor, k, chosen->recall[target_column],
+      chosen->nprobe, chosen->refine_factor);
+}
+
+int Eval(const EvalOptions& options) {
+  UseThreads(options.threads);
+  if (options.index.empty() || options.query.queries.empty() ||
+      (options.ground_truth.empty() == options.base.empty())) {
+    return Fail(
+        "eval needs --index INDEX --queries FILE and either "
+        "--ground_truth FILE or --base FILE (exact search over the "
+        "indexed vectors)");
+  }
+  absl::StatusOr<std::unique_ptr<IndexSnapshot>> snapshot =
+      IndexSnapshot::Load(options.index, {});
+  if (!snapshot.ok()) return Fail(snapshot.status());
+  const IndexInfo& info = (*snapshot)->info();
+  absl::StatusOr<Matrix> queries =
+      ReadVectors(options.query.queries, options.query.limit);
+  if (!queries.ok()) return Fail(queries.status());
+  const int k = options.query.k;
+  if (k < 1 || k > info.ntotal) {
+    return Fail(
+        absl::StrCat("--k=", k, " must be in [1, ntotal=", info.ntotal, "]"));
+  }
+  std::vector<int> columns = RecallColumns(k, info.ntotal);
+  absl::StatusOr<std::vector<int>> nprobes =
+      NprobeList(options.nprobes, info.nlist);
+  if (!nprobes.ok()) return Fail(nprobes.status());
+  std::printf("index:    %s: %s, %lld vectors x %d, metric %s\n",
+              options.index.c_str(), info.index_type.c_str(),
+              static_cast<long long>(info.ntotal), info.dim,
+              MetricName(info.metric));
+  std::printf("queries:  %s: %lld\n", options.query.queries.c_str(),
+              static_cast<long long>(queries->rows));
+
+  absl::StatusOr<Truth> truth =
+      options.ground_truth.empty()
+          ? TruthFromBase(options, info, *queries, columns)
+          : TruthFromFile(options.ground_truth, queries->rows, k, columns);
+  if (!truth.ok()) return Fail(truth.status());
+  std::fflush(stdout);
+
+  absl::StatusOr<std::vector<int>> refine_factors =
+      RefineFactorList(options.refine_factors, info.has_vectors);
+  if (!refine_factors.ok()) return Fail(refine_factors.status());
+  if (info.has_vectors) {
+    std::printf("vectors:  %s (%s): exact re-ranking available\n",
+                info.vectors_path.c_str(), info.vectors_dtype.c_str());
+  } else if (!info.vectors_error.empty()) {
+    std::printf("vectors:  not used: %s\n", info.vectors_error.c_str());
+  }
+
+  std::printf("\n%8s  %6s", "nprobe", "refine");
+  for (int r : columns)
+    std::printf("  %10s", absl::StrCat("recall@", r).c_str());
+  std::printf("  %10s\n", "queries/s");
+  // One (nprobe, refine_factor) at a time, so each row shows as soon as it
+  // is measured.
+  SweepOptions sweep;
+  sweep.recall_at = columns;
+  sweep.batch_rows = options.batch;
+  std::vector<SweepRow> rows;
+  for (int refine_factor : *refine_factors) {
+    for (int nprobe : *nprobes) {
+      sweep.nprobes = {nprobe};
+      sweep.refine_factor = refine_factor;
+      absl::StatusOr<std::vector<SweepRow>> row =
+          SweepNprobe(**snapshot, *queries, truth->ids, truth->k, sweep);
+      if (!row.ok()) return Fail(row.status());
+      std::printf("%8d  %6d", row->front().nprobe, refine_factor);
+      for (double recall : row->front().recall) {
+        std::printf("  %10.4f", recall);
+      }
+      std::printf("  %10.0f\n", row->front().queries_per_second);
+      std::fflush(stdout);
+      rows.push_back(std::move(row->front()));
+    }
+  }
+  const size_t target_column =
+      std::find(columns.begin(), columns.end(), k) - columns.begin();
+  ReportChoice(rows, target_column, k, options.target_recall, info.has_vectors);
+  return kExitOk;
+}
+
+}  // namespace
+
+std::function<int()> DefineEval(FlagSet& flags) {
+  auto options = std::make_shared<EvalOptions>();
+  flags.Add("index", &options->index, "INDEX",
+            "Index file to measure, loaded as knnd loads it. Required.");
+  AddQueryFlags(flags, options->query);
+  flags.Add("ground_truth", &options->ground_truth, "FILE",
+            "True neighbour ids per query (.ivecs or int .npy, closest "
+            "first). Either this or --base.");
+  flags.Add("base", &options->base, "FILE",
+            "The indexed vectors, for exact ground truth. Either this or "
+            "--ground_truth.");
+  flags.Add("ids", &options->ids, "FILE",
+            "With --base: the ids the index was built with (build --ids), "
+            "to map exact neighbours to them.");
+  flags.Add("target_recall", &options->target_recall, "R",
+            "Report the fastest setting whose recall@k reaches this.");
+  flags.Add("nprobes", &options->nprobes, "LIST",
+            "Comma-separated nprobe values to sweep; default powers of two "
+            "up to nlist.");
+  flags.Add("refine_factors", &options->refine_factors, "LIST",
+            "Comma-separated refine_factor values to sweep with each nprobe "
+            "(0 = no re-ranking); default 0,1,2,4,8,16 when the index has "
+            "INDEX.vectors, else 0.");
+  flags.Add("batch", &options->batch, "N", "Queries per search call.");
+  AddThreadsFlag(flags, &options->threads);
+  return [options] { return Eval(*options); };
+}
+
+}  // namespace knnd::knnctl
