@@ -1,15 +1,12 @@
 // IndexManager through an in-process server: hot swaps under load,
-// refusals, pinning and rollback, retention, reload triggers, checksum
-// checks and memory given back after a swap.
+// refusals, pinning and rollback, retention, reload triggers, the checksum
+// check before serving or off, and memory given back after a swap.
 #include "knnd/lifecycle/index_manager.h"
-
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <set>
 #include <thread>
 #include <vector>
@@ -19,13 +16,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "knnd/config/config.h"
-#include "knnd/lifecycle/index_source.h"
 #include "knnd/monitoring/process_stats.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/v1/admin_service.grpc.pb.h"
-#include "testing/scrape_util.h"
 #include "testing/test_util.h"
 #include "testing/version_util.h"
 
@@ -34,6 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::knnd::testing::AdminStub;
+using ::knnd::testing::ChecksumState;
 using ::knnd::testing::FlipByteFromEnd;
 using ::knnd::testing::IndexSpec;
 using ::knnd::testing::kDim;
@@ -44,8 +39,6 @@ using ::knnd::testing::Reloads;
 using ::knnd::testing::ReloadRpc;
 using ::knnd::testing::Request;
 using ::knnd::testing::RunningServer;
-using ::knnd::testing::Samples;
-using ::knnd::testing::Scrape;
 using ::knnd::testing::ServedVersion;
 using ::knnd::testing::ServeVersionOne;
 using ::knnd::testing::StartServer;
@@ -83,25 +76,6 @@ bool Mapped(const std::string& path) {
     }
   }
   return false;
-}
-
-// The state whose knnd_index_checksum series is 1 ("" unless exactly one),
-// from one scrape.
-std::string ChecksumState(RunningServer& s) {
-  const std::vector<knnd::testing::Sample> samples = Samples(s);
-  std::string state;
-  for (const char* name : {"unchecked", "pending", "verified", "failed"}) {
-    const double v = knnd::testing::FindSample(samples, "knnd_index_checksum",
-                                               {{"state", name}})
-                         .value_or(-1);
-    if (v == 1) {
-      if (!state.empty()) return "";
-      state = name;
-    } else if (v != 0) {
-      return "";
-    }
-  }
-  return state;
 }
 
 // Clients search without pause while versions are published and swapped in:
@@ -328,96 +302,6 @@ TEST(IndexManager, RequestedAndPolledReloadsServeTheNewVersion) {
   EXPECT_EQ(ServedVersion(polled), 2);
   Publish(tmp, dir, VersionSpec(3));
   while (ServedVersion(polled) != 3) absl::SleepFor(absl::Milliseconds(5));
-}
-
-grpc::health::v1::HealthCheckResponse::ServingStatus Health(
-    RunningServer& s) {
-  auto stub = grpc::health::v1::Health::NewStub(s.channel);
-  grpc::ClientContext context;
-  grpc::health::v1::HealthCheckRequest request;
-  request.set_service("knnd.v1.KnnService");
-  grpc::health::v1::HealthCheckResponse response;
-  grpc::Status status = stub->Check(&context, request, &response);
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  return response.status();
-}
-
-// checksum_check "background" (the default): the first version serves before
-// its file is read whole; the background check then finds the changed byte
-// and withdraws it (searches UNAVAILABLE with the reason, health
-// NOT_SERVING, the version refused) until a good version is published.
-TEST(IndexManager, BackgroundChecksumWithdrawsAChangedFirstVersion) {
-  using grpc::health::v1::HealthCheckResponse;
-  TempDir tmp;
-  const std::string dir = tmp.path("versions");
-  Publish(tmp, dir, VersionSpec(1));
-  FlipByteFromEnd(dir + "/1/index.faiss", 4);  // of the last id
-  knnd::v1::ServerConfig config = TestConfig(dir);
-  ASSERT_EQ(config.checksum_check(), "background");
-  RunningServer s = StartServer(config);  // LoadIndex() succeeded
-  ASSERT_NE(s.stub, nullptr);
-  IndexManager& manager = s.server->index_manager();
-
-  const absl::Status check =
-      manager.AwaitBackgroundCheck(absl::Now() + absl::Seconds(60));
-  EXPECT_EQ(check.code(), absl::StatusCode::kDataLoss) << check;
-  EXPECT_THAT(check.message(), HasSubstr("index version 1"));
-  EXPECT_THAT(check.message(), HasSubstr("withdrawn"));
-  EXPECT_THAT(check.message(), HasSubstr("CRC-32"));
-  EXPECT_THAT(check.message(), HasSubstr(dir + "/1/index.faiss.meta.json"));
-  EXPECT_EQ(Health(s), HealthCheckResponse::NOT_SERVING);
-  EXPECT_EQ(Scrape(s, "knnd_index_serving"), 0);
-  EXPECT_EQ(ChecksumState(s), "failed");
-  knnd::v1::SearchResponse response;
-  grpc::ClientContext context;
-  grpc::Status status = s.stub->Search(&context, Request(7), &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_THAT(status.error_message(), HasSubstr("withdrawn"));
-  EXPECT_THAT(status.error_message(), HasSubstr("CRC-32"));
-  absl::StatusOr<std::vector<IndexManager::VersionState>> versions =
-      manager.ListVersions();
-  ASSERT_TRUE(versions.ok()) << versions.status();
-  ASSERT_EQ(versions->size(), 1u);
-  EXPECT_FALSE((*versions)[0].serving);
-  EXPECT_TRUE((*versions)[0].refused);
-  EXPECT_THAT((*versions)[0].refused_reason, HasSubstr("CRC-32"));
-
-  // A good version serves again, verified before it is published.
-  ASSERT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
-  absl::StatusOr<IndexManager::Outcome> outcome = manager.Reload();
-  ASSERT_TRUE(outcome.ok()) << outcome.status();
-  EXPECT_EQ(ServedVersion(s), 2);
-  EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
-  EXPECT_EQ(Scrape(s, "knnd_index_serving"), 1);
-  EXPECT_EQ(ChecksumState(s), "verified");
-}
-
-// After start-up, "background" verifies before publishing: a changed file
-// is refused and the version serving keeps serving. A good first version
-// passes its background check and keeps serving.
-TEST(IndexManager, BackgroundChecksumVerifiesHotSwapsFirst) {
-  using grpc::health::v1::HealthCheckResponse;
-  TempDir tmp;
-  const std::string dir = tmp.path("versions");
-  RunningServer s = ServeVersionOne(tmp, dir);
-  ASSERT_NE(s.stub, nullptr);
-  IndexManager& manager = s.server->index_manager();
-  EXPECT_TRUE(
-      manager.AwaitBackgroundCheck(absl::Now() + absl::Seconds(60)).ok());
-  EXPECT_EQ(ServedVersion(s), 1);
-  EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
-  EXPECT_EQ(Scrape(s, "knnd_index_serving"), 1);
-  EXPECT_EQ(ChecksumState(s), "verified");
-
-  ASSERT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
-  FlipByteFromEnd(dir + "/2/index.faiss", 4);
-  absl::StatusOr<IndexManager::Outcome> outcome = manager.Reload();
-  ASSERT_FALSE(outcome.ok());
-  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(outcome.status().message(), HasSubstr("CRC-32"));
-  EXPECT_THAT(outcome.status().message(), HasSubstr("still serving version 1"));
-  EXPECT_EQ(ServedVersion(s), 1);
-  EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
 }
 
 // "before_serving" refuses a changed first version at start-up; "off"

@@ -49,6 +49,23 @@ double Reloads(RunningServer& s, const std::string& result) {
   return Scrape(s, "knnd_index_reloads_total", {{"result", result}});
 }
 
+std::string ChecksumState(RunningServer& s) {
+  const std::vector<Sample> samples = Samples(s);
+  std::string state;
+  for (const char* name : {"unchecked", "pending", "verified", "failed"}) {
+    const double v =
+        FindSample(samples, "knnd_index_checksum", {{"state", name}})
+            .value_or(-1);
+    if (v == 1) {
+      if (!state.empty()) return "";
+      state = name;
+    } else if (v != 0) {
+      return "";
+    }
+  }
+  return state;
+}
+
 knnd::v1::SearchRequest Request(uint32_t seed) {
   std::vector<float> q = MakeData(2, kDim, seed);
   knnd::v1::SearchRequest r;

@@ -47,6 +47,10 @@ double Scrape(RunningServer& s, const std::string& name,
 // knnd_index_reloads_total{result=`result`} ("ok" or "failed").
 double Reloads(RunningServer& s, const std::string& result);
 
+// The state whose knnd_index_checksum series is 1 ("" unless exactly one),
+// from one scrape.
+std::string ChecksumState(RunningServer& s);
+
 // Two kDim queries seeded with `seed`, k = 5.
 knnd::v1::SearchRequest Request(uint32_t seed);
 
