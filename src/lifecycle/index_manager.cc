@@ -1,7 +1,7 @@
 #include "knnd/lifecycle/index_manager.h"
 
 #include <algorithm>
-#include <iterator>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -59,16 +59,14 @@ absl::StatusOr<std::unique_ptr<IndexManager>> IndexManager::Create(
 IndexManager::~IndexManager() {
   {
     absl::MutexLock lock(&mu_);
-    stopping_ = true;
+    reload_.stopping = true;
   }
-  cancel_.store(true);
+  verifier_.Cancel();
   thread_.join();
-  // After thread_: a reload on it may have started the check.
-  if (checker_.joinable()) checker_.join();
 }
 
 absl::StatusOr<IndexManager::Outcome> IndexManager::Reload() {
-  return ReloadTo(absl::nullopt);
+  return ReloadTo(VersionRequest::Reload());
 }
 
 absl::StatusOr<IndexManager::Outcome> IndexManager::ReloadVersion(
@@ -77,237 +75,140 @@ absl::StatusOr<IndexManager::Outcome> IndexManager::ReloadVersion(
     return absl::InvalidArgumentError(
         absl::StrCat("version=", version, " must be >= 0 (0: the latest)"));
   }
-  return ReloadTo(version);
+  return ReloadTo(version == 0 ? VersionRequest::Unpin()
+                               : VersionRequest::Pin(version));
 }
 
 void IndexManager::RequestReload() {
   absl::MutexLock lock(&mu_);
-  reload_requested_ = true;
+  reload_.requested = true;
 }
 
 absl::StatusOr<IndexManager::Outcome> IndexManager::ReloadTo(
-    absl::optional<int64_t> pin) {
-  int64_t target_pin;
-  int64_t served;
-  std::string served_path;
-  int dim;
-  absl::optional<Metric> metric;
-  int64_t refused;
-  absl::Status refused_status;
+    const VersionRequest& request) {
+  using Action = VersionDecision::Action;
+  int64_t wanted;
   {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
-        +[](bool* reloading) { return !*reloading; }, &reloading_));
-    reloading_ = true;
-    target_pin = pin.value_or(pinned_version_);
-    served = served_version_;
-    served_path = served_path_;
-    dim = dim_;
-    metric = metric_;
-    refused = refused_version_;
-    refused_status = refused_status_;
+        +[](ReloadState* reload) { return !reload->reloading; }, &reload_));
+    reload_.reloading = true;
+    wanted = WantedVersion(versions_, request);
+  }
+  // Outside the lock: the source lists a directory.
+  const absl::StatusOr<IndexVersion> found =
+      wanted > 0 ? source_.Find(wanted) : source_.Latest();
+  VersionRecord before;
+  VersionDecision decision;
+  std::shared_ptr<const IndexSnapshot> retained;
+  {
+    absl::MutexLock lock(&mu_);
+    before = versions_;
+    decision =
+        DecideVersion({versions_, retained_.Versions(), request, found});
+    if (decision.action == Action::kRepublish) {
+      retained = retained_.Find(decision.target);
+    }
   }
 
-  // The target: the pinned (or asked for) version, else the latest; a
-  // retained snapshot of it is republished instead of loading its file.
-  absl::StatusOr<IndexVersion> target;
-  std::shared_ptr<const IndexSnapshot> retained;
-  if (target_pin > 0) {
-    {
-      absl::MutexLock lock(&mu_);
-      retained = FindRetained(target_pin);
-    }
-    target = retained != nullptr
-                 ? IndexVersion{target_pin, retained->info().path}
-                 : source_.Find(target_pin);
-  } else {
-    target = source_.Latest();
-    if (target.ok()) {
-      absl::MutexLock lock(&mu_);
-      retained = FindRetained(target->version);
-      if (retained != nullptr && retained->info().path != target->path) {
-        retained = nullptr;
+  const IndexVersion& target = decision.target;
+  absl::Status status = decision.status;
+  switch (decision.action) {
+    case Action::kNoTarget:
+      spdlog::warn("index reload: {}", status.ToString());
+      break;
+    case Action::kKeep:
+    case Action::kStillRefused:
+      break;
+    case Action::kRepublish:
+      spdlog::info("index version {} ({}) republished from the retained "
+                   "versions, without a load",
+                   target.version, target.path);
+      metrics_->SetIndexInfo(retained->info());
+      {
+        absl::MutexLock lock(&mu_);
+        metrics_->SetIndexChecksumState(
+            retained_.checksum_state(target.version));
       }
-    }
-  }
-  absl::Status status = target.status();
-  bool loaded = false;
-  bool republished = false;
-  if (!status.ok()) {
-    spdlog::warn("index reload: {}", status.ToString());
-  } else if (target->version == served && target->path == served_path) {
-    // The target already serves: nothing to load.
-  } else if (retained != nullptr) {
-    spdlog::info("index version {} ({}) republished from the retained "
-                 "versions, without a load",
-                 target->version, target->path);
-    metrics_->SetIndexInfo(retained->info());
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = checksum_states_.find(target->version);
-      metrics_->SetIndexChecksumState(
-          it != checksum_states_.end() ? it->second
-                                       : Metrics::ChecksumState::kUnchecked);
-    }
-    Publish(std::move(retained));
-    republished = true;
-  } else if (!pin.has_value() && target->version == refused) {
-    status = refused_status;
-  } else {
-    status = LoadAndPublish(*target, dim, metric);
-    metrics_->RecordIndexReload(status.ok());
-    if (status.ok()) {
-      loaded = true;
-    } else {
-      status = absl::Status(
-          status.code(),
-          absl::StrCat("index version ", target->version, " (", target->path,
-                       ") refused: ", status.message(),
-                       served == 0 ? ""
-                                   : absl::StrCat("; still serving version ",
-                                                  served)));
-      spdlog::error("{}", status.ToString());
-    }
+      Publish(std::move(retained));
+      break;
+    case Action::kLoad:
+      status = LoadAndPublish(target);
+      metrics_->RecordIndexReload(status.ok());
+      if (!status.ok()) {
+        status = LoadRefusal(target, status, before.serving.version);
+        spdlog::error("{}", status.ToString());
+      }
+      break;
   }
 
   absl::MutexLock lock(&mu_);
-  reloading_ = false;
-  if (!status.ok()) {
-    if (target.ok() && target->version != refused_version_) {
-      refused_version_ = target->version;
-      refused_status_ = status;
-    }
-    return status;
-  }
-  if (loaded || republished) {
-    served_version_ = target->version;
-    served_path_ = target->path;
-    if (refused_version_ == target->version) {
-      refused_version_ = 0;
-      refused_status_ = absl::OkStatus();
-    }
-  }
-  if (pin.has_value()) pinned_version_ = *pin;
+  reload_.reloading = false;
+  versions_ = RecordAfter(versions_, request, decision, status);
+  if (!status.ok()) return status;
   Outcome outcome;
-  outcome.version = target->version;
-  outcome.path = target->path;
-  outcome.loaded = loaded;
-  outcome.previous_version = served;
-  outcome.pinned_version = pinned_version_;
+  outcome.version = target.version;
+  outcome.path = target.path;
+  outcome.loaded = decision.action == Action::kLoad;
+  outcome.previous_version = before.serving.version;
+  outcome.pinned_version = versions_.pinned_version;
   return outcome;
 }
 
 void IndexManager::Publish(std::shared_ptr<const IndexSnapshot> snapshot) {
   std::shared_ptr<const IndexSnapshot> replaced = holder_->Pin();
-  const IndexSnapshot* published = snapshot.get();
+  const IndexSnapshot& published = *snapshot;
   holder_->Publish(std::move(snapshot));
   {
     absl::MutexLock lock(&mu_);
-    retained_.erase(std::remove_if(retained_.begin(), retained_.end(),
-                                   [published](const auto& r) {
-                                     return r.get() == published;
-                                   }),
-                    retained_.end());
-    if (replaced != nullptr && options_.keep_previous_versions > 0) {
-      retained_.push_front(std::move(replaced));
-      while (retained_.size() >
-             static_cast<size_t>(options_.keep_previous_versions)) {
-        retained_.pop_back();
-      }
-    }
-    for (auto it = checksum_states_.begin(); it != checksum_states_.end();) {
-      const int64_t v = it->first;
-      const bool kept =
-          v == published->info().version ||
-          std::any_of(retained_.begin(), retained_.end(),
-                      [v](const auto& r) { return r->info().version == v; });
-      it = kept ? std::next(it) : checksum_states_.erase(it);
-    }
+    retained_.Replaced(std::move(replaced), published);
   }
   metrics_->SetIndexServing(true);
   if (options_.serving_changed) options_.serving_changed(true);
 }
 
-void IndexManager::CheckInBackground(
-    std::shared_ptr<const IndexSnapshot> snapshot) {
-  const IndexInfo& info = snapshot->info();
-  const absl::Time start = absl::Now();
-  absl::Status status = snapshot->VerifyChecksums(&cancel_);
-  {
-    absl::MutexLock lock(&mu_);
-    background_read_done_ = true;  // a reload waiting for it may go on
-  }
-  if (status.ok()) {
-    spdlog::info("index version {} ({}): checksums verified in the "
-                 "background in {:.1f} ms",
-                 info.version, info.path,
-                 absl::ToDoubleMilliseconds(absl::Now() - start));
-  } else if (!absl::IsCancelled(status)) {
-    status = absl::Status(
-        status.code(),
-        absl::StrCat("index version ", info.version, " (", info.path,
-                     ") withdrawn: it served from start-up until its "
-                     "checksum check failed: ",
-                     status.message()));
-  }
+void IndexManager::OnBackgroundCheck(
+    const std::shared_ptr<const IndexSnapshot>& snapshot,
+    const absl::Status& outcome) {
+  if (absl::IsCancelled(outcome)) return;
+  const int64_t version = snapshot->info().version;
   bool withdrawn = false;
   std::shared_ptr<const IndexSnapshot> released;
   {
     absl::MutexLock lock(&mu_);
-    if (!status.ok() && !absl::IsCancelled(status)) {
-      // Not in the middle of a reload, which may be replacing it.
-      mu_.Await(absl::Condition(
-          +[](IndexManager* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu_) {
-            return !m->reloading_ || m->stopping_;
-          },
-          this));
-      checksum_states_[info.version] = Metrics::ChecksumState::kFailed;
-      if (!stopping_ && holder_->Pin() == snapshot) {
-        metrics_->SetIndexChecksumState(Metrics::ChecksumState::kFailed);
-        metrics_->SetIndexServing(false);
-        released = holder_->Withdraw(status);
-        served_version_ = 0;
-        served_path_.clear();
-        refused_version_ = info.version;
-        refused_status_ = status;
-        withdrawn = true;
-      }
-    } else if (status.ok()) {
-      checksum_states_[info.version] = Metrics::ChecksumState::kVerified;
+    if (outcome.ok()) {
+      retained_.SetChecksumState(version, Metrics::ChecksumState::kVerified);
       if (holder_->Pin() == snapshot) {
         metrics_->SetIndexChecksumState(Metrics::ChecksumState::kVerified);
       }
+    } else {
+      // Not in the middle of a reload, which may be replacing it.
+      mu_.Await(absl::Condition(
+          +[](ReloadState* reload) {
+            return !reload->reloading || reload->stopping;
+          },
+          &reload_));
+      retained_.SetChecksumState(version, Metrics::ChecksumState::kFailed);
+      if (!reload_.stopping && holder_->Pin() == snapshot) {
+        metrics_->SetIndexChecksumState(Metrics::ChecksumState::kFailed);
+        metrics_->SetIndexServing(false);
+        released = holder_->Withdraw(outcome);
+        versions_ = RecordAfterWithdrawal(versions_, version, outcome);
+        withdrawn = true;
+      }
     }
-    background_done_ = true;
-    background_status_ = status;
   }
   if (withdrawn) {
-    spdlog::error("{}", std::string(status.message()));
+    spdlog::error("{}", std::string(outcome.message()));
     if (options_.serving_changed) options_.serving_changed(false);
-  } else if (!status.ok() && !absl::IsCancelled(status)) {
+  } else if (!outcome.ok()) {
     spdlog::error("{} (no longer serving: it was replaced first)",
-                  std::string(status.message()));
+                  std::string(outcome.message()));
   }
 }
 
 absl::Status IndexManager::AwaitBackgroundCheck(absl::Time deadline) const {
-  absl::MutexLock lock(&mu_);
-  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !background_started_ || background_done_;
-  };
-  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
-    return absl::DeadlineExceededError(
-        "the background checksum check is still running");
-  }
-  return background_status_;
-}
-
-std::shared_ptr<const IndexSnapshot> IndexManager::FindRetained(
-    int64_t version) {
-  for (const auto& r : retained_) {
-    if (r->info().version == version) return r;
-  }
-  return nullptr;
+  return verifier_.AwaitDone(deadline);
 }
 
 absl::StatusOr<std::vector<IndexManager::VersionState>>
@@ -315,37 +216,35 @@ IndexManager::ListVersions() const {
   absl::StatusOr<std::vector<IndexVersion>> listed = source_.List();
   if (!listed.ok()) return listed.status();
   absl::MutexLock lock(&mu_);
+  const std::vector<IndexVersion> retained = retained_.Versions();
   std::vector<VersionState> states;
-  auto add = [&](int64_t version, const std::string& path) {
+  auto add = [&](const IndexVersion& v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     VersionState state;
-    state.version = version;
-    state.path = path;
-    state.serving = version == served_version_ && path == served_path_;
-    for (const auto& r : retained_) {
-      if (r->info().version == version && r->info().path == path) {
-        state.retained = true;
-      }
-    }
-    if (version == refused_version_) {
+    state.version = v.version;
+    state.path = v.path;
+    state.serving = SameVersion(v, versions_.serving);
+    state.retained =
+        std::any_of(retained.begin(), retained.end(),
+                    [&v](const IndexVersion& r) { return SameVersion(r, v); });
+    if (v.version == versions_.refused_version) {
       state.refused = true;
-      state.refused_reason = std::string(refused_status_.message());
+      state.refused_reason = std::string(versions_.refused_status.message());
     }
     states.push_back(std::move(state));
   };
-  for (const IndexVersion& v : *listed) add(v.version, v.path);
+  for (const IndexVersion& v : *listed) add(v);
   // Versions in memory whose files are gone: retained ones, and the one
   // serving after a rollback to a retained version.
-  auto add_if_missing = [&](int64_t version, const std::string& path) {
+  auto add_if_missing = [&](const IndexVersion& v)
+                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const bool listed_already = std::any_of(
-        states.begin(), states.end(), [&](const VersionState& v) {
-          return v.version == version && v.path == path;
+        states.begin(), states.end(), [&](const VersionState& s) {
+          return s.version == v.version && s.path == v.path;
         });
-    if (!listed_already) add(version, path);
+    if (!listed_already) add(v);
   };
-  for (const auto& r : retained_) {
-    add_if_missing(r->info().version, r->info().path);
-  }
-  if (served_version_ != 0) add_if_missing(served_version_, served_path_);
+  for (const IndexVersion& r : retained) add_if_missing(r);
+  if (versions_.serving.version != 0) add_if_missing(versions_.serving);
   std::sort(states.begin(), states.end(),
             [](const VersionState& a, const VersionState& b) {
               return a.version < b.version;
@@ -355,27 +254,19 @@ IndexManager::ListVersions() const {
 
 int64_t IndexManager::pinned_version() const {
   absl::MutexLock lock(&mu_);
-  return pinned_version_;
+  return versions_.pinned_version;
 }
 
-absl::Status IndexManager::LoadAndPublish(
-    const IndexVersion& target, int expected_dim,
-    absl::optional<Metric> expected_metric) {
+absl::Status IndexManager::LoadAndPublish(const IndexVersion& target) {
   using ChecksumCheck = Options::ChecksumCheck;
+  verifier_.AwaitRead();
   bool defer;  // the first version under kBackground: verified after
+  ServedShape expected;
   {
     absl::MutexLock lock(&mu_);
-    // A load waits for the background check's read: one whole-file read of
-    // an index at a time, so that a reload does not compete with it for the
-    // disk and page cache.
-    mu_.Await(absl::Condition(
-        +[](IndexManager* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu_) {
-          return !m->background_started_ || m->background_read_done_ ||
-                 m->stopping_;
-        },
-        this));
+    expected = shape_;
     defer = options_.checksum_check == ChecksumCheck::kBackground &&
-            dim_ == 0 && !background_started_;
+            shape_.dim == 0 && !verifier_.started();
   }
   LoadOptions load = options_.load;
   load.version = target.version;
@@ -386,16 +277,16 @@ absl::Status IndexManager::LoadAndPublish(
   if (!loaded.ok()) return loaded.status();
   std::shared_ptr<const IndexSnapshot> snapshot = std::move(*loaded);
   const IndexInfo& info = snapshot->info();
-  if (expected_dim != 0 && info.dim != expected_dim) {
+  if (expected.dim != 0 && info.dim != expected.dim) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "its dim=%d differs from dim=%d of the index served since start-up; "
         "clients send %d-dim queries",
-        info.dim, expected_dim, expected_dim));
+        info.dim, expected.dim, expected.dim));
   }
-  if (expected_metric.has_value() && info.metric != *expected_metric) {
+  if (expected.metric.has_value() && info.metric != *expected.metric) {
     return absl::FailedPreconditionError(absl::StrCat(
         "its metric ", MetricName(info.metric), " differs from metric ",
-        MetricName(*expected_metric),
+        MetricName(*expected.metric),
         " of the index served since start-up; distances would change meaning"));
   }
   if (options_.prepare) {
@@ -411,24 +302,15 @@ absl::Status IndexManager::LoadAndPublish(
                              : Metrics::ChecksumState::kUnchecked;
   {
     absl::MutexLock lock(&mu_);
-    if (dim_ == 0) {
-      dim_ = info.dim;
-      metric_ = info.metric;
-    }
-    checksum_states_[info.version] = checksum;
+    if (shape_.dim == 0) shape_ = ServedShape{info.dim, info.metric};
+    retained_.SetChecksumState(info.version, checksum);
     metrics_->SetIndexChecksumState(checksum);
   }
   Publish(snapshot);
   if (defer && checkable) {
-    spdlog::info("index version {} serves before its checksums are "
-                 "verified; reading {} in the background to verify them",
-                 info.version,
-                 info.has_vectors
-                     ? absl::StrCat(info.path, " and ", info.vectors_path)
-                     : info.path);
-    absl::MutexLock lock(&mu_);
-    background_started_ = true;
-    checker_ = std::thread([this, snapshot] { CheckInBackground(snapshot); });
+    verifier_.Start(snapshot, [this, snapshot](const absl::Status& outcome) {
+      OnBackgroundCheck(snapshot, outcome);
+    });
   }
   return absl::OkStatus();
 }
@@ -445,16 +327,16 @@ void IndexManager::Run() {
     {
       absl::MutexLock lock(&mu_);
       auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return reload_requested_ || stopping_;
+        return reload_.requested || reload_.stopping;
       };
       if (poll) {
         mu_.AwaitWithTimeout(absl::Condition(&woken), options_.poll_interval);
       } else {
         mu_.Await(absl::Condition(&woken));
       }
-      if (stopping_) return;
-      requested = reload_requested_;
-      reload_requested_ = false;
+      if (reload_.stopping) return;
+      requested = reload_.requested;
+      reload_.requested = false;
     }
     absl::StatusOr<Outcome> outcome = Reload();
     if (requested && outcome.ok() && !outcome->loaded) {

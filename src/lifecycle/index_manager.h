@@ -8,9 +8,11 @@
 // logged, counted (knnd_index_reloads_total{result="failed"}) and returned.
 //
 // The target is the highest complete version of the IndexSource, or the
-// version pinned by ReloadVersion() (rollback). Checks beyond
-// IndexSnapshot::Load's own: the dimension and the metric must be those of
-// the first version served, since clients were built for them.
+// version pinned by ReloadVersion() (rollback): the version policy
+// (version_policy.h, pure functions) decides, and this class carries the
+// decision out. Checks beyond IndexSnapshot::Load's own: the dimension and
+// the metric must be those of the first version served, since clients were
+// built for them.
 //
 // Retention: with keep_previous_versions = N, the N versions served last
 // stay loaded after a swap (their heap and mappings kept), so a rollback to
@@ -33,10 +35,16 @@
 // kBackground, the start-up default, publishes the FIRST version at once,
 // with its structure checked but its files not yet read whole, so that time
 // to SERVING does not grow with the file, and verifies it on a background
-// thread; a mismatch withdraws it (requests get UNAVAILABLE with the reason,
-// serving_changed(false), the version is marked refused). Later versions
-// are verified before they are published, since the previous one serves
-// meanwhile; a load waits for the background check's read to finish.
+// thread (checksum_verifier.h); a mismatch withdraws it (requests get
+// UNAVAILABLE with the reason, serving_changed(false), the version is
+// marked refused). Later versions are verified before they are published,
+// since the previous one serves meanwhile; a load waits for the background
+// check's read to finish.
+//
+// Its state is three machines (see the members): the reload machine (one
+// reload at a time, the manager's thread) and the version record the policy
+// decides on, with the retained versions, under the manager's mutex; and
+// the background checksum check, a ChecksumVerifier with its own lock.
 //
 // Ownership: borrows the holder and the metrics, which must outlive it; owns
 // its threads, stopped and joined by the destructor.
@@ -44,11 +52,8 @@
 #ifndef KNND_LIFECYCLE_INDEX_MANAGER_H_
 #define KNND_LIFECYCLE_INDEX_MANAGER_H_
 
-#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -59,10 +64,14 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "knnd/serving/index_holder.h"
+#include "absl/types/optional.h"
 #include "knnd/index/index_snapshot.h"
+#include "knnd/lifecycle/checksum_verifier.h"
 #include "knnd/lifecycle/index_source.h"
+#include "knnd/lifecycle/retained_versions.h"
+#include "knnd/lifecycle/version_policy.h"
 #include "knnd/monitoring/metrics.h"
+#include "knnd/serving/index_holder.h"
 
 namespace knnd {
 
@@ -142,23 +151,38 @@ class IndexManager {
   absl::Status AwaitBackgroundCheck(absl::Time deadline) const;
 
  private:
+  // The reload machine: one reload runs at a time (the others wait for
+  // `reloading` to turn false, so that no lock is held during a load), the
+  // manager's thread runs one when `requested` or a poll is due, and
+  // `stopping` ends the thread and the waits at destruction.
+  struct ReloadState {
+    bool reloading = false;
+    bool requested = false;
+    bool stopping = false;
+  };
+
+  // What clients were built for: the dimension and the metric of the first
+  // version served (dim 0: none served yet); later versions must match.
+  struct ServedShape {
+    int dim = 0;
+    absl::optional<Metric> metric;
+  };
+
   IndexManager(const Options& options, IndexHolder* holder, Metrics* metrics)
       : options_(options), source_(options.index_path), holder_(holder),
-        metrics_(metrics) {}
+        metrics_(metrics), retained_(options.keep_previous_versions) {}
 
-  // Reload() and ReloadVersion(): `pin` is absent to keep the current pin.
-  absl::StatusOr<Outcome> ReloadTo(absl::optional<int64_t> pin);
+  // Reload() and ReloadVersion(): decides with the version policy, then
+  // carries the decision out.
+  absl::StatusOr<Outcome> ReloadTo(const VersionRequest& request);
   // Loads, checks, prepares and publishes `target`; no lock held.
-  absl::Status LoadAndPublish(const IndexVersion& target, int expected_dim,
-                              absl::optional<Metric> expected_metric);
+  absl::Status LoadAndPublish(const IndexVersion& target);
   // Publishes `snapshot`, retaining the one it replaces when configured.
   void Publish(std::shared_ptr<const IndexSnapshot> snapshot);
-  // Verifies `snapshot`'s checksums on the background thread; withdraws it
-  // on a mismatch if it still serves.
-  void CheckInBackground(std::shared_ptr<const IndexSnapshot> snapshot);
-  // The retained snapshot of `version` at `path`, or null.
-  std::shared_ptr<const IndexSnapshot> FindRetained(int64_t version)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Acts on the background check of `snapshot`: records its checksum state,
+  // and withdraws it on a mismatch if it still serves.
+  void OnBackgroundCheck(const std::shared_ptr<const IndexSnapshot>& snapshot,
+                         const absl::Status& outcome);
   void Run();
 
   const Options options_;
@@ -167,40 +191,18 @@ class IndexManager {
   Metrics* const metrics_;
 
   mutable absl::Mutex mu_;
-  // True while one reload runs; others wait for it to turn false, so that
-  // no lock is held during the load itself.
-  bool reloading_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t served_version_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none yet
-  std::string served_path_ ABSL_GUARDED_BY(mu_);
-  int64_t pinned_version_ ABSL_GUARDED_BY(mu_) = 0;  // 0: follow the latest
-  // The CRC-32 check state of the versions served or retained, for the
-  // knnd_index_checksum metric after a rollback; pruned on Publish.
-  std::map<int64_t, Metrics::ChecksumState> checksum_states_
-      ABSL_GUARDED_BY(mu_);
-  // Of the first version served; 0 / absent before it.
-  int dim_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::optional<Metric> metric_ ABSL_GUARDED_BY(mu_);
-  // The last version refused, and why.
-  int64_t refused_version_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status refused_status_ ABSL_GUARDED_BY(mu_);
-  // Versions replaced, most recent first, at most keep_previous_versions.
-  std::deque<std::shared_ptr<const IndexSnapshot>> retained_
-      ABSL_GUARDED_BY(mu_);
-  bool reload_requested_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // kBackground: set when the first version is published unverified;
-  // background_status_ holds the outcome once background_done_.
-  bool background_started_ ABSL_GUARDED_BY(mu_) = false;
-  // Its files are read (loads wait for that); then done_ once it has
-  // withdrawn the version or not.
-  bool background_read_done_ ABSL_GUARDED_BY(mu_) = false;
-  bool background_done_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status background_status_ ABSL_GUARDED_BY(mu_);
-  // Stops a background check's reads at destruction.
-  std::atomic<bool> cancel_{false};
+  ReloadState reload_ ABSL_GUARDED_BY(mu_);
+  // Which version serves, which is pinned, the last refused: the state the
+  // version policy decides on.
+  VersionRecord versions_ ABSL_GUARDED_BY(mu_);
+  RetainedVersions retained_ ABSL_GUARDED_BY(mu_);
+  ServedShape shape_ ABSL_GUARDED_BY(mu_);
 
   std::thread thread_;
-  std::thread checker_;  // the background checksum check, when started
+  // Declared last: destroyed first, after the destructor joined thread_
+  // (whose reload may start it), joining the check's thread, which calls
+  // back into the members above.
+  ChecksumVerifier verifier_;
 };
 
 }  // namespace knnd

@@ -1,14 +1,12 @@
-// Versioned index directories and hot swaps through an in-process server:
-// IndexSource, PublishVersion and IndexManager.
+// IndexManager through an in-process server: hot swaps under load,
+// refusals, pinning and rollback, retention, reload triggers, the checksum
+// check before serving or off, and memory given back after a swap.
 #include "knnd/lifecycle/index_manager.h"
 
-#include <unistd.h>
-
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <random>
 #include <set>
 #include <thread>
 #include <vector>
@@ -18,62 +16,37 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "grpc/health/v1/health.grpc.pb.h"
-#include "knnd/storage/index_metadata.h"
 #include "knnd/config/config.h"
-#include "knnd/index/index_eval.h"
-#include "knnd/lifecycle/index_source.h"
 #include "knnd/monitoring/process_stats.h"
+#include "knnd/storage/index_metadata.h"
 #include "knnd/v1/admin_service.grpc.pb.h"
-#include "knnd/storage/vector_io.h"
-#include "testing/scrape_util.h"
 #include "testing/test_util.h"
+#include "testing/version_util.h"
 
 namespace knnd {
 namespace {
 
 namespace fs = std::filesystem;
+using ::knnd::testing::AdminStub;
+using ::knnd::testing::ChecksumState;
 using ::knnd::testing::FlipByteFromEnd;
 using ::knnd::testing::IndexSpec;
-using ::knnd::testing::MakeData;
+using ::knnd::testing::kDim;
+using ::knnd::testing::kIdStride;
+using ::knnd::testing::kRows;
+using ::knnd::testing::Publish;
+using ::knnd::testing::Reloads;
+using ::knnd::testing::ReloadRpc;
+using ::knnd::testing::Request;
 using ::knnd::testing::RunningServer;
+using ::knnd::testing::ServedVersion;
+using ::knnd::testing::ServeVersionOne;
 using ::knnd::testing::StartServer;
 using ::knnd::testing::TempDir;
 using ::knnd::testing::TestConfig;
+using ::knnd::testing::VersionSpec;
 using ::knnd::testing::WriteIndex;
 using ::testing::HasSubstr;
-
-constexpr int kDim = 16;
-constexpr int64_t kRows = 1000;
-// Version v's vectors have ids v * kIdStride .. v * kIdStride + kRows - 1,
-// so every answer says which version produced it.
-constexpr int64_t kIdStride = 1000000;
-
-IndexSpec VersionSpec(int64_t version) {
-  IndexSpec spec;
-  spec.n = kRows;
-  spec.d = kDim;
-  spec.factory = "IVF16,PQ4x4";
-  spec.seed = static_cast<uint32_t>(version);
-  spec.first_id = version * kIdStride;
-  return spec;
-}
-
-// Builds `spec` into a staging file and publishes it into `dir`.
-int64_t Publish(const TempDir& tmp, const std::string& dir,
-                const IndexSpec& spec) {
-  const std::string staging = tmp.path(absl::StrCat("staging.", spec.seed));
-  WriteIndex(staging, spec);
-  absl::StatusOr<IndexVersion> published = PublishVersion(dir, staging);
-  EXPECT_TRUE(published.ok()) << published.status();
-  return published.ok() ? published->version : 0;
-}
-
-// Publishes version 1 in `dir` and serves it with the test configuration.
-RunningServer ServeVersionOne(const TempDir& tmp, const std::string& dir) {
-  Publish(tmp, dir, VersionSpec(1));
-  return StartServer(TestConfig(dir));
-}
 
 // Writes a sidecar describing `index` as it is, so that only knnd's own
 // checks can refuse it.
@@ -103,128 +76,6 @@ bool Mapped(const std::string& path) {
     }
   }
   return false;
-}
-
-// Every sample on s's /metrics (none when the scrape fails).
-std::vector<knnd::testing::Sample> Samples(RunningServer& s) {
-  absl::StatusOr<std::string> body =
-      knnd::testing::HttpGet(s.server->metrics_port(), "/metrics");
-  EXPECT_TRUE(body.ok()) << body.status();
-  if (!body.ok()) return {};
-  return knnd::testing::ParseExposition(*body);
-}
-
-// The value of one series on s's /metrics; -1 when it is missing.
-double Scrape(RunningServer& s, const std::string& name,
-              const std::map<std::string, std::string>& labels = {}) {
-  return knnd::testing::FindSample(Samples(s), name, labels).value_or(-1);
-}
-
-double Reloads(RunningServer& s, const std::string& result) {
-  return Scrape(s, "knnd_index_reloads_total", {{"result", result}});
-}
-
-// The state whose knnd_index_checksum series is 1 ("" unless exactly one),
-// from one scrape.
-std::string ChecksumState(RunningServer& s) {
-  const std::vector<knnd::testing::Sample> samples = Samples(s);
-  std::string state;
-  for (const char* name : {"unchecked", "pending", "verified", "failed"}) {
-    const double v = knnd::testing::FindSample(samples, "knnd_index_checksum",
-                                               {{"state", name}})
-                         .value_or(-1);
-    if (v == 1) {
-      if (!state.empty()) return "";
-      state = name;
-    } else if (v != 0) {
-      return "";
-    }
-  }
-  return state;
-}
-
-knnd::v1::SearchRequest Request(uint32_t seed) {
-  std::vector<float> q = MakeData(2, kDim, seed);
-  knnd::v1::SearchRequest r;
-  *r.mutable_vectors() = {q.begin(), q.end()};
-  r.set_k(5);
-  return r;
-}
-
-std::unique_ptr<knnd::v1::AdminService::Stub> AdminStub(RunningServer& s) {
-  EXPECT_NE(s.server->admin_port(), 0);
-  return knnd::v1::AdminService::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", s.server->admin_port()),
-      grpc::InsecureChannelCredentials()));
-}
-
-grpc::Status ReloadRpc(knnd::v1::AdminService::Stub& admin,
-                       absl::optional<int64_t> version,
-                       knnd::v1::ReloadIndexResponse* response) {
-  knnd::v1::ReloadIndexRequest request;
-  if (version.has_value()) request.set_version(*version);
-  grpc::ClientContext context;
-  return admin.ReloadIndex(&context, request, response);
-}
-
-int64_t ServedVersion(RunningServer& s) {
-  knnd::v1::SearchResponse response;
-  grpc::ClientContext context;
-  grpc::Status status = s.stub->Search(&context, Request(7), &response);
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  return response.index_version();
-}
-
-TEST(IndexSource, FileIsVersionOne) {
-  TempDir tmp;
-  IndexSource source(tmp.path("missing.index"));
-  EXPECT_FALSE(source.IsDirectory());
-  absl::StatusOr<IndexVersion> latest = source.Latest();
-  ASSERT_TRUE(latest.ok()) << latest.status();
-  EXPECT_EQ(latest->version, 1);
-  EXPECT_EQ(latest->path, tmp.path("missing.index"));
-}
-
-TEST(IndexSource, ServesHighestCompleteVersion) {
-  TempDir tmp;
-  const std::string dir = tmp.path("versions");
-  IndexSource source(dir);
-  EXPECT_EQ(Publish(tmp, dir, VersionSpec(1)), 1);
-  EXPECT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
-  // Ignored: unfinished, without a sidecar, not a number.
-  fs::create_directories(dir + "/9.tmp");
-  fs::create_directories(dir + "/7");
-  fs::copy_file(dir + "/2/index.faiss", dir + "/7/index.faiss");
-  fs::create_directories(dir + "/latest");
-  ASSERT_TRUE(source.IsDirectory());
-  absl::StatusOr<IndexVersion> latest = source.Latest();
-  ASSERT_TRUE(latest.ok()) << latest.status();
-  EXPECT_EQ(latest->version, 2);
-  EXPECT_EQ(latest->path, dir + "/2/index.faiss");
-  absl::StatusOr<IndexVersion> missing = source.Find(7);
-  EXPECT_TRUE(absl::IsNotFound(missing.status()));
-  EXPECT_THAT(missing.status().message(), HasSubstr("complete: 1, 2"));
-  // The next number is above every one in use, complete or not.
-  EXPECT_EQ(Publish(tmp, dir, VersionSpec(3)), 10);
-}
-
-TEST(IndexSource, EmptyDirectoryHasNoVersion) {
-  TempDir tmp;
-  IndexSource source(tmp.dir());
-  absl::StatusOr<IndexVersion> latest = source.Latest();
-  EXPECT_TRUE(absl::IsNotFound(latest.status()));
-  EXPECT_THAT(latest.status().message(), HasSubstr("no complete version"));
-}
-
-TEST(IndexSource, PublishRefusesABrokenFile) {
-  TempDir tmp;
-  WriteIndex(tmp.path("good.index"), VersionSpec(1));
-  fs::resize_file(tmp.path("good.index"),
-                  fs::file_size(tmp.path("good.index")) / 2);
-  absl::StatusOr<IndexVersion> published =
-      PublishVersion(tmp.path("versions"), tmp.path("good.index"));
-  EXPECT_FALSE(published.ok());
-  EXPECT_TRUE(IndexSource(tmp.path("versions")).List()->empty());
 }
 
 // Clients search without pause while versions are published and swapped in:
@@ -453,96 +304,6 @@ TEST(IndexManager, RequestedAndPolledReloadsServeTheNewVersion) {
   while (ServedVersion(polled) != 3) absl::SleepFor(absl::Milliseconds(5));
 }
 
-grpc::health::v1::HealthCheckResponse::ServingStatus Health(
-    RunningServer& s) {
-  auto stub = grpc::health::v1::Health::NewStub(s.channel);
-  grpc::ClientContext context;
-  grpc::health::v1::HealthCheckRequest request;
-  request.set_service("knnd.v1.KnnService");
-  grpc::health::v1::HealthCheckResponse response;
-  grpc::Status status = stub->Check(&context, request, &response);
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  return response.status();
-}
-
-// checksum_check "background" (the default): the first version serves before
-// its file is read whole; the background check then finds the changed byte
-// and withdraws it (searches UNAVAILABLE with the reason, health
-// NOT_SERVING, the version refused) until a good version is published.
-TEST(IndexManager, BackgroundChecksumWithdrawsAChangedFirstVersion) {
-  using grpc::health::v1::HealthCheckResponse;
-  TempDir tmp;
-  const std::string dir = tmp.path("versions");
-  Publish(tmp, dir, VersionSpec(1));
-  FlipByteFromEnd(dir + "/1/index.faiss", 4);  // of the last id
-  knnd::v1::ServerConfig config = TestConfig(dir);
-  ASSERT_EQ(config.checksum_check(), "background");
-  RunningServer s = StartServer(config);  // LoadIndex() succeeded
-  ASSERT_NE(s.stub, nullptr);
-  IndexManager& manager = s.server->index_manager();
-
-  const absl::Status check =
-      manager.AwaitBackgroundCheck(absl::Now() + absl::Seconds(60));
-  EXPECT_EQ(check.code(), absl::StatusCode::kDataLoss) << check;
-  EXPECT_THAT(check.message(), HasSubstr("index version 1"));
-  EXPECT_THAT(check.message(), HasSubstr("withdrawn"));
-  EXPECT_THAT(check.message(), HasSubstr("CRC-32"));
-  EXPECT_THAT(check.message(), HasSubstr(dir + "/1/index.faiss.meta.json"));
-  EXPECT_EQ(Health(s), HealthCheckResponse::NOT_SERVING);
-  EXPECT_EQ(Scrape(s, "knnd_index_serving"), 0);
-  EXPECT_EQ(ChecksumState(s), "failed");
-  knnd::v1::SearchResponse response;
-  grpc::ClientContext context;
-  grpc::Status status = s.stub->Search(&context, Request(7), &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_THAT(status.error_message(), HasSubstr("withdrawn"));
-  EXPECT_THAT(status.error_message(), HasSubstr("CRC-32"));
-  absl::StatusOr<std::vector<IndexManager::VersionState>> versions =
-      manager.ListVersions();
-  ASSERT_TRUE(versions.ok()) << versions.status();
-  ASSERT_EQ(versions->size(), 1u);
-  EXPECT_FALSE((*versions)[0].serving);
-  EXPECT_TRUE((*versions)[0].refused);
-  EXPECT_THAT((*versions)[0].refused_reason, HasSubstr("CRC-32"));
-
-  // A good version serves again, verified before it is published.
-  ASSERT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
-  absl::StatusOr<IndexManager::Outcome> outcome = manager.Reload();
-  ASSERT_TRUE(outcome.ok()) << outcome.status();
-  EXPECT_EQ(ServedVersion(s), 2);
-  EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
-  EXPECT_EQ(Scrape(s, "knnd_index_serving"), 1);
-  EXPECT_EQ(ChecksumState(s), "verified");
-}
-
-// After start-up, "background" verifies before publishing: a changed file
-// is refused and the version serving keeps serving. A good first version
-// passes its background check and keeps serving.
-TEST(IndexManager, BackgroundChecksumVerifiesHotSwapsFirst) {
-  using grpc::health::v1::HealthCheckResponse;
-  TempDir tmp;
-  const std::string dir = tmp.path("versions");
-  RunningServer s = ServeVersionOne(tmp, dir);
-  ASSERT_NE(s.stub, nullptr);
-  IndexManager& manager = s.server->index_manager();
-  EXPECT_TRUE(
-      manager.AwaitBackgroundCheck(absl::Now() + absl::Seconds(60)).ok());
-  EXPECT_EQ(ServedVersion(s), 1);
-  EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
-  EXPECT_EQ(Scrape(s, "knnd_index_serving"), 1);
-  EXPECT_EQ(ChecksumState(s), "verified");
-
-  ASSERT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
-  FlipByteFromEnd(dir + "/2/index.faiss", 4);
-  absl::StatusOr<IndexManager::Outcome> outcome = manager.Reload();
-  ASSERT_FALSE(outcome.ok());
-  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(outcome.status().message(), HasSubstr("CRC-32"));
-  EXPECT_THAT(outcome.status().message(), HasSubstr("still serving version 1"));
-  EXPECT_EQ(ServedVersion(s), 1);
-  EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
-}
-
 // "before_serving" refuses a changed first version at start-up; "off"
 // serves it and never reads it whole.
 TEST(IndexManager, ChecksumCheckBeforeServingAndOff) {
@@ -577,225 +338,6 @@ TEST(IndexManager, ChecksumCheckBeforeServingAndOff) {
   const absl::Status refused = ValidateConfig(bad);
   EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
   EXPECT_THAT(refused.message(), HasSubstr("checksum_check=\"later\""));
-}
-
-// The admin API listens on its own address, unless configured onto the
-// search port or off; neither port answers the other's service.
-TEST(AdminService, ListensApartFromTheSearchApiUnlessConfigured) {
-  TempDir tmp;
-  const std::string dir = tmp.path("versions");
-  RunningServer s = ServeVersionOne(tmp, dir);
-  ASSERT_NE(s.stub, nullptr);
-  ASSERT_NE(s.server->admin_port(), 0);
-  ASSERT_NE(s.server->admin_port(), s.server->port());
-
-  knnd::v1::ReloadIndexResponse reloaded;
-  auto on_search_port = knnd::v1::AdminService::NewStub(s.channel);
-  EXPECT_EQ(ReloadRpc(*on_search_port, absl::nullopt, &reloaded).error_code(),
-            grpc::StatusCode::UNIMPLEMENTED);
-  auto admin = AdminStub(s);
-  grpc::Status status = ReloadRpc(*admin, absl::nullopt, &reloaded);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(reloaded.version(), 1);
-  EXPECT_FALSE(reloaded.loaded());
-  auto search_on_admin_port = knnd::v1::KnnService::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", s.server->admin_port()),
-                          grpc::InsecureChannelCredentials()));
-  knnd::v1::SearchResponse response;
-  grpc::ClientContext context;
-  EXPECT_EQ(search_on_admin_port->Search(&context, Request(1), &response)
-                .error_code(),
-            grpc::StatusCode::UNIMPLEMENTED);
-
-  knnd::v1::ServerConfig off = TestConfig(dir);
-  off.set_admin_listen_address("");
-  RunningServer without = StartServer(off);
-  ASSERT_NE(without.stub, nullptr);
-  EXPECT_EQ(without.server->admin_port(), 0);
-
-  knnd::v1::ServerConfig shared = TestConfig(dir);
-  shared.set_listen_address(absl::StrCat("127.0.0.1:", knnd::testing::FreePort()));
-  shared.set_admin_listen_address(shared.listen_address());
-  RunningServer one_port = StartServer(shared);
-  ASSERT_NE(one_port.stub, nullptr);
-  EXPECT_EQ(one_port.server->admin_port(), one_port.server->port());
-  auto shared_admin = knnd::v1::AdminService::NewStub(one_port.channel);
-  status = ReloadRpc(*shared_admin, absl::nullopt, &reloaded);
-  EXPECT_TRUE(status.ok()) << status.error_message();
-}
-
-// A refused version: the RPC returns why, ListVersions marks it, the old
-// version serves; pinning and unpinning through the RPC.
-TEST(AdminService, ReportsRefusalsPinsAndListsVersions) {
-  TempDir tmp;
-  const std::string dir = tmp.path("versions");
-  RunningServer s = ServeVersionOne(tmp, dir);
-  ASSERT_NE(s.stub, nullptr);
-  auto admin = AdminStub(s);
-
-  IndexSpec wrong_dim = VersionSpec(2);
-  wrong_dim.d = 8;
-  ASSERT_EQ(Publish(tmp, dir, wrong_dim), 2);
-  knnd::v1::ReloadIndexResponse reloaded;
-  grpc::Status status = ReloadRpc(*admin, absl::nullopt, &reloaded);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(status.error_message(), HasSubstr("index version 2"));
-  EXPECT_THAT(status.error_message(), HasSubstr("dim=8 differs from dim=16"));
-  EXPECT_THAT(status.error_message(), HasSubstr("still serving version 1"));
-  EXPECT_EQ(ServedVersion(s), 1);
-  EXPECT_EQ(Reloads(s, "failed"), 1);
-
-  ASSERT_EQ(Publish(tmp, dir, VersionSpec(3)), 3);
-  status = ReloadRpc(*admin, absl::nullopt, &reloaded);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(reloaded.version(), 3);
-  EXPECT_EQ(reloaded.pinned_version(), 0);
-
-  knnd::v1::ListVersionsResponse listed;
-  {
-    grpc::ClientContext context;
-    status = admin->ListVersions(&context, {}, &listed);
-  }
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  ASSERT_EQ(listed.versions_size(), 3);
-  EXPECT_EQ(listed.serving_version(), 3);
-  EXPECT_TRUE(listed.versions(1).refused());
-  EXPECT_THAT(listed.versions(1).refused_reason(), HasSubstr("dim=8"));
-  EXPECT_TRUE(listed.versions(2).serving());
-  EXPECT_FALSE(listed.versions(0).serving());
-
-  status = ReloadRpc(*admin, 1, &reloaded);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(reloaded.version(), 1);
-  EXPECT_EQ(reloaded.previous_version(), 3);
-  EXPECT_EQ(reloaded.pinned_version(), 1);
-  EXPECT_EQ(ServedVersion(s), 1);
-  EXPECT_EQ(ReloadRpc(*admin, 7, &reloaded).error_code(),
-            grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(ReloadRpc(*admin, -1, &reloaded).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
-  status = ReloadRpc(*admin, 0, &reloaded);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(reloaded.version(), 3);
-  EXPECT_EQ(reloaded.pinned_version(), 0);
-}
-
-// Writes `queries` as .fvecs for the canary set.
-std::string WriteQueries(const TempDir& tmp, int64_t rows, uint32_t seed) {
-  Matrix m;
-  m.rows = rows;
-  m.dim = kDim;
-  m.values = MakeData(rows, kDim, seed);
-  const std::string path = tmp.path(absl::StrCat("canary.", seed, ".fvecs"));
-  EXPECT_TRUE(WriteVectors(path, m).ok());
-  return path;
-}
-
-// The canary check against the serving version: the same vectors rebuilt
-// pass; the same vectors under other ids (a broken id mapping) are refused
-// while the old version serves.
-TEST(Canary, RefusesAVersionThatLosesTheServingVersionsNeighbours) {
-  TempDir tmp;
-  const std::string dir = tmp.path("versions");
-  IndexSpec base = VersionSpec(1);
-  base.first_id = 0;
-  Publish(tmp, dir, base);
-  knnd::v1::ServerConfig config = TestConfig(dir);
-  config.set_canary_queries_path(WriteQueries(tmp, 50, 99));
-  config.set_canary_min_recall(0.3);
-  RunningServer s = StartServer(config);
-  ASSERT_NE(s.stub, nullptr);
-  auto admin = AdminStub(s);
-
-  IndexSpec rebuilt = base;
-  rebuilt.seed = 1;  // same vectors, same ids
-  ASSERT_EQ(Publish(tmp, dir, rebuilt), 2);
-  knnd::v1::ReloadIndexResponse reloaded;
-  grpc::Status status = ReloadRpc(*admin, absl::nullopt, &reloaded);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(reloaded.version(), 2);
-
-  IndexSpec shuffled = base;
-  shuffled.first_id = 500000;  // same vectors, every id wrong
-  ASSERT_EQ(Publish(tmp, dir, shuffled), 3);
-  status = ReloadRpc(*admin, absl::nullopt, &reloaded);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(status.error_message(), HasSubstr("index version 3"));
-  EXPECT_THAT(status.error_message(), HasSubstr("canary recall@10 = 0.0000"));
-  EXPECT_THAT(status.error_message(),
-              HasSubstr("below canary_min_recall = 0.3000"));
-  EXPECT_EQ(ServedVersion(s), 2);
-  EXPECT_EQ(Reloads(s, "failed"), 1);
-}
-
-// Writes the exact top-k neighbours of `queries` among `base` as .ivecs.
-std::string WriteGroundTruth(const TempDir& tmp, const std::string& queries,
-                             const std::vector<float>& base, int k) {
-  absl::StatusOr<Matrix> q = ReadVectors(queries);
-  EXPECT_TRUE(q.ok()) << q.status();
-  Matrix b;
-  b.rows = static_cast<int64_t>(base.size()) / kDim;
-  b.dim = kDim;
-  b.values = base;
-  absl::StatusOr<std::vector<int64_t>> exact =
-      ExactNeighbors(b, *q, k, Metric::kL2);
-  EXPECT_TRUE(exact.ok()) << exact.status();
-  const std::string path = tmp.path("canary.ivecs");
-  std::ofstream out(path, std::ios::binary);
-  for (int64_t row = 0; row < q->rows; ++row) {
-    const int32_t cols = k;
-    out.write(reinterpret_cast<const char*>(&cols), sizeof(cols));
-    for (int j = 0; j < k; ++j) {
-      const int32_t id = static_cast<int32_t>((*exact)[row * k + j]);
-      out.write(reinterpret_cast<const char*>(&id), sizeof(id));
-    }
-  }
-  return path;
-}
-
-// With a ground truth the first version is checked too: a bar it cannot
-// reach keeps the server from starting, with the recall in the message.
-TEST(Canary, GroundTruthChecksTheFirstVersion) {
-  TempDir tmp;
-  IndexSpec spec = VersionSpec(1);
-  spec.first_id = 0;
-  const std::string index = tmp.path("index.faiss");
-  const std::vector<float> base = WriteIndex(index, spec);
-  const std::string queries = WriteQueries(tmp, 40, 77);
-  knnd::v1::ServerConfig config = TestConfig(index);
-  config.set_canary_queries_path(queries);
-  config.set_canary_ground_truth_path(WriteGroundTruth(tmp, queries, base, 10));
-
-  config.set_canary_min_recall(0.2);
-  RunningServer s = StartServer(config);
-  ASSERT_NE(s.stub, nullptr);
-  EXPECT_EQ(ServedVersion(s), 1);
-
-  config.set_canary_min_recall(1.0);  // PQ4x4 codes cannot be exact
-  config.set_metrics_listen_address(
-      absl::StrCat("127.0.0.1:", knnd::testing::FreePort()));
-  absl::StatusOr<std::unique_ptr<Server>> strict = Server::Create(config);
-  ASSERT_TRUE(strict.ok()) << strict.status();
-  ASSERT_TRUE((*strict)->Start().ok());
-  absl::Status loaded = (*strict)->LoadIndex();
-  EXPECT_EQ(loaded.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(loaded.message(), HasSubstr("against the ground truth"));
-  EXPECT_THAT(loaded.message(), HasSubstr("below canary_min_recall = 1.0000"));
-}
-
-// A bad canary configuration stops the server at creation, naming it.
-TEST(Canary, BadCanarySetIsAConfigurationError) {
-  TempDir tmp;
-  knnd::v1::ServerConfig config = TestConfig(tmp.path("unused.faiss"));
-  config.set_canary_queries_path(tmp.path("missing.fvecs"));
-  absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(config);
-  ASSERT_FALSE(server.ok());
-  EXPECT_THAT(server.status().message(), HasSubstr("missing.fvecs"));
-
-  config.set_canary_queries_path(WriteQueries(tmp, 5, 1));
-  config.set_canary_min_recall(1.5);
-  absl::Status invalid = ValidateConfig(config);
-  EXPECT_THAT(invalid.message(), HasSubstr("canary_min_recall=1.5"));
 }
 
 // keep_previous_versions: the replaced version stays loaded, so a rollback
