@@ -148,7 +148,7 @@ def main() -> None:
     index = os.path.join(args.out, "chunks.index")
     run([args.knnctl, "build", "--input", vectors_path, "--output", index,
          "--metric", "cosine", "--keep_vectors", "--nlist", str(nlist),
-         "--nprobe", str(args.nprobe or nlist)])
+         "--stored_nprobe", str(args.nprobe or nlist)])
     run([args.knnctl, "publish", "--index", index, "--dir", versions])
     print(f"serve it: knnd --index {versions}", flush=True)
 

@@ -30,7 +30,9 @@ int64_t DefaultNlist(int64_t rows) {
 
 int DefaultPqM(int dim) {
   for (int m = std::min(64, dim / 4); m > 1; --m) {
-    if (dim % m == 0) return m;
+    const int width = dim / m;
+    const bool fast = width == 4 || width == 8 || width == 12 || width >= 16;
+    if (dim % m == 0 && fast) return m;
   }
   return 1;
 }

@@ -7,11 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "spdlog/spdlog.h"
+#include "knnd/base/units.h"
 
 namespace knnd {
 namespace {
-
-double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 void LogServed(const IndexInfo& info) {
   spdlog::info(

@@ -109,7 +109,8 @@ TEST(IndexBuilder, DefaultsFollowTheDataShape) {
   EXPECT_EQ(DefaultNlist(1000000), 4096);
   EXPECT_EQ(DefaultNlist(5000), 128);  // 4*sqrt = 283, but 5000/39 = 128
   EXPECT_EQ(DefaultNlist(10), 1);
-  EXPECT_EQ(DefaultPqM(784), 56);
+  EXPECT_EQ(DefaultPqM(784), 49);  // 16 wide: 56 would be 14 wide (slow)
+  EXPECT_EQ(DefaultPqM(384), 48);  // 8 wide: 64 would be 6 wide (slow)
   EXPECT_EQ(DefaultPqM(128), 32);
   EXPECT_EQ(DefaultPqM(768), 64);
   EXPECT_EQ(DefaultPqM(3), 1);

@@ -114,9 +114,9 @@ TEST(Knnctl, ExitCodes) {
             1);
 }
 
-constexpr const char* kCommands[] = {"build",  "eval",    "search",
-                                     "info",   "health",  "publish",
-                                     "reload", "versions"};
+constexpr const char* kCommands[] = {"build",   "eval",   "tune",
+                                     "search",  "info",   "health",
+                                     "publish", "reload", "versions"};
 
 TEST(Knnctl, HelpListsEveryCommandAndExitsZero) {
   for (const char* help : {"--help", "help", "-h"}) {
@@ -364,6 +364,48 @@ TEST(Knnctl, KeepVectorsAndEvalSweepsRefineFactors) {
       dir.path("base.npy"), " --refine_factors 4"));
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_THAT(refused.output, HasSubstr("--keep_vectors"));
+}
+
+// tune measures settings on a sample of the indexed vectors (no queries
+// given), records the fastest reaching the target in the sidecar, and the
+// served index then takes its defaults from there.
+TEST(Knnctl, TuneRecordsTheFastestSettingReachingTheTarget) {
+  TempDir dir;
+  WriteData(dir.path("base.npy"), 3000, 16, 11);
+  const std::string index = dir.path("t.index");
+  CommandResult built = Knnctl(absl::StrCat(
+      "build --input ", dir.path("base.npy"), " --output ", index,
+      " --nlist 32 --m 2 --keep_vectors"));
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  CommandResult tuned = Knnctl(absl::StrCat(
+      "tune --index ", index, " --sample 200 --target_recall 0.9"));
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  EXPECT_THAT(tuned.output, HasSubstr("200 sampled base vectors"));
+  EXPECT_THAT(tuned.output, HasSubstr("tuned (recall@10 >= 0.9)"));
+  auto meta = ReadIndexMetadata(MetadataPath(index));
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_GE(meta->tuned_nprobe(), 1u);
+  EXPECT_LE(meta->tuned_nprobe(), 32u);
+  EXPECT_GE(meta->tuned_recall(), 0.9);
+  EXPECT_EQ(meta->tuned_k(), 10u);
+  // PQ with 2 bytes per vector cannot reach 0.9 alone: re-ranking is chosen.
+  EXPECT_GT(meta->tuned_refine_factor(), 0u) << tuned.output;
+  LoadOptions load;
+  load.probe_in_subprocess = false;
+  auto snapshot = IndexSnapshot::Load(index, load);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ((*snapshot)->info().tuned_nprobe,
+            static_cast<int>(meta->tuned_nprobe()));
+
+  // --dry_run leaves the sidecar alone; an unreachable target exits 2.
+  CommandResult dry = Knnctl(absl::StrCat(
+      "tune --index ", index, " --sample 50 --nprobes 1 --refine_factors 0 "
+      "--target_recall 1.0 --dry_run"));
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_THAT(dry.output, HasSubstr("not reached"));
+  auto again = ReadIndexMetadata(MetadataPath(index));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->tuned_nprobe(), meta->tuned_nprobe());
 }
 
 TEST(Knnctl, KilledBuildLeavesTheOldIndexIntact) {

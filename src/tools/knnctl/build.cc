@@ -25,6 +25,7 @@
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/vector_io.h"
 #include "knnd/storage/vectors_file.h"
+#include "knnd/base/units.h"
 
 namespace knnd::knnctl {
 namespace {
@@ -90,7 +91,6 @@ class Progress {
   double next_line_ = 0.1;
 };
 
-double MiBOf(int64_t bytes) { return bytes / 1048576.0; }
 
 // `count` distinct row numbers out of `rows`, seeded, ascending (so the copy
 // reads the input front to back).
@@ -208,7 +208,7 @@ int Build(const BuildOptions& options) {
   const Matrix& x = *read;
   std::printf("input:    %s: %lld x %d float32 (%.1f MiB), read in %.1f s\n",
               input.c_str(), static_cast<long long>(x.rows), x.dim,
-              MiBOf(static_cast<int64_t>(x.values.size() * sizeof(float))),
+              MiB(static_cast<int64_t>(x.values.size() * sizeof(float))),
               absl::ToDoubleSeconds(absl::Now() - read_start));
   std::vector<int64_t> ids;
   if (!options.ids.empty()) {
@@ -248,7 +248,7 @@ int Build(const BuildOptions& options) {
               static_cast<long long>(train_rows),
               train_rows == x.rows ? "all rows" : "seeded random sample",
               options.seed,
-              MiBOf(train_rows * x.dim * static_cast<int64_t>(sizeof(float))));
+              MiB(train_rows * x.dim * static_cast<int64_t>(sizeof(float))));
   if (train_rows < 39 * b.nlist()) {
     std::printf(
         "warning:  %lld training rows are fewer than 39 * nlist = "
@@ -308,13 +308,13 @@ int Build(const BuildOptions& options) {
   std::printf(
       "wrote:    %s (%lld vectors, %.1f MiB, stored nprobe %d) and "
       "%s\n",
-      output.c_str(), static_cast<long long>(b.ntotal()), MiBOf(st.st_size),
+      output.c_str(), static_cast<long long>(b.ntotal()), MiB(st.st_size),
       nprobe, MetadataPath(output).c_str());
   if (options.keep_vectors) {
     stat(vectors_path.c_str(), &st);
     std::printf("wrote:    %s (%s, %.1f MiB, for refine_factor > 0)\n",
                 vectors_path.c_str(), VectorsDtypeName(*vectors_dtype),
-                MiBOf(st.st_size));
+                MiB(st.st_size));
   }
   std::printf("next:     knnctl eval --index %s --queries QUERIES --base %s\n",
               output.c_str(), input.c_str());

@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "knnd/faiss/faiss_runtime.h"
 #include "knnd/storage/vector_io.h"
 
@@ -58,6 +60,53 @@ absl::StatusOr<std::vector<int64_t>> ReadRowIds(const std::string& path,
         absl::StrCat(path, ": id ", *dup, " appears more than once"));
   }
   return std::move(ids->values);
+}
+
+// --nprobes, or the powers of two below nlist and nlist itself.
+absl::StatusOr<std::vector<int>> NprobeList(const std::string& list,
+                                            int64_t nlist) {
+  std::vector<int> nprobes;
+  if (list.empty()) {
+    for (int64_t p = 1; p < nlist; p *= 2)
+      nprobes.push_back(static_cast<int>(p));
+    nprobes.push_back(static_cast<int>(nlist));
+    return nprobes;
+  }
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    int p;
+    if (!absl::SimpleAtoi(part, &p) || p < 1 || p > nlist) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nprobes: '", part,
+                       "' is not an nprobe in [1, nlist=", nlist, "]"));
+    }
+    nprobes.push_back(p);
+  }
+  return nprobes;
+}
+
+// --refine_factors, or 0,1,2,4,8,16 with vectors and 0 without.
+absl::StatusOr<std::vector<int>> RefineFactorList(const std::string& list,
+                                                  bool has_vectors) {
+  if (list.empty()) {
+    if (!has_vectors) return std::vector<int>{0};
+    return std::vector<int>{0, 1, 2, 4, 8, 16};
+  }
+  std::vector<int> factors;
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    int f;
+    if (!absl::SimpleAtoi(part, &f) || f < 0 || f > 1024) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--refine_factors: '", part,
+                       "' is not a refine_factor in [0, 1024]"));
+    }
+    if (f > 0 && !has_vectors) {
+      return absl::FailedPreconditionError(
+          "--refine_factors > 0 needs INDEX.vectors (knnctl build "
+          "--keep_vectors)");
+    }
+    factors.push_back(f);
+  }
+  return factors;
 }
 
 }  // namespace knnd::knnctl

@@ -41,6 +41,8 @@ struct Command {
 std::function<int()> DefineBuild(FlagSet& flags);
 // eval.cc
 std::function<int()> DefineEval(FlagSet& flags);
+// tune.cc
+std::function<int()> DefineTune(FlagSet& flags);
 // query.cc: the search API's gRPC client commands.
 std::function<int()> DefineSearch(FlagSet& flags);
 std::function<int()> DefineInfo(FlagSet& flags);
@@ -73,6 +75,15 @@ void UseThreads(int threads);
 // results).
 absl::StatusOr<std::vector<int64_t>> ReadRowIds(const std::string& path,
                                                 int64_t rows);
+
+// --nprobes of eval and tune: a comma-separated list, or (empty) the
+// powers of two below nlist and nlist itself.
+absl::StatusOr<std::vector<int>> NprobeList(const std::string& list,
+                                            int64_t nlist);
+// --refine_factors of eval and tune: a comma-separated list, or (empty)
+// 0,1,2,4,8,16 with the re-ranking vectors and 0 without.
+absl::StatusOr<std::vector<int>> RefineFactorList(const std::string& list,
+                                                  bool has_vectors);
 
 }  // namespace knnd::knnctl
 

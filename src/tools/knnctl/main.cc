@@ -23,6 +23,11 @@ constexpr Command kCommands[] = {
      "--index INDEX --queries FILE (--ground_truth FILE | --base FILE) "
      "[flags]",
      DefineEval},
+    {"tune",
+     "stores in the sidecar the fastest nprobe and refine_factor reaching a "
+     "target recall",
+     "--index INDEX [--queries FILE] [--target_recall R] [flags]",
+     DefineTune},
     {"search", "sends queries to knnd, prints neighbours and latency",
      "(--queries FILE | --random N) [flags]", DefineSearch},
     {"info", "describes the served index (--addr) or an index file (--index)",

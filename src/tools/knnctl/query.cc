@@ -18,6 +18,7 @@
 #include "knnd/storage/vector_io.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 #include "knnd_client.h"
+#include "knnd/base/units.h"
 
 namespace knnd::knnctl {
 namespace {
@@ -162,13 +163,13 @@ int InfoOfFile(const std::string& path) {
       i.path.c_str(), i.index_type.c_str(), static_cast<long long>(i.ntotal),
       i.dim, MetricName(i.metric), static_cast<long long>(i.nlist), i.pq_m,
       i.pq_nbits, static_cast<long long>(i.code_size_bytes), i.stored_nprobe,
-      i.file_bytes / 1048576.0, i.mapped_list_bytes / 1048576.0,
-      i.heap_bytes / 1048576.0, i.precomputed_table_bytes / 1048576.0,
+      MiB(i.file_bytes), MiB(i.mapped_list_bytes),
+      MiB(i.heap_bytes), MiB(i.precomputed_table_bytes),
       absl::ToDoubleMilliseconds(i.load_duration));
   if (i.has_vectors) {
     std::printf("raw vectors:     %s (%s, %.1f MiB) for refine_factor > 0\n",
                 i.vectors_path.c_str(), i.vectors_dtype.c_str(),
-                i.vectors_file_bytes / 1048576.0);
+                MiB(i.vectors_file_bytes));
   } else if (!i.vectors_error.empty()) {
     std::printf("raw vectors:     not usable: %s\n", i.vectors_error.c_str());
   }

@@ -1,0 +1,198 @@
+// knnctl tune: measures (nprobe, refine_factor) settings on held-out
+// queries through IndexSnapshot, one query per call, and stores the fastest
+// that reaches --target_recall in the index's sidecar, where knnd takes its
+// defaults from when the config leaves them unset.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "command.h"
+#include "knnd/base/metric.h"
+#include "knnd/faiss/vector_math.h"
+#include "knnd/index/index_eval.h"
+#include "knnd/index/index_snapshot.h"
+#include "knnd/index/index_tuning.h"
+#include "knnd/storage/index_metadata.h"
+#include "knnd/storage/vector_io.h"
+#include "knnd/storage/vectors_file.h"
+
+namespace knnd::knnctl {
+namespace {
+
+struct TuneFlags {
+  std::string index;
+  QueryOptions query;
+  std::string base;
+  int64_t sample = 1000;
+  double target_recall = 0.95;
+  std::string nprobes;
+  std::string refine_factors;
+  bool dry_run = false;
+};
+
+// The indexed vectors from the index's re-ranking vectors file, as floats.
+Matrix ReadVectorsFile(const VectorsFile& vectors) {
+  Matrix m;
+  m.rows = vectors.count();
+  m.dim = vectors.dim();
+  m.values.resize(static_cast<size_t>(m.rows) * m.dim);
+  for (int64_t i = 0; i < m.rows; ++i) {
+    float* out = m.values.data() + i * m.dim;
+    if (vectors.dtype() == VectorsDtype::kFloat16) {
+      HalvesToFloats(static_cast<const uint16_t*>(vectors.row(i)),
+                     static_cast<size_t>(m.dim), out);
+    } else {
+      const auto* row = static_cast<const float*>(vectors.row(i));
+      std::copy(row, row + m.dim, out);
+    }
+  }
+  return m;
+}
+
+int Tune(const TuneFlags& flags) {
+  if (flags.index.empty()) return Fail("tune needs --index INDEX");
+  LoadOptions load;
+  absl::StatusOr<std::unique_ptr<IndexSnapshot>> snapshot =
+      IndexSnapshot::Load(flags.index, load);
+  if (!snapshot.ok()) return Fail(snapshot.status());
+  const IndexInfo& info = (*snapshot)->info();
+
+  // The base: --base, else the index's own re-ranking vectors file.
+  absl::StatusOr<Matrix> base;
+  std::string base_name = flags.base;
+  if (!flags.base.empty()) {
+    base = ReadVectors(flags.base);
+  } else {
+    absl::StatusOr<std::unique_ptr<VectorsFile>> vectors =
+        VectorsFile::Open(VectorsPath(flags.index), info.dim, info.ntotal,
+                          /*verify_checksum=*/false);
+    if (!vectors.ok()) {
+      return Fail(absl::StrCat(
+          "tune needs the indexed vectors for exact neighbours: --base FILE, "
+          "or ", VectorsPath(flags.index), " (", vectors.status().message(),
+          ")"));
+    }
+    base = ReadVectorsFile(**vectors);
+    base_name = VectorsPath(flags.index);
+  }
+  if (!base.ok()) return Fail(base.status());
+  if (base->rows != info.ntotal || base->dim != info.dim) {
+    return Fail(absl::StrCat(base_name, " holds ", base->rows, " x ",
+                             base->dim, " vectors; the index ", info.ntotal,
+                             " x ", info.dim));
+  }
+
+  // Held-out queries: --queries, else a seeded sample of the base.
+  Matrix queries;
+  std::string tuned_on;
+  if (!flags.query.queries.empty()) {
+    absl::StatusOr<Matrix> read =
+        ReadVectors(flags.query.queries, flags.query.limit);
+    if (!read.ok()) return Fail(read.status());
+    queries = std::move(*read);
+    tuned_on = absl::StrCat(queries.rows, " queries of ", flags.query.queries);
+  } else {
+    queries = SampleRows(*base, flags.sample, 1);
+    tuned_on = absl::StrCat(queries.rows, " sampled base vectors");
+  }
+  const int k = flags.query.k;
+  if (k < 1 || k > info.ntotal) {
+    return Fail(
+        absl::StrCat("--k=", k, " must be in [1, ntotal=", info.ntotal, "]"));
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<int64_t>> truth =
+      ExactNeighbors(*base, queries, k, info.metric);
+  if (!truth.ok()) return Fail(truth.status());
+  std::printf("index:    %s: %s, %lld vectors x %d, metric %s\n",
+              flags.index.c_str(), info.index_type.c_str(),
+              static_cast<long long>(info.ntotal), info.dim,
+              MetricName(info.metric));
+  std::printf("queries:  %s; exact neighbours from %s in %.1f s\n",
+              tuned_on.c_str(), base_name.c_str(),
+              absl::ToDoubleSeconds(absl::Now() - start));
+
+  TuneOptions options;
+  options.k = k;
+  options.target_recall = flags.target_recall;
+  absl::StatusOr<std::vector<int>> nprobes =
+      NprobeList(flags.nprobes, info.nlist);
+  if (!nprobes.ok()) return Fail(nprobes.status());
+  absl::StatusOr<std::vector<int>> refine_factors =
+      RefineFactorList(flags.refine_factors, info.has_vectors);
+  if (!refine_factors.ok()) return Fail(refine_factors.status());
+  options.nprobes = *nprobes;
+  options.refine_factors = *refine_factors;
+  absl::StatusOr<TuneResult> result =
+      TuneSearchDefaults(**snapshot, queries, *truth, k, options);
+  if (!result.ok()) return Fail(result.status());
+
+  std::printf("\n%8s  %6s  %10s  %10s   (1 thread, 1 query per call)\n",
+              "nprobe", "refine", absl::StrCat("recall@", k).c_str(),
+              "queries/s");
+  for (const SweepRow& row : result->measured) {
+    std::printf("%8d  %6d  %10.4f  %10.0f\n", row.nprobe, row.refine_factor,
+                row.recall[0], row.queries_per_second);
+  }
+  const SweepRow& chosen = result->chosen;
+  std::printf("\n%s: nprobe %d refine_factor %d, recall@%d %.4f at %.0f "
+              "queries/s\n",
+              result->reached
+                  ? absl::StrCat("tuned (recall@", k, " >= ",
+                                 flags.target_recall, ")")
+                        .c_str()
+                  : absl::StrCat("target recall@", k, " >= ",
+                                 flags.target_recall,
+                                 " not reached; most accurate")
+                        .c_str(),
+              chosen.nprobe, chosen.refine_factor, k, chosen.recall[0],
+              chosen.queries_per_second);
+  if (flags.dry_run) return kExitOk;
+  if (!result->reached) {
+    std::printf("%s left as it was: lower --target_recall, widen the sweep "
+                "or rebuild with more bytes per vector\n",
+                MetadataPath(flags.index).c_str());
+    return kExitError;
+  }
+  if (absl::Status s =
+          RecordTunedDefaults(flags.index, options, *result, tuned_on);
+      !s.ok()) {
+    return Fail(s);
+  }
+  std::printf("recorded in %s: knnd serves these defaults unless its config "
+              "sets default_nprobe or default_refine_factor\n",
+              MetadataPath(flags.index).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+std::function<int()> DefineTune(FlagSet& flags) {
+  auto options = std::make_shared<TuneFlags>();
+  flags.Add("index", &options->index, "INDEX",
+            "Index file to tune (with its sidecar). Required.");
+  AddQueryFlags(flags, options->query);
+  flags.Add("base", &options->base, "FILE",
+            "The indexed vectors, for exact neighbours; default the index's "
+            "re-ranking vectors file INDEX.vectors.");
+  flags.Add("sample", &options->sample, "N",
+            "Without --queries: this many base vectors (seeded sample) are "
+            "the queries.");
+  flags.Add("target_recall", &options->target_recall, "R",
+            "Recall@k the tuned defaults must reach.");
+  flags.Add("nprobes", &options->nprobes, "LIST",
+            "Comma-separated nprobe values; default powers of two up to "
+            "nlist.");
+  flags.Add("refine_factors", &options->refine_factors, "LIST",
+            "Comma-separated refine_factor values; default 0,1,2,4,8,16 "
+            "with INDEX.vectors, else 0.");
+  flags.AddSwitch("dry_run", &options->dry_run,
+                  "Measure and print only; leave the sidecar as it is.");
+  return [options] { return Tune(*options); };
+}
+
+}  // namespace knnd::knnctl
