@@ -1,4 +1,7 @@
-// Server: assembles knnd from its configuration and runs its lifecycle:
+// Server: assembles knnd from its configuration and runs its lifecycle.
+// Wiring only: every component's Options come from config/server_options.h,
+// and policy lives in the components (memory budget, version preparation,
+// listeners). The lifecycle:
 //   Create()     build the worker pool, gate, batcher and gRPC service
 //   Start()      listen (search API, admin API, /metrics, and the plaintext
 //                health-only port with TLS); grpc.health.v1 answers
@@ -30,18 +33,18 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "knnd/lifecycle/index_manager.h"
+#include "knnd/lifecycle/version_preparation.h"
+#include "knnd/monitoring/metrics.h"
 #include "knnd/rpc/admin_service.h"
+#include "knnd/rpc/knn_service.h"
+#include "knnd/rpc/token_auth.h"
 #include "knnd/serving/admission_gate.h"
 #include "knnd/serving/batcher.h"
-#include "knnd/index/canary.h"
 #include "knnd/serving/index_holder.h"
-#include "knnd/lifecycle/index_manager.h"
-#include "knnd/rpc/knn_service.h"
-#include "knnd/index/memory_model.h"
-#include "knnd/monitoring/metrics.h"
-#include "knnd/rpc/token_auth.h"
-#include "knnd/v1/config.pb.h"
+#include "knnd/serving/memory_budget.h"
 #include "knnd/serving/worker_pool.h"
+#include "knnd/v1/config.pb.h"
 
 namespace knnd {
 
@@ -75,23 +78,10 @@ class Server {
 
  private:
   explicit Server(const knnd::v1::ServerConfig& config) : config_(config) {}
+
   void SetServing(bool serving);
   // The index manager's serving_changed: SetServing() unless draining.
   void OnServingChanged(bool serving);
-  // What runs on a loaded version before it is published: warm-up, then the
-  // canary check when configured.
-  absl::Status Prepare(const IndexSnapshot& snapshot);
-  absl::Status WarmUp(const IndexSnapshot& snapshot);
-  absl::Status CheckCanaryOf(const IndexSnapshot& snapshot);
-  // Runs `work` on a worker of the pool (FAISS with the workers' thread
-  // settings) and waits for it.
-  absl::Status RunOnWorker(const std::function<absl::Status()>& work);
-  // The default nprobe requests get on `info`.
-  int DefaultNprobe(const IndexInfo& info) const;
-  // The memory-limit check of a version about to be loaded (see
-  // LoadOptions::check_heap), and the gate's byte budget for a loaded one.
-  absl::Status CheckHeap(const IndexInfo& planned);
-  void SetByteBudget(const IndexInfo& info);
 
   const knnd::v1::ServerConfig config_;
   // Serialises health changes from the index manager's threads with
@@ -99,12 +89,11 @@ class Server {
   // manager, whose threads use it until it is destroyed.
   absl::Mutex serving_mu_;
   bool draining_ ABSL_GUARDED_BY(serving_mu_) = false;
-  // The limit (configured or the cgroup's; 0: none) and headroom, fixed at
-  // Create().
-  MemoryLimits memory_limits_;
   IndexHolder holder_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<AdmissionGate> gate_;
+  // The memory limit, the heap check and the gate's byte budget.
+  std::unique_ptr<MemoryBudget> memory_budget_;
   // Between the gate and pool it reads at scrape time and the batcher and
   // service that record into it: destroyed after its users, before its
   // sources.
@@ -120,8 +109,8 @@ class Server {
   std::unique_ptr<AdminServiceImpl> admin_service_;
   // Null when the admin API is off or shares grpc_server_.
   std::unique_ptr<grpc::Server> admin_server_;
-  // Set when canary_queries_path is.
-  std::unique_ptr<const CanarySet> canary_;
+  // Warm-up and canary of each version before it is published.
+  std::unique_ptr<VersionPreparation> preparation_;
   // Last: its thread may be reloading (warm-up on the pool, publishing to
   // the holder, recording metrics) until it is destroyed, first.
   std::unique_ptr<IndexManager> index_manager_;
