@@ -157,10 +157,10 @@ ASAN_EXCLUDE ?= ^(python_client|deploy_manifests|deploy_runtime|python_memory)$$
 ASAN_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0:suppressions=$(SAN_DIR)/asan.supp \
   LSAN_OPTIONS=suppressions=$(SAN_DIR)/lsan.supp:print_suppressions=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$(SAN_DIR)/ubsan.supp
-# The concurrency tests (binaries run directly): gate, batcher (+ worker
-# pool), index manager / hot swap, server.
-TSAN_TESTS ?= admission_gate_test batcher_test index_manager_test checksum_verifier_test \
-  server_test
+# The concurrency tests (binaries run directly): gate, batcher, worker
+# pool, index manager / hot swap, background checksum verifier, server.
+TSAN_TESTS ?= admission_gate_test batcher_test worker_pool_test \
+  index_manager_test checksum_verifier_test server_test
 # Each binary's limit in seconds (the slowest, index_manager_test, takes
 # ~60 s here): a hang fails with its name instead of holding CI.
 TSAN_TIMEOUT ?= 900

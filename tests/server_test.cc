@@ -1,4 +1,7 @@
-// End-to-end through gRPC against an in-process server.
+// Server (src/server.cc) end to end through gRPC, in process: answers
+// equal FAISS's, every bad input's status, the gate's pushback, health
+// while loading and draining, warm-up, the FAISS knobs it sets, and the
+// heap check and byte budget it derives from a memory limit.
 #include "knnd/server.h"
 
 #include <set>
@@ -10,14 +13,20 @@
 #include <faiss/IndexIVF.h>
 #include <faiss/utils/distances.h>
 
-#include "grpc/health/v1/health.grpc.pb.h"
+#include "absl/strings/str_cat.h"
+#include "knnd/config/config.h"
+#include "knnd/lifecycle/index_source.h"
 #include "testing/test_util.h"
 
 namespace knnd {
 namespace {
 
+using ::knnd::testing::CallSearch;
+using ::knnd::testing::CheckHealth;
+using ::knnd::testing::FreePort;
 using ::knnd::testing::IndexSpec;
 using ::knnd::testing::MakeData;
+using ::knnd::testing::MakeSearchRequest;
 using ::knnd::testing::ReferenceSearch;
 using ::knnd::testing::RunningServer;
 using ::knnd::testing::StartServer;
@@ -25,21 +34,6 @@ using ::knnd::testing::TempDir;
 using ::knnd::testing::TestConfig;
 using ::knnd::testing::WriteIndex;
 using ::testing::HasSubstr;
-
-grpc::Status Call(RunningServer& s, const knnd::v1::SearchRequest& request,
-                  knnd::v1::SearchResponse* response,
-                  grpc::ClientContext* context = nullptr) {
-  grpc::ClientContext local;
-  return s.stub->Search(context != nullptr ? context : &local, request,
-                        response);
-}
-
-knnd::v1::SearchRequest Request(const std::vector<float>& q, int k) {
-  knnd::v1::SearchRequest r;
-  *r.mutable_vectors() = {q.begin(), q.end()};
-  r.set_k(k);
-  return r;
-}
 
 class ServerTest : public ::testing::TestWithParam<bool> {};
 
@@ -55,10 +49,10 @@ TEST_P(ServerTest, ResultsEqualDirectFaissSearch) {
   for (int nq : {1, 100}) {
     for (int nprobe : {2, 16}) {
       std::vector<float> q = MakeData(nq, spec.d, 31);
-      auto request = Request(q, 10);
+      auto request = MakeSearchRequest(q, 10);
       request.set_nprobe(nprobe);
       knnd::v1::SearchResponse response;
-      grpc::Status status = Call(s, request, &response);
+      grpc::Status status = CallSearch(*s.stub, request, &response);
       ASSERT_TRUE(status.ok()) << status.error_message();
       std::vector<float> want_d;
       std::vector<int64_t> want_i;
@@ -82,7 +76,7 @@ TEST_P(ServerTest, ResultsEqualDirectFaissSearch) {
       raw.set_vectors_f32le(std::string(
           reinterpret_cast<const char*>(q.data()), q.size() * sizeof(float)));
       knnd::v1::SearchResponse raw_response;
-      ASSERT_TRUE(Call(s, raw, &raw_response).ok());
+      ASSERT_TRUE(CallSearch(*s.stub, raw, &raw_response).ok());
       EXPECT_THAT(raw_response.ids(), ::testing::ElementsAreArray(response.ids()));
     }
   }
@@ -124,24 +118,26 @@ TEST_F(ServerFixture, EveryBadInputGetsItsStatusAndTheServerKeepsServing) {
     cases.push_back({std::move(name), std::move(r), code, std::move(message)});
   };
   {
-    auto r = Request(one, 5);
+    auto r = MakeSearchRequest(one, 5);
     r.set_dim(16);
     add("wrong dim", r, grpc::INVALID_ARGUMENT,
         "dim=16 does not match the index dimension 32");
   }
-  add("no queries", Request({}, 5), grpc::INVALID_ARGUMENT, "no query vectors");
-  add("too many queries", Request(MakeData(21, spec_.d, 3), 5),
+  add("no queries", MakeSearchRequest({}, 5), grpc::INVALID_ARGUMENT,
+      "no query vectors");
+  add("too many queries", MakeSearchRequest(MakeData(21, spec_.d, 3), 5),
       grpc::INVALID_ARGUMENT, "num_queries=21 exceeds max_queries_per_request=20");
-  add("k zero", Request(one, 0), grpc::INVALID_ARGUMENT, "k=0 must be positive");
-  add("k too big", Request(one, 51), grpc::INVALID_ARGUMENT,
+  add("k zero", MakeSearchRequest(one, 0), grpc::INVALID_ARGUMENT,
+      "k=0 must be positive");
+  add("k too big", MakeSearchRequest(one, 51), grpc::INVALID_ARGUMENT,
       "k=51 exceeds max_k=50");
   {
-    auto r = Request(one, 5);
+    auto r = MakeSearchRequest(one, 5);
     r.set_nprobe(17);
     add("nprobe", r, grpc::INVALID_ARGUMENT, "nprobe=17 is outside [1, 16]");
   }
   {
-    auto r = Request(one, 5);
+    auto r = MakeSearchRequest(one, 5);
     r.set_vectors(3, std::nanf(""));
     add("nan", r, grpc::INVALID_ARGUMENT, "query 0 has a non-finite value");
   }
@@ -153,7 +149,7 @@ TEST_F(ServerFixture, EveryBadInputGetsItsStatusAndTheServerKeepsServing) {
         "vectors_f32le has 130 bytes, not a multiple of 4*dim=128");
   }
   {
-    auto r = Request(one, 5);
+    auto r = MakeSearchRequest(one, 5);
     for (int i = 0; i < 9; ++i) r.add_allowed_ids(i);
     add("filter", r, grpc::INVALID_ARGUMENT,
         "allowed_ids has 9 ids, more than max_filter_ids=8");
@@ -166,13 +162,14 @@ TEST_F(ServerFixture, EveryBadInputGetsItsStatusAndTheServerKeepsServing) {
   }
   for (const Case& c : cases) {
     knnd::v1::SearchResponse response;
-    grpc::Status status = Call(s, c.request, &response);
+    grpc::Status status = CallSearch(*s.stub, c.request, &response);
     EXPECT_EQ(status.error_code(), c.code) << c.name << ": "
                                            << status.error_message();
     EXPECT_THAT(status.error_message(), HasSubstr(c.message)) << c.name;
     // And a good request still works.
     knnd::v1::SearchResponse good;
-    ASSERT_TRUE(Call(s, Request(one, 5), &good).ok()) << "after " << c.name;
+    ASSERT_TRUE(CallSearch(*s.stub, MakeSearchRequest(one, 5), &good).ok())
+        << "after " << c.name;
     EXPECT_EQ(good.ids_size(), 5);
   }
 }
@@ -187,7 +184,8 @@ TEST_F(ServerFixture, FullGateAnswersResourceExhaustedWithPushback) {
   grpc::ClientContext context;
   knnd::v1::SearchResponse response;
   grpc::Status status =
-      Call(s, Request(MakeData(1, spec_.d, 3), 5), &response, &context);
+      CallSearch(*s.stub, MakeSearchRequest(MakeData(1, spec_.d, 3), 5),
+                 &response, &context);
   EXPECT_EQ(status.error_code(), grpc::RESOURCE_EXHAUSTED);
   EXPECT_THAT(status.error_message(), HasSubstr("max_inflight_queries=20"));
   auto pushback = context.GetServerTrailingMetadata().find(
@@ -197,7 +195,9 @@ TEST_F(ServerFixture, FullGateAnswersResourceExhaustedWithPushback) {
             "75");
   held->Release();
   knnd::v1::SearchResponse ok;
-  EXPECT_TRUE(Call(s, Request(MakeData(1, spec_.d, 3), 5), &ok).ok());
+  EXPECT_TRUE(
+      CallSearch(*s.stub, MakeSearchRequest(MakeData(1, spec_.d, 3), 5), &ok)
+          .ok());
 }
 
 TEST_F(ServerFixture, ExpiredDeadlineIsRefusedWithoutSearching) {
@@ -207,18 +207,19 @@ TEST_F(ServerFixture, ExpiredDeadlineIsRefusedWithoutSearching) {
                        std::chrono::seconds(1));
   knnd::v1::SearchResponse response;
   grpc::Status status =
-      Call(s, Request(MakeData(1, spec_.d, 3), 5), &response, &context);
+      CallSearch(*s.stub, MakeSearchRequest(MakeData(1, spec_.d, 3), 5),
+                 &response, &context);
   EXPECT_EQ(status.error_code(), grpc::DEADLINE_EXCEEDED);
 }
 
 TEST_F(ServerFixture, AllowListReturnsOnlyAllowedIds) {
   RunningServer s = StartServer(config_);
-  auto r = Request(MakeData(5, spec_.d, 12), 6);
+  auto r = MakeSearchRequest(MakeData(5, spec_.d, 12), 6);
   const std::set<int64_t> allowed = {11, 222, 3333, 4000, 4999};
   for (int64_t id : allowed) r.add_allowed_ids(id);
   r.set_nprobe(16);
   knnd::v1::SearchResponse response;
-  ASSERT_TRUE(Call(s, r, &response).ok());
+  ASSERT_TRUE(CallSearch(*s.stub, r, &response).ok());
   ASSERT_EQ(response.ids_size(), 30);
   for (int i = 0; i < 30; ++i) {
     const int64_t id = response.ids(i);
@@ -257,42 +258,28 @@ TEST_F(ServerFixture, HealthIsNotServingUntilLoadedThenNotServingWhenDraining) {
   auto channel = grpc::CreateChannel(
       "127.0.0.1:" + std::to_string((*server)->port()),
       grpc::InsecureChannelCredentials());
-  auto health = grpc::health::v1::Health::NewStub(channel);
-  auto check = [&](const std::string& service) {
-    grpc::ClientContext context;
-    grpc::health::v1::HealthCheckRequest request;
-    request.set_service(service);
-    grpc::health::v1::HealthCheckResponse response;
-    grpc::Status status = health->Check(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response.status();
-  };
   using R = grpc::health::v1::HealthCheckResponse;
-  EXPECT_EQ(check(""), R::NOT_SERVING);
-  EXPECT_EQ(check("knnd.v1.KnnService"), R::NOT_SERVING);
+  EXPECT_EQ(CheckHealth(channel, ""), R::NOT_SERVING);
+  EXPECT_EQ(CheckHealth(channel, "knnd.v1.KnnService"), R::NOT_SERVING);
   // Before the index is loaded, searches are UNAVAILABLE.
   auto stub = knnd::v1::KnnService::NewStub(channel);
   {
-    grpc::ClientContext context;
-    knnd::v1::SearchResponse response;
-    auto status = stub->Search(&context, Request(MakeData(1, 32, 1), 1), &response);
+    auto status = CallSearch(*stub, MakeSearchRequest(MakeData(1, 32, 1), 1));
     EXPECT_EQ(status.error_code(), grpc::UNAVAILABLE);
     EXPECT_THAT(status.error_message(), HasSubstr("not loaded"));
   }
   ASSERT_TRUE((*server)->LoadIndex().ok());
-  EXPECT_EQ(check(""), R::SERVING);
-  EXPECT_EQ(check("knnd.v1.KnnService"), R::SERVING);
+  EXPECT_EQ(CheckHealth(channel, ""), R::SERVING);
+  EXPECT_EQ(CheckHealth(channel, "knnd.v1.KnnService"), R::SERVING);
   // Hold a request's share so that the drain has to wait; meanwhile health
   // says NOT_SERVING and new searches are UNAVAILABLE.
   auto held = (*server)->gate().TryAdmit(1, 0);
   ASSERT_TRUE(held.ok());
   std::thread drainer([&] { (*server)->Drain(absl::Seconds(30)); });
   while (!(*server)->gate().draining()) absl::SleepFor(absl::Milliseconds(1));
-  EXPECT_EQ(check(""), R::NOT_SERVING);
+  EXPECT_EQ(CheckHealth(channel, ""), R::NOT_SERVING);
   {
-    grpc::ClientContext context;
-    knnd::v1::SearchResponse response;
-    auto status = stub->Search(&context, Request(MakeData(1, 32, 1), 1), &response);
+    auto status = CallSearch(*stub, MakeSearchRequest(MakeData(1, 32, 1), 1));
     EXPECT_EQ(status.error_code(), grpc::UNAVAILABLE);
     EXPECT_THAT(status.error_message(), HasSubstr("draining"));
   }
@@ -346,6 +333,82 @@ TEST(ServerMalloc, CoarseBlockFollowsTheMmapThreshold) {
   server = Server::Create(config);
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_EQ(faiss::distance_compute_blas_query_bs, faiss_default);
+}
+
+// IVF<nlist>,PQ<m> over 6000 vectors of 32 dimensions: a precomputed table
+// of nlist * m * 256 * 4 bytes.
+IndexSpec TableSpec(int64_t nlist, int m) {
+  IndexSpec spec;
+  spec.n = 6000;
+  spec.d = 32;
+  spec.factory = absl::StrCat("IVF", nlist, ",PQ", m);
+  return spec;
+}
+
+TEST(IndexHeapCheck, StartUpIsRefusedWhenTheHeapNeedExceedsTheLimit) {
+  TempDir tmp;
+  WriteIndex(tmp.path("a.index"), TableSpec(128, 16));  // table 2 MiB
+  knnd::v1::ServerConfig config = TestConfig(tmp.path("a.index"));
+  config.set_memory_limit_bytes(1 << 20);
+  config.set_memory_headroom_bytes(0);
+  ASSERT_TRUE(ValidateConfig(config).ok());
+  auto server = Server::Create(config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE((*server)->Start().ok());
+  absl::Status loaded = (*server)->LoadIndex();
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kResourceExhausted) << loaded;
+  EXPECT_THAT(std::string(loaded.message()),
+              HasSubstr("more than the memory limit of 1.0 MiB"));
+  EXPECT_THAT(std::string(loaded.message()),
+              HasSubstr("use_precomputed_table: false (saves 2.0 MiB)"));
+  EXPECT_EQ((*server)->holder().Pin(), nullptr);
+
+  // Without the table the same index fits, and the byte budget becomes half
+  // of what the limit leaves.
+  config.set_use_precomputed_table(false);
+  config.set_metrics_listen_address(
+      absl::StrCat("127.0.0.1:", FreePort()));
+  RunningServer lean = StartServer(config);
+  ASSERT_NE(lean.server, nullptr);
+  auto snapshot = lean.server->holder().Pin();
+  ASSERT_NE(snapshot, nullptr);
+  EXPECT_EQ(lean.server->gate().max_inflight_bytes(),
+            ((1 << 20) - snapshot->info().heap_bytes) / 100 * 50);
+}
+
+TEST(IndexHeapCheck, ExplicitMaxInflightBytesWinsOverTheLimitShare) {
+  TempDir tmp;
+  WriteIndex(tmp.path("a.index"), TableSpec(16, 4));
+  knnd::v1::ServerConfig config = TestConfig(tmp.path("a.index"));
+  config.set_memory_limit_bytes(64 << 20);
+  config.set_memory_headroom_bytes(0);
+  config.set_max_inflight_bytes(12345678);
+  RunningServer s = StartServer(config);
+  ASSERT_NE(s.server, nullptr);
+  EXPECT_EQ(s.server->gate().max_inflight_bytes(), 12345678);
+}
+
+TEST(IndexHeapCheck, HotSwapToAVersionThatDoesNotFitKeepsTheOldOneServing) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  WriteIndex(tmp.path("v1.index"), TableSpec(16, 4));    // table 64 KiB
+  WriteIndex(tmp.path("v2.index"), TableSpec(256, 16));  // table 4 MiB
+  ASSERT_TRUE(PublishVersion(dir, tmp.path("v1.index")).ok());
+  knnd::v1::ServerConfig config = TestConfig(dir);
+  config.set_memory_limit_bytes(2 << 20);
+  config.set_memory_headroom_bytes(0);
+  RunningServer s = StartServer(config);
+  ASSERT_NE(s.server, nullptr);
+  const int64_t budget = s.server->gate().max_inflight_bytes();
+  ASSERT_TRUE(PublishVersion(dir, tmp.path("v2.index")).ok());
+  auto reload = s.server->index_manager().Reload();
+  EXPECT_EQ(reload.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(reload.status().message()),
+              HasSubstr("still serving version 1"));
+  EXPECT_THAT(std::string(reload.status().message()),
+              HasSubstr("more than the memory limit"));
+  EXPECT_EQ(s.server->holder().Pin()->info().version, 1);
+  EXPECT_EQ(s.server->gate().max_inflight_bytes(), budget);
 }
 
 }  // namespace

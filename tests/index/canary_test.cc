@@ -22,7 +22,7 @@ using ::knnd::testing::AdminStub;
 using ::knnd::testing::IndexSpec;
 using ::knnd::testing::kDim;
 using ::knnd::testing::MakeData;
-using ::knnd::testing::Publish;
+using ::knnd::testing::PublishIndex;
 using ::knnd::testing::Reloads;
 using ::knnd::testing::ReloadRpc;
 using ::knnd::testing::RunningServer;
@@ -53,7 +53,7 @@ TEST(Canary, RefusesAVersionThatLosesTheServingVersionsNeighbours) {
   const std::string dir = tmp.path("versions");
   IndexSpec base = VersionSpec(1);
   base.first_id = 0;
-  Publish(tmp, dir, base);
+  PublishIndex(tmp, dir, base);
   knnd::v1::ServerConfig config = TestConfig(dir);
   config.set_canary_queries_path(WriteQueries(tmp, 50, 99));
   config.set_canary_min_recall(0.3);
@@ -63,7 +63,7 @@ TEST(Canary, RefusesAVersionThatLosesTheServingVersionsNeighbours) {
 
   IndexSpec rebuilt = base;
   rebuilt.seed = 1;  // same vectors, same ids
-  ASSERT_EQ(Publish(tmp, dir, rebuilt), 2);
+  ASSERT_EQ(PublishIndex(tmp, dir, rebuilt), 2);
   knnd::v1::ReloadIndexResponse reloaded;
   grpc::Status status = ReloadRpc(*admin, absl::nullopt, &reloaded);
   ASSERT_TRUE(status.ok()) << status.error_message();
@@ -71,7 +71,7 @@ TEST(Canary, RefusesAVersionThatLosesTheServingVersionsNeighbours) {
 
   IndexSpec shuffled = base;
   shuffled.first_id = 500000;  // same vectors, every id wrong
-  ASSERT_EQ(Publish(tmp, dir, shuffled), 3);
+  ASSERT_EQ(PublishIndex(tmp, dir, shuffled), 3);
   status = ReloadRpc(*admin, absl::nullopt, &reloaded);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(status.error_message(), HasSubstr("index version 3"));

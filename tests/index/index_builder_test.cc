@@ -1,25 +1,27 @@
+// IndexBuilder: defaults from the data's shape, the factories it refuses,
+// and built files that load and search as FAISS's own, for L2 and cosine.
 #include "knnd/index/index_builder.h"
 
-#include <cmath>
-#include <fstream>
-#include <iterator>
 #include <set>
-
-#include <omp.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "knnd/index/index_eval.h"
-#include "knnd/storage/index_metadata.h"
 #include "knnd/index/index_snapshot.h"
 #include "testing/test_util.h"
 
 namespace knnd {
 namespace {
 
+using ::knnd::testing::BruteForceNeighbors;
+using ::knnd::testing::BuildIndex;
+using ::knnd::testing::BuildSpec;
 using ::knnd::testing::MakeData;
+using ::knnd::testing::NormalizedRows;
 using ::knnd::testing::ReferenceSearch;
+using ::knnd::testing::SearchResults;
+using ::knnd::testing::SearchSnapshot;
 using ::knnd::testing::TempDir;
 using ::testing::HasSubstr;
 
@@ -27,70 +29,15 @@ constexpr int kDim = 32;
 constexpr int64_t kRows = 4000;
 constexpr int kK = 10;
 
-// Builds `factory` over MakeData(kRows, kDim, 7) and writes it to `path`.
-std::vector<float> BuildIndex(const std::string& path, Metric metric,
-                              const std::string& factory = "IVF32,PQ8") {
-  // One thread: tests share the machine, and OpenMP threads spinning on busy
-  // cores made this build take 17 s instead of 2 s.
-  omp_set_num_threads(1);
-  std::vector<float> x = MakeData(kRows, kDim, 7);
-  IndexBuilder::Options options;
-  options.dim = kDim;
-  options.metric = metric;
-  options.factory = factory;
-  auto builder = IndexBuilder::Create(options);
-  EXPECT_TRUE(builder.ok()) << builder.status();
-  EXPECT_TRUE((*builder)->Train(x.data(), kRows).ok());
-  // Two batches, the second with the ids that follow the first.
-  EXPECT_TRUE((*builder)->Add(x.data(), kRows / 2, nullptr).ok());
-  EXPECT_TRUE(
-      (*builder)->Add(x.data() + kRows / 2 * kDim, kRows / 2, nullptr).ok());
-  knnd::v1::IndexMetadata metadata;
-  metadata.set_source("MakeData(4000, 32, 7)");
-  absl::Status written = (*builder)->Write(path, 4, metadata);
-  EXPECT_TRUE(written.ok()) << written;
-  return x;
-}
-
-std::vector<int64_t> Search(const IndexSnapshot& snapshot,
-                            const std::vector<float>& queries, int nprobe,
-                            std::vector<float>* distances = nullptr) {
-  const int64_t n = static_cast<int64_t>(queries.size()) / kDim;
-  std::vector<int64_t> ids(n * kK);
-  std::vector<float> d(n * kK);
-  SearchArgs args;
-  args.queries = queries.data();
-  args.num_queries = n;
-  args.k = kK;
-  args.nprobe = nprobe;
-  args.ids = ids.data();
-  args.distances = d.data();
-  EXPECT_TRUE(snapshot.Search(args).ok());
-  if (distances != nullptr) *distances = d;
-  return ids;
-}
-
-// Exact L2 neighbours by a plain double-precision loop, independent of the
-// FAISS flat index that knnctl eval uses.
-std::vector<int64_t> BruteForce(const std::vector<float>& base,
-                                const std::vector<float>& queries, int k) {
-  const int64_t nb = static_cast<int64_t>(base.size()) / kDim;
-  const int64_t nq = static_cast<int64_t>(queries.size()) / kDim;
-  std::vector<int64_t> out;
-  for (int64_t q = 0; q < nq; ++q) {
-    std::vector<std::pair<double, int64_t>> all;
-    for (int64_t b = 0; b < nb; ++b) {
-      double d = 0;
-      for (int j = 0; j < kDim; ++j) {
-        const double diff = queries[q * kDim + j] - base[b * kDim + j];
-        d += diff * diff;
-      }
-      all.emplace_back(d, b);
-    }
-    std::partial_sort(all.begin(), all.begin() + k, all.end());
-    for (int j = 0; j < k; ++j) out.push_back(all[j].second);
-  }
-  return out;
+// An index of knnd's builder over MakeData(kRows, kDim, 7), IVF32,PQ8.
+BuildSpec Spec(Metric metric) {
+  BuildSpec spec;
+  spec.n = kRows;
+  spec.d = kDim;
+  spec.seed = 7;
+  spec.metric = metric;
+  spec.factory = "IVF32,PQ8";
+  return spec;
 }
 
 double Recall(const std::vector<int64_t>& found,
@@ -122,7 +69,7 @@ TEST(IndexBuilder, DefaultsFollowTheDataShape) {
 TEST(IndexBuilder, BuiltFileLoadsAndSearchesLikeFaissWithSaneRecall) {
   TempDir dir;
   const std::string path = dir.path("x.index");
-  const std::vector<float> base = BuildIndex(path, Metric::kL2);
+  const std::vector<float> base = BuildIndex(path, Spec(Metric::kL2));
   auto snapshot = IndexSnapshot::Load(path, {});
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   const IndexInfo& info = (*snapshot)->info();
@@ -134,9 +81,12 @@ TEST(IndexBuilder, BuiltFileLoadsAndSearchesLikeFaissWithSaneRecall) {
   EXPECT_EQ(info.source, "MakeData(4000, 32, 7)");
 
   const std::vector<float> queries = MakeData(100, kDim, 99);
-  const std::vector<int64_t> truth = BruteForce(base, queries, kK);
-  const std::vector<int64_t> at1 = Search(**snapshot, queries, 1);
-  const std::vector<int64_t> at_all = Search(**snapshot, queries, 32);
+  const std::vector<int64_t> truth =
+      BruteForceNeighbors(base, queries, kDim, kK, Metric::kL2);
+  const std::vector<int64_t> at1 =
+      SearchSnapshot(**snapshot, queries, kK, 1).ids;
+  const std::vector<int64_t> at_all =
+      SearchSnapshot(**snapshot, queries, kK, 32).ids;
   std::vector<float> ref_distances;
   std::vector<int64_t> ref_ids;
   ReferenceSearch(path, queries, kK, 32, &ref_distances, &ref_ids);
@@ -173,7 +123,7 @@ TEST(IndexBuilder, RefusesFactoriesKnndCannotMap) {
 TEST(IndexBuilder, CosineNormalisesQueriesInTheDaemon) {
   TempDir dir;
   const std::string path = dir.path("cos.index");
-  BuildIndex(path, Metric::kCosine);
+  BuildIndex(path, Spec(Metric::kCosine));
   auto snapshot = IndexSnapshot::Load(path, {});
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   EXPECT_EQ((*snapshot)->info().metric, Metric::kCosine);
@@ -182,76 +132,22 @@ TEST(IndexBuilder, CosineNormalisesQueriesInTheDaemon) {
   const std::vector<float> queries = MakeData(50, kDim, 5);
   std::vector<float> scaled = queries;
   for (float& v : scaled) v *= 7.5f;
-  std::vector<float> d1, d2;
-  const std::vector<int64_t> ids = Search(**snapshot, queries, 32, &d1);
-  EXPECT_EQ(Search(**snapshot, scaled, 32, &d2), ids);
+  const SearchResults plain = SearchSnapshot(**snapshot, queries, kK, 32);
+  const SearchResults larger = SearchSnapshot(**snapshot, scaled, kK, 32);
+  const std::vector<float>& d1 = plain.distances;
+  const std::vector<float>& d2 = larger.distances;
+  const std::vector<int64_t>& ids = plain.ids;
+  EXPECT_EQ(larger.ids, ids);
   for (size_t i = 0; i < d1.size(); ++i) {
     EXPECT_NEAR(d1[i], d2[i], 1e-4);
     EXPECT_LE(d1[i], 1.1f);  // cosines, not raw inner products
   }
   // FAISS itself, given queries normalised by hand, answers the same.
-  std::vector<float> normalized = queries;
-  for (int64_t q = 0; q < 50; ++q) {
-    double norm = 0;
-    for (int j = 0; j < kDim; ++j) norm += normalized[q * kDim + j] * normalized[q * kDim + j];
-    for (int j = 0; j < kDim; ++j) normalized[q * kDim + j] /= std::sqrt(norm);
-  }
+  const std::vector<float> normalized = NormalizedRows(queries, kDim);
   std::vector<float> ref_distances;
   std::vector<int64_t> ref_ids;
   ReferenceSearch(path, normalized, kK, 32, &ref_distances, &ref_ids);
   EXPECT_EQ(ids, ref_ids);
-}
-
-TEST(IndexMetadata, ChecksumMismatchIsRefused) {
-  TempDir dir;
-  const std::string path = dir.path("x.index");
-  BuildIndex(path, Metric::kL2);
-  ASSERT_TRUE(IndexSnapshot::Load(path, {}).ok());
-  {
-    // Flip one byte of the last stored code: structurally still valid.
-    ::knnd::testing::FlipByteFromEnd(path, 40);
-  }
-  auto loaded = IndexSnapshot::Load(path, {});
-  ASSERT_FALSE(loaded.ok());
-  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(loaded.status().message(), HasSubstr("CRC-32"));
-  EXPECT_THAT(loaded.status().message(), HasSubstr("x.index.meta.json"));
-  LoadOptions unchecked;
-  unchecked.verify_checksum = false;
-  EXPECT_TRUE(IndexSnapshot::Load(path, unchecked).ok());
-}
-
-TEST(IndexMetadata, SidecarOfAnotherIndexIsRefused) {
-  TempDir dir;
-  BuildIndex(dir.path("a.index"), Metric::kL2);
-  BuildIndex(dir.path("b.index"), Metric::kCosine);
-  std::rename(MetadataPath(dir.path("b.index")).c_str(),
-              MetadataPath(dir.path("a.index")).c_str());
-  LoadOptions options;
-  options.verify_checksum = false;  // reach the description check
-  auto loaded = IndexSnapshot::Load(dir.path("a.index"), options);
-  ASSERT_FALSE(loaded.ok());
-  EXPECT_THAT(loaded.status().message(), HasSubstr("does not describe"));
-}
-
-TEST(IndexMetadata, RoundTripsThroughJson) {
-  TempDir dir;
-  knnd::v1::IndexMetadata written;
-  written.set_format_version(kIndexMetadataFormatVersion);
-  written.set_dim(784);
-  written.set_metric("cosine");
-  written.set_normalized(true);
-  written.set_ntotal(60000);
-  written.set_crc32("0badf00d");
-  ASSERT_TRUE(WriteIndexMetadata(dir.path("m.json"), written).ok());
-  auto read = ReadIndexMetadata(dir.path("m.json"));
-  ASSERT_TRUE(read.ok()) << read.status();
-  EXPECT_EQ(read->SerializeAsString(), written.SerializeAsString());
-  EXPECT_TRUE(absl::IsNotFound(ReadIndexMetadata(dir.path("none")).status()));
-  written.set_format_version(kIndexMetadataFormatVersion + 1);
-  ASSERT_TRUE(WriteIndexMetadata(dir.path("m.json"), written).ok());
-  EXPECT_THAT(ReadIndexMetadata(dir.path("m.json")).status().message(),
-              HasSubstr("format_version"));
 }
 
 }  // namespace

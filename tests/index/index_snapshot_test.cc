@@ -1,16 +1,15 @@
+// IndexSnapshot: answers equal FAISS's on the same file, what it reports,
+// the files it refuses (unsupported, truncated, corrupt, a sidecar of
+// another index) without crashing, the heap check before the heavy part of
+// loading, and the raw-vectors file it maps beside the index.
 #include "knnd/index/index_snapshot.h"
-#include "knnd/faiss/faiss_runtime.h"
 
-#include <malloc.h>
-#include <pthread.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <set>
 
@@ -19,58 +18,40 @@
 
 #include <faiss/index_factory.h>
 #include <faiss/index_io.h>
-#include <faiss/utils/distances.h>
 
+#include "knnd/lifecycle/index_source.h"
+#include "knnd/storage/index_metadata.h"
+#include "knnd/storage/vectors_file.h"
 #include "testing/test_util.h"
 
 namespace knnd {
 namespace {
 
+using ::knnd::testing::BuildIndex;
+using ::knnd::testing::BuildSpec;
+using ::knnd::testing::FlipByteFromEnd;
 using ::knnd::testing::IndexSpec;
+using ::knnd::testing::LoadSnapshot;
 using ::knnd::testing::MakeData;
+using ::knnd::testing::PokeByte;
+using ::knnd::testing::ReadFile;
 using ::knnd::testing::ReferenceSearch;
+using ::knnd::testing::SearchResults;
+using ::knnd::testing::SearchSnapshot;
 using ::knnd::testing::TempDir;
+using ::knnd::testing::WriteFile;
 using ::knnd::testing::WriteIndex;
+using ::knnd::testing::WriteVectorsFile;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-std::unique_ptr<IndexSnapshot> MustLoad(const std::string& path,
-                                        LoadOptions options = {}) {
-  auto loaded = IndexSnapshot::Load(path, options);
-  EXPECT_TRUE(loaded.ok()) << loaded.status();
-  return loaded.ok() ? std::move(*loaded) : nullptr;
-}
-
-struct Results {
-  std::vector<float> distances;
-  std::vector<int64_t> ids;
-};
-
-Results Search(const IndexSnapshot& s, const std::vector<float>& queries, int k,
-               int nprobe, std::vector<int64_t> allowed = {}) {
-  Results r;
-  const int64_t n = static_cast<int64_t>(queries.size()) / s.info().dim;
-  r.distances.resize(n * k);
-  r.ids.resize(n * k);
-  SearchArgs args;
-  args.queries = queries.data();
-  args.num_queries = n;
-  args.k = k;
-  args.nprobe = nprobe;
-  args.allowed_ids = allowed;
-  args.distances = r.distances.data();
-  args.ids = r.ids.data();
-  absl::Status status = s.Search(args);
-  EXPECT_TRUE(status.ok()) << status;
-  return r;
-}
-
 void ExpectSameAsFaiss(const std::string& path, const IndexSpec& spec) {
-  auto snapshot = MustLoad(path);
+  auto snapshot = LoadSnapshot(path);
   ASSERT_NE(snapshot, nullptr);
   for (int nq : {1, 100}) {
     std::vector<float> queries = MakeData(nq, spec.d, 99);
     for (int nprobe : {1, 8}) {
-      Results got = Search(*snapshot, queries, 10, nprobe);
+      SearchResults got = SearchSnapshot(*snapshot, queries, 10, nprobe);
       std::vector<float> want_d;
       std::vector<int64_t> want_i;
       ReferenceSearch(path, queries, 10, nprobe, &want_d, &want_i);
@@ -95,7 +76,7 @@ TEST(IndexSnapshot, InnerProductBehindOpqEqualsFaiss) {
   spec.inner_product = true;
   WriteIndex(tmp.path("ip.index"), spec);
   ExpectSameAsFaiss(tmp.path("ip.index"), spec);
-  auto snapshot = MustLoad(tmp.path("ip.index"));
+  auto snapshot = LoadSnapshot(tmp.path("ip.index"));
   EXPECT_EQ(snapshot->info().metric, Metric::kInnerProduct);
   EXPECT_TRUE(snapshot->info().has_pretransform);
 }
@@ -108,7 +89,7 @@ TEST(IndexSnapshot, ReportsStructureAndMemory) {
   spec.factory = "IVF16,PQ4";
   spec.nprobe = 5;
   WriteIndex(tmp.path("a.index"), spec);
-  auto s = MustLoad(tmp.path("a.index"));
+  auto s = LoadSnapshot(tmp.path("a.index"));
   const IndexInfo& info = s->info();
   EXPECT_EQ(info.dim, 32);
   EXPECT_EQ(info.ntotal, 3000);
@@ -124,21 +105,23 @@ TEST(IndexSnapshot, ReportsStructureAndMemory) {
   EXPECT_EQ(info.heap_bytes, 16 * 32 * 4 + 256 * 32 * 4 + 16 * 4 * 256 * 4);
   LoadOptions no_table;
   no_table.use_precomputed_table = false;
-  auto lean = MustLoad(tmp.path("a.index"), no_table);
+  auto lean = LoadSnapshot(tmp.path("a.index"), no_table);
   EXPECT_EQ(lean->info().precomputed_table_bytes, 0);
   // Same answers without the table.
   std::vector<float> q = MakeData(20, 32, 5);
-  EXPECT_EQ(Search(*s, q, 5, 4).ids, Search(*lean, q, 5, 4).ids);
+  EXPECT_EQ(SearchSnapshot(*s, q, 5, 4).ids,
+            SearchSnapshot(*lean, q, 5, 4).ids);
 }
 
 TEST(IndexSnapshot, AllowListReturnsOnlyAllowedIdsAndPadsTheRest) {
   TempDir tmp;
   IndexSpec spec;
   WriteIndex(tmp.path("f.index"), spec);
-  auto s = MustLoad(tmp.path("f.index"));
+  auto s = LoadSnapshot(tmp.path("f.index"));
   std::vector<int64_t> allowed = {3, 17, 256, 1024, 4095};
   std::vector<float> q = MakeData(10, spec.d, 8);
-  Results r = Search(*s, q, 8, static_cast<int>(s->info().nlist), allowed);
+  SearchResults r =
+      SearchSnapshot(*s, q, 8, static_cast<int>(s->info().nlist), 0, allowed);
   const std::set<int64_t> ok(allowed.begin(), allowed.end());
   for (int i = 0; i < 10; ++i) {
     for (int j = 0; j < 8; ++j) {
@@ -189,16 +172,6 @@ TEST(IndexSnapshot, RefusesTypesItCannotServeAndSaysWhy) {
   }
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
 // Loads `path` and searches it in a child process, so that a crash shows as
 // a signal instead of killing the test. Returns the child's wait status.
 int LoadAndSearchInChild(const std::string& path, bool probe) {
@@ -221,126 +194,6 @@ int LoadAndSearchInChild(const std::string& path, bool probe) {
   int status = 0;
   waitpid(pid, &status, 0);
   return status;
-}
-
-// While set, a child forked by this process exits at once (status 97).
-std::atomic<bool> exit_in_forked_children{false};
-
-// The probe is a new process image, not a fork of the caller: in a forked
-// copy of a multi-threaded server, a lock another thread held at the fork
-// stays held (the sanitizers' allocators hung CI that way). A fork would run
-// the fork handler below; the probe must still answer, and still refuse a
-// corrupt file with the reader's message.
-TEST(IndexSnapshot, ProbeIsAFreshProcessNotAFork) {
-  static const bool registered = [] {
-    pthread_atfork(nullptr, nullptr, [] {
-      if (exit_in_forked_children) _exit(97);
-    });
-    return true;
-  }();
-  ASSERT_TRUE(registered);
-  TempDir tmp;
-  IndexSpec spec;
-  WriteIndex(tmp.path("good.index"), spec);
-  WriteFile(tmp.path("cut.index"),
-            ReadFile(tmp.path("good.index")).substr(0, 40));
-  LoadOptions options;
-  options.probe_in_subprocess = true;
-  exit_in_forked_children = true;
-  auto good = IndexSnapshot::Load(tmp.path("good.index"), options);
-  auto cut = IndexSnapshot::Load(tmp.path("cut.index"), options);
-  exit_in_forked_children = false;
-  ASSERT_TRUE(good.ok()) << good.status();
-  EXPECT_EQ((*good)->info().ntotal, spec.n);
-  ASSERT_FALSE(cut.ok());
-  EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss) << cut.status();
-  EXPECT_THAT(cut.status().message(), HasSubstr("cut.index"));
-}
-
-// A probe that never answers (as on a filesystem that hangs) is killed once
-// probe_timeout has passed, and the load fails with DEADLINE_EXCEEDED
-// instead of waiting for ever; the probe is reaped. tests/test_main.cc makes
-// the probe hang while KNND_TEST_PROBE_HANGS is set.
-TEST(IndexSnapshot, ProbeThatNeverAnswersIsKilledAfterItsTimeout) {
-  TempDir tmp;
-  IndexSpec spec;
-  WriteIndex(tmp.path("good.index"), spec);
-  LoadOptions options;
-  options.probe_in_subprocess = true;
-  options.probe_timeout = absl::Milliseconds(300);
-  ASSERT_EQ(setenv("KNND_TEST_PROBE_HANGS", "1", 1), 0);
-  auto hung = IndexSnapshot::Load(tmp.path("good.index"), options);
-  ASSERT_EQ(unsetenv("KNND_TEST_PROBE_HANGS"), 0);
-  ASSERT_FALSE(hung.ok());
-  EXPECT_EQ(hung.status().code(), absl::StatusCode::kDeadlineExceeded)
-      << hung.status();
-  EXPECT_THAT(hung.status().message(), HasSubstr("good.index"));
-  EXPECT_THAT(hung.status().message(), HasSubstr("index_probe_timeout_s"));
-  // No child left, not even a zombie.
-  errno = 0;
-  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);
-  EXPECT_EQ(errno, ECHILD);
-  // The same file loads with a probe that answers (a generous limit: a
-  // sanitizer build starts slowly).
-  options.probe_timeout = absl::Minutes(5);
-  auto good = IndexSnapshot::Load(tmp.path("good.index"), options);
-  ASSERT_TRUE(good.ok()) << good.status();
-
-  knnd::v1::ServerConfig config = ::knnd::testing::TestConfig("x.index");
-  EXPECT_EQ(config.index_probe_timeout_s(), 300u);
-  config.set_index_probe_timeout_s(0);
-  ::knnd::testing::ExpectConfigRefused(
-      config, "index_probe_timeout_s=0 is outside [1, 86400]");
-}
-
-// Minor page faults of the calling thread so far.
-int64_t ThreadMinorFaults() {
-  struct rusage usage;
-  getrusage(RUSAGE_THREAD, &usage);
-  return usage.ru_minflt;
-}
-
-// Under knnd's fixed 1 MiB mmap threshold, FAISS's default 16 MiB coarse
-// distance block is mapped afresh by every call of >= 20 rows and faulted in
-// page by page; sized under the threshold it is reused from the heap.
-TEST(IndexSnapshot, CoarseSearchBlockUnderTheMmapThresholdStopsPageFaults) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "a sanitizer's allocator ignores mallopt and keeps freed "
-                  "memory in quarantine";
-#endif
-  TempDir tmp;
-  IndexSpec spec;
-  spec.factory = "IVF128,PQ8";  // 256 rows x 128 centroids: 32 pages a call
-  WriteIndex(tmp.path("c.index"), spec);
-  auto s = IndexSnapshot::Load(tmp.path("c.index"), {});
-  ASSERT_TRUE(s.ok()) << s.status();
-  constexpr int kRows = 256, kCalls = 20;
-  const std::vector<float> q = MakeData(kRows, spec.d, 5);
-  std::vector<float> d(kRows * 10);
-  std::vector<int64_t> ids(kRows * 10);
-  SearchArgs args{q.data(), kRows, 10, 4, {}, d.data(), ids.data()};
-  auto faults_per_call = [&] {
-    EXPECT_TRUE((*s)->Search(args).ok());  // warm: the heap grows once
-    const int64_t before = ThreadMinorFaults();
-    for (int i = 0; i < kCalls; ++i) EXPECT_TRUE((*s)->Search(args).ok());
-    return static_cast<double>(ThreadMinorFaults() - before) / kCalls;
-  };
-  const int faiss_default = faiss::distance_compute_blas_query_bs;
-  ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
-  ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 1 << 20), 1);
-  const double mapped = faults_per_call();
-  EXPECT_EQ(SetCoarseBlockRowsUnder(1 << 20), 128);
-  const double reused = faults_per_call();
-  EXPECT_EQ(SetCoarseBlockRowsUnder(0), 128);  // 0 leaves it
-  EXPECT_EQ(SetCoarseBlockRowsUnder(1 << 10), 20);
-  EXPECT_EQ(SetCoarseBlockRowsUnder(int64_t{1} << 40), 4096);
-  faiss::distance_compute_blas_query_bs = faiss_default;
-  mallopt(M_MMAP_THRESHOLD, 128 << 10);
-  mallopt(M_TRIM_THRESHOLD, 128 << 10);
-  std::printf("page faults per %d-row call: %.1f with FAISS's block, %.1f "
-              "with one under the threshold\n", kRows, mapped, reused);
-  EXPECT_GE(mapped, 30) << "FAISS's default block";
-  EXPECT_LT(reused, 2) << "the block under the threshold";
 }
 
 TEST(IndexSnapshot, TruncatedFilesAreRefusedWithoutACrash) {
@@ -464,6 +317,168 @@ TEST(IndexSnapshot, ByteFlippedFilesNeverCrashTheLoader) {
   }
   // Flips in the header are caught; flips inside codes or ids are harmless.
   EXPECT_GT(refused, 50);
+}
+
+TEST(IndexMetadata, SidecarOfAnotherIndexIsRefused) {
+  TempDir dir;
+  BuildSpec cosine;
+  cosine.metric = Metric::kCosine;
+  BuildIndex(dir.path("a.index"), BuildSpec{});
+  BuildIndex(dir.path("b.index"), cosine);
+  std::rename(MetadataPath(dir.path("b.index")).c_str(),
+              MetadataPath(dir.path("a.index")).c_str());
+  LoadOptions options;
+  options.verify_checksum = false;  // reach the description check
+  auto loaded = IndexSnapshot::Load(dir.path("a.index"), options);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_THAT(loaded.status().message(), HasSubstr("does not describe"));
+}
+
+TEST(IndexHeapCheck, SeesThePlannedTableBeforeItIsBuiltAndCanRefuse) {
+  TempDir tmp;
+  IndexSpec spec;  // IVF64,PQ8 over 6000 vectors of 32 dimensions
+  spec.n = 6000;
+  spec.factory = "IVF64,PQ8";
+  WriteIndex(tmp.path("a.index"), spec);
+  const int64_t table = int64_t{64} * 8 * 256 * 4;
+  LoadOptions options;
+  options.probe_in_subprocess = false;
+  IndexInfo seen;
+  options.check_heap = [&](const IndexInfo& planned) {
+    seen = planned;
+    return absl::OkStatus();
+  };
+  auto loaded = IndexSnapshot::Load(tmp.path("a.index"), options);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(seen.precomputed_table_bytes, table);
+  EXPECT_EQ(seen.heap_bytes, (*loaded)->info().heap_bytes);
+  EXPECT_EQ((*loaded)->info().precomputed_table_bytes, table);
+
+  options.check_heap = [](const IndexInfo&) {
+    return absl::ResourceExhaustedError("too big");
+  };
+  auto refused = IndexSnapshot::Load(tmp.path("a.index"), options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+
+  options.use_precomputed_table = false;
+  options.check_heap = [&](const IndexInfo& planned) {
+    seen = planned;
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(IndexSnapshot::Load(tmp.path("a.index"), options).ok());
+  EXPECT_EQ(seen.precomputed_table_bytes, 0);
+}
+
+
+constexpr int kRows = 2000;
+constexpr int kDim = 16;
+constexpr int kK = 10;
+
+// What a loader checks besides the index itself: each test owns a fresh
+// index of knnd's builder over MakeData(kRows, kDim, 5) (IVF16,PQ4) and
+// its float32 raw-vectors file, to damage or replace.
+class BadVectorsFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BuildSpec spec;
+    spec.n = kRows;
+    spec.d = kDim;
+    spec.seed = 5;
+    spec.factory = "IVF16,PQ4";
+    spec.vectors = VectorsDtype::kFloat32;
+    base_ = BuildIndex(tmp_.path("x.index"), spec);
+    path_ = VectorsPath(tmp_.path("x.index"));
+  }
+
+  TempDir tmp_;
+  std::vector<float> base_;
+  std::string path_;
+};
+
+// Loaded without verify_checksum (checksum_check "background"), a snapshot
+// verifies later what Load() skipped: the index file against its sidecar
+// and the vectors payload against its header; a cancelled check says so.
+TEST_F(BadVectorsFileTest, VerifyChecksumsChecksWhatLoadSkipped) {
+  LoadOptions unchecked;
+  unchecked.verify_checksum = false;
+  auto good = IndexSnapshot::Load(tmp_.path("x.index"), unchecked);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE((*good)->info().has_metadata);
+  EXPECT_TRUE((*good)->info().has_vectors);
+  EXPECT_TRUE((*good)->VerifyChecksums().ok());
+  std::atomic<bool> cancel{true};
+  EXPECT_TRUE(absl::IsCancelled((*good)->VerifyChecksums(&cancel)));
+
+  PokeByte(path_, kVectorsHeaderBytes + 7, 0x55);
+  auto changed = IndexSnapshot::Load(tmp_.path("x.index"), unchecked);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  absl::Status s = (*changed)->VerifyChecksums();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr(path_), HasSubstr("CRC-32")));
+
+  // The index file itself: one byte of its last stored id.
+  ASSERT_TRUE(
+      WriteVectorsFile(path_, base_, kDim, VectorsDtype::kFloat32).ok());
+  FlipByteFromEnd(tmp_.path("x.index"), 4);
+  auto index_changed = IndexSnapshot::Load(tmp_.path("x.index"), unchecked);
+  ASSERT_TRUE(index_changed.ok()) << index_changed.status();
+  s = (*index_changed)->VerifyChecksums();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("x.index.meta.json"),
+                                 HasSubstr("CRC-32")));
+}
+
+// A vectors file of another index (other count): refused; kOptional serves
+// the index alone and says why, kRequired refuses the index.
+TEST_F(BadVectorsFileTest, IndexAloneServesUnlessVectorsAreRequired) {
+  ASSERT_TRUE(WriteVectorsFile(path_, MakeData(kRows - 1, kDim, 9), kDim,
+                               VectorsDtype::kFloat32)
+                  .ok());
+  LoadOptions optional;
+  optional.vectors = VectorsPolicy::kOptional;
+  auto alone = LoadSnapshot(tmp_.path("x.index"), optional);
+  ASSERT_NE(alone, nullptr);
+  EXPECT_FALSE(alone->info().has_vectors);
+  EXPECT_THAT(alone->info().vectors_error,
+              AllOf(HasSubstr("count=1999"), HasSubstr("ntotal=2000")));
+  EXPECT_EQ(SearchSnapshot(*alone, MakeData(3, kDim, 1), kK, 4).ids.size(),
+            3u * kK);
+
+  SearchArgs args;
+  std::vector<float> q = MakeData(1, kDim, 1);
+  std::vector<float> d(kK);
+  std::vector<int64_t> ids(kK);
+  args = {q.data(), 1, kK, 4, {}, d.data(), ids.data(), 2};
+  EXPECT_EQ(alone->Search(args).code(), absl::StatusCode::kFailedPrecondition);
+
+  LoadOptions required;
+  required.vectors = VectorsPolicy::kRequired;
+  auto refused = IndexSnapshot::Load(tmp_.path("x.index"), required);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              AllOf(HasSubstr(path_), HasSubstr("count=1999"),
+                    HasSubstr("require_vectors")));
+
+  ASSERT_EQ(unlink(path_.c_str()), 0);
+  auto missing = IndexSnapshot::Load(tmp_.path("x.index"), required);
+  EXPECT_TRUE(absl::IsNotFound(missing.status())) << missing.status();
+}
+
+// knnctl publish copies the vectors file with its index, and refuses one
+// that does not match it.
+TEST_F(BadVectorsFileTest, PublishCarriesTheVectorsAndChecksThem) {
+  auto published = PublishVersion(tmp_.path("versions"), tmp_.path("x.index"));
+  ASSERT_TRUE(published.ok()) << published.status();
+  LoadOptions required;
+  required.vectors = VectorsPolicy::kRequired;
+  auto served = LoadSnapshot(published->path, required);
+  ASSERT_NE(served, nullptr);
+  EXPECT_TRUE(served->info().has_vectors);
+
+  ASSERT_EQ(truncate(path_.c_str(), 1000), 0);
+  auto refused = PublishVersion(tmp_.path("versions"), tmp_.path("x.index"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("truncated"));
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ namespace {
 
 using ::knnd::testing::ChecksumState;
 using ::knnd::testing::FlipByteFromEnd;
-using ::knnd::testing::Publish;
+using ::knnd::testing::PublishIndex;
 using ::knnd::testing::Request;
 using ::knnd::testing::RunningServer;
 using ::knnd::testing::Scrape;
@@ -50,7 +50,7 @@ TEST(ChecksumVerifier, WithdrawsAChangedFirstVersion) {
   using grpc::health::v1::HealthCheckResponse;
   TempDir tmp;
   const std::string dir = tmp.path("versions");
-  Publish(tmp, dir, VersionSpec(1));
+  PublishIndex(tmp, dir, VersionSpec(1));
   FlipByteFromEnd(dir + "/1/index.faiss", 4);  // of the last id
   knnd::v1::ServerConfig config = TestConfig(dir);
   ASSERT_EQ(config.checksum_check(), "background");
@@ -83,7 +83,7 @@ TEST(ChecksumVerifier, WithdrawsAChangedFirstVersion) {
   EXPECT_THAT((*versions)[0].refused_reason, HasSubstr("CRC-32"));
 
   // A good version serves again, verified before it is published.
-  ASSERT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(2)), 2);
   absl::StatusOr<IndexManager::Outcome> outcome = manager.Reload();
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(ServedVersion(s), 2);
@@ -109,7 +109,7 @@ TEST(ChecksumVerifier, VerifiesHotSwapsFirst) {
   EXPECT_EQ(Scrape(s, "knnd_index_serving"), 1);
   EXPECT_EQ(ChecksumState(s), "verified");
 
-  ASSERT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(2)), 2);
   FlipByteFromEnd(dir + "/2/index.faiss", 4);
   absl::StatusOr<IndexManager::Outcome> outcome = manager.Reload();
   ASSERT_FALSE(outcome.ok());

@@ -32,9 +32,9 @@ using ::knnd::testing::ChecksumState;
 using ::knnd::testing::FlipByteFromEnd;
 using ::knnd::testing::IndexSpec;
 using ::knnd::testing::kDim;
-using ::knnd::testing::kIdStride;
+using ::knnd::testing::kVersionIdStride;
 using ::knnd::testing::kRows;
-using ::knnd::testing::Publish;
+using ::knnd::testing::PublishIndex;
 using ::knnd::testing::Reloads;
 using ::knnd::testing::ReloadRpc;
 using ::knnd::testing::Request;
@@ -107,7 +107,7 @@ TEST(IndexManager, SwapsUnderLoadWithoutFailedRequests) {
                              status.error_message());
         } else {
           for (int64_t id : response.ids()) {
-            if (id != -1 && (id < v * kIdStride || id >= v * kIdStride + kRows)) {
+            if (id != -1 && (id < v * kVersionIdStride || id >= v * kVersionIdStride + kRows)) {
               bad = absl::StrCat("id ", id, " in an answer of version ", v);
             }
           }
@@ -124,7 +124,7 @@ TEST(IndexManager, SwapsUnderLoadWithoutFailedRequests) {
   auto admin = AdminStub(s);
   constexpr int64_t kVersions = 21;
   for (int64_t v = 2; v <= kVersions; ++v) {
-    ASSERT_EQ(Publish(tmp, dir, VersionSpec(v)), v);
+    ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(v)), v);
     knnd::v1::ReloadIndexResponse reloaded;
     grpc::ClientContext context;
     grpc::Status status = admin->ReloadIndex(
@@ -174,7 +174,7 @@ TEST(IndexManager, RefusesBadVersionsAndKeepsServing) {
 
   IndexSpec wrong_dim = VersionSpec(3);
   wrong_dim.d = 8;
-  ASSERT_EQ(Publish(tmp, dir, wrong_dim), 3);
+  ASSERT_EQ(PublishIndex(tmp, dir, wrong_dim), 3);
   outcome = manager.Reload();
   ASSERT_FALSE(outcome.ok());
   EXPECT_THAT(outcome.status().message(), HasSubstr("dim=8 differs from dim=16"));
@@ -183,7 +183,7 @@ TEST(IndexManager, RefusesBadVersionsAndKeepsServing) {
 
   IndexSpec wrong_metric = VersionSpec(4);
   wrong_metric.inner_product = true;
-  ASSERT_EQ(Publish(tmp, dir, wrong_metric), 4);
+  ASSERT_EQ(PublishIndex(tmp, dir, wrong_metric), 4);
   outcome = manager.Reload();
   ASSERT_FALSE(outcome.ok());
   EXPECT_THAT(outcome.status().message(),
@@ -197,7 +197,7 @@ TEST(IndexManager, RefusesBadVersionsAndKeepsServing) {
   EXPECT_THAT(outcome.status().message(), HasSubstr("index version 4"));
   EXPECT_EQ(Reloads(s, "failed"), 3);
 
-  ASSERT_EQ(Publish(tmp, dir, VersionSpec(5)), 5);
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(5)), 5);
   outcome = manager.Reload();
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(outcome->version, 5);
@@ -209,8 +209,8 @@ TEST(IndexManager, RefusesBadVersionsAndKeepsServing) {
 TEST(IndexManager, PinnedVersionRollsBack) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
-  Publish(tmp, dir, VersionSpec(1));
-  Publish(tmp, dir, VersionSpec(2));
+  PublishIndex(tmp, dir, VersionSpec(1));
+  PublishIndex(tmp, dir, VersionSpec(2));
   RunningServer s = StartServer(TestConfig(dir));
   ASSERT_NE(s.stub, nullptr);
   IndexManager& manager = s.server->index_manager();
@@ -219,7 +219,7 @@ TEST(IndexManager, PinnedVersionRollsBack) {
   absl::StatusOr<IndexManager::Outcome> outcome = manager.ReloadVersion(1);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(ServedVersion(s), 1);
-  Publish(tmp, dir, VersionSpec(3));
+  PublishIndex(tmp, dir, VersionSpec(3));
   outcome = manager.Reload();
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(outcome->version, 1);
@@ -246,7 +246,7 @@ TEST(IndexManager, OldVersionUnmappedAfterItsLastRequest) {
   EXPECT_TRUE(Mapped(v1));
 
   std::shared_ptr<const IndexSnapshot> in_flight = s.server->holder().Pin();
-  Publish(tmp, dir, VersionSpec(2));
+  PublishIndex(tmp, dir, VersionSpec(2));
   ASSERT_TRUE(s.server->index_manager().Reload().ok());
   EXPECT_EQ(ServedVersion(s), 2);
   EXPECT_TRUE(Mapped(v1));
@@ -264,7 +264,7 @@ TEST(IndexManager, ConcurrentReloadsLoadOnce) {
   const std::string dir = tmp.path("versions");
   RunningServer s = ServeVersionOne(tmp, dir);
   ASSERT_NE(s.stub, nullptr);
-  Publish(tmp, dir, VersionSpec(2));
+  PublishIndex(tmp, dir, VersionSpec(2));
 
   std::atomic<int> loaded{0};
   std::vector<std::thread> threads;
@@ -291,7 +291,7 @@ TEST(IndexManager, RequestedAndPolledReloadsServeTheNewVersion) {
   const std::string dir = tmp.path("versions");
   RunningServer s = ServeVersionOne(tmp, dir);
   ASSERT_NE(s.stub, nullptr);
-  Publish(tmp, dir, VersionSpec(2));
+  PublishIndex(tmp, dir, VersionSpec(2));
   s.server->index_manager().RequestReload();
   while (ServedVersion(s) != 2) absl::SleepFor(absl::Milliseconds(5));
 
@@ -300,7 +300,7 @@ TEST(IndexManager, RequestedAndPolledReloadsServeTheNewVersion) {
   RunningServer polled = StartServer(polling);
   ASSERT_NE(polled.stub, nullptr);
   EXPECT_EQ(ServedVersion(polled), 2);
-  Publish(tmp, dir, VersionSpec(3));
+  PublishIndex(tmp, dir, VersionSpec(3));
   while (ServedVersion(polled) != 3) absl::SleepFor(absl::Milliseconds(5));
 }
 
@@ -309,7 +309,7 @@ TEST(IndexManager, RequestedAndPolledReloadsServeTheNewVersion) {
 TEST(IndexManager, ChecksumCheckBeforeServingAndOff) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
-  Publish(tmp, dir, VersionSpec(1));
+  PublishIndex(tmp, dir, VersionSpec(1));
   FlipByteFromEnd(dir + "/1/index.faiss", 4);  // of the last id
 
   knnd::v1::ServerConfig before = TestConfig(dir);
@@ -345,7 +345,7 @@ TEST(IndexManager, ChecksumCheckBeforeServingAndOff) {
 TEST(IndexManager, RetainedVersionRollsBackWithoutItsFiles) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
-  Publish(tmp, dir, VersionSpec(1));
+  PublishIndex(tmp, dir, VersionSpec(1));
   knnd::v1::ServerConfig config = TestConfig(dir);
   config.set_keep_previous_versions(1);
   RunningServer s = StartServer(config);
@@ -356,7 +356,7 @@ TEST(IndexManager, RetainedVersionRollsBackWithoutItsFiles) {
                   .AwaitBackgroundCheck(absl::Now() + absl::Seconds(60))
                   .ok());
 
-  Publish(tmp, dir, VersionSpec(2));
+  PublishIndex(tmp, dir, VersionSpec(2));
   knnd::v1::ReloadIndexResponse reloaded;
   ASSERT_TRUE(ReloadRpc(*admin, absl::nullopt, &reloaded).ok());
   EXPECT_EQ(ServedVersion(s), 2);
@@ -405,14 +405,14 @@ TEST(IndexManager, AnonymousMemoryReturnsAfterASwap) {
     spec.factory = "IVF256,PQ16";  // table: 256 lists x 16 x 256 x 4 B = 4 MiB
     return spec;
   };
-  Publish(tmp, dir, spec(1));
+  PublishIndex(tmp, dir, spec(1));
   knnd::v1::ServerConfig config = TestConfig(dir);
   config.set_warmup_queries(0);
   RunningServer s = StartServer(config);
   ASSERT_NE(s.stub, nullptr);
   const int64_t table = s.server->holder().Pin()->info().precomputed_table_bytes;
   ASSERT_EQ(table, 4 << 20);
-  Publish(tmp, dir, spec(2));
+  PublishIndex(tmp, dir, spec(2));
 
   const int64_t before = AnonBytes();
   std::shared_ptr<const IndexSnapshot> in_flight = s.server->holder().Pin();

@@ -13,7 +13,7 @@ namespace knnd {
 namespace {
 
 namespace fs = std::filesystem;
-using ::knnd::testing::Publish;
+using ::knnd::testing::PublishIndex;
 using ::knnd::testing::TempDir;
 using ::knnd::testing::VersionSpec;
 using ::knnd::testing::WriteIndex;
@@ -33,8 +33,8 @@ TEST(IndexSource, ServesHighestCompleteVersion) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
   IndexSource source(dir);
-  EXPECT_EQ(Publish(tmp, dir, VersionSpec(1)), 1);
-  EXPECT_EQ(Publish(tmp, dir, VersionSpec(2)), 2);
+  EXPECT_EQ(PublishIndex(tmp, dir, VersionSpec(1)), 1);
+  EXPECT_EQ(PublishIndex(tmp, dir, VersionSpec(2)), 2);
   // Ignored: unfinished, without a sidecar, not a number.
   fs::create_directories(dir + "/9.tmp");
   fs::create_directories(dir + "/7");
@@ -49,7 +49,7 @@ TEST(IndexSource, ServesHighestCompleteVersion) {
   EXPECT_TRUE(absl::IsNotFound(missing.status()));
   EXPECT_THAT(missing.status().message(), HasSubstr("complete: 1, 2"));
   // The next number is above every one in use, complete or not.
-  EXPECT_EQ(Publish(tmp, dir, VersionSpec(3)), 10);
+  EXPECT_EQ(PublishIndex(tmp, dir, VersionSpec(3)), 10);
 }
 
 TEST(IndexSource, EmptyDirectoryHasNoVersion) {

@@ -3,11 +3,11 @@
 // get_compile_options() names AVX2 only when it was compiled with it.
 #include "knnd/monitoring/build_info.h"
 
-#include <cstdio>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/test_util.h"
 
 namespace knnd {
 namespace {
@@ -33,16 +33,13 @@ TEST(BuildInfoTest, VersionLineNamesTheFaissBuild) {
 // The commit is the one built, not the one of the last CMake configure
 // (cmake/build_version.cmake runs at every build).
 TEST(BuildInfoTest, CommitIsTheCheckedOutOne) {
-  const std::string command = std::string("git -C '") + KNND_SOURCE_DIR +
-                              "' rev-parse --short=12 HEAD 2>/dev/null";
   std::string head;
-  if (FILE* pipe = popen(command.c_str(), "r")) {
-    char buf[64];
-    while (fgets(buf, sizeof buf, pipe) != nullptr) head += buf;
-    pclose(pipe);
+  if (::knnd::testing::RunCommand(std::string("git -C '") + KNND_SOURCE_DIR +
+                                      "' rev-parse --short=12 HEAD 2>/dev/null",
+                                  &head) != 0) {
+    GTEST_SKIP() << "not a git checkout";
   }
   while (!head.empty() && head.back() == '\n') head.pop_back();
-  if (head.empty()) GTEST_SKIP() << "not a git checkout";
   EXPECT_EQ(GetBuildInfo().git_commit, head);
   EXPECT_THAT(BuildInfoLine(), HasSubstr("git " + head));
 }

@@ -16,7 +16,7 @@ namespace {
 
 using ::knnd::testing::AdminStub;
 using ::knnd::testing::IndexSpec;
-using ::knnd::testing::Publish;
+using ::knnd::testing::PublishIndex;
 using ::knnd::testing::Reloads;
 using ::knnd::testing::ReloadRpc;
 using ::knnd::testing::Request;
@@ -85,7 +85,7 @@ TEST(AdminService, ReportsRefusalsPinsAndListsVersions) {
 
   IndexSpec wrong_dim = VersionSpec(2);
   wrong_dim.d = 8;
-  ASSERT_EQ(Publish(tmp, dir, wrong_dim), 2);
+  ASSERT_EQ(PublishIndex(tmp, dir, wrong_dim), 2);
   knnd::v1::ReloadIndexResponse reloaded;
   grpc::Status status = ReloadRpc(*admin, absl::nullopt, &reloaded);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -95,7 +95,7 @@ TEST(AdminService, ReportsRefusalsPinsAndListsVersions) {
   EXPECT_EQ(ServedVersion(s), 1);
   EXPECT_EQ(Reloads(s, "failed"), 1);
 
-  ASSERT_EQ(Publish(tmp, dir, VersionSpec(3)), 3);
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(3)), 3);
   status = ReloadRpc(*admin, absl::nullopt, &reloaded);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(reloaded.version(), 3);

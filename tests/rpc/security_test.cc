@@ -2,14 +2,10 @@
 // through gRPC against an in-process server. Certificates are made at test
 // time with the openssl command: two CAs, a server certificate for
 // localhost/127.0.0.1 and a client certificate from each CA.
-#include <sys/wait.h>
-
 #include <grpc/support/log.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -32,12 +28,17 @@
 namespace knnd {
 namespace {
 
+using ::knnd::testing::CheckHealth;
 using ::knnd::testing::FreePort;
+using ::knnd::testing::FreshChannel;
 using ::knnd::testing::IndexSpec;
+using ::knnd::testing::ReadFile;
+using ::knnd::testing::RunCommand;
 using ::knnd::testing::RunningServer;
 using ::knnd::testing::StartServer;
 using ::knnd::testing::TempDir;
 using ::knnd::testing::TestConfig;
+using ::knnd::testing::WriteFile;
 using ::knnd::testing::WriteIndex;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -47,19 +48,9 @@ constexpr char kSearchToken2[] = "search-token-two-8d3e6b0a5c";
 constexpr char kAdminToken[] = "admin-token-77a2c4e9f013";
 constexpr char kWrongToken[] = "wrong-token-e5b81d2f6c94";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
-
 void Run(const std::string& command) {
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  std::string output;
+  ASSERT_EQ(RunCommand(command, &output), 0) << command << "\n" << output;
 }
 
 // Writes <name>.key and <name>.pem in `dir`: a certificate signed by `ca`
@@ -141,13 +132,6 @@ class SecurityTest : public ::testing::Test {
                                      args);
   }
 
-  static std::shared_ptr<grpc::Channel> PlainChannel(
-      const std::string& address, grpc::ChannelArguments args = {}) {
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    return grpc::CreateCustomChannel(
-        address, grpc::InsecureChannelCredentials(), args);
-  }
-
   // GetIndexInfo over `channel`, with "authorization: <authorization>"
   // unless it is empty.
   static grpc::Status Info(const std::shared_ptr<grpc::Channel>& channel,
@@ -192,7 +176,7 @@ TEST_F(SecurityTest, MutualTlsServesOnlyClientsWithCertificateFromClientCa) {
   EXPECT_EQ(Info(TlsChannel(s, "ca1", "")).error_code(), grpc::UNAVAILABLE);
   EXPECT_EQ(Info(TlsChannel(s, "ca1", "client2")).error_code(),
             grpc::UNAVAILABLE);
-  EXPECT_EQ(Info(PlainChannel(s.address)).error_code(), grpc::UNAVAILABLE);
+  EXPECT_EQ(Info(FreshChannel(s.address)).error_code(), grpc::UNAVAILABLE);
   grpc::Status served = Info(TlsChannel(s, "ca1", "client1"));
   EXPECT_TRUE(served.ok()) << served.error_message();
 }
@@ -202,7 +186,7 @@ TEST_F(SecurityTest, MutualTlsServesOnlyClientsWithCertificateFromClientCa) {
 TEST_F(SecurityTest, TlsRefusesPlaintextClient) {
   RunningServer s = StartServer(TlsConfig());
   ASSERT_NE(s.server, nullptr);
-  EXPECT_EQ(Info(PlainChannel(s.address)).error_code(), grpc::UNAVAILABLE);
+  EXPECT_EQ(Info(FreshChannel(s.address)).error_code(), grpc::UNAVAILABLE);
   EXPECT_EQ(Info(TlsChannel(s, "ca2", "")).error_code(), grpc::UNAVAILABLE);
   grpc::Status served = Info(TlsChannel(s, "ca1", ""));
   EXPECT_TRUE(served.ok()) << served.error_message();
@@ -246,20 +230,12 @@ TEST_F(SecurityTest, PlaintextHealthPortServesOnlyHealth) {
   ASSERT_NE(s.server->health_port(), 0);
   const std::string health_address =
       absl::StrCat("127.0.0.1:", s.server->health_port());
-  auto check = [&](const std::string& service) {
-    grpc::ClientContext context;
-    grpc::health::v1::HealthCheckRequest request;
-    request.set_service(service);
-    grpc::health::v1::HealthCheckResponse response;
-    grpc::Status status = grpc::health::v1::Health::NewStub(
-        PlainChannel(health_address))->Check(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response.status();
-  };
-  EXPECT_EQ(check(""), grpc::health::v1::HealthCheckResponse::SERVING);
-  EXPECT_EQ(check("knnd.v1.KnnService"),
+  const auto health = FreshChannel(health_address);
+  EXPECT_EQ(CheckHealth(health, ""),
             grpc::health::v1::HealthCheckResponse::SERVING);
-  EXPECT_EQ(Info(PlainChannel(health_address)).error_code(),
+  EXPECT_EQ(CheckHealth(health, "knnd.v1.KnnService"),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(Info(FreshChannel(health_address)).error_code(),
             grpc::UNIMPLEMENTED);
   s.server->Drain(absl::ZeroDuration());
 }
@@ -344,7 +320,7 @@ TEST_F(SecurityTest, TokensCheckedOnSearchAndAdminAndNeverLogged) {
     }
     ASSERT_NE(s.server->admin_port(), 0);
     auto admin = knnd::v1::AdminService::NewStub(
-        PlainChannel(absl::StrCat("127.0.0.1:", s.server->admin_port())));
+        FreshChannel(absl::StrCat("127.0.0.1:", s.server->admin_port())));
     auto list_versions = [&](const std::string& authorization) {
       grpc::ClientContext context;
       if (!authorization.empty()) {
@@ -472,7 +448,7 @@ TEST_F(SecurityTest, PingFloodGetsGoawayOthersServed) {
   flood.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   flood.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   flood.SetInt(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, 20);
-  auto flooder = PlainChannel(s.address, flood);
+  auto flooder = FreshChannel(s.address, flood);
   ASSERT_TRUE(Info(flooder).ok());
   bool goaway = false;
   for (int attempt = 0; attempt < 300 && !goaway; ++attempt) {
@@ -481,7 +457,7 @@ TEST_F(SecurityTest, PingFloodGetsGoawayOthersServed) {
   }
   EXPECT_TRUE(goaway) << logs.Text();
   EXPECT_THAT(logs.Text(), HasSubstr("ENHANCE_YOUR_CALM"));
-  grpc::Status other = Info(PlainChannel(s.address));
+  grpc::Status other = Info(FreshChannel(s.address));
   EXPECT_TRUE(other.ok()) << other.error_message();
 }
 
@@ -500,7 +476,7 @@ TEST_F(SecurityTest, OversizedMetadataRefused) {
   EXPECT_FALSE(big.ok());
   EXPECT_EQ(big.error_code(), grpc::RESOURCE_EXHAUSTED) << big.error_message();
   // A fresh connection: the refused call may have closed this one.
-  grpc::Status normal = Info(PlainChannel(s.address));
+  grpc::Status normal = Info(FreshChannel(s.address));
   EXPECT_TRUE(normal.ok()) << normal.error_message();
 }
 
@@ -516,13 +492,7 @@ TEST_F(SecurityTest, KnnctlSpeaksTlsAndTokens) {
   WriteFile(Path("knnctl.admin.token"),
             absl::StrCat("# admin\n\n", kAdminToken, "\n"));
   auto knnctl = [&](const std::string& args, std::string* output) {
-    FILE* pipe = popen(absl::StrCat(KNNCTL_BINARY, " ", args, " 2>&1").c_str(),
-                       "r");
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) output->append(buf, n);
-    const int status = pclose(pipe);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return RunCommand(absl::StrCat(KNNCTL_BINARY, " ", args, " 2>&1"), output);
   };
   const std::string tls = absl::StrCat(" --addr ", s.address, " --tls_ca ",
                                        Path("ca1.pem"));

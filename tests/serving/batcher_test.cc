@@ -1,14 +1,11 @@
+// Batcher: large requests split into units, small ones coalesced by
+// (snapshot, k, nprobe, filter, refine_factor) behind busy workers or run
+// inline beside an idle one, deadlines and cancellation honoured, with the
+// results of a search of each request alone.
 #include "knnd/serving/batcher.h"
-#include "knnd/config/config.h"
-#include "knnd/serving/serving_load.h"
 
-#include <pthread.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <atomic>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -17,18 +14,22 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "knnd/serving/serving_load.h"
 #include "testing/scrape_util.h"
 #include "testing/test_util.h"
 
 namespace knnd {
 namespace {
 
+using ::knnd::testing::BuildIndex;
+using ::knnd::testing::BuildSpec;
 using ::knnd::testing::FindSample;
-using ::knnd::testing::HttpGet;
 using ::knnd::testing::IndexSpec;
+using ::knnd::testing::LoadSnapshot;
 using ::knnd::testing::MakeData;
-using ::knnd::testing::ParseExposition;
 using ::knnd::testing::ReferenceSearch;
+using ::knnd::testing::Scrape;
+using ::knnd::testing::SearchSnapshot;
 using ::knnd::testing::TempDir;
 using ::knnd::testing::WriteIndex;
 
@@ -74,9 +75,8 @@ class BatcherTest : public ::testing::Test {
   void SetUp() override {
     spec_.n = 4000;
     WriteIndex(tmp_.path("b.index"), spec_);
-    auto s = IndexSnapshot::Load(tmp_.path("b.index"), {});
-    ASSERT_TRUE(s.ok()) << s.status();
-    snapshot_ = std::move(*s);
+    snapshot_ = LoadSnapshot(tmp_.path("b.index"));
+    ASSERT_NE(snapshot_, nullptr);
     auto pool = WorkerPool::Create({3, 1});
     ASSERT_TRUE(pool.ok());
     pool_ = std::move(*pool);
@@ -132,21 +132,18 @@ class BatcherTest : public ::testing::Test {
 
   // (FAISS calls executed, rows searched) so far.
   std::pair<double, double> BatchRows(const Metrics& metrics) {
-    auto body = HttpGet(metrics.port(), "/metrics");
-    EXPECT_TRUE(body.ok()) << body.status();
-    auto samples = ParseExposition(body.ok() ? *body : "");
+    const auto samples = Scrape(metrics.port());
     return {FindSample(samples, "knnd_search_batch_rows_count").value_or(-1),
             FindSample(samples, "knnd_search_batch_rows_sum").value_or(-1)};
   }
 
-  // What one FAISS call for this job alone returns (the per-request truth).
-  std::vector<int64_t> SearchAlone(const SearchJob& job) {
-    std::vector<float> d(job.num_queries * job.k);
-    std::vector<int64_t> ids(job.num_queries * job.k);
-    SearchArgs args{job.queries,     job.num_queries, job.k,     job.nprobe,
-                    job.allowed_ids, d.data(),        ids.data()};
-    EXPECT_TRUE(job.snapshot->Search(args).ok());
-    return ids;
+  // What one FAISS call for request `r` alone returns, searched as `job`
+  // asks (the per-request truth).
+  static std::vector<int64_t> SearchAlone(const Request& r,
+                                          const SearchJob& job) {
+    return SearchSnapshot(*job.snapshot, r.queries, job.k, job.nprobe, 0,
+                          job.allowed_ids)
+        .ids;
   }
 
   // A job of `rows` seeded query rows, k 5, whose outcome lands in `r`
@@ -154,7 +151,7 @@ class BatcherTest : public ::testing::Test {
   std::unique_ptr<SearchJob> Tracked(Request& r, int rows, uint64_t seed) {
     r.queries = MakeData(rows, spec_.d, seed);
     auto job = Job(r.queries, 5, &r.distances, &r.ids);
-    r.want_ids = SearchAlone(*job);
+    r.want_ids = SearchAlone(r, *job);
     job->on_done = [&r](const absl::Status& s, const JobTimes&) {
       r.status = s;
       r.ran_on = std::this_thread::get_id();
@@ -253,7 +250,7 @@ TEST_F(BatcherTest, CoalescedResultsEqualPerRequestSearches) {
     auto job = Job(r.queries, i % 2 == 0 ? 5 : 10, &r.distances, &r.ids);
     job->nprobe = (i / 2) % 2 == 0 ? 2 : 4;
     job->allowed_ids = filters[(i / 4) % filters.size()];
-    r.want_ids = SearchAlone(*job);
+    r.want_ids = SearchAlone(r, *job);
     job->on_done = [&r](const absl::Status& s, const JobTimes&) {
       r.status = s;
       r.done.Notify();
@@ -290,9 +287,9 @@ TEST_F(BatcherTest, RequestsWithDifferentKeysAreNeverMerged) {
   auto metrics = StartMetrics();
   auto batcher = Batcher::Create({256}, pool_.get(), metrics.get());
   ASSERT_TRUE(batcher.ok());
-  auto other = IndexSnapshot::Load(tmp_.path("b.index"), {});
-  ASSERT_TRUE(other.ok()) << other.status();
-  std::shared_ptr<const IndexSnapshot> other_snapshot = std::move(*other);
+  std::shared_ptr<const IndexSnapshot> other_snapshot =
+      LoadSnapshot(tmp_.path("b.index"));
+  ASSERT_NE(other_snapshot, nullptr);
 
   // Seven one-row requests; only the first two share a key.
   std::vector<Request> requests(7);
@@ -473,62 +470,68 @@ TEST_F(BatcherTest, WithoutCoalescingEveryUnitIsItsOwnCall) {
   EXPECT_EQ(BatchRows(*metrics), std::make_pair(5.0, 5.0));
 }
 
-// inline_max_rows above max_batch_rows would run a multi-unit request inline:
-// the config check refuses it, naming the field and its limit.
-TEST(BatcherConfig, InlineMaxRowsAboveMaxBatchRowsIsRefused) {
-  knnd::v1::ServerConfig config = ::knnd::testing::TestConfig("b.index");
-  config.set_max_batch_rows(16);
-  config.set_inline_max_rows(16);
-  EXPECT_TRUE(ValidateConfig(config).ok());
-  config.set_inline_max_rows(17);
-  ::knnd::testing::ExpectConfigRefused(
-      config, "inline_max_rows=17 is outside [0, 16]");
-}
+constexpr int kRows = 2000;
+constexpr int kDim = 16;
+constexpr int kK = 10;
 
-// The nice value and name of the calling thread.
-std::pair<int, std::string> ThisThread() {
-  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
-  char name[16] = {};
-  pthread_getname_np(pthread_self(), name, sizeof name);
-  return {getpriority(PRIO_PROCESS, tid), name};
-}
+// Coalescing never merges requests of different refine_factor: queued
+// together behind busy workers, each request still gets the results of its
+// own refine_factor.
+TEST(Rerank, BatcherKeepsRefineFactorsApart) {
+  TempDir tmp;
+  BuildSpec spec;  // PQ4 ranks poorly: re-ranking changes the answers
+  spec.n = kRows;
+  spec.d = kDim;
+  spec.seed = 5;
+  spec.factory = "IVF16,PQ4";
+  spec.vectors = VectorsDtype::kFloat32;
+  BuildIndex(tmp.path("x.index"), spec);
+  LoadOptions required;
+  required.vectors = VectorsPolicy::kRequired;
+  std::shared_ptr<const IndexSnapshot> snapshot =
+      LoadSnapshot(tmp.path("x.index"), required);
+  ASSERT_NE(snapshot, nullptr);
+  auto pool = WorkerPool::Create({1, 1});
+  ASSERT_TRUE(pool.ok());
+  Batcher::Options options;
+  options.coalesce = true;
+  auto batcher = Batcher::Create(options, pool->get());
+  ASSERT_TRUE(batcher.ok());
 
-// worker_nice: the workers (and only they) run at the process's nice value
-// plus the increment, capped at 19, so that gRPC's threads run first on
-// full cores; they are named for top -H and perf. The config check refuses
-// an increment above 19.
-TEST(WorkerPool, WorkersRunAtTheirNiceIncrement) {
-  const int base = ThisThread().first;
-  for (int increment : {0, 7, 19}) {
-    WorkerPool::Options options;
-    options.num_threads = 2;
-    options.nice_increment = increment;
-    absl::StatusOr<std::unique_ptr<WorkerPool>> pool =
-        WorkerPool::Create(options);
-    ASSERT_TRUE(pool.ok()) << pool.status();
-    std::pair<int, std::string> seen;
-    absl::Notification done;
-    (*pool)->Submit([&] {
-      seen = ThisThread();
-      done.Notify();
-    });
-    done.WaitForNotification();
-    EXPECT_EQ(seen.first, std::min(19, base + increment)) << increment;
-    EXPECT_EQ(seen.second, "knnd-worker");
-    // A caller that searches itself (Batcher's inline runs, on gRPC's
-    // thread) takes the OpenMP setting, not the nice value.
-    (*pool)->ApplyThreadSettings();
-    EXPECT_EQ(ThisThread().first, base);
+  constexpr int kJobs = 8;
+  std::vector<std::vector<float>> queries(kJobs);
+  std::vector<std::vector<float>> distances(kJobs);
+  std::vector<std::vector<int64_t>> ids(kJobs), want(kJobs);
+  std::vector<absl::Notification> done(kJobs);
+  WorkerBlock busy(pool->get());
+  for (int i = 0; i < kJobs; ++i) {
+    queries[i] = MakeData(3, kDim, 200 + i);
+    const int refine = i % 2 == 0 ? 0 : kRows / kK;
+    want[i] = SearchSnapshot(*snapshot, queries[i], kK, 2, refine).ids;
+    distances[i].resize(3 * kK);
+    ids[i].resize(3 * kK);
+    auto job = std::make_unique<SearchJob>();
+    job->snapshot = snapshot;
+    job->queries = queries[i].data();
+    job->num_queries = 3;
+    job->k = kK;
+    job->nprobe = 2;
+    job->refine_factor = refine;
+    job->distances = distances[i].data();
+    job->ids = ids[i].data();
+    job->on_done = [&done, i](const absl::Status& s, const JobTimes&) {
+      EXPECT_TRUE(s.ok()) << s;
+      done[i].Notify();
+    };
+    (*batcher)->Submit(std::move(job));
   }
-  WorkerPool::Options negative;
-  negative.nice_increment = -1;
-  EXPECT_TRUE(absl::IsInvalidArgument(WorkerPool::Create(negative).status()));
-
-  knnd::v1::ServerConfig config = ::knnd::testing::TestConfig("b.index");
-  EXPECT_EQ(config.worker_nice(), 10u);
-  config.set_worker_nice(20);
-  ::knnd::testing::ExpectConfigRefused(
-      config, "worker_nice=20 is outside [0, 19]");
+  busy.Notify();
+  for (int i = 0; i < kJobs; ++i) {
+    done[i].WaitForNotification();
+    EXPECT_EQ(ids[i], want[i]) << "request " << i;
+  }
+  EXPECT_NE(want[0],
+            SearchSnapshot(*snapshot, queries[0], kK, 2, kRows / kK).ids);
 }
 
 }  // namespace

@@ -1,3 +1,5 @@
+// ParseSearchRequest and ResolveLimits: every refusal names the input and
+// the limit; defaults come from the config or the index.
 #include "knnd/serving/search_request.h"
 
 #include <cmath>
@@ -9,6 +11,7 @@
 namespace knnd {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 IndexInfo Index(int dim = 4, int64_t nlist = 64, int stored_nprobe = 3) {
@@ -145,6 +148,66 @@ TEST(ParseSearchRequest, AllowListIsBoundedSortedAndDeduplicated) {
   EXPECT_EQ(parsed->allowed_ids, (std::vector<int64_t>{2, 5, 9}));
   for (int64_t id : {1, 3}) r.add_allowed_ids(id);
   ExpectInvalid(r, "allowed_ids has 6 ids, more than max_filter_ids=5");
+}
+
+// Index() with or without the raw vectors of re-ranking.
+IndexInfo InfoWithVectors(bool has_vectors) {
+  IndexInfo info = Index();
+  info.has_vectors = has_vectors;
+  return info;
+}
+
+// Parses Request(1) with refine_factor set, under max_refine_factor 16.
+absl::StatusOr<ParsedSearch> ParseWithRefine(const IndexInfo& info,
+                                             int refine_factor) {
+  LimitsConfig config;
+  config.max_refine_factor = 16;
+  const SearchLimits limits = ResolveLimits(config, info);
+  knnd::v1::SearchRequest r = Request(1);
+  r.set_refine_factor(refine_factor);
+  return ParseSearchRequest(r, info, limits);
+}
+
+TEST(RerankRequest, RefineFactorOutOfRangeNamesTheLimit) {
+  const IndexInfo info = InfoWithVectors(true);
+  auto parsed = ParseWithRefine(info, 17);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(parsed.status().message(),
+              AllOf(HasSubstr("refine_factor=17"), HasSubstr("[0, 16]"),
+                    HasSubstr("max_refine_factor")));
+  parsed = ParseWithRefine(info, 16);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->refine_factor, 16);
+}
+
+TEST(RerankRequest, DefaultAppliesOnlyWithVectors) {
+  LimitsConfig config;
+  config.default_refine_factor = 4;
+  config.max_refine_factor = 16;
+  const SearchLimits limits = ResolveLimits(config, InfoWithVectors(true));
+  auto with = ParseSearchRequest(Request(1), InfoWithVectors(true), limits);
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(with->refine_factor, 4);
+  auto without = ParseSearchRequest(
+      Request(1), InfoWithVectors(false),
+      ResolveLimits(config, InfoWithVectors(false)));
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ(without->refine_factor, 0);
+  knnd::v1::SearchRequest r = Request(1);
+  r.set_refine_factor(0);  // explicitly off
+  with = ParseSearchRequest(r, InfoWithVectors(true), limits);
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(with->refine_factor, 0);
+}
+
+TEST(RerankRequest, RefineWithoutVectorsIsFailedPrecondition) {
+  IndexInfo info = InfoWithVectors(false);
+  info.vectors_error = "vectors file /data/x.index.vectors has dim=3";
+  auto parsed = ParseWithRefine(info, 2);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(parsed.status().message()),
+              AllOf(HasSubstr("refine_factor=2"), HasSubstr("--keep_vectors"),
+                    HasSubstr("has dim=3")));
 }
 
 }  // namespace

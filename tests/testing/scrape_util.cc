@@ -90,6 +90,12 @@ std::vector<Sample> ParseExposition(const std::string& text) {
   return samples;
 }
 
+std::vector<Sample> Scrape(int port) {
+  absl::StatusOr<std::string> body = HttpGet(port, "/metrics");
+  EXPECT_TRUE(body.ok()) << body.status();
+  return body.ok() ? ParseExposition(*body) : std::vector<Sample>{};
+}
+
 namespace {
 bool HasLabels(const Sample& s, const std::map<std::string, std::string>& l) {
   for (const auto& [k, v] : l) {

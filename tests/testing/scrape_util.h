@@ -1,5 +1,7 @@
 // Test helpers for knnd's /metrics: a plain HTTP/1.0 GET on loopback and a
 // reader of the Prometheus text exposition format.
+//
+// Thread-safety: the functions share no state.
 #ifndef KNND_TESTS_SCRAPE_UTIL_H_
 #define KNND_TESTS_SCRAPE_UTIL_H_
 
@@ -23,6 +25,10 @@ struct Sample {
   double value = 0;
 };
 std::vector<Sample> ParseExposition(const std::string& text);
+
+// Every sample of GET http://127.0.0.1:<port>/metrics; none, and a test
+// failure, when the scrape fails.
+std::vector<Sample> Scrape(int port);
 
 // The value of the one sample named `name` whose labels include `labels`;
 // nullopt when there is none (several matches are a test failure).

@@ -2,12 +2,17 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <utility>
 
 #include <faiss/IVFlib.h>
 #include <faiss/IndexIVF.h>
@@ -17,7 +22,11 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "knnd/config/config.h"
+#include "knnd/faiss/faiss_runtime.h"
+#include "knnd/index/index_builder.h"
+#include "knnd/lifecycle/index_source.h"
 
 namespace knnd::testing {
 
@@ -55,6 +64,71 @@ std::vector<float> WriteIndex(const std::string& path, const IndexSpec& spec) {
   return x;
 }
 
+IndexSpec VersionSpec(int64_t version) {
+  IndexSpec spec;
+  spec.n = 1000;
+  spec.d = 16;
+  spec.factory = "IVF16,PQ4x4";
+  spec.seed = static_cast<uint32_t>(version);
+  spec.first_id = version * kVersionIdStride;
+  return spec;
+}
+
+int64_t PublishIndex(const TempDir& tmp, const std::string& dir,
+                     const IndexSpec& spec) {
+  const std::string staging = tmp.path(absl::StrCat("staging.", spec.seed));
+  WriteIndex(staging, spec);
+  absl::StatusOr<IndexVersion> published = PublishVersion(dir, staging);
+  EXPECT_TRUE(published.ok()) << published.status();
+  return published.ok() ? published->version : 0;
+}
+
+std::vector<float> BuildIndex(const std::string& path, const BuildSpec& spec) {
+  SetOpenMpThreadsOfThisThread(1);
+  std::vector<float> x = MakeData(spec.n, spec.d, spec.seed);
+  IndexBuilder::Options options;
+  options.dim = spec.d;
+  options.metric = spec.metric;
+  options.factory = spec.factory;
+  auto builder = IndexBuilder::Create(options);
+  EXPECT_TRUE(builder.ok()) << builder.status();
+  if (!builder.ok()) return x;
+  EXPECT_TRUE((*builder)->Train(x.data(), spec.n).ok());
+  const int64_t half = spec.n / 2;
+  EXPECT_TRUE((*builder)->Add(x.data(), half, nullptr).ok());
+  EXPECT_TRUE((*builder)
+                  ->Add(x.data() + half * spec.d, spec.n - half, nullptr)
+                  .ok());
+  if (spec.vectors.has_value()) {
+    const std::vector<float> stored =
+        spec.metric == Metric::kCosine ? NormalizedRows(x, spec.d) : x;
+    absl::Status s =
+        WriteVectorsFile(VectorsPath(path), stored, spec.d, *spec.vectors);
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  knnd::v1::IndexMetadata metadata;
+  metadata.set_source(
+      absl::StrCat("MakeData(", spec.n, ", ", spec.d, ", ", spec.seed, ")"));
+  absl::Status written = (*builder)->Write(path, 4, metadata);
+  EXPECT_TRUE(written.ok()) << written;
+  return x;
+}
+
+absl::Status WriteVectorsFile(const std::string& path,
+                              const std::vector<float>& x, int dim,
+                              VectorsDtype dtype) {
+  auto writer = VectorsFileWriter::Create(path, dim, dtype);
+  if (!writer.ok()) return writer.status();
+  const int64_t rows = static_cast<int64_t>(x.size()) / dim;
+  if (absl::Status s = (*writer)->Append(x.data(), rows / 2); !s.ok()) return s;
+  if (absl::Status s = (*writer)->Append(x.data() + rows / 2 * dim,
+                                         rows - rows / 2);
+      !s.ok()) {
+    return s;
+  }
+  return (*writer)->Finish();
+}
+
 void ReferenceSearch(const std::string& path, const std::vector<float>& queries,
                      int k, int nprobe, std::vector<float>* distances,
                      std::vector<int64_t>* ids) {
@@ -64,6 +138,80 @@ void ReferenceSearch(const std::string& path, const std::vector<float>& queries,
   distances->assign(static_cast<size_t>(n * k), 0);
   ids->assign(static_cast<size_t>(n * k), 0);
   index->search(n, queries.data(), k, distances->data(), ids->data());
+}
+
+std::unique_ptr<IndexSnapshot> LoadSnapshot(const std::string& path,
+                                            const LoadOptions& options) {
+  auto loaded = IndexSnapshot::Load(path, options);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return loaded.ok() ? std::move(*loaded) : nullptr;
+}
+
+SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
+                             const std::vector<float>& queries, int k,
+                             int nprobe, int refine_factor,
+                             absl::Span<const int64_t> allowed_ids) {
+  const int64_t n = static_cast<int64_t>(queries.size()) / snapshot.info().dim;
+  SearchResults results;
+  results.distances.resize(n * k);
+  results.ids.resize(n * k);
+  SearchArgs args;
+  args.queries = queries.data();
+  args.num_queries = n;
+  args.k = k;
+  args.nprobe = nprobe;
+  args.allowed_ids = allowed_ids;
+  args.distances = results.distances.data();
+  args.ids = results.ids.data();
+  args.refine_factor = refine_factor;
+  absl::Status status = snapshot.Search(args);
+  EXPECT_TRUE(status.ok()) << status;
+  return results;
+}
+
+std::vector<float> NormalizedRows(std::vector<float> x, int dim) {
+  for (size_t i = 0; i < x.size(); i += dim) {
+    double norm = 0;
+    for (int j = 0; j < dim; ++j) norm += double{x[i + j]} * x[i + j];
+    for (int j = 0; j < dim; ++j) {
+      x[i + j] = static_cast<float>(x[i + j] / std::sqrt(norm));
+    }
+  }
+  return x;
+}
+
+double ReferenceDistance(Metric metric, const float* q, const float* v,
+                         int dim) {
+  double dot = 0, l2 = 0, qn = 0;
+  for (int j = 0; j < dim; ++j) {
+    dot += double{q[j]} * v[j];
+    l2 += (double{q[j]} - v[j]) * (double{q[j]} - v[j]);
+    qn += double{q[j]} * q[j];
+  }
+  if (metric == Metric::kL2) return l2;
+  return metric == Metric::kCosine ? dot / std::sqrt(qn) : dot;
+}
+
+std::vector<int64_t> BruteForceNeighbors(const std::vector<float>& base,
+                                         const std::vector<float>& queries,
+                                         int dim, int k, Metric metric) {
+  const int64_t nb = static_cast<int64_t>(base.size()) / dim;
+  const int64_t nq = static_cast<int64_t>(queries.size()) / dim;
+  // Sorted ascending: the distance itself where smaller is closer, its
+  // negation otherwise.
+  const double sign = SmallerIsCloser(metric) ? 1 : -1;
+  std::vector<int64_t> out;
+  for (int64_t q = 0; q < nq; ++q) {
+    std::vector<std::pair<double, int64_t>> all;
+    for (int64_t b = 0; b < nb; ++b) {
+      all.emplace_back(sign * ReferenceDistance(metric, &queries[q * dim],
+                                                &base[b * dim], dim),
+                       b);
+    }
+    std::partial_sort(all.begin(), all.begin() + k, all.end());
+    for (int j = 0; j < k; ++j) out.push_back(all[j].second);
+  }
+  return out;
 }
 
 TempDir::TempDir() {
@@ -80,14 +228,44 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
-void FlipByteFromEnd(const std::string& path, int64_t offset) {
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteFile(const std::string& path, const std::string& contents) {
+  const std::filesystem::path parent =
+      std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+  out.close();
+  EXPECT_TRUE(out.good()) << "cannot write " << path;
+}
+
+void PokeByte(const std::string& path, int64_t offset, char byte) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(-offset, std::ios::end);
-  char c;
-  f.get(c);
-  f.seekp(-offset, std::ios::end);
-  f.put(static_cast<char>(c ^ 0x5a));
+  f.seekp(offset);
+  f.put(byte);
   ASSERT_TRUE(f.good()) << "cannot change " << path;
+}
+
+void FlipByteFromEnd(const std::string& path, int64_t offset) {
+  const std::string bytes = ReadFile(path);
+  ASSERT_LE(offset, static_cast<int64_t>(bytes.size())) << path;
+  const int64_t at = static_cast<int64_t>(bytes.size()) - offset;
+  PokeByte(path, at, static_cast<char>(bytes[at] ^ 0x5a));
+}
+
+int RunCommand(const std::string& command, std::string* output) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) {
+    output->append(buf, n);
+  }
+  const int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 int FreePort() {
@@ -135,6 +313,46 @@ RunningServer StartServer(const knnd::v1::ServerConfig& config) {
       running.address, grpc::InsecureChannelCredentials(), args);
   running.stub = knnd::v1::KnnService::NewStub(running.channel);
   return running;
+}
+
+std::shared_ptr<grpc::Channel> FreshChannel(const std::string& address,
+                                            grpc::ChannelArguments args) {
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
+knnd::v1::SearchRequest MakeSearchRequest(const std::vector<float>& queries,
+                                          int k) {
+  knnd::v1::SearchRequest request;
+  *request.mutable_vectors() = {queries.begin(), queries.end()};
+  request.set_k(k);
+  return request;
+}
+
+grpc::Status CallSearch(knnd::v1::KnnService::Stub& stub,
+                        const knnd::v1::SearchRequest& request,
+                        knnd::v1::SearchResponse* response,
+                        grpc::ClientContext* context) {
+  grpc::ClientContext local_context;
+  knnd::v1::SearchResponse local_response;
+  return stub.Search(context != nullptr ? context : &local_context, request,
+                     response != nullptr ? response : &local_response);
+}
+
+grpc::health::v1::HealthCheckResponse::ServingStatus CheckHealth(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& service,
+    absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status =
+      grpc::health::v1::Health::NewStub(channel)->Check(&context, request,
+                                                        &response);
+  return status.ok() ? response.status()
+                     : grpc::health::v1::HealthCheckResponse::UNKNOWN;
 }
 
 void ExpectConfigRefused(const knnd::v1::ServerConfig& config,

@@ -1,5 +1,10 @@
 // Shared helpers of knnd's tests: seeded data, small IVF-PQ files written
-// with FAISS itself, temporary directories and an in-process server.
+// with FAISS itself or with knnd's own builder, exact reference answers,
+// files and temporary directories, and an in-process server with the calls
+// tests make to it.
+//
+// Thread-safety: the functions share no state; a TempDir belongs to the
+// test that made it.
 #ifndef KNND_TESTS_TEST_UTIL_H_
 #define KNND_TESTS_TEST_UTIL_H_
 
@@ -10,11 +15,23 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/optional.h"
+#include "absl/types/span.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "knnd/base/metric.h"
+#include "knnd/index/index_snapshot.h"
 #include "knnd/server.h"
+#include "knnd/storage/vectors_file.h"
 #include "knnd/v1/config.pb.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 
 namespace knnd::testing {
+
+class TempDir;
+
+// ---- data and indexes ----
 
 // n x d standard-normal float32 values from a fixed seed, row-major,
 // grouped around `clusters` centres so that IVF lists are uneven, as in
@@ -37,13 +54,92 @@ struct IndexSpec {
 // writer and returns the base vectors.
 std::vector<float> WriteIndex(const std::string& path, const IndexSpec& spec);
 
+// Ids of version v of VersionSpec() start at v * kVersionIdStride.
+inline constexpr int64_t kVersionIdStride = 1000000;
+
+// Version `version` of a small index (1000 vectors of 16 dimensions,
+// IVF16,PQ4x4, seeded with the version) whose ids are version *
+// kVersionIdStride + i, so that every answer says which version produced
+// it.
+IndexSpec VersionSpec(int64_t version);
+
+// Writes `spec` to a staging file in `tmp` and publishes it into the
+// versions directory `dir` (PublishVersion, as `knnctl publish` does); the
+// version number it got, 0 (and a test failure) when publishing failed.
+int64_t PublishIndex(const TempDir& tmp, const std::string& dir,
+                     const IndexSpec& spec);
+
+// An index as `knnctl build` makes one: knnd's IndexBuilder over
+// MakeData(n, d, seed), added in two batches (the second's ids continue
+// the first's), written with a stored nprobe of 4 and a metadata sidecar
+// whose source is "MakeData(n, d, seed)".
+struct BuildSpec {
+  int64_t n = 4000;
+  int d = 32;
+  uint32_t seed = 7;
+  Metric metric = Metric::kL2;
+  std::string factory = "IVF32,PQ8";
+  // Set: the raw-vectors file VectorsPath(path) of this dtype is written
+  // too, with the rows the index holds (L2-normalised for cosine).
+  absl::optional<VectorsDtype> vectors;
+};
+
+// Builds `spec` into `path` (one OpenMP thread: tests share the machine,
+// and threads spinning on busy cores made a build take 17 s instead of 2 s)
+// and returns the base vectors as generated.
+std::vector<float> BuildIndex(const std::string& path, const BuildSpec& spec);
+
+// Writes `x` (rows of `dim`) to the raw-vectors file `path` in two appends,
+// so that the payload's CRC-32 runs across them.
+absl::Status WriteVectorsFile(const std::string& path,
+                              const std::vector<float>& x, int dim,
+                              VectorsDtype dtype);
+
 // Searches `path` read fully into memory (no mmap) with FAISS directly: the
 // reference that knnd's answers are compared with.
 void ReferenceSearch(const std::string& path, const std::vector<float>& queries,
                      int k, int nprobe, std::vector<float>* distances,
                      std::vector<int64_t>* ids);
 
-// A fresh directory under the test's temp dir, removed on destruction.
+// IndexSnapshot::Load expected to succeed; null (and a test failure) when
+// it does not.
+std::unique_ptr<IndexSnapshot> LoadSnapshot(const std::string& path,
+                                            const LoadOptions& options = {});
+
+struct SearchResults {
+  std::vector<float> distances;
+  std::vector<int64_t> ids;
+};
+
+// One IndexSnapshot::Search of `queries` (rows of the index's dim) with
+// the given parameters, expected to succeed.
+SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
+                             const std::vector<float>& queries, int k,
+                             int nprobe, int refine_factor = 0,
+                             absl::Span<const int64_t> allowed_ids = {});
+
+// ---- exact answers, in double precision and independent of FAISS ----
+
+// Rows of `dim` scaled to unit L2 norm.
+std::vector<float> NormalizedRows(std::vector<float> x, int dim);
+
+// The distance `metric` ranks query `q` and stored vector `v` by: squared
+// L2, the inner product, or for cosine the inner product of `q` normalised
+// with `v` (stored normalised, as the index holds it).
+double ReferenceDistance(Metric metric, const float* q, const float* v,
+                         int dim);
+
+// The ids of the k closest rows of `base` to each row of `queries` by
+// ReferenceDistance, closest first, ties by id.
+std::vector<int64_t> BruteForceNeighbors(const std::vector<float>& base,
+                                         const std::vector<float>& queries,
+                                         int dim, int k, Metric metric);
+
+// ---- files and commands ----
+
+// A fresh directory under TEST_TMPDIR (else /tmp). It owns the directory:
+// destruction removes it with everything in it. Used by the one test (or
+// suite) that made it; not for concurrent use.
 class TempDir {
  public:
   TempDir();
@@ -55,6 +151,30 @@ class TempDir {
   std::string dir_;
 };
 
+// The whole of `path`; "" when it cannot be read.
+std::string ReadFile(const std::string& path);
+
+// Replaces `path` with `contents`, creating missing parent directories; a
+// test failure when it cannot.
+void WriteFile(const std::string& path, const std::string& contents);
+
+// Sets the byte at `offset` of `path` to `byte`.
+void PokeByte(const std::string& path, int64_t offset, char byte);
+
+// XORs the byte `offset` bytes before the end of `path` with 0x5a. Near the
+// end of an IVF-PQ file that is a stored code or id: the file stays
+// structurally valid, and only its CRC-32 tells.
+void FlipByteFromEnd(const std::string& path, int64_t offset);
+
+// Runs `command` with /bin/sh; its exit status (-1 when it did not exit),
+// with its standard output appended to `output` (add "2>&1" for both).
+int RunCommand(const std::string& command, std::string* output);
+
+// ---- an in-process server ----
+
+// A free TCP port on 127.0.0.1 (bound then released; racy only in theory).
+int FreePort();
+
 // A config for an in-process server on a free loopback port.
 knnd::v1::ServerConfig TestConfig(const std::string& index_path);
 
@@ -63,7 +183,9 @@ knnd::v1::ServerConfig TestConfig(const std::string& index_path);
 void ExpectConfigRefused(const knnd::v1::ServerConfig& config,
                          const std::string& why);
 
-// A started, loaded in-process server and a stub connected to it.
+// A started, loaded in-process server and a stub connected to it; it owns
+// the server, which stops when it goes. The channel and stub are gRPC's,
+// safe to use from several threads.
 struct RunningServer {
   std::unique_ptr<Server> server;
   std::shared_ptr<grpc::Channel> channel;
@@ -72,13 +194,28 @@ struct RunningServer {
 };
 RunningServer StartServer(const knnd::v1::ServerConfig& config);
 
-// XORs the byte `offset` bytes before the end of `path` with 0x5a. Near the
-// end of an IVF-PQ file that is a stored code or id: the file stays
-// structurally valid, and only its CRC-32 tells.
-void FlipByteFromEnd(const std::string& path, int64_t offset);
+// A plaintext channel to `address` with a subchannel of its own, so that no
+// earlier failed connection (and its reconnect backoff) is shared with it.
+std::shared_ptr<grpc::Channel> FreshChannel(const std::string& address,
+                                            grpc::ChannelArguments args = {});
 
-// A free TCP port on 127.0.0.1 (bound then released; racy only in theory).
-int FreePort();
+// A search of `queries` (row-major float vectors) for k neighbours.
+knnd::v1::SearchRequest MakeSearchRequest(const std::vector<float>& queries,
+                                          int k);
+
+// Search through `stub`, with a context of its own unless `context` is
+// given; the response is dropped unless `response` is given.
+grpc::Status CallSearch(knnd::v1::KnnService::Stub& stub,
+                        const knnd::v1::SearchRequest& request,
+                        knnd::v1::SearchResponse* response = nullptr,
+                        grpc::ClientContext* context = nullptr);
+
+// grpc.health.v1 Check of `service` ("" for the server as a whole) over
+// `channel`; UNKNOWN when the check does not answer within `timeout`.
+grpc::health::v1::HealthCheckResponse::ServingStatus CheckHealth(
+    const std::shared_ptr<grpc::Channel>& channel,
+    const std::string& service = "",
+    absl::Duration timeout = absl::Seconds(30));
 
 }  // namespace knnd::testing
 

@@ -8,27 +8,8 @@
 
 namespace knnd::testing {
 
-IndexSpec VersionSpec(int64_t version) {
-  IndexSpec spec;
-  spec.n = kRows;
-  spec.d = kDim;
-  spec.factory = "IVF16,PQ4x4";
-  spec.seed = static_cast<uint32_t>(version);
-  spec.first_id = version * kIdStride;
-  return spec;
-}
-
-int64_t Publish(const TempDir& tmp, const std::string& dir,
-                const IndexSpec& spec) {
-  const std::string staging = tmp.path(absl::StrCat("staging.", spec.seed));
-  WriteIndex(staging, spec);
-  absl::StatusOr<IndexVersion> published = PublishVersion(dir, staging);
-  EXPECT_TRUE(published.ok()) << published.status();
-  return published.ok() ? published->version : 0;
-}
-
 RunningServer ServeVersionOne(const TempDir& tmp, const std::string& dir) {
-  Publish(tmp, dir, VersionSpec(1));
+  PublishIndex(tmp, dir, VersionSpec(1));
   return StartServer(TestConfig(dir));
 }
 

@@ -22,17 +22,8 @@ namespace knnd::testing {
 
 inline constexpr int kDim = 16;
 inline constexpr int64_t kRows = 1000;
-// Version v's vectors have ids v * kIdStride .. v * kIdStride + kRows - 1,
-// so every answer says which version produced it.
-inline constexpr int64_t kIdStride = 1000000;
-
-// kRows x kDim vectors seeded with `version`, numbered as above.
-IndexSpec VersionSpec(int64_t version);
-
-// Builds `spec` into a staging file and publishes it into `dir`; the
-// version number it got (0 after a failure, which the test reports).
-int64_t Publish(const TempDir& tmp, const std::string& dir,
-                const IndexSpec& spec);
+// The size of test_util's VersionSpec(): kRows x kDim vectors per version,
+// whose ids start at version * kVersionIdStride.
 
 // Publishes version 1 in `dir` and serves it with the test configuration.
 RunningServer ServeVersionOne(const TempDir& tmp, const std::string& dir);

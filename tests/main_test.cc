@@ -1,5 +1,5 @@
-// Tests of the knnd binary as a process: start-up, health, signals, exit
-// codes.
+// knnd (src/main.cc) as a process: start-up and health, SIGTERM's drain,
+// SIGHUP's reloads of versions and token files, exit codes, --version.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -16,7 +16,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "knnd/lifecycle/index_source.h"
 #include "knnd/v1/admin_service.grpc.pb.h"
 #include "testing/scrape_util.h"
 #include "testing/test_util.h"
@@ -24,10 +23,19 @@
 namespace knnd {
 namespace {
 
+using ::knnd::testing::CallSearch;
+using ::knnd::testing::CheckHealth;
 using ::knnd::testing::FreePort;
+using ::knnd::testing::FreshChannel;
 using ::knnd::testing::IndexSpec;
+using ::knnd::testing::kVersionIdStride;
 using ::knnd::testing::MakeData;
+using ::knnd::testing::MakeSearchRequest;
+using ::knnd::testing::PublishIndex;
+using ::knnd::testing::ReadFile;
 using ::knnd::testing::TempDir;
+using ::knnd::testing::VersionSpec;
+using ::knnd::testing::WriteFile;
 using ::knnd::testing::WriteIndex;
 using ::testing::HasSubstr;
 using Health = grpc::health::v1::HealthCheckResponse;
@@ -74,10 +82,7 @@ class Daemon {
     pid_ = -1;
     return status;
   }
-  std::string Log() const {
-    std::ifstream in(log_path_);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string Log() const { return ReadFile(log_path_); }
 
  private:
   pid_t pid_ = -1;
@@ -88,17 +93,8 @@ class Daemon {
 // does; UNKNOWN while it cannot be reached. A long-lived channel is no good
 // here: after its first attempt is refused (knnd not listening yet) gRPC's
 // reconnect backoff can outlast the whole NOT_SERVING phase.
-Health::ServingStatus CheckHealth(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(500));
-  grpc::health::v1::HealthCheckResponse response;
-  grpc::Status status = stub->Check(&context, {}, &response);
-  return status.ok() ? response.status() : Health::UNKNOWN;
+Health::ServingStatus ProbeHealth(const std::string& address) {
+  return CheckHealth(FreshChannel(address), "", absl::Milliseconds(500));
 }
 
 TEST(Daemon, HealthFollowsLoadAndSigtermWhileALongBatchFinishesAndExitsZero) {
@@ -131,7 +127,7 @@ TEST(Daemon, HealthFollowsLoadAndSigtermWhileALongBatchFinishesAndExitsZero) {
   Health::ServingStatus status = Health::UNKNOWN;
   const absl::Time give_up = absl::Now() + absl::Seconds(120);
   while (status != Health::SERVING && absl::Now() < give_up) {
-    Health::ServingStatus now = CheckHealth(address);
+    Health::ServingStatus now = ProbeHealth(address);
     if (seen.empty() || now != status) {
       absl::StrAppend(&seen, Health::ServingStatus_Name(now), " ");
     }
@@ -145,15 +141,12 @@ TEST(Daemon, HealthFollowsLoadAndSigtermWhileALongBatchFinishesAndExitsZero) {
   // A long batch: 4096 queries visiting every list.
   auto stub = knnd::v1::KnnService::NewStub(channel);
   const std::vector<float> queries = MakeData(4096, spec.d, 5);
-  knnd::v1::SearchRequest long_request;
-  *long_request.mutable_vectors() = {queries.begin(), queries.end()};
-  long_request.set_k(10);
+  knnd::v1::SearchRequest long_request = MakeSearchRequest(queries, 10);
   long_request.set_nprobe(128);
   grpc::Status long_status;
   knnd::v1::SearchResponse long_response;
   std::thread long_call([&] {
-    grpc::ClientContext context;
-    long_status = stub->Search(&context, long_request, &long_response);
+    long_status = CallSearch(*stub, long_request, &long_response);
   });
   absl::SleepFor(absl::Milliseconds(400));  // let it be admitted
   daemon.Signal(SIGTERM);
@@ -161,7 +154,7 @@ TEST(Daemon, HealthFollowsLoadAndSigtermWhileALongBatchFinishesAndExitsZero) {
   // While it drains, health turns NOT_SERVING and new work is refused.
   bool saw_draining = false;
   for (int i = 0; i < 400 && !saw_draining; ++i) {
-    saw_draining = CheckHealth(address) == Health::NOT_SERVING;
+    saw_draining = ProbeHealth(address) == Health::NOT_SERVING;
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_TRUE(saw_draining);
@@ -179,31 +172,13 @@ TEST(Daemon, HealthFollowsLoadAndSigtermWhileALongBatchFinishesAndExitsZero) {
   EXPECT_THAT(daemon.Log(), HasSubstr("draining"));
 }
 
-// Version v of a small index: ids v * 1000000 + i tell which version
-// answered; `dim` other than 16 makes a version knnd must refuse.
-void PublishVersion(const TempDir& tmp, const std::string& dir, int64_t v,
-                    int dim = 16) {
-  IndexSpec spec;
-  spec.n = 1000;
-  spec.d = dim;
-  spec.factory = "IVF16,PQ4x4";
-  spec.seed = static_cast<uint32_t>(v);
-  spec.first_id = v * 1000000;
-  const std::string staging = tmp.path(absl::StrCat("staging.", v));
-  WriteIndex(staging, spec);
-  absl::StatusOr<knnd::IndexVersion> published =
-      knnd::PublishVersion(dir, staging);
-  ASSERT_TRUE(published.ok()) << published.status();
-  ASSERT_EQ(published->version, v);
-}
-
 // SIGHUP and AdminService.ReloadIndex drive the same reload path in the
 // real binary: both swap in new versions, both see the same refusal, and
 // a SIGHUP racing an RPC loads the version once.
 TEST(Daemon, SighupAndAdminRpcReloadThroughOnePath) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
-  PublishVersion(tmp, dir, 1);
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(1)), 1);
   const std::string address = absl::StrCat("127.0.0.1:", FreePort());
   const std::string admin_address = absl::StrCat("127.0.0.1:", FreePort());
   const int metrics_port = FreePort();
@@ -212,25 +187,21 @@ TEST(Daemon, SighupAndAdminRpcReloadThroughOnePath) {
                  absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port)},
                 tmp.path("knnd.log"));
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (CheckHealth(address) != Health::SERVING && absl::Now() < give_up) {
+  while (ProbeHealth(address) != Health::SERVING && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_EQ(CheckHealth(address), Health::SERVING) << daemon.Log();
+  ASSERT_EQ(ProbeHealth(address), Health::SERVING) << daemon.Log();
   auto stub = knnd::v1::KnnService::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   auto admin = knnd::v1::AdminService::NewStub(
       grpc::CreateChannel(admin_address, grpc::InsecureChannelCredentials()));
   auto served = [&] {
-    knnd::v1::SearchRequest request;
-    const std::vector<float> q = MakeData(1, 16, 3);
-    *request.mutable_vectors() = {q.begin(), q.end()};
-    request.set_k(3);
     knnd::v1::SearchResponse response;
-    grpc::ClientContext context;
-    grpc::Status status = stub->Search(&context, request, &response);
+    grpc::Status status =
+        CallSearch(*stub, MakeSearchRequest(MakeData(1, 16, 3), 3), &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
     for (int64_t id : response.ids()) {
-      EXPECT_EQ(id / 1000000, response.index_version()) << id;
+      EXPECT_EQ(id / kVersionIdStride, response.index_version()) << id;
     }
     return response.index_version();
   };
@@ -247,12 +218,12 @@ TEST(Daemon, SighupAndAdminRpcReloadThroughOnePath) {
   };
   EXPECT_EQ(served(), 1);
 
-  PublishVersion(tmp, dir, 2);
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(2)), 2);
   daemon.Signal(SIGHUP);
   ASSERT_TRUE(wait_for_log("versions/2/index.faiss (version 2)")) << daemon.Log();
   EXPECT_EQ(served(), 2);
 
-  PublishVersion(tmp, dir, 3);
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(3)), 3);
   knnd::v1::ReloadIndexResponse reloaded;
   grpc::Status status = reload(&reloaded);
   ASSERT_TRUE(status.ok()) << status.error_message();
@@ -262,7 +233,9 @@ TEST(Daemon, SighupAndAdminRpcReloadThroughOnePath) {
   EXPECT_EQ(served(), 3);
 
   // A broken version: SIGHUP logs the refusal, the RPC returns it.
-  PublishVersion(tmp, dir, 4, /*dim=*/8);
+  IndexSpec broken = VersionSpec(4);
+  broken.d = 8;  // knnd serves dim=16
+  ASSERT_EQ(PublishIndex(tmp, dir, broken), 4);
   daemon.Signal(SIGHUP);
   ASSERT_TRUE(wait_for_log("index version 4")) << daemon.Log();
   EXPECT_THAT(daemon.Log(), HasSubstr("dim=8 differs from dim=16"));
@@ -273,16 +246,13 @@ TEST(Daemon, SighupAndAdminRpcReloadThroughOnePath) {
   EXPECT_EQ(served(), 3);
 
   // SIGHUP and the RPC at once: version 5 is loaded once.
-  PublishVersion(tmp, dir, 5);
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(5)), 5);
   daemon.Signal(SIGHUP);
   status = reload(&reloaded);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(reloaded.version(), 5);
   EXPECT_EQ(served(), 5);
-  absl::StatusOr<std::string> body =
-      knnd::testing::HttpGet(metrics_port, "/metrics");
-  ASSERT_TRUE(body.ok()) << body.status();
-  const auto samples = knnd::testing::ParseExposition(*body);
+  const auto samples = knnd::testing::Scrape(metrics_port);
   EXPECT_EQ(knnd::testing::FindSample(samples, "knnd_index_reloads_total",
                                       {{"result", "ok"}}),
             4.0);  // versions 1, 2, 3 and 5
@@ -297,11 +267,7 @@ TEST(Daemon, BadIndexFilesExitNonZeroWithAMessage) {
   TempDir tmp;
   IndexSpec spec;
   WriteIndex(tmp.path("good.index"), spec);
-  std::string good;
-  {
-    std::ifstream in(tmp.path("good.index"), std::ios::binary);
-    good.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  const std::string good = ReadFile(tmp.path("good.index"));
   struct Case {
     std::string name;
     std::string bytes;
@@ -312,10 +278,7 @@ TEST(Daemon, BadIndexFilesExitNonZeroWithAMessage) {
       {"text.index", "this is not a FAISS index at all\n", "cannot read index"},
   };
   for (const Case& c : cases) {
-    {
-      std::ofstream out(tmp.path(c.name), std::ios::binary);
-      out << c.bytes;
-    }
+    WriteFile(tmp.path(c.name), c.bytes);
     Daemon daemon({"--index", tmp.path(c.name), "--listen", "127.0.0.1:0"},
                   tmp.path("log"));
     const int status = daemon.Wait();
@@ -369,20 +332,19 @@ TEST(Daemon, SighupReloadsTokenFileAndNoTokenIsLogged) {
            << "search_token_file: \"" << tmp.path("tokens") << "\"\n";
   }
   Daemon daemon({"--config", tmp.path("knnd.textproto")}, tmp.path("knnd.log"));
-  for (int i = 0; i < 1200 && CheckHealth(address) != Health::SERVING; ++i) {
+  for (int i = 0; i < 1200 && ProbeHealth(address) != Health::SERVING; ++i) {
     absl::SleepFor(absl::Milliseconds(100));
   }
-  ASSERT_EQ(CheckHealth(address), Health::SERVING) << daemon.Log();
+  ASSERT_EQ(ProbeHealth(address), Health::SERVING) << daemon.Log();
   auto search = [&](const std::string& token) {
     grpc::ClientContext context;
     if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
     knnd::v1::SearchRequest request;
     request.mutable_vectors()->Resize(spec.d, 0.5f);
     request.set_k(3);
-    knnd::v1::SearchResponse response;
-    return knnd::v1::KnnService::NewStub(
-               grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))
-        ->Search(&context, request, &response)
+    return CallSearch(*knnd::v1::KnnService::NewStub(grpc::CreateChannel(
+                          address, grpc::InsecureChannelCredentials())),
+                      request, nullptr, &context)
         .error_code();
   };
   EXPECT_EQ(search(old_token), grpc::OK);

@@ -1,0 +1,77 @@
+// The FAISS runtime's knobs: the coarse-search block sized under glibc's
+// mmap threshold, measured by the page faults of real searches.
+#include "knnd/faiss/faiss_runtime.h"
+
+#include <malloc.h>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <faiss/utils/distances.h>
+
+#include "knnd/index/index_snapshot.h"
+#include "testing/test_util.h"
+
+namespace knnd {
+namespace {
+
+using ::knnd::testing::IndexSpec;
+using ::knnd::testing::MakeData;
+using ::knnd::testing::TempDir;
+using ::knnd::testing::WriteIndex;
+
+// Minor page faults of the calling thread so far.
+int64_t ThreadMinorFaults() {
+  struct rusage usage;
+  getrusage(RUSAGE_THREAD, &usage);
+  return usage.ru_minflt;
+}
+
+// Under knnd's fixed 1 MiB mmap threshold, FAISS's default 16 MiB coarse
+// distance block is mapped afresh by every call of >= 20 rows and faulted in
+// page by page; sized under the threshold it is reused from the heap.
+TEST(IndexSnapshot, CoarseSearchBlockUnderTheMmapThresholdStopsPageFaults) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's allocator ignores mallopt and keeps freed "
+                  "memory in quarantine";
+#endif
+  TempDir tmp;
+  IndexSpec spec;
+  spec.factory = "IVF128,PQ8";  // 256 rows x 128 centroids: 32 pages a call
+  WriteIndex(tmp.path("c.index"), spec);
+  auto s = IndexSnapshot::Load(tmp.path("c.index"), {});
+  ASSERT_TRUE(s.ok()) << s.status();
+  constexpr int kRows = 256, kCalls = 20;
+  const std::vector<float> q = MakeData(kRows, spec.d, 5);
+  std::vector<float> d(kRows * 10);
+  std::vector<int64_t> ids(kRows * 10);
+  SearchArgs args{q.data(), kRows, 10, 4, {}, d.data(), ids.data()};
+  auto faults_per_call = [&] {
+    EXPECT_TRUE((*s)->Search(args).ok());  // warm: the heap grows once
+    const int64_t before = ThreadMinorFaults();
+    for (int i = 0; i < kCalls; ++i) EXPECT_TRUE((*s)->Search(args).ok());
+    return static_cast<double>(ThreadMinorFaults() - before) / kCalls;
+  };
+  const int faiss_default = faiss::distance_compute_blas_query_bs;
+  ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
+  ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 1 << 20), 1);
+  const double mapped = faults_per_call();
+  EXPECT_EQ(SetCoarseBlockRowsUnder(1 << 20), 128);
+  const double reused = faults_per_call();
+  EXPECT_EQ(SetCoarseBlockRowsUnder(0), 128);  // 0 leaves it
+  EXPECT_EQ(SetCoarseBlockRowsUnder(1 << 10), 20);
+  EXPECT_EQ(SetCoarseBlockRowsUnder(int64_t{1} << 40), 4096);
+  faiss::distance_compute_blas_query_bs = faiss_default;
+  mallopt(M_MMAP_THRESHOLD, 128 << 10);
+  mallopt(M_TRIM_THRESHOLD, 128 << 10);
+  std::printf("page faults per %d-row call: %.1f with FAISS's block, %.1f "
+              "with one under the threshold\n", kRows, mapped, reused);
+  EXPECT_GE(mapped, 30) << "FAISS's default block";
+  EXPECT_LT(reused, 2) << "the block under the threshold";
+}
+
+}  // namespace
+}  // namespace knnd

@@ -1,0 +1,112 @@
+// Vector arithmetic over FAISS's kernels against computations by hand and
+// in double precision: distances, L2 normalisation, float16 conversion and
+// exact k-NN.
+#include "knnd/faiss/vector_math.h"
+
+#include <cmath>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "testing/test_util.h"
+
+namespace knnd {
+namespace {
+
+using ::knnd::testing::BruteForceNeighbors;
+using ::knnd::testing::MakeData;
+using ::knnd::testing::ReferenceDistance;
+
+TEST(VectorMath, DistancesEqualAHandComputation) {
+  const float a[] = {1, 2, 3};
+  const float b[] = {4, 6, 8};
+  // (4-1)^2 + (6-2)^2 + (8-3)^2 and 1*4 + 2*6 + 3*8.
+  EXPECT_EQ(L2Squared(a, b, 3), 50.0f);
+  EXPECT_EQ(InnerProduct(a, b, 3), 40.0f);
+  EXPECT_EQ(ExactDistance(Metric::kL2, a, b, 3), 50.0f);
+  EXPECT_EQ(ExactDistance(Metric::kInnerProduct, a, b, 3), 40.0f);
+  EXPECT_EQ(ExactDistance(Metric::kCosine, a, b, 3), 40.0f);
+  EXPECT_EQ(L2Squared(a, a, 3), 0.0f);
+}
+
+// Widths around FAISS's SIMD block sizes, so that the kernels' tails count.
+TEST(VectorMath, DistancesOfEveryWidthMatchDoublePrecision) {
+  for (int dim : {1, 7, 8, 9, 16, 17, 33, 784}) {
+    const std::vector<float> x = MakeData(2, dim, 11);
+    const float* a = x.data();
+    const float* b = x.data() + dim;
+    const double l2 = ReferenceDistance(Metric::kL2, a, b, dim);
+    const double ip = ReferenceDistance(Metric::kInnerProduct, a, b, dim);
+    EXPECT_NEAR(L2Squared(a, b, dim), l2, 1e-4 * (1 + l2)) << dim;
+    EXPECT_NEAR(InnerProduct(a, b, dim), ip, 1e-4 * (1 + std::abs(ip)))
+        << dim;
+  }
+}
+
+TEST(VectorMath, NormalizeRowsGivesUnitNormsAndLeavesAZeroRowZero) {
+  constexpr int kDim = 5;
+  std::vector<float> x = MakeData(4, kDim, 3);
+  for (int j = 0; j < kDim; ++j) x[2 * kDim + j] = 0;  // row 2: all zero
+  const std::vector<float> before = x;
+  NormalizeRows(x.data(), 4, kDim);
+  for (int row = 0; row < 4; ++row) {
+    const float* r = x.data() + row * kDim;
+    const double norm = std::sqrt(ReferenceDistance(Metric::kInnerProduct, r,
+                                                    r, kDim));
+    if (row == 2) {
+      EXPECT_EQ(norm, 0.0);
+      continue;
+    }
+    EXPECT_NEAR(norm, 1.0, 1e-6) << "row " << row;
+    // Same direction: each value scaled by the same positive factor.
+    const double scale = x[row * kDim] / before[row * kDim];
+    EXPECT_GT(scale, 0);
+    for (int j = 1; j < kDim; ++j) {
+      EXPECT_NEAR(r[j], before[row * kDim + j] * scale, 1e-6) << row;
+    }
+  }
+  NormalizeRows(x.data(), 0, kDim);  // no rows: nothing to touch
+}
+
+// float16 as the raw-vectors file of re-ranking stores values: exact for
+// the representable ones, within 1e-4 near 0.1.
+TEST(Rerank, HalfConversionRoundTrips) {
+  for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 0.000061035156f}) {
+    EXPECT_EQ(HalfToFloat(FloatToHalf(v)), v) << v;
+  }
+  EXPECT_NEAR(HalfToFloat(FloatToHalf(0.1f)), 0.1f, 1e-4);
+}
+
+TEST(VectorMath, HalvesToFloatsDecodesEachValue) {
+  const uint16_t halves[] = {FloatToHalf(1.0f), FloatToHalf(-2.5f)};
+  float floats[2];
+  HalvesToFloats(halves, 2, floats);
+  EXPECT_EQ(floats[0], 1.0f);
+  EXPECT_EQ(floats[1], -2.5f);
+}
+
+// ExactKnn (FAISS's flat index) finds the ids of a plain double-precision
+// search, closest first, with the same distances.
+TEST(VectorMath, ExactKnnEqualsBruteForceOnSeededData) {
+  constexpr int kDim = 24, kRows = 600, kQueries = 20, kK = 10;
+  const std::vector<float> base = MakeData(kRows, kDim, 21);
+  const std::vector<float> queries = MakeData(kQueries, kDim, 22);
+  for (Metric metric : {Metric::kL2, Metric::kInnerProduct}) {
+    std::vector<float> distances(kQueries * kK);
+    std::vector<int64_t> ids(kQueries * kK);
+    ASSERT_TRUE(ExactKnn(base.data(), kRows, queries.data(), kQueries, kDim,
+                         kK, metric, distances.data(), ids.data())
+                    .ok());
+    EXPECT_EQ(ids, BruteForceNeighbors(base, queries, kDim, kK, metric))
+        << MetricName(metric);
+    for (int i = 0; i < kQueries * kK; ++i) {
+      const double want =
+          ReferenceDistance(metric, queries.data() + (i / kK) * kDim,
+                            base.data() + ids[i] * kDim, kDim);
+      EXPECT_NEAR(distances[i], want, 1e-3 * (1 + std::abs(want))) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace knnd

@@ -1,0 +1,85 @@
+// The memory model: a request's estimate buffer by buffer, the heap of an
+// index, whether an index fits a memory limit, and the byte budget derived
+// from the limit.
+#include "knnd/index/memory_model.h"
+
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace knnd {
+namespace {
+
+using ::testing::HasSubstr;
+
+IndexInfo Info(int dim, int64_t nlist, int m) {
+  IndexInfo info;
+  info.path = "x.index";
+  info.dim = dim;
+  info.nlist = nlist;
+  info.pq_m = m;
+  info.pq_nbits = 8;
+  return info;
+}
+
+TEST(MemoryModel, EstimateCountsEachBufferOfTheModel) {
+  const IndexInfo info = Info(128, 4096, 32);
+  SearchShape one{1, 10, 16, 0, 0, 256};
+  // query + 3 x results + coarse ids/distances + norms + 2 PQ tables + 2 d.
+  EXPECT_EQ(EstimateSearchBytes(info, one),
+            128 * 4 + 3 * 10 * 12 + 16 * 12 + 4096 * 4 +
+                (2 * 32 * 256 * 4 + 2 * 128 * 4));
+  // 512 rows: two FAISS calls of 256 rows, each with its tables, and the
+  // BLAS block of the coarse search (min(nlist, 1024) columns).
+  SearchShape big{512, 10, 16, 0, 0, 256};
+  EXPECT_EQ(EstimateSearchBytes(info, big),
+            512 * 128 * 4 + 3 * 512 * 10 * 12 + 512 * 16 * 12 +
+                512 * 1024 * 4 + 4096 * 4 +
+                2 * (2 * 32 * 256 * 4 + 2 * 128 * 4));
+  SearchShape filtered = one;
+  filtered.filter_ids = 1000;
+  EXPECT_EQ(EstimateSearchBytes(info, filtered) - EstimateSearchBytes(info, one),
+            1000 * 16);
+}
+
+TEST(MemoryModel, IndexFitsOnlyWithTheVersionServingAndTheHeadroom) {
+  IndexInfo planned = Info(64, 1024, 16);
+  planned.heap_bytes = 300 << 20;
+  planned.precomputed_table_bytes = 256 << 20;
+  MemoryLimits limits{512 << 20, 128 << 20};
+  EXPECT_TRUE(CheckIndexFits(planned, 0, limits).ok());
+  absl::Status swap = CheckIndexFits(planned, 100 << 20, limits);
+  EXPECT_EQ(swap.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(swap.message()),
+              HasSubstr("100.0 MiB of the version still serving"));
+  EXPECT_THAT(std::string(swap.message()),
+              HasSubstr("more than the memory limit of 512.0 MiB"));
+  EXPECT_THAT(std::string(swap.message()),
+              HasSubstr("use_precomputed_table: false (saves 256.0 MiB)"));
+  EXPECT_TRUE(CheckIndexFits(planned, 100 << 20, MemoryLimits{0, 0}).ok());
+}
+
+TEST(MemoryModel, BudgetIsAShareOfWhatTheLimitLeavesElseTheFixedValue) {
+  MemoryLimits limits{1000 << 20, 100 << 20};
+  EXPECT_EQ(InflightBytesBudget(limits, 300 << 20, 50, 7),
+            int64_t{600 << 20} / 100 * 50);
+  EXPECT_EQ(InflightBytesBudget(MemoryLimits{0, 100 << 20}, 300 << 20, 50, 7),
+            7);
+  // Nothing left: a budget of 1 byte refuses requests instead of lifting
+  // the bound.
+  EXPECT_EQ(InflightBytesBudget(limits, 1000 << 20, 50, 7), 1);
+}
+
+TEST(RerankMemory, EstimateCountsTheCandidateBuffers) {
+  IndexInfo info = Info(2, 8, 0);
+  info.ntotal = 100;
+  info.has_vectors = true;
+  SearchShape shape{100, 10, 4, 0, 0};
+  const int64_t plain = EstimateSearchBytes(info, shape);
+  shape.refine_factor = 8;
+  EXPECT_EQ(EstimateSearchBytes(info, shape) - plain, 100 * 8 * 10 * 12);
+}
+
+}  // namespace
+}  // namespace knnd
