@@ -1,7 +1,6 @@
 #include "knnd/faiss/faiss_builder.h"
 
 #include <algorithm>
-#include <exception>
 
 #include <faiss/IndexIVFPQ.h>
 #include <faiss/IndexPreTransform.h>
@@ -13,7 +12,7 @@
 
 namespace knnd {
 
-using faiss_types::FaissMessage;
+using faiss_types::CatchFaiss;
 
 struct FaissBuilder::Objects {
   std::unique_ptr<faiss::Index> root;
@@ -30,12 +29,16 @@ absl::StatusOr<std::unique_ptr<FaissBuilder>> FaissBuilder::Create(
   auto objects = std::make_unique<Objects>();
   const faiss::MetricType faiss_metric =
       metric == Metric::kL2 ? faiss::METRIC_L2 : faiss::METRIC_INNER_PRODUCT;
-  try {
-    objects->root.reset(faiss::index_factory(dim, factory.c_str(), faiss_metric));
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("factory '", factory, "' for dim=", dim,
-                     " is not valid: ", FaissMessage(e)));
+  if (absl::Status s = CatchFaiss(
+          absl::StatusCode::kInvalidArgument,
+          absl::StrCat("factory '", factory, "' for dim=", dim,
+                       " is not valid"),
+          [&] {
+            objects->root.reset(
+                faiss::index_factory(dim, factory.c_str(), faiss_metric));
+          });
+      !s.ok()) {
+    return s;
   }
   faiss::Index* inner = objects->root.get();
   if (auto* pre = dynamic_cast<faiss::IndexPreTransform*>(inner)) {
@@ -67,40 +70,30 @@ int FaissBuilder::pq_m() const {
 int64_t FaissBuilder::ntotal() const { return objects_->root->ntotal; }
 
 absl::Status FaissBuilder::Train(const float* vectors, int64_t rows) {
-  try {
-    objects_->root->train(rows, vectors);
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("training on ", rows, " rows failed: ", FaissMessage(e)));
-  }
-  return absl::OkStatus();
+  return CatchFaiss(absl::StatusCode::kInvalidArgument,
+                    absl::StrCat("training on ", rows, " rows failed"),
+                    [&] { objects_->root->train(rows, vectors); });
 }
 
 absl::Status FaissBuilder::Add(const float* vectors, int64_t rows,
                                const int64_t* ids) {
-  try {
-    if (ids != nullptr) {
-      objects_->root->add_with_ids(rows, vectors, ids);
-    } else {
-      objects_->root->add(rows, vectors);
-    }
-  } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("adding ", rows, " rows failed: ", FaissMessage(e)));
-  }
-  return absl::OkStatus();
+  return CatchFaiss(absl::StatusCode::kInternal,
+                    absl::StrCat("adding ", rows, " rows failed"), [&] {
+                      if (ids != nullptr) {
+                        objects_->root->add_with_ids(rows, vectors, ids);
+                      } else {
+                        objects_->root->add(rows, vectors);
+                      }
+                    });
 }
 
 absl::Status FaissBuilder::WriteTo(const std::string& path, int nprobe) const {
   // The builder owns this index alone; no search shares its nprobe.
   objects_->ivfpq->nprobe = static_cast<size_t>(std::max(1, nprobe));
-  try {
-    faiss::write_index(objects_->root.get(), path.c_str());
-  } catch (const std::exception& e) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write ", path, ": ", FaissMessage(e)));
-  }
-  return absl::OkStatus();
+  return CatchFaiss(absl::StatusCode::kPermissionDenied,
+                    absl::StrCat("cannot write ", path), [&] {
+                      faiss::write_index(objects_->root.get(), path.c_str());
+                    });
 }
 
 }  // namespace knnd
