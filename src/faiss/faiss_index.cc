@@ -1,13 +1,17 @@
 #include "knnd/faiss/faiss_index.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <faiss/IndexIVFPQ.h>
+#include <faiss/IndexIVFPQFastScan.h>
 #include <faiss/IndexPreTransform.h>
 #include <faiss/index_io.h>
 #include <faiss/invlists/OnDiskInvertedLists.h>
 
 #include "absl/strings/str_cat.h"
+#include "knnd/faiss/fastscan_format.h"
+#include "knnd/faiss/fastscan_index.h"
 #include "knnd/faiss/faiss_types.h"
 #include "knnd/faiss/id_filter.h"
 #include "knnd/faiss/ivfpq_checks.h"
@@ -18,7 +22,10 @@ using faiss_types::CatchFaiss;
 using faiss_types::CorruptIndexFile;
 using faiss_types::TypeOf;
 
+// Either kind of index: `fastscan` for a knnd FastScan file, else the FAISS
+// IVF-PQ objects.
 struct FaissIndex::Objects {
+  std::unique_ptr<FastScanIndex> fastscan;
   std::unique_ptr<faiss::Index> root;
   const faiss::IndexPreTransform* pre = nullptr;  // null without transform
   faiss::IndexIVFPQ* ivfpq = nullptr;             // owned by root
@@ -26,12 +33,36 @@ struct FaissIndex::Objects {
 
 namespace {
 
-// Reads the file (lists mapped, no precomputed table) and checks it; fills
-// `objects` and `facts`.
+// FAISS's own 4-byte tag of an IndexIVFPQFastScan at the start of a file.
+constexpr char kFaissFastScanFourcc[4] = {'I', 'w', 'P', 'f'};
+
+// A FastScan index as FAISS writes it, lists on the heap.
+absl::Status UnconvertedFastScan(const std::string& path) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "index file ", path,
+      " is a FastScan index written by FAISS (faiss.write_index), whose "
+      "lists FAISS 1.7.3 reads onto the heap; convert it to knnd's mappable "
+      "FastScan layout with `knnctl convert` and serve the converted file"));
+}
+
+bool StartsWithFaissFastScan(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return false;
+  char fourcc[sizeof kFaissFastScanFourcc];
+  const bool read = std::fread(fourcc, 1, sizeof fourcc, file) == sizeof fourcc;
+  std::fclose(file);
+  return read && std::equal(fourcc, fourcc + sizeof fourcc,
+                            kFaissFastScanFourcc);
+}
+
+// Reads a FAISS IVF-PQ file (lists mapped, no precomputed table) and checks
+// it; fills `objects` and `facts`.
 absl::Status ReadAndCheck(const std::string& path, int64_t file_bytes,
                           FaissIndex::Objects& objects, IndexFacts& facts) {
   facts.path = path;
   facts.file_bytes = file_bytes;
+  // Caught before FAISS's reader copies every list of it onto the heap.
+  if (StartsWithFaissFastScan(path)) return UnconvertedFastScan(path);
   const int flags = faiss::IO_FLAG_MMAP | faiss::IO_FLAG_READ_ONLY |
                     faiss::IO_FLAG_SKIP_PRECOMPUTE_TABLE;
   if (absl::Status s = CatchFaiss(
@@ -48,6 +79,9 @@ absl::Status ReadAndCheck(const std::string& path, int64_t file_bytes,
     return CorruptIndexFile(path, why);
   }
   const faiss::Index& inner = *layers.inner;
+  if (dynamic_cast<const faiss::IndexIVFPQFastScan*>(&inner) != nullptr) {
+    return UnconvertedFastScan(path);
+  }
   if (std::string why = faiss_types::WhyNotServable(inner); !why.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("index file ", path, " holds a ", TypeOf(&inner),
@@ -72,6 +106,7 @@ absl::Status ReadAndCheck(const std::string& path, int64_t file_bytes,
   const faiss::ProductQuantizer& pq = ivfpq->pq;
   facts.has_pretransform = layers.pre != nullptr;
   facts.dim = objects.root->d;
+  facts.ivf_dim = ivfpq->d;
   facts.metric = ivfpq->metric_type == faiss::METRIC_L2 ? Metric::kL2
                                                          : Metric::kInnerProduct;
   facts.ntotal = ivfpq->ntotal;
@@ -79,6 +114,7 @@ absl::Status ReadAndCheck(const std::string& path, int64_t file_bytes,
   facts.pq_m = static_cast<int>(pq.M);
   facts.pq_nbits = static_cast<int>(pq.nbits);
   facts.code_size_bytes = static_cast<int64_t>(ivfpq->code_size);
+  facts.by_residual = ivfpq->by_residual;
   facts.stored_nprobe = static_cast<int>(std::max<size_t>(1, ivfpq->nprobe));
   facts.heap_bytes = layers.transform_heap_bytes +
                      faiss_types::IvfHeapBytes(*ivfpq) +
@@ -111,19 +147,29 @@ absl::StatusOr<std::unique_ptr<FaissIndex>> FaissIndex::Open(
   }
   auto objects = std::make_unique<Objects>();
   IndexFacts facts;
-  if (absl::Status s = ReadAndCheck(path, file_bytes, *objects, facts);
-      !s.ok()) {
+  if (IsFastScanFile(path)) {
+    absl::StatusOr<std::unique_ptr<FastScanIndex>> fastscan =
+        FastScanIndex::Open(path);
+    if (!fastscan.ok()) return fastscan.status();
+    facts = (*fastscan)->facts();
+    objects->fastscan = std::move(*fastscan);
+  } else if (absl::Status s = ReadAndCheck(path, file_bytes, *objects, facts);
+             !s.ok()) {
     return s;
   }
   return std::unique_ptr<FaissIndex>(
       new FaissIndex(std::move(objects), std::move(facts)));
 }
 
-// The bytes FAISS 1.7.3's IndexIVFPQ::precompute_table() allocates: a table
-// only for residual encoding with an L2 coarse quantizer, of nlist * M *
-// ksub floats, skipped above faiss::precomputed_table_max_bytes (and
-// smaller for a multi-index quantizer, counted here as the plain size).
+// For IVF-PQ, the bytes FAISS 1.7.3's IndexIVFPQ::precompute_table()
+// allocates: a table only for residual encoding with an L2 coarse
+// quantizer, of nlist * M * ksub floats, skipped above
+// faiss::precomputed_table_max_bytes (and smaller for a multi-index
+// quantizer, counted here as the plain size).
 int64_t FaissIndex::PlannedTableBytes() const {
+  if (objects_->fastscan != nullptr) {
+    return objects_->fastscan->PlannedTableBytes();
+  }
   const faiss::IndexIVFPQ& ivfpq = *objects_->ivfpq;
   if (!ivfpq.by_residual || ivfpq.quantizer == nullptr ||
       ivfpq.quantizer->metric_type == faiss::METRIC_INNER_PRODUCT) {
@@ -139,6 +185,11 @@ int64_t FaissIndex::PlannedTableBytes() const {
 }
 
 absl::Status FaissIndex::BuildPrecomputedTable() {
+  if (objects_->fastscan != nullptr) {
+    absl::Status s = objects_->fastscan->BuildPrecomputedTable();
+    if (s.ok()) facts_ = objects_->fastscan->facts();
+    return s;
+  }
   if (PlannedTableBytes() == 0) return absl::OkStatus();
   faiss::IndexIVFPQ& ivfpq = *objects_->ivfpq;
   if (absl::Status s = CatchFaiss(
@@ -157,20 +208,29 @@ absl::Status FaissIndex::BuildPrecomputedTable() {
 
 absl::Status FaissIndex::Search(const FaissSearchArgs& args) const {
   IdFilter filter(args.allowed_ids);  // SearchParameters takes it non-const
-  const absl::Status status =
-      CatchFaiss(absl::StatusCode::kInternal, "FAISS search failed", [&] {
-        const float* x = args.queries;
-        std::unique_ptr<const float[]> transformed;
-        if (objects_->pre != nullptr) {
-          x = objects_->pre->apply_chain(args.num_queries, args.queries);
-          if (x != args.queries) transformed.reset(x);
-        }
-        faiss::SearchParametersIVF params;
-        params.nprobe = static_cast<size_t>(args.nprobe);
-        if (!args.allowed_ids.empty()) params.sel = &filter;
-        objects_->ivfpq->search(args.num_queries, x, args.k, args.distances,
-                                args.ids, &params);
-      });
+  absl::Status status;
+  if (objects_->fastscan != nullptr) {
+    FastScanSearchParams params;
+    params.k = args.k;
+    params.nprobe = args.nprobe;
+    if (!args.allowed_ids.empty()) params.filter = &filter;
+    status = objects_->fastscan->Search(args.num_queries, args.queries, params,
+                                        args.distances, args.ids);
+  } else {
+    status = CatchFaiss(absl::StatusCode::kInternal, "FAISS search failed", [&] {
+      const float* x = args.queries;
+      std::unique_ptr<const float[]> transformed;
+      if (objects_->pre != nullptr) {
+        x = objects_->pre->apply_chain(args.num_queries, args.queries);
+        if (x != args.queries) transformed.reset(x);
+      }
+      faiss::SearchParametersIVF params;
+      params.nprobe = static_cast<size_t>(args.nprobe);
+      if (!args.allowed_ids.empty()) params.sel = &filter;
+      objects_->ivfpq->search(args.num_queries, x, args.k, args.distances,
+                              args.ids, &params);
+    });
+  }
   if (!status.ok()) return status;
   const float pad = MissingDistance(facts_.metric);
   const int64_t n = args.num_queries * args.k;

@@ -13,6 +13,7 @@
 #include <faiss/IndexIDMap.h>
 #include <faiss/IndexIVF.h>
 #include <faiss/IndexIVFPQ.h>
+#include <faiss/IndexIVFPQFastScan.h>
 #include <faiss/IndexIVFPQR.h>
 
 #include "absl/strings/str_cat.h"
@@ -102,10 +103,16 @@ int64_t IvfHeapBytes(const faiss::IndexIVF& ivf) {
 std::string WhyNotServable(const faiss::Index& inner) {
   const std::string type = TypeOf(&inner);
   if (typeid(inner) == typeid(faiss::IndexIVFPQ)) return "";
+  if (typeid(inner) == typeid(faiss::IndexIVFPQFastScan)) {
+    const int bbs = static_cast<const faiss::IndexIVFPQFastScan&>(inner).bbs;
+    if (bbs == 32) return "";
+    return absl::StrCat("FastScan with bbs=", bbs,
+                        " is not supported: knnd maps 32-vector blocks only; "
+                        "drop the '_", bbs, "', e.g. 'IVF1024,PQ64x4fs'");
+  }
   if (type.find("FastScan") != std::string::npos) {
-    return "FastScan indexes (PQ..x4fs) keep their codes in "
-           "BlockInvertedLists, which FAISS 1.7.3 cannot memory-map; use "
-           "plain PQ, e.g. 'IVF1024,PQ32'";
+    return "knnd serves IVF-PQ FastScan ('IVF<nlist>,PQ<M>x4fs'), not other "
+           "FastScan indexes";
   }
   if (dynamic_cast<const faiss::IndexIVFPQR*>(&inner) != nullptr) {
     return "the refinement codes of IVF-PQ-R live on the heap, not in the "

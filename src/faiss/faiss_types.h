@@ -59,8 +59,10 @@ std::string DescribeIvf(const faiss::IndexIVF& ivf);
 // quantizer's vectors (flat quantizers) and the direct map.
 int64_t IvfHeapBytes(const faiss::IndexIVF& ivf);
 
-// Why knnd cannot serve `inner` (the index under any pre-transform), or ""
-// when it can: knnd serves IVF-PQ with memory-mappable lists.
+// Why knnd cannot serve or build `inner` (the index under any
+// pre-transform), or "" when it can: IVF-PQ with memory-mappable lists, or
+// IVF-PQ FastScan with 32-vector blocks (which knnd converts to its own
+// mappable layout when it writes the file; fastscan_format.h).
 std::string WhyNotServable(const faiss::Index& inner);
 
 // Checks that `path` is a readable regular file and sets `file_bytes`:

@@ -1,9 +1,11 @@
 // IdFilter: a request's allow-list of vector ids, borrowed from the caller
-// and sorted ascending, as a faiss::IDSelector for FAISS's IVF-PQ search.
-// Internal to src/faiss/.
+// and sorted ascending, for both searches: as a faiss::IDSelector for
+// FAISS's IVF-PQ search, and through Contains() for knnd's FastScan kernel
+// (fastscan_kernel.h). Internal to src/faiss/.
 //
 // No copy and no allocation per search: Contains() binary-searches the
-// caller's ids, O(log n).
+// caller's ids, O(log n), and the FastScan kernel calls it only for
+// candidates that already beat the current k-th distance.
 //
 // Ownership: borrows the ids, which must outlive the filter (one search
 // call). Thread-safety: immutable; any number of threads may call it.
