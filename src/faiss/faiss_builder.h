@@ -1,6 +1,9 @@
 // FaissBuilder: an empty FAISS index made from a factory string, trained,
 // filled and written to a file. The FAISS half of index/index_builder.h,
-// which adds the defaults, normalisation, checks and sidecar.
+// which adds the defaults, normalisation, checks and sidecar. IVF-PQ is
+// written by FAISS's writer; IVF-PQ FastScan ("IVF256,PQ98x4fs", optionally
+// behind a pre-transform) in knnd's mappable FastScan layout
+// (fastscan_format.h).
 //
 // Thread-safety: used by one thread at a time (FAISS itself may use all
 // cores inside Train and Add).
@@ -37,7 +40,9 @@ class FaissBuilder {
   // `ids` (rows entries) or null for sequential ids from ntotal().
   absl::Status Add(const float* vectors, int64_t rows, const int64_t* ids);
   // Writes the index, with `nprobe` as its stored default, to `path` as
-  // is (the caller writes to a temporary name and renames).
+  // is (the caller writes to a temporary name and commits it with
+  // storage/atomic_file.h). PERMISSION_DENIED "cannot write PATH: ..." when
+  // the file cannot be written.
   absl::Status WriteTo(const std::string& path, int nprobe) const;
 
   struct Objects;  // defined in faiss_builder.cc
@@ -46,6 +51,14 @@ class FaissBuilder {
   explicit FaissBuilder(std::unique_ptr<Objects> objects);
   std::unique_ptr<Objects> objects_;
 };
+
+// Reads `faiss_path`, an IVF-PQ FastScan index written by FAISS
+// (faiss.write_index: lists on the heap), and writes it to `out_path` as is
+// in knnd's mappable FastScan layout (the caller commits it). NOT_FOUND or
+// INVALID_ARGUMENT naming `faiss_path` when it cannot be read or is not a
+// FastScan index knnd serves.
+absl::Status ConvertFaissFileToFastScan(const std::string& faiss_path,
+                                        const std::string& out_path);
 
 }  // namespace knnd
 

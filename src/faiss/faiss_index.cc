@@ -1,31 +1,31 @@
 #include "knnd/faiss/faiss_index.h"
 
-#include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <exception>
-#include <new>
+#include <cstdio>
 
-#include <faiss/IndexFlat.h>
 #include <faiss/IndexIVFPQ.h>
+#include <faiss/IndexIVFPQFastScan.h>
 #include <faiss/IndexPreTransform.h>
-#include <faiss/impl/IDSelector.h>
 #include <faiss/index_io.h>
 #include <faiss/invlists/OnDiskInvertedLists.h>
 
 #include "absl/strings/str_cat.h"
+#include "knnd/faiss/fastscan_format.h"
+#include "knnd/faiss/fastscan_index.h"
 #include "knnd/faiss/faiss_types.h"
+#include "knnd/faiss/id_filter.h"
 #include "knnd/faiss/ivfpq_checks.h"
 
 namespace knnd {
 
-using idx_t = faiss::Index::idx_t;
+using faiss_types::CatchFaiss;
+using faiss_types::CorruptIndexFile;
 using faiss_types::TypeOf;
 
+// Either kind of index: `fastscan` for a knnd FastScan file, else the FAISS
+// IVF-PQ objects.
 struct FaissIndex::Objects {
+  std::unique_ptr<FastScanIndex> fastscan;
   std::unique_ptr<faiss::Index> root;
   const faiss::IndexPreTransform* pre = nullptr;  // null without transform
   faiss::IndexIVFPQ* ivfpq = nullptr;             // owned by root
@@ -33,81 +33,66 @@ struct FaissIndex::Objects {
 
 namespace {
 
-absl::Status Unsupported(const std::string& path, const faiss::Index& inner) {
+// FAISS's own 4-byte tag of an IndexIVFPQFastScan at the start of a file.
+constexpr char kFaissFastScanFourcc[4] = {'I', 'w', 'P', 'f'};
+
+// A FastScan index as FAISS writes it, lists on the heap.
+absl::Status UnconvertedFastScan(const std::string& path) {
   return absl::InvalidArgumentError(absl::StrCat(
-      "index file ", path, " holds a ", TypeOf(&inner),
-      ", which knnd cannot serve: ", faiss_types::WhyNotServable(inner)));
+      "index file ", path,
+      " is a FastScan index written by FAISS (faiss.write_index), whose "
+      "lists FAISS 1.7.3 reads onto the heap; convert it to knnd's mappable "
+      "FastScan layout with `knnctl convert` and serve the converted file"));
 }
 
-absl::Status StatFile(const std::string& path, int64_t& file_bytes) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) {
-      return absl::NotFoundError(
-          absl::StrCat("index file ", path, " does not exist"));
-    }
-    return absl::PermissionDeniedError(absl::StrCat(
-        "cannot stat index file ", path, ": ", strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("index path ", path, " is not a regular file"));
-  }
-  if (access(path.c_str(), R_OK) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "cannot read index file ", path, ": ", strerror(errno)));
-  }
-  file_bytes = st.st_size;
-  return absl::OkStatus();
+bool StartsWithFaissFastScan(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return false;
+  char fourcc[sizeof kFaissFastScanFourcc];
+  const bool read = std::fread(fourcc, 1, sizeof fourcc, file) == sizeof fourcc;
+  std::fclose(file);
+  return read && std::equal(fourcc, fourcc + sizeof fourcc,
+                            kFaissFastScanFourcc);
 }
 
-// Reads the file (lists mapped, no precomputed table) and checks it; fills
-// `objects` and `facts`.
-absl::Status ReadAndCheck(const std::string& path, FaissIndex::Objects& objects,
-                          IndexFacts& facts) {
+// Reads a FAISS IVF-PQ file (lists mapped, no precomputed table) and checks
+// it; fills `objects` and `facts`.
+absl::Status ReadAndCheck(const std::string& path, int64_t file_bytes,
+                          FaissIndex::Objects& objects, IndexFacts& facts) {
   facts.path = path;
-  if (absl::Status s = StatFile(path, facts.file_bytes); !s.ok()) return s;
+  facts.file_bytes = file_bytes;
+  // Caught before FAISS's reader copies every list of it onto the heap.
+  if (StartsWithFaissFastScan(path)) return UnconvertedFastScan(path);
   const int flags = faiss::IO_FLAG_MMAP | faiss::IO_FLAG_READ_ONLY |
                     faiss::IO_FLAG_SKIP_PRECOMPUTE_TABLE;
-  try {
-    objects.root.reset(faiss::read_index(path.c_str(), flags));
-  } catch (const std::bad_alloc&) {
-    return CorruptIndexFile(path, "a size in its header asks for more memory "
-                                  "than there is");
-  } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat(
-        "cannot read index file ", path,
-        " (truncated, corrupt or not a FAISS index): ",
-        faiss_types::FaissMessage(e)));
+  if (absl::Status s = CatchFaiss(
+          absl::StatusCode::kDataLoss,
+          absl::StrCat("cannot read index file ", path,
+                       " (truncated, corrupt or not a FAISS index)"),
+          [&] { objects.root.reset(faiss::read_index(path.c_str(), flags)); });
+      !s.ok()) {
+    return s;
   }
-
-  faiss::Index* inner = objects.root.get();
-  std::string prefix;
-  if (auto* pre = dynamic_cast<faiss::IndexPreTransform*>(inner)) {
-    objects.pre = pre;
-    facts.has_pretransform = true;
-    inner = pre->index;
-    int d = pre->d;
-    for (const faiss::VectorTransform* vt : pre->chain) {
-      if (vt == nullptr || vt->d_in != d) {
-        return CorruptIndexFile(path,
-                                "its pre-transform chain has mismatched sizes");
-      }
-      d = vt->d_out;
-      absl::StrAppend(&prefix, faiss_types::DescribeTransform(vt), ",");
-      facts.heap_bytes += faiss_types::TransformHeapBytes(vt);
-    }
-    if (inner == nullptr || inner->d != d) {
-      return CorruptIndexFile(
-          path, "its pre-transform output does not match the index");
-    }
+  faiss_types::IndexLayers layers;
+  if (std::string why = faiss_types::SplitLayers(*objects.root, layers);
+      !why.empty()) {
+    return CorruptIndexFile(path, why);
   }
-  if (!faiss_types::WhyNotServable(*inner).empty()) {
-    return Unsupported(path, *inner);
+  const faiss::Index& inner = *layers.inner;
+  if (dynamic_cast<const faiss::IndexIVFPQFastScan*>(&inner) != nullptr) {
+    return UnconvertedFastScan(path);
   }
-  auto* ivfpq = static_cast<faiss::IndexIVFPQ*>(inner);
+  if (std::string why = faiss_types::WhyNotServable(inner); !why.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("index file ", path, " holds a ", TypeOf(&inner),
+                     ", which knnd cannot serve: ", why));
+  }
+  objects.pre = layers.pre;
+  // The index was just read and is not shared yet.
+  auto* ivfpq = const_cast<faiss::IndexIVFPQ*>(
+      static_cast<const faiss::IndexIVFPQ*>(&inner));
   objects.ivfpq = ivfpq;
-  if (absl::Status s = CheckIvfPqStructure(path, facts.file_bytes, *ivfpq,
+  if (absl::Status s = CheckIvfPqStructure(path, file_bytes, *ivfpq,
                                            objects.root->d);
       !s.ok()) {
     return s;
@@ -119,7 +104,9 @@ absl::Status ReadAndCheck(const std::string& path, FaissIndex::Objects& objects,
       0;
 
   const faiss::ProductQuantizer& pq = ivfpq->pq;
+  facts.has_pretransform = layers.pre != nullptr;
   facts.dim = objects.root->d;
+  facts.ivf_dim = ivfpq->d;
   facts.metric = ivfpq->metric_type == faiss::METRIC_L2 ? Metric::kL2
                                                          : Metric::kInnerProduct;
   facts.ntotal = ivfpq->ntotal;
@@ -127,35 +114,18 @@ absl::Status ReadAndCheck(const std::string& path, FaissIndex::Objects& objects,
   facts.pq_m = static_cast<int>(pq.M);
   facts.pq_nbits = static_cast<int>(pq.nbits);
   facts.code_size_bytes = static_cast<int64_t>(ivfpq->code_size);
+  facts.by_residual = ivfpq->by_residual;
   facts.stored_nprobe = static_cast<int>(std::max<size_t>(1, ivfpq->nprobe));
-  facts.heap_bytes += static_cast<int64_t>(pq.centroids.size() * sizeof(float));
-  if (auto* flat =
-          dynamic_cast<const faiss::IndexFlatCodes*>(ivfpq->quantizer)) {
-    facts.heap_bytes += static_cast<int64_t>(flat->codes.size());
-  }
-  facts.heap_bytes +=
-      static_cast<int64_t>(ivfpq->direct_map.array.size() * sizeof(idx_t));
-  facts.mapped_list_bytes =
-      facts.ntotal * static_cast<int64_t>(ivfpq->code_size + sizeof(idx_t));
-  std::string quantizer;
-  if (dynamic_cast<const faiss::IndexFlat*>(ivfpq->quantizer) == nullptr) {
-    quantizer = absl::StrCat("(", TypeOf(ivfpq->quantizer), ")");
-  }
+  facts.heap_bytes = layers.transform_heap_bytes +
+                     faiss_types::IvfHeapBytes(*ivfpq) +
+                     static_cast<int64_t>(pq.centroids.size() * sizeof(float));
+  facts.mapped_list_bytes = facts.ntotal * static_cast<int64_t>(
+                                               ivfpq->code_size + sizeof(int64_t));
   facts.index_type = absl::StrCat(
-      prefix, "IVF", facts.nlist, quantizer, ",PQ", facts.pq_m,
+      layers.prefix, faiss_types::DescribeIvf(*ivfpq), ",PQ", facts.pq_m,
       facts.pq_nbits == 8 ? "" : absl::StrCat("x", facts.pq_nbits));
   return absl::OkStatus();
 }
-
-// An id filter over a sorted id list: no allocation per search, O(log n)
-// per candidate.
-struct SortedIdSelector : faiss::IDSelector {
-  explicit SortedIdSelector(absl::Span<const int64_t> ids) : ids(ids) {}
-  bool is_member(idx_t id) const override {
-    return std::binary_search(ids.begin(), ids.end(), id);
-  }
-  absl::Span<const int64_t> ids;
-};
 
 }  // namespace
 
@@ -171,18 +141,35 @@ FaissIndex::~FaissIndex() = default;
 
 absl::StatusOr<std::unique_ptr<FaissIndex>> FaissIndex::Open(
     const std::string& path) {
+  int64_t file_bytes = 0;
+  if (absl::Status s = faiss_types::StatIndexFile(path, file_bytes); !s.ok()) {
+    return s;
+  }
   auto objects = std::make_unique<Objects>();
   IndexFacts facts;
-  if (absl::Status s = ReadAndCheck(path, *objects, facts); !s.ok()) return s;
+  if (IsFastScanFile(path)) {
+    absl::StatusOr<std::unique_ptr<FastScanIndex>> fastscan =
+        FastScanIndex::Open(path);
+    if (!fastscan.ok()) return fastscan.status();
+    facts = (*fastscan)->facts();
+    objects->fastscan = std::move(*fastscan);
+  } else if (absl::Status s = ReadAndCheck(path, file_bytes, *objects, facts);
+             !s.ok()) {
+    return s;
+  }
   return std::unique_ptr<FaissIndex>(
       new FaissIndex(std::move(objects), std::move(facts)));
 }
 
-// The bytes FAISS 1.7.3's IndexIVFPQ::precompute_table() allocates: a table
-// only for residual encoding with an L2 coarse quantizer, of nlist * M *
-// ksub floats, skipped above faiss::precomputed_table_max_bytes (and
-// smaller for a multi-index quantizer, counted here as the plain size).
+// For IVF-PQ, the bytes FAISS 1.7.3's IndexIVFPQ::precompute_table()
+// allocates: a table only for residual encoding with an L2 coarse
+// quantizer, of nlist * M * ksub floats, skipped above
+// faiss::precomputed_table_max_bytes (and smaller for a multi-index
+// quantizer, counted here as the plain size).
 int64_t FaissIndex::PlannedTableBytes() const {
+  if (objects_->fastscan != nullptr) {
+    return objects_->fastscan->PlannedTableBytes();
+  }
   const faiss::IndexIVFPQ& ivfpq = *objects_->ivfpq;
   if (!ivfpq.by_residual || ivfpq.quantizer == nullptr ||
       ivfpq.quantizer->metric_type == faiss::METRIC_INNER_PRODUCT) {
@@ -198,14 +185,20 @@ int64_t FaissIndex::PlannedTableBytes() const {
 }
 
 absl::Status FaissIndex::BuildPrecomputedTable() {
+  if (objects_->fastscan != nullptr) {
+    absl::Status s = objects_->fastscan->BuildPrecomputedTable();
+    if (s.ok()) facts_ = objects_->fastscan->facts();
+    return s;
+  }
   if (PlannedTableBytes() == 0) return absl::OkStatus();
   faiss::IndexIVFPQ& ivfpq = *objects_->ivfpq;
-  try {
-    ivfpq.precompute_table();
-  } catch (const std::exception& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot build the precomputed table of index file ",
-                     facts_.path, ": ", faiss_types::FaissMessage(e)));
+  if (absl::Status s = CatchFaiss(
+          absl::StatusCode::kResourceExhausted,
+          absl::StrCat("cannot build the precomputed table of index file ",
+                       facts_.path),
+          [&] { ivfpq.precompute_table(); });
+      !s.ok()) {
+    return s;
   }
   facts_.precomputed_table_bytes =
       static_cast<int64_t>(ivfpq.precomputed_table.size() * sizeof(float));
@@ -214,22 +207,31 @@ absl::Status FaissIndex::BuildPrecomputedTable() {
 }
 
 absl::Status FaissIndex::Search(const FaissSearchArgs& args) const {
-  try {
-    const float* x = args.queries;
-    std::unique_ptr<const float[]> transformed;
-    if (objects_->pre != nullptr) {
-      x = objects_->pre->apply_chain(args.num_queries, args.queries);
-      if (x != args.queries) transformed.reset(x);
-    }
-    faiss::SearchParametersIVF params;
-    params.nprobe = static_cast<size_t>(args.nprobe);
-    SortedIdSelector selector(args.allowed_ids);
-    if (!args.allowed_ids.empty()) params.sel = &selector;
-    objects_->ivfpq->search(args.num_queries, x, args.k, args.distances,
-                            args.ids, &params);
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("FAISS search failed: ", e.what()));
+  IdFilter filter(args.allowed_ids);  // SearchParameters takes it non-const
+  absl::Status status;
+  if (objects_->fastscan != nullptr) {
+    FastScanSearchParams params;
+    params.k = args.k;
+    params.nprobe = args.nprobe;
+    if (!args.allowed_ids.empty()) params.filter = &filter;
+    status = objects_->fastscan->Search(args.num_queries, args.queries, params,
+                                        args.distances, args.ids);
+  } else {
+    status = CatchFaiss(absl::StatusCode::kInternal, "FAISS search failed", [&] {
+      const float* x = args.queries;
+      std::unique_ptr<const float[]> transformed;
+      if (objects_->pre != nullptr) {
+        x = objects_->pre->apply_chain(args.num_queries, args.queries);
+        if (x != args.queries) transformed.reset(x);
+      }
+      faiss::SearchParametersIVF params;
+      params.nprobe = static_cast<size_t>(args.nprobe);
+      if (!args.allowed_ids.empty()) params.sel = &filter;
+      objects_->ivfpq->search(args.num_queries, x, args.k, args.distances,
+                              args.ids, &params);
+    });
   }
+  if (!status.ok()) return status;
   const float pad = MissingDistance(facts_.metric);
   const int64_t n = args.num_queries * args.k;
   for (int64_t i = 0; i < n; ++i) {

@@ -1,8 +1,13 @@
-// FaissIndex: one FAISS IVF-PQ index file opened for serving, with its
-// inverted lists memory-mapped read-only (IO_FLAG_MMAP | IO_FLAG_READ_ONLY):
-// the lists stay in the shared, reclaimable page cache and only the coarse
-// centroids, the PQ codebooks, any pre-transform and the optional
-// precomputed table live on the heap.
+// FaissIndex: one index file opened for serving, with its inverted lists
+// memory-mapped read-only: the lists stay in the shared, reclaimable page
+// cache and only the coarse centroids, the PQ codebooks, any pre-transform
+// and the optional precomputed table live on the heap. Two kinds of file,
+// behind one interface:
+//   - a FAISS IVF-PQ file, read with IO_FLAG_MMAP | IO_FLAG_READ_ONLY and
+//     searched by FAISS with per-call SearchParametersIVF;
+//   - a knnd FastScan file (4-bit IVF-PQ FastScan in knnd's layout,
+//     fastscan_format.h), told by its magic, loaded by fastscan_index.h and
+//     searched by fastscan_search.h.
 //
 // Open() checks what FAISS's reader does not (every mapped list inside the
 // file, sizes that agree with each other, a metric knnd serves) so that a
@@ -24,31 +29,9 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "knnd/base/metric.h"
+#include "knnd/faiss/index_facts.h"
 
 namespace knnd {
-
-// What the file itself says about an index; filled by FaissIndex::Open().
-struct IndexFacts {
-  std::string path;
-  int64_t file_bytes = 0;
-  std::string index_type;  // e.g. "LT128_128,IVF1024,PQ32" in factory terms
-  bool has_pretransform = false;  // OPQ, PCA ... applied to queries first
-  int dim = 0;
-  // kL2 or kInnerProduct (cosine is known only from the sidecar).
-  Metric metric = Metric::kL2;
-  int64_t ntotal = 0;
-  int64_t nlist = 0;
-  int pq_m = 0;
-  int pq_nbits = 0;
-  int64_t code_size_bytes = 0;
-  int stored_nprobe = 1;  // the nprobe saved in the file
-  // Heap memory of the index: coarse centroids + PQ codebooks + pre-transform
-  // matrices + precomputed table (reported separately as well).
-  int64_t heap_bytes = 0;
-  int64_t precomputed_table_bytes = 0;
-  // Bytes of the file holding inverted lists (codes + ids), memory-mapped.
-  int64_t mapped_list_bytes = 0;
-};
 
 // One search call. Buffers are owned by the caller and hold num_queries * k
 // entries; queries are num_queries * dim floats, row-major.
@@ -71,7 +54,9 @@ class FaissIndex {
   // Reads and checks `path` without building the precomputed table (so
   // that a caller can check the planned heap first). A missing, truncated,
   // corrupt or unsupported file is an error whose message names the file
-  // and what is wrong.
+  // and what is wrong: DATA_LOSS for damaged bytes, INVALID_ARGUMENT for an
+  // index knnd does not serve (a FastScan file written by FAISS itself says
+  // to convert it with `knnctl convert`).
   static absl::StatusOr<std::unique_ptr<FaissIndex>> Open(
       const std::string& path);
 
@@ -82,15 +67,17 @@ class FaissIndex {
   const IndexFacts& facts() const { return facts_; }
 
   // The heap bytes BuildPrecomputedTable() would allocate (0 when FAISS
-  // would build none for this index).
+  // would build none for this index, or a FastScan index would not use it).
   int64_t PlannedTableBytes() const;
-  // Builds the IVF-PQ precomputed table (nlist * M * 256 floats), before
-  // the index is shared between threads; updates facts().
+  // Builds the precomputed table (nlist * M * 2^nbits floats), before the
+  // index is shared between threads; updates facts().
   absl::Status BuildPrecomputedTable();
 
   // k-NN search on the raw index (no query normalisation). Results of each
   // query are closest first; missing neighbours are id -1 with distance
-  // +inf (L2) or -inf (inner product). A FAISS error is INTERNAL.
+  // MissingDistance(metric): +inf (L2) or -inf (inner product). With
+  // allowed_ids, the best k allowed ids of the probed lists. A FAISS error
+  // is INTERNAL.
   absl::Status Search(const FaissSearchArgs& args) const;
 
   struct Objects;  // the FAISS objects; defined in faiss_index.cc

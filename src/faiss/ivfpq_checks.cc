@@ -12,6 +12,7 @@ namespace knnd {
 namespace {
 
 using idx_t = faiss::Index::idx_t;
+using faiss_types::CorruptIndexFile;
 using faiss_types::TypeOf;
 
 // The byte FAISS's reader copied from the file into a bool field: a corrupt
@@ -37,11 +38,6 @@ bool IsServedMetric(int32_t metric) {
 }
 
 }  // namespace
-
-absl::Status CorruptIndexFile(const std::string& path, const std::string& what) {
-  return absl::DataLossError(
-      absl::StrCat("index file ", path, " is corrupt: ", what));
-}
 
 absl::Status CheckIvfPqStructure(const std::string& path, int64_t file_bytes,
                                  const faiss::IndexIVFPQ& ivf, int d_in) {

@@ -12,9 +12,6 @@
 
 namespace knnd {
 
-// DATA_LOSS "index file PATH is corrupt: WHAT".
-absl::Status CorruptIndexFile(const std::string& path, const std::string& what);
-
 // Checks flags, metric, quantizer, product quantizer and, above all, that
 // every memory-mapped inverted list lies inside the file: FAISS computes
 // list offsets from sizes stored in the file, and a truncated or corrupt

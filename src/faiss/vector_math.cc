@@ -1,6 +1,5 @@
 #include "knnd/faiss/vector_math.h"
 
-#include <exception>
 #include <memory>
 
 #include <faiss/IndexFlat.h>
@@ -37,20 +36,17 @@ void HalvesToFloats(const uint16_t* halves, size_t n, float* out) {
 absl::Status ExactKnn(const float* base, int64_t rows, const float* queries,
                       int64_t num_queries, int dim, int k, Metric metric,
                       float* distances, int64_t* ids) {
-  try {
-    std::unique_ptr<faiss::IndexFlat> flat;
-    if (metric == Metric::kL2) {
-      flat = std::make_unique<faiss::IndexFlatL2>(dim);
-    } else {
-      flat = std::make_unique<faiss::IndexFlatIP>(dim);
-    }
-    flat->add(rows, base);
-    flat->search(num_queries, queries, k, distances, ids);
-  } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("exact search failed: ", faiss_types::FaissMessage(e)));
-  }
-  return absl::OkStatus();
+  return faiss_types::CatchFaiss(
+      absl::StatusCode::kInternal, "exact search failed", [&] {
+        std::unique_ptr<faiss::IndexFlat> flat;
+        if (metric == Metric::kL2) {
+          flat = std::make_unique<faiss::IndexFlatL2>(dim);
+        } else {
+          flat = std::make_unique<faiss::IndexFlatIP>(dim);
+        }
+        flat->add(rows, base);
+        flat->search(num_queries, queries, k, distances, ids);
+      });
 }
 
 }  // namespace knnd

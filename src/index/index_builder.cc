@@ -18,6 +18,52 @@ int64_t FloorPowerOfTwo(int64_t x) {
   return p;
 }
 
+// Checks that the index file `tmp` loads in IndexSnapshot (the daemon's own
+// checks), completes `metadata` from it (dim, ntotal, size, CRC-32; the
+// metric and factory when the caller left them empty), renames `tmp` over
+// `path` and writes the sidecar beside it. `tmp` is removed on failure, so
+// a failed write never replaces a good file.
+absl::Status CommitIndexFile(const std::string& tmp, const std::string& path,
+                             knnd::v1::IndexMetadata metadata) {
+  auto fail = [&tmp](absl::Status status) {
+    std::remove(tmp.c_str());
+    return status;
+  };
+  LoadOptions check;
+  check.use_precomputed_table = false;
+  check.probe_in_subprocess = false;
+  absl::StatusOr<std::unique_ptr<IndexSnapshot>> loaded =
+      IndexSnapshot::Load(tmp, check);
+  if (!loaded.ok()) {
+    return fail(absl::InternalError(absl::StrCat(
+        "the written index does not load in knnd, so ", path,
+        " was left as it was: ", loaded.status().message())));
+  }
+  const IndexInfo& info = (*loaded)->info();
+  if (metadata.metric().empty()) metadata.set_metric(MetricName(info.metric));
+  absl::StatusOr<Metric> metric = ParseMetric(metadata.metric());
+  if (!metric.ok()) return fail(metric.status());
+  const Metric file_metric =
+      *metric == Metric::kCosine ? Metric::kInnerProduct : *metric;
+  if (file_metric != info.metric) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "metric ", metadata.metric(), " does not fit index ", path,
+        ", whose FAISS metric is ", MetricName(info.metric))));
+  }
+  if (metadata.factory().empty()) metadata.set_factory(info.index_type);
+  absl::StatusOr<std::string> crc = FileCrc32(tmp);
+  if (!crc.ok()) return fail(crc.status());
+  metadata.set_format_version(kIndexMetadataFormatVersion);
+  metadata.set_dim(static_cast<uint32_t>(info.dim));
+  metadata.set_normalized(*metric == Metric::kCosine);
+  metadata.set_ntotal(info.ntotal);
+  metadata.set_file_bytes(info.file_bytes);
+  metadata.set_crc32(*crc);
+  loaded->reset();
+  if (absl::Status s = CommitTempFile(tmp, path); !s.ok()) return s;
+  return WriteIndexMetadata(MetadataPath(path), metadata);
+}
+
 }  // namespace
 
 int64_t DefaultNlist(int64_t rows) {
@@ -96,35 +142,25 @@ absl::Status IndexBuilder::Add(const float* vectors, int64_t rows,
 absl::Status IndexBuilder::Write(const std::string& path, int nprobe,
                                  knnd::v1::IndexMetadata metadata) const {
   const std::string tmp = TempPathFor(path);
-  auto fail = [&tmp](absl::Status status) {
+  if (absl::Status s = faiss_->WriteTo(tmp, nprobe); !s.ok()) {
     std::remove(tmp.c_str());
-    return status;
-  };
-  if (absl::Status s = faiss_->WriteTo(tmp, nprobe); !s.ok()) return fail(s);
-  LoadOptions check;
-  check.use_precomputed_table = false;
-  check.probe_in_subprocess = false;
-  absl::StatusOr<std::unique_ptr<IndexSnapshot>> loaded =
-      IndexSnapshot::Load(tmp, check);
-  if (!loaded.ok()) {
-    return fail(absl::InternalError(absl::StrCat(
-        "the written index does not load in knnd, so ", path,
-        " was left as it was: ", loaded.status().message())));
+    return s;
   }
-  const IndexInfo& info = (*loaded)->info();
-  absl::StatusOr<std::string> crc = FileCrc32(tmp);
-  if (!crc.ok()) return fail(crc.status());
-  metadata.set_format_version(kIndexMetadataFormatVersion);
-  metadata.set_dim(static_cast<uint32_t>(info.dim));
   metadata.set_metric(MetricName(options_.metric));
-  metadata.set_normalized(options_.metric == Metric::kCosine);
-  metadata.set_ntotal(info.ntotal);
   metadata.set_factory(options_.factory);
-  metadata.set_file_bytes(info.file_bytes);
-  metadata.set_crc32(*crc);
-  loaded->reset();
-  if (absl::Status s = CommitTempFile(tmp, path); !s.ok()) return s;
-  return WriteIndexMetadata(MetadataPath(path), metadata);
+  return CommitIndexFile(tmp, path, std::move(metadata));
+}
+
+absl::Status ConvertFastScanFile(const std::string& faiss_path,
+                                 const std::string& out_path,
+                                 knnd::v1::IndexMetadata metadata) {
+  const std::string tmp = TempPathFor(out_path);
+  if (absl::Status s = ConvertFaissFileToFastScan(faiss_path, tmp); !s.ok()) {
+    std::remove(tmp.c_str());
+    return s;
+  }
+  if (metadata.source().empty()) metadata.set_source(faiss_path);
+  return CommitIndexFile(tmp, out_path, std::move(metadata));
 }
 
 }  // namespace knnd

@@ -1,7 +1,9 @@
 // Building IVF-PQ index files that knnd can serve: choosing defaults from
 // the data's shape, training on a sample, adding in batches, and writing the
-// file and its metadata sidecar so that a reader never sees half a file.
-// The FAISS half (factory, training, writing) is faiss/faiss_builder.h.
+// file and its metadata sidecar so that a reader never sees half a file;
+// and converting a FastScan file written by FAISS into knnd's mappable
+// FastScan layout the same way. The FAISS half (factory, training, writing)
+// is faiss/faiss_builder.h.
 //
 // Thread-safety: the free functions are pure. An IndexBuilder is used by one
 // thread at a time (FAISS itself may use all cores inside Train and Add).
@@ -50,8 +52,10 @@ class IndexBuilder {
     // kCosine: vectors are L2-normalised (copies, batch by batch) and the
     // index uses inner product; the sidecar records it.
     Metric metric = Metric::kL2;
-    // FAISS factory string; must describe an IVF-PQ index, optionally behind
-    // a pre-transform such as OPQ (what IndexSnapshot can memory-map).
+    // FAISS factory string; must describe an IVF-PQ index ("IVF1024,PQ32")
+    // or an IVF-PQ FastScan index ("IVF256,PQ98x4fs", written in knnd's
+    // FastScan layout), optionally behind a pre-transform such as OPQ (what
+    // IndexSnapshot can memory-map).
     std::string factory;
     // Seed of FAISS's k-means (coarse quantizer and PQ).
     uint32_t seed = 1234;
@@ -59,7 +63,8 @@ class IndexBuilder {
 
   // Builds the empty index. INVALID_ARGUMENT, saying why, for a factory
   // string FAISS cannot parse or whose index knnd cannot memory-map
-  // (FastScan, IVF-Flat/SQ, refinement, non-IVF indexes, ID maps).
+  // (IVF-Flat/SQ, refinement, non-IVF indexes, ID maps, FastScan with
+  // blocks of other than 32 vectors).
   static absl::StatusOr<std::unique_ptr<IndexBuilder>> Create(
       const Options& options);
 
@@ -99,6 +104,21 @@ class IndexBuilder {
   Options options_;
   std::unique_ptr<FaissBuilder> faiss_;
 };
+
+// Converts `faiss_path`, an IVF-PQ FastScan index written by FAISS
+// (faiss.write_index, e.g. from Python), into knnd's mappable FastScan
+// layout at `out_path` (the work behind `knnctl convert`), as
+// IndexBuilder::Write writes: to a temporary file that must load in
+// IndexSnapshot, then renamed over `out_path`, then the sidecar.
+// `metadata` holds what the FAISS file cannot say: metric "cosine" when its
+// vectors were L2-normalised (the file says inner product), source (default
+// `faiss_path`), created, built_by; dim, ntotal, size, CRC-32 and, when
+// empty, the metric and factory (the index type) are filled in.
+// INVALID_ARGUMENT naming `faiss_path` when it is not a FastScan index knnd
+// serves, or when the metric given does not fit the file's.
+absl::Status ConvertFastScanFile(const std::string& faiss_path,
+                                 const std::string& out_path,
+                                 knnd::v1::IndexMetadata metadata = {});
 
 }  // namespace knnd
 

@@ -1,4 +1,6 @@
-// IndexSnapshot: one loaded, immutable version of a FAISS IVF-PQ index.
+// IndexSnapshot: one loaded, immutable version of an index: a FAISS IVF-PQ
+// file or a knnd FastScan file (4-bit IVF-PQ FastScan in knnd's mappable
+// layout, faiss/fastscan_format.h), both through faiss/faiss_index.h.
 //
 // The inverted lists (the bulk of the index) are memory-mapped read-only from
 // the file, so they live in the shared, reclaimable page cache; only the
@@ -79,7 +81,8 @@ struct LoadOptions {
   // Version number the snapshot reports (set by the caller that owns the
   // versioning scheme).
   int64_t version = 1;
-  // Build the IVF-PQ precomputed table (nlist * M * 256 * 4 heap bytes).
+  // Build the precomputed table (IVF-PQ: nlist * M * 256 * 4 heap bytes;
+  // FastScan with L2 residuals: nlist * M * 16 * 4).
   bool use_precomputed_table = true;
   // Read the file once in a probe process first (the program's own
   // executable, started afresh; see index_probe.h): a corrupt file
@@ -100,7 +103,8 @@ struct LoadOptions {
   // Called before the heap-heavy part of loading: the file has been read
   // with its inverted lists mapped and without the precomputed table, and
   // `planned` says the heap the loaded index will need (heap_bytes and
-  // precomputed_table_bytes include the table about to be built). A non-OK
+  // precomputed_table_bytes include the table about to be built;
+  // read_peak_extra_bytes what reading held briefly beyond it). A non-OK
   // status is returned by Load() and nothing more is allocated.
   std::function<absl::Status(const IndexInfo& planned)> check_heap;
 };
@@ -126,8 +130,9 @@ struct SearchArgs {
 class IndexSnapshot {
  public:
   // Reads `path` with the inverted lists memory-mapped, checks that it is an
-  // IVF-PQ index (optionally behind a pre-transform such as OPQ) whose every
-  // inverted list lies inside the file, and turns list prefetch threads off.
+  // IVF-PQ index or a knnd FastScan file (optionally behind a pre-transform
+  // such as OPQ) whose every inverted list lies inside the file, and turns
+  // list prefetch threads off.
   // A metadata sidecar (MetadataPath(path)), when present, must match the
   // file: checksum, dim, ntotal and metric.
   // A missing, truncated, corrupt or unsupported file is an error whose

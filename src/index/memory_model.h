@@ -8,6 +8,8 @@
 //             + bytes admitted by the gate (<= max_inflight_bytes)
 //             + a fixed base (code, gRPC, thread stacks, allocator slack)
 //   file-backed (page cache, reclaimable) = the mapped inverted lists
+//             (IVF-PQ: codes + ids; FastScan: codes in 32-vector blocks,
+//             padded, + ids)
 //
 // Thread-safety: pure functions.
 #ifndef KNND_INDEX_MEMORY_MODEL_H_
@@ -32,26 +34,50 @@ struct SearchShape {
 };
 
 // Upper estimate, in bytes, of the heap a request holds while admitted:
-//   request vectors            nq * d * 4 (plus a transformed copy with a
+//   request vectors            nq * d * 4 (plus a transformed copy of
+//                              nq * max(d, ivf_dim) * 4 with a
 //                              pre-transform or cosine normalisation)
 //   response ids + distances   nq * k * (8 + 4), in the message, and as much
 //                              again for its serialised copy
-//   FAISS result heaps         nq * k * 12 while a unit runs
 //   coarse assignment          nq * nprobe * (8 + 4)
 //   coarse-search temporaries  the BLAS distance block of the coarse search:
 //                              nq * min(nlist, 1024) * 4 (FAISS computes it
 //                              for calls of >= 20 rows) + nlist * 4 norms
+//   allow-list                 filter_ids * 8 * 2 (message + sorted copy;
+//                              the search borrows the sorted copy)
+//   re-ranking candidates      nq * refine_factor * k * (8 + 4)
+// and the search's own buffers, by kind of index. IVF-PQ (FAISS's search):
+//   FAISS result heaps         nq * k * 12 while a unit runs
 //   per-thread PQ tables       2 * M * 2^nbits * 4 + 2 * d * 4 per FAISS call
 //                              (QueryTables' sim_table and sim_table_2; with
 //                              the precomputed table on, the per-list tables
 //                              are computed into these same buffers, FAISS
 //                              1.7.3 keeps no nprobe * M * 2^nbits table)
-//   allow-list                 filter_ids * 8 * 2 (message + sorted copy)
-//   re-ranking candidates      nq * refine_factor * k * (8 + 4)
+// FastScan (fastscan_search.cc), with L = nprobe when the codes are L2
+// residuals (one table per probed list) and 1 otherwise, M2 = 2 * code_size:
+//   float look-up tables       nq * L * 16 * M * 4
+//   residual tables            L2 residuals: with the precomputed table
+//                              nq * 16 * M * 4 (inner products with the
+//                              codebooks), without it nq * nprobe * ivf_dim
+//                              * 4 (the residuals)
+//   biases                     residuals: nq * nprobe * (4 + 2)
+//   quantized tables           nq * L * 16 * M2 (uint8) + nq * 8 (scales)
+//   probes sorted by list      nq * nprobe * 12
+//   result handler             nq * (round_up(2k, 16) * (2 + 8) + 64): FAISS's
+//                              reservoir of 2k uint16 distances and ids per
+//                              query (k > 20; the heap and the filtered
+//                              scan's heap are smaller)
+//   per FAISS call             24 * 16 * M2 (the grouped table of <= 24
+//                              queries) + k * 4 (the handler's sort order)
 int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape);
 
 // PrecomputedTableBytes() (faiss/faiss_index.h) gives the IVF-PQ
 // precomputed table's bytes.
+
+// The most heap an index holds while it loads: heap_bytes, or more when
+// FAISS's reader briefly held more than the table kept
+// (IndexFacts::read_peak_extra_bytes).
+int64_t LoadPeakHeapBytes(const IndexInfo& planned);
 
 // The memory knnd must stay within.
 struct MemoryLimits {
@@ -62,8 +88,9 @@ struct MemoryLimits {
   int64_t headroom_bytes = 0;
 };
 
-// OK when an index needing `index_heap_bytes` fits beside `other_heap_bytes`
-// (a version still serving during a hot swap) and the headroom; otherwise
+// OK when an index whose load needs LoadPeakHeapBytes(planned) fits beside
+// `other_heap_bytes` (a version still serving during a hot swap) and the
+// headroom; otherwise
 // RESOURCE_EXHAUSTED naming the sizes, the limit and the knobs that help.
 // Always OK without a limit.
 absl::Status CheckIndexFits(const IndexInfo& planned, int64_t other_heap_bytes,

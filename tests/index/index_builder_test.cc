@@ -105,7 +105,7 @@ TEST(IndexBuilder, RefusesFactoriesKnndCannotMap) {
   options.dim = kDim;
   for (const auto& [factory, reason] :
        std::vector<std::pair<std::string, std::string>>{
-           {"IVF32,PQ8x4fs", "FastScan"},
+           {"IVF32,PQ8x4fs_64", "bbs=64"},
            {"IVF32,Flat", "IVF-PQ indexes only"},
            {"HNSW32", "not an inverted-file index"},
            {"IVF32,PQ8+16", "refinement"},

@@ -1,6 +1,7 @@
 #include "testing/test_util.h"
 
 #include <netinet/in.h>
+#include <omp.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -129,15 +130,27 @@ absl::Status WriteVectorsFile(const std::string& path,
   return (*writer)->Finish();
 }
 
+std::unique_ptr<faiss::Index> ReadFaissIndex(const std::string& path) {
+  return std::unique_ptr<faiss::Index>(faiss::read_index(path.c_str()));
+}
+
+void FaissSearch(faiss::Index& index, int nprobe,
+                 const std::vector<float>& queries, int k,
+                 std::vector<float>* distances, std::vector<int64_t>* ids) {
+  faiss::ivflib::extract_index_ivf(&index)->nprobe = nprobe;
+  const int64_t n = static_cast<int64_t>(queries.size()) / index.d;
+  distances->assign(static_cast<size_t>(n * k), 0);
+  ids->assign(static_cast<size_t>(n * k), 0);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  index.search(n, queries.data(), k, distances->data(), ids->data());
+  omp_set_num_threads(threads);
+}
+
 void ReferenceSearch(const std::string& path, const std::vector<float>& queries,
                      int k, int nprobe, std::vector<float>* distances,
                      std::vector<int64_t>* ids) {
-  std::unique_ptr<faiss::Index> index(faiss::read_index(path.c_str()));
-  faiss::ivflib::extract_index_ivf(index.get())->nprobe = nprobe;
-  const int64_t n = static_cast<int64_t>(queries.size()) / index->d;
-  distances->assign(static_cast<size_t>(n * k), 0);
-  ids->assign(static_cast<size_t>(n * k), 0);
-  index->search(n, queries.data(), k, distances->data(), ids->data());
+  FaissSearch(*ReadFaissIndex(path), nprobe, queries, k, distances, ids);
 }
 
 std::unique_ptr<IndexSnapshot> LoadSnapshot(const std::string& path,

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <faiss/Index.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
@@ -95,8 +96,18 @@ absl::Status WriteVectorsFile(const std::string& path,
                               const std::vector<float>& x, int dim,
                               VectorsDtype dtype);
 
-// Searches `path` read fully into memory (no mmap) with FAISS directly: the
-// reference that knnd's answers are compared with.
+// FAISS's own reading of `path` into memory (no mmap), for reference
+// searches.
+std::unique_ptr<faiss::Index> ReadFaissIndex(const std::string& path);
+
+// FAISS's own search of `index` with its IVF nprobe set to `nprobe`, on one
+// OpenMP thread (FAISS splits batches by thread count): the reference that
+// knnd's answers are compared with.
+void FaissSearch(faiss::Index& index, int nprobe,
+                 const std::vector<float>& queries, int k,
+                 std::vector<float>* distances, std::vector<int64_t>* ids);
+
+// FaissSearch of `path` read by ReadFaissIndex.
 void ReferenceSearch(const std::string& path, const std::vector<float>& queries,
                      int k, int nprobe, std::vector<float>* distances,
                      std::vector<int64_t>* ids);

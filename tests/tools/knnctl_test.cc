@@ -79,9 +79,9 @@ TEST(Knnctl, ExitCodes) {
 
   CommandResult fast_scan = Knnctl(absl::StrCat("build --input ", dir.path("x.npy"),
                                       " --output ", dir.path("x.index"),
-                                      " --factory IVF16,PQ4x4fs"));
+                                      " --factory IVF16,PQ4x4fs_64"));
   EXPECT_EQ(fast_scan.exit_code, 2);
-  EXPECT_THAT(fast_scan.output, HasSubstr("cannot memory-map"));
+  EXPECT_THAT(fast_scan.output, HasSubstr("32-vector blocks"));
   EXPECT_FALSE(std::ifstream(dir.path("x.index")).good());
 
   CommandResult bad_m = Knnctl(absl::StrCat("build --input ", dir.path("x.npy"),

@@ -1,0 +1,162 @@
+#include "knnd/faiss/fastscan_kernel.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include <type_traits>
+
+#include <faiss/utils/Heap.h>
+
+namespace knnd {
+namespace fastscan_kernel {
+namespace {
+
+constexpr size_t kBlock = 32;
+
+// Position of vector v (< 32) of sub-quantizer sq inside a block's pair of
+// sub-quantizers: byte index (0..31) and whether it is the high nibble.
+inline void Slot(size_t v, size_t sq, size_t* byte, bool* high) {
+  const size_t w = v & 15;  // vectors v and v + 16 share a byte
+  *high = v >= 16;
+  *byte = (sq & 1) * 16 + (w < 8 ? 2 * w : 2 * (w - 8) + 1);
+}
+
+#if defined(__AVX2__)
+
+// Distances of vectors 0..15 (lo) and 16..31 (hi) of one block.
+inline void BlockDistancesAvx2(const uint8_t* block, size_t m2,
+                               const uint8_t* lut, uint16_t bias,
+                               __m256i* lo, __m256i* hi) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  const __m256i low_byte = _mm256_set1_epi16(0x00ff);
+  // Per 16-bit element i of each 128-bit lane (lane 0: even sub-quantizers,
+  // lane 1: odd ones): the even byte is vector i, the odd byte vector 8 + i
+  // (low nibbles), or vectors 16 + i and 24 + i (high nibbles).
+  __m256i sum_v0 = _mm256_setzero_si256();   // vectors 0..7
+  __m256i sum_v8 = _mm256_setzero_si256();   // vectors 8..15
+  __m256i sum_v16 = _mm256_setzero_si256();  // vectors 16..23
+  __m256i sum_v24 = _mm256_setzero_si256();  // vectors 24..31
+  for (size_t p = 0; p < m2 / 2; ++p) {
+    const __m256i codes = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(block + 32 * p));
+    const __m256i table =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lut + 32 * p));
+    const __m256i first = _mm256_and_si256(codes, nibble);
+    const __m256i second = _mm256_and_si256(_mm256_srli_epi16(codes, 4), nibble);
+    const __m256i d_first = _mm256_shuffle_epi8(table, first);
+    const __m256i d_second = _mm256_shuffle_epi8(table, second);
+    sum_v0 = _mm256_add_epi16(sum_v0, _mm256_and_si256(d_first, low_byte));
+    sum_v8 = _mm256_add_epi16(sum_v8, _mm256_srli_epi16(d_first, 8));
+    sum_v16 = _mm256_add_epi16(sum_v16, _mm256_and_si256(d_second, low_byte));
+    sum_v24 = _mm256_add_epi16(sum_v24, _mm256_srli_epi16(d_second, 8));
+  }
+  // Add the two lanes (even + odd sub-quantizers) of each sum and lay the
+  // vectors out in order.
+  const __m256i b = _mm256_set1_epi16(static_cast<int16_t>(bias));
+  *lo = _mm256_add_epi16(
+      _mm256_add_epi16(_mm256_permute2x128_si256(sum_v0, sum_v8, 0x20),
+                       _mm256_permute2x128_si256(sum_v0, sum_v8, 0x31)),
+      b);
+  *hi = _mm256_add_epi16(
+      _mm256_add_epi16(_mm256_permute2x128_si256(sum_v16, sum_v24, 0x20),
+                       _mm256_permute2x128_si256(sum_v16, sum_v24, 0x31)),
+      b);
+}
+
+// Two bits (2v, 2v + 1) set for every vector v whose distance beats thr.
+template <bool kKeepMin>
+inline uint64_t BeatMask(__m256i lo, __m256i hi, uint16_t thr) {
+  const __m256i t = _mm256_set1_epi16(static_cast<int16_t>(thr));
+  __m256i not_lo, not_hi;  // distance does not beat thr
+  if (kKeepMin) {          // beats: d < thr, i.e. not max(d, thr) == d
+    not_lo = _mm256_cmpeq_epi16(_mm256_max_epu16(lo, t), lo);
+    not_hi = _mm256_cmpeq_epi16(_mm256_max_epu16(hi, t), hi);
+  } else {  // beats: d > thr
+    not_lo = _mm256_cmpeq_epi16(_mm256_min_epu16(lo, t), lo);
+    not_hi = _mm256_cmpeq_epi16(_mm256_min_epu16(hi, t), hi);
+  }
+  const uint64_t m_lo = ~static_cast<uint32_t>(_mm256_movemask_epi8(not_lo));
+  const uint64_t m_hi = ~static_cast<uint32_t>(_mm256_movemask_epi8(not_hi));
+  return (m_lo & 0xffffffffULL) | (m_hi << 32);
+}
+
+#endif  // __AVX2__
+
+}  // namespace
+
+void BlockDistancesScalar(const uint8_t* block, size_t m2, const uint8_t* lut,
+                          uint16_t bias, uint16_t out[32]) {
+  for (size_t v = 0; v < kBlock; ++v) {
+    uint16_t d = bias;
+    for (size_t sq = 0; sq < m2; ++sq) {
+      size_t byte;
+      bool high;
+      Slot(v, sq, &byte, &high);
+      const uint8_t b = block[(sq / 2) * 32 + byte];
+      const uint8_t code = high ? b >> 4 : b & 15;
+      d = static_cast<uint16_t>(d + lut[16 * sq + code]);
+    }
+    out[v] = d;
+  }
+}
+
+void BlockDistances(const uint8_t* block, size_t m2, const uint8_t* lut,
+                    uint16_t bias, uint16_t out[32]) {
+#if defined(__AVX2__)
+  __m256i lo, hi;
+  BlockDistancesAvx2(block, m2, lut, bias, &lo, &hi);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), lo);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16), hi);
+#else
+  BlockDistancesScalar(block, m2, lut, bias, out);
+#endif
+}
+
+template <bool kKeepMin>
+void ScanListFiltered(const uint8_t* codes, size_t n, const int64_t* ids,
+                      size_t m2, const uint8_t* lut, uint16_t bias,
+                      const IdFilter& filter, size_t k, uint16_t* heap_dis,
+                      int64_t* heap_ids) {
+  using C = typename std::conditional<kKeepMin,
+                                      faiss::CMax<uint16_t, int64_t>,
+                                      faiss::CMin<uint16_t, int64_t>>::type;
+  const size_t block_bytes = 16 * m2;
+  alignas(32) uint16_t dis[kBlock];
+  for (size_t j0 = 0; j0 < n; j0 += kBlock, codes += block_bytes) {
+    const size_t valid = n - j0 < kBlock ? n - j0 : kBlock;
+#if defined(__AVX2__)
+    __m256i lo, hi;
+    BlockDistancesAvx2(codes, m2, lut, bias, &lo, &hi);
+    uint64_t mask = BeatMask<kKeepMin>(lo, hi, heap_dis[0]);
+    if (valid < kBlock) mask &= (uint64_t{1} << (2 * valid)) - 1;
+    if (mask == 0) continue;
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dis), lo);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dis + 16), hi);
+    while (mask != 0) {
+      const size_t v = static_cast<size_t>(__builtin_ctzll(mask)) >> 1;
+      mask &= ~(uint64_t{3} << (2 * v));
+#else
+    BlockDistancesScalar(codes, m2, lut, bias, dis);
+    for (size_t v = 0; v < valid; ++v) {
+#endif
+      const uint16_t d = dis[v];
+      if (!C::cmp(heap_dis[0], d)) continue;
+      const int64_t id = ids[j0 + v];
+      if (!filter.Contains(id)) continue;
+      faiss::heap_replace_top<C>(k, heap_dis, heap_ids, d, id);
+    }
+  }
+}
+
+template void ScanListFiltered<true>(const uint8_t*, size_t, const int64_t*,
+                                     size_t, const uint8_t*, uint16_t,
+                                     const IdFilter&, size_t, uint16_t*,
+                                     int64_t*);
+template void ScanListFiltered<false>(const uint8_t*, size_t, const int64_t*,
+                                      size_t, const uint8_t*, uint16_t,
+                                      const IdFilter&, size_t, uint16_t*,
+                                      int64_t*);
+
+}  // namespace fastscan_kernel
+}  // namespace knnd

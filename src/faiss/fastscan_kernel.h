@@ -1,0 +1,63 @@
+// knnd's own 4-bit FastScan distance kernel, for the searches FAISS's
+// compiled kernels cannot do: scans that skip ids outside an allow-list.
+//
+// Contract (FAISS 1.7.3's packed layout, pq4_pack_codes with bbs = 32): a
+// list is a sequence of 32-vector blocks of 16 * m2 bytes; inside a block,
+// sub-quantizer pair p (sq 2p and 2p+1) takes 32 bytes: byte j (< 16) holds,
+// for sub-quantizer 2p, the code of vector perm(j) in its low nibble and of
+// vector perm(j) + 16 in its high nibble, with perm(j) = j / 2 + 8 * (j % 2);
+// byte 16 + j the same for sub-quantizer 2p + 1.
+// A quantized look-up table for one query is m2 tables of 16 uint8 entries
+// (table sq at lut + 16 * sq), which is also the packed single-query layout
+// (pq4_pack_LUT with nq = 1). A vector's distance is
+//   bias + sum over sq of lut[16 * sq + code(v, sq)]   (mod 2^16),
+// the value FAISS's kernels produce for the same codes and table.
+//
+// AVX2 when compiled with it (src/faiss/CMakeLists.txt gives this file the
+// SIMD flags of an AVX2 FAISS build), a portable loop otherwise. Internal to
+// src/faiss/. Thread-safety: pure functions.
+#ifndef KNND_FAISS_FASTSCAN_KERNEL_H_
+#define KNND_FAISS_FASTSCAN_KERNEL_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "knnd/faiss/id_filter.h"
+
+namespace knnd {
+namespace fastscan_kernel {
+
+// The 32 distances of one block, SIMD (AVX2) where compiled for it.
+void BlockDistances(const uint8_t* block, size_t m2, const uint8_t* lut,
+                    uint16_t bias, uint16_t out[32]);
+
+// Portable reference for BlockDistances (any CPU; used by the tests).
+void BlockDistancesScalar(const uint8_t* block, size_t m2, const uint8_t* lut,
+                          uint16_t bias, uint16_t out[32]);
+
+// Scans the n vectors of one list for one query and offers each one whose
+// distance beats the heap's top, and whose id `filter` contains, to the heap.
+// The heap is FAISS's (faiss/utils/Heap.h) of k (distance, id) pairs:
+// kKeepMin (L2): a CMax<uint16_t, int64_t> heap keeping the k smallest;
+// !kKeepMin (inner product): a CMin heap keeping the k largest.
+template <bool kKeepMin>
+void ScanListFiltered(const uint8_t* codes, size_t n, const int64_t* ids,
+                      size_t m2, const uint8_t* lut, uint16_t bias,
+                      const IdFilter& filter, size_t k, uint16_t* heap_dis,
+                      int64_t* heap_ids);
+
+extern template void ScanListFiltered<true>(const uint8_t*, size_t,
+                                            const int64_t*, size_t,
+                                            const uint8_t*, uint16_t,
+                                            const IdFilter&, size_t,
+                                            uint16_t*, int64_t*);
+extern template void ScanListFiltered<false>(const uint8_t*, size_t,
+                                             const int64_t*, size_t,
+                                             const uint8_t*, uint16_t,
+                                             const IdFilter&, size_t,
+                                             uint16_t*, int64_t*);
+
+}  // namespace fastscan_kernel
+}  // namespace knnd
+
+#endif  // KNND_FAISS_FASTSCAN_KERNEL_H_

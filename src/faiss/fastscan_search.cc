@@ -1,0 +1,423 @@
+#include "knnd/faiss/fastscan_search.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <faiss/IndexIVFPQFastScan.h>
+#include <faiss/IndexPreTransform.h>
+#include <faiss/impl/FaissAssert.h>
+#include <faiss/impl/LookupTableScaler.h>
+#include <faiss/impl/pq4_fast_scan.h>
+#include <faiss/impl/simd_result_handlers.h>
+#include <faiss/utils/AlignedTable.h>
+#include <faiss/utils/Heap.h>
+#include <faiss/utils/quantize_lut.h>
+#include <faiss/utils/utils.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "knnd/faiss/fastscan_kernel.h"
+#include "knnd/faiss/faiss_types.h"
+
+namespace knnd {
+namespace {
+
+using idx_t = faiss::Index::idx_t;
+
+constexpr int64_t kMaxK = int64_t{1} << 20;
+constexpr int64_t kMaxQueryProbes = int64_t{1} << 31;  // FAISS indexes them by int
+
+// Quantized look-up tables of one batch, as IndexIVFFastScan's
+// compute_LUT_uint8 builds them, for an nprobe given per call.
+struct QuantizedLuts {
+  bool is_3d = false;    // one table per (query, probe) instead of per query
+  bool has_bias = false;  // per (query, probe) uint16 bias
+  faiss::AlignedTable<uint8_t> tables;  // (n [* nprobe]) * 16 * M2
+  faiss::AlignedTable<uint16_t> biases;  // n * nprobe when has_bias
+  std::vector<float> normalizers;        // per query: a, b (d = v / a + b)
+};
+
+// c = a + bf * b, element-wise (FAISS: fvec_madd_avx). bf = -2 makes bf * b
+// exact, so the result is the same with or without a fused multiply-add.
+void MultiplyAdd(size_t n, const float* __restrict a, float bf,
+                 const float* __restrict b, float* __restrict c) {
+  size_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 f = _mm256_set1_ps(bf);
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(c + i, _mm256_fmadd_ps(f, _mm256_loadu_ps(b + i),
+                                            _mm256_loadu_ps(a + i)));
+  }
+#endif
+  for (; i < n; ++i) c[i] = a[i] + bf * b[i];
+}
+
+void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf, size_t n,
+                          const float* x, const idx_t* coarse_ids,
+                          const float* coarse_dis, size_t nprobe,
+                          QuantizedLuts* out) {
+  const faiss::ProductQuantizer& pq = ivf.pq;
+  const size_t M = pq.M, ksub = pq.ksub, M2 = ivf.M2, d = ivf.d;
+  const size_t dim12 = ksub * M, dim12_2 = ksub * M2;
+  const bool l2 = ivf.metric_type == faiss::METRIC_L2;
+  out->is_3d = ivf.by_residual && l2;
+  out->has_bias = ivf.by_residual;
+
+  // Float tables and biases (IndexIVFPQFastScan::compute_LUT).
+  faiss::AlignedTable<float> ftab;
+  faiss::AlignedTable<float> fbias;
+  if (!ivf.by_residual) {
+    ftab.resize(n * dim12);
+    if (l2) {
+      pq.compute_distance_tables(n, x, ftab.get());
+    } else {
+      pq.compute_inner_prod_tables(n, x, ftab.get());
+    }
+  } else if (l2) {
+    ftab.resize(n * nprobe * dim12);
+    fbias.resize(n * nprobe);
+    if (ivf.use_precomputed_table == 1) {
+      // table(list, x) = precomputed(list) - 2 <x, centroid codes>; the
+      // coarse distance is the bias.
+      std::memcpy(fbias.get(), coarse_dis, sizeof(float) * n * nprobe);
+      faiss::AlignedTable<float> ip(n * dim12);
+      pq.compute_inner_prod_tables(n, x, ip.get());
+      for (size_t ij = 0; ij < n * nprobe; ++ij) {
+        float* tab = ftab.get() + ij * dim12;
+        const idx_t list = coarse_ids[ij];
+        if (list < 0) {  // NaNs: ignored by the quantization
+          std::memset(tab, -1, sizeof(float) * dim12);
+          continue;
+        }
+        MultiplyAdd(dim12, ivf.precomputed_table.get() + list * dim12, -2.0f,
+                    ip.get() + (ij / nprobe) * dim12, tab);
+      }
+    } else {
+      std::vector<float> residuals(n * nprobe * d);
+      std::memset(fbias.get(), 0, sizeof(float) * n * nprobe);
+      for (size_t ij = 0; ij < n * nprobe; ++ij) {
+        float* r = residuals.data() + ij * d;
+        const idx_t list = coarse_ids[ij];
+        if (list < 0) {
+          std::memset(r, -1, sizeof(float) * d);
+        } else {
+          ivf.quantizer->compute_residual(x + (ij / nprobe) * d, r, list);
+        }
+      }
+      pq.compute_distance_tables(n * nprobe, residuals.data(), ftab.get());
+    }
+  } else {  // inner product with residuals: coarse similarity is the bias
+    ftab.resize(n * dim12);
+    pq.compute_inner_prod_tables(n, x, ftab.get());
+    fbias.resize(n * nprobe);
+    std::memcpy(fbias.get(), coarse_dis, sizeof(float) * n * nprobe);
+  }
+
+  // Quantization to uint8 tables and uint16 biases.
+  const size_t per_query = out->is_3d ? nprobe : 1;
+  out->tables.resize(n * per_query * dim12_2);
+  if (out->has_bias) out->biases.resize(n * nprobe);
+  out->normalizers.resize(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    faiss::quantize_lut::quantize_LUT_and_bias(
+        nprobe, M, ksub, out->is_3d, ftab.get() + i * per_query * dim12,
+        out->has_bias ? fbias.get() + i * nprobe : nullptr,
+        out->tables.get() + i * per_query * dim12_2, M2,
+        out->has_bias ? out->biases.get() + i * nprobe : nullptr,
+        &out->normalizers[2 * i], &out->normalizers[2 * i + 1]);
+  }
+}
+
+// One (query, probed list) pair; sorted by list so that a list's codes are
+// read once for all the queries that probe it.
+struct Probe {
+  int qno;
+  int list_no;
+  int rank;  // position in the query's coarse result
+};
+
+std::vector<Probe> SortedProbes(size_t n, size_t nprobe,
+                                const idx_t* coarse_ids) {
+  std::vector<Probe> probes;
+  probes.reserve(n * nprobe);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < nprobe; ++j) {
+      const idx_t list = coarse_ids[i * nprobe + j];
+      if (list >= 0) {
+        probes.push_back(
+            Probe{static_cast<int>(i), static_cast<int>(list),
+                  static_cast<int>(j)});
+      }
+    }
+  }
+  std::sort(probes.begin(), probes.end(),
+            [](const Probe& a, const Probe& b) { return a.list_no < b.list_no; });
+  return probes;
+}
+
+// Unfiltered scan: FAISS's qbs kernel with one of FAISS's result handlers
+// (the ones its library instantiates the kernel for), groups of at most
+// qbs2 queries per list as IndexIVFFastScan::search_implem_12 does.
+template <class Handler>
+void ScanGroups(const faiss::IndexIVFPQFastScan& ivf, size_t nprobe,
+                const QuantizedLuts& luts, const std::vector<Probe>& probes,
+                Handler& handler) {
+  const faiss::InvertedLists& lists = *ivf.invlists;
+  const size_t dim12_2 = ivf.ksub * ivf.M2;
+  const size_t qbs2 = ivf.qbs2 != 0 ? ivf.qbs2 : 11;
+  std::vector<uint16_t> group_bias(qbs2);
+  std::vector<int> q_map(qbs2), lut_entries(qbs2);
+  faiss::AlignedTable<uint8_t> group_lut(qbs2 * dim12_2);
+  if (luts.has_bias) handler.dbias = group_bias.data();
+  faiss::DummyScaler scaler;
+
+  size_t i0 = 0;
+  while (i0 < probes.size()) {
+    const int list_no = probes[i0].list_no;
+    size_t i1 = i0 + 1;
+    while (i1 < probes.size() && i1 < i0 + qbs2 &&
+           probes[i1].list_no == list_no) {
+      ++i1;
+    }
+    const size_t list_size = lists.list_size(list_no);
+    if (list_size == 0) {
+      i0 = i1;
+      continue;
+    }
+    const int nc = static_cast<int>(i1 - i0);
+    for (size_t i = i0; i < i1; ++i) {
+      const Probe& p = probes[i];
+      const size_t ij = static_cast<size_t>(p.qno) * nprobe + p.rank;
+      q_map[i - i0] = p.qno;
+      lut_entries[i - i0] = luts.is_3d ? static_cast<int>(ij) : p.qno;
+      if (luts.has_bias) group_bias[i - i0] = luts.biases[ij];
+    }
+    const int qbs = faiss::pq4_preferred_qbs(nc);
+    faiss::pq4_pack_LUT_qbs_q_map(qbs, static_cast<int>(ivf.M2),
+                                  luts.tables.get(), lut_entries.data(),
+                                  group_lut.get());
+    faiss::InvertedLists::ScopedCodes codes(&lists, list_no);
+    faiss::InvertedLists::ScopedIds ids(&lists, list_no);
+    handler.ntotal = list_size;
+    handler.q_map = q_map.data();
+    handler.id_map = ids.get();
+    faiss::pq4_accumulate_loop_qbs(qbs, list_size, static_cast<int>(ivf.M2),
+                                   codes.get(), group_lut.get(), handler,
+                                   scaler);
+    i0 = i1;
+  }
+}
+
+template <class C>
+void ScanUnfiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
+                    size_t nprobe, const QuantizedLuts& luts,
+                    const std::vector<Probe>& probes, float* distances,
+                    idx_t* labels) {
+  namespace rh = faiss::simd_result_handlers;
+  const float* norm = luts.normalizers.data();
+  if (k == 1) {
+    rh::SingleResultHandler<C, true> handler(n, 0);
+    ScanGroups(ivf, nprobe, luts, probes, handler);
+    handler.to_flat_arrays(distances, labels, norm);
+  } else if (k <= 20) {  // FAISS: implementation 12 (heap)
+    faiss::AlignedTable<uint16_t> heap_dis(n * k);
+    rh::HeapHandler<C, true> handler(static_cast<int>(n), heap_dis.get(),
+                                     labels, k, 0);
+    ScanGroups(ivf, nprobe, luts, probes, handler);
+    handler.to_flat_arrays(distances, labels, norm);
+  } else {  // implementation 13 (reservoir)
+    rh::ReservoirHandler<C, true> handler(n, 0, k, 2 * k);
+    ScanGroups(ivf, nprobe, luts, probes, handler);
+    handler.to_flat_arrays(distances, labels, norm);
+  }
+}
+
+// Filtered scan: knnd's kernel, one query at a time per list (lists still in
+// order, so a list is read while it is hot for all its queries).
+template <bool kKeepMin>
+void ScanFiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
+                  size_t nprobe, const QuantizedLuts& luts,
+                  const std::vector<Probe>& probes, const IdFilter& filter,
+                  float* distances, idx_t* labels) {
+  using C = typename std::conditional<kKeepMin,
+                                      faiss::CMax<uint16_t, int64_t>,
+                                      faiss::CMin<uint16_t, int64_t>>::type;
+  const faiss::InvertedLists& lists = *ivf.invlists;
+  const size_t dim12_2 = ivf.ksub * ivf.M2;
+  std::vector<uint16_t> heap_dis(n * k);
+  for (size_t q = 0; q < n; ++q) {
+    faiss::heap_heapify<C>(k, heap_dis.data() + q * k, labels + q * k);
+  }
+  for (const Probe& p : probes) {
+    const size_t list_size = lists.list_size(p.list_no);
+    if (list_size == 0) continue;
+    const size_t ij = static_cast<size_t>(p.qno) * nprobe + p.rank;
+    const uint8_t* lut =
+        luts.tables.get() + (luts.is_3d ? ij : p.qno) * dim12_2;
+    const uint16_t bias = luts.has_bias ? luts.biases[ij] : 0;
+    faiss::InvertedLists::ScopedCodes codes(&lists, p.list_no);
+    faiss::InvertedLists::ScopedIds ids(&lists, p.list_no);
+    fastscan_kernel::ScanListFiltered<kKeepMin>(
+        codes.get(), list_size, ids.get(), ivf.M2, lut, bias, filter, k,
+        heap_dis.data() + p.qno * k, labels + p.qno * k);
+  }
+  for (size_t q = 0; q < n; ++q) {
+    uint16_t* hd = heap_dis.data() + q * k;
+    faiss::heap_reorder<C>(k, hd, labels + q * k);
+    const float one_a = 1 / luts.normalizers[2 * q];
+    const float b = luts.normalizers[2 * q + 1];
+    for (size_t j = 0; j < k; ++j) distances[q * k + j] = hd[j] * one_a + b;
+  }
+}
+
+// Queries per slice: FAISS (at one OpenMP thread) splits a batch so that
+// 3-D look-up tables stay under precomputed_table_max_bytes.
+size_t NumSlices(const faiss::IndexIVFPQFastScan& ivf, size_t n,
+                 size_t nprobe) {
+  if (n < 2 || !(ivf.by_residual && ivf.metric_type == faiss::METRIC_L2)) {
+    return 1;
+  }
+  const size_t lut_bytes_per_query =
+      ivf.M * ivf.ksub * nprobe * (sizeof(float) + sizeof(uint8_t));
+  const size_t nq_ok = std::max<size_t>(
+      faiss::precomputed_table_max_bytes / lut_bytes_per_query, 1);
+  return std::max<size_t>(n / nq_ok, 1);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FastScanSearcher>> FastScanSearcher::Create(
+    const faiss::Index* index, std::string name) {
+  const std::string options = faiss::get_compile_options();
+#if defined(__AVX2__)
+  const bool we_avx2 = true;
+#else
+  const bool we_avx2 = false;
+#endif
+  if (absl::StrContains(options, "AVX2") != we_avx2) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot search ", name, ": the FAISS library was built with \"",
+        options, "\" but fastscan_search.cc was compiled ",
+        we_avx2 ? "with" : "without",
+        " AVX2; compile it with the library's SIMD flags (-mavx2 -mfma for an "
+        "AVX2 FAISS, none for Debian's generic build)"));
+  }
+  FastScanParts parts;
+  if (std::string why = CheckFastScanIndex(*index, parts); !why.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot search ", name, " as FastScan: ", why));
+  }
+  if (parts.ivf->invlists == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot search ", name, ": the index has no lists"));
+  }
+  return std::unique_ptr<FastScanSearcher>(
+      new FastScanSearcher(std::move(parts), std::move(name)));
+}
+
+absl::Status FastScanSearcher::Search(int64_t n, const float* x,
+                                      const FastScanSearchParams& params,
+                                      float* distances,
+                                      int64_t* labels) const {
+  if (n < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search of ", name_, ": n=", n, " is negative"));
+  }
+  if (params.k < 1 || params.k > kMaxK) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search of ", name_, ": k=", params.k, " outside [1, ", kMaxK, "]"));
+  }
+  if (params.nprobe < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search of ", name_, ": nprobe=", params.nprobe, " is below 1"));
+  }
+  const int64_t nprobe =
+      std::min<int64_t>(params.nprobe, static_cast<int64_t>(parts_.ivf->nlist));
+  if (n > 0 && (x == nullptr || distances == nullptr || labels == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search of ", name_, ": null query or output array"));
+  }
+  if (n > kMaxQueryProbes / nprobe) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search of ", name_, ": n * nprobe = ", n, " * ", nprobe,
+                     " exceeds ", kMaxQueryProbes));
+  }
+  if (n == 0) return absl::OkStatus();
+  FastScanSearchParams p = params;
+  p.nprobe = nprobe;
+  return faiss_types::CatchFaiss(
+      absl::StatusCode::kInternal, absl::StrCat("search of ", name_),
+      [&] { return SearchImpl(static_cast<size_t>(n), x, p, distances, labels); });
+}
+
+absl::Status FastScanSearcher::SearchImpl(size_t n, const float* x_in,
+                                          const FastScanSearchParams& params,
+                                          float* distances,
+                                          int64_t* labels) const {
+  const faiss::IndexIVFPQFastScan& ivf = *parts_.ivf;
+  const size_t k = static_cast<size_t>(params.k);
+  const size_t nprobe = static_cast<size_t>(params.nprobe);
+
+  // Pre-transform (PCA, OPQ, ...), as IndexPreTransform::search does.
+  const float* x = x_in;
+  std::unique_ptr<const float[]> transformed;
+  if (parts_.layers.pre != nullptr) {
+    x = parts_.layers.pre->apply_chain(n, x_in);
+    if (x != x_in) transformed.reset(x);
+  }
+  const size_t d = ivf.d;
+  const size_t nslice = NumSlices(ivf, n, nprobe);
+  std::vector<idx_t> coarse_ids;
+  std::vector<float> coarse_dis;
+  QuantizedLuts luts;
+  for (size_t s = 0; s < nslice; ++s) {
+    const size_t i0 = n * s / nslice, i1 = n * (s + 1) / nslice;
+    const size_t ns = i1 - i0;
+    if (ns == 0) continue;
+    const float* xs = x + i0 * d;
+    float* ds = distances + i0 * k;
+    idx_t* ls = labels + i0 * k;
+
+    coarse_ids.resize(ns * nprobe);
+    coarse_dis.resize(ns * nprobe);
+    ivf.quantizer->search(ns, xs, nprobe, coarse_dis.data(),
+                          coarse_ids.data());
+    for (const idx_t list : coarse_ids) {
+      if (list >= static_cast<idx_t>(ivf.nlist)) {
+        return absl::InternalError(absl::StrCat(
+            "search of ", name_, ": coarse quantizer returned list ", list,
+            " of nlist ", ivf.nlist));
+      }
+    }
+    ComputeQuantizedLuts(ivf, ns, xs, coarse_ids.data(), coarse_dis.data(),
+                         nprobe, &luts);
+    const std::vector<Probe> probes =
+        SortedProbes(ns, nprobe, coarse_ids.data());
+    const bool l2 = ivf.metric_type == faiss::METRIC_L2;
+    if (params.filter != nullptr) {
+      if (l2) {
+        ScanFiltered<true>(ivf, ns, k, nprobe, luts, probes, *params.filter,
+                           ds, ls);
+      } else {
+        ScanFiltered<false>(ivf, ns, k, nprobe, luts, probes, *params.filter,
+                            ds, ls);
+      }
+    } else if (l2) {
+      ScanUnfiltered<faiss::CMax<uint16_t, int64_t>>(ivf, ns, k, nprobe, luts,
+                                                     probes, ds, ls);
+    } else {
+      ScanUnfiltered<faiss::CMin<uint16_t, int64_t>>(ivf, ns, k, nprobe, luts,
+                                                     probes, ds, ls);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace knnd

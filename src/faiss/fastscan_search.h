@@ -1,0 +1,77 @@
+// FastScanSearcher: search of an IVF-PQ FastScan index (4-bit codes) with
+// per-call parameters (nprobe, id filter), const and safe to call from many
+// threads at once. Internal to src/faiss/ (FaissIndex::Search routes here).
+#ifndef KNND_FAISS_FASTSCAN_SEARCH_H_
+#define KNND_FAISS_FASTSCAN_SEARCH_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "knnd/faiss/fastscan_checks.h"
+#include "knnd/faiss/id_filter.h"
+
+namespace knnd {
+
+struct FastScanSearchParams {
+  int64_t k = 10;       // results per query, >= 1
+  int64_t nprobe = 1;   // lists probed per query, >= 1 (capped at nlist)
+  const IdFilter* filter = nullptr;  // null: every id is allowed
+};
+
+// Searches an IndexIVFPQFastScan (alone or under an IndexPreTransform) the
+// way IndexIVFFastScan::search does (FAISS 1.7.3, implementations 12/13:
+// coarse search, quantized look-up tables, queries grouped by list), but with
+// nprobe and an optional id filter given per call instead of read from the
+// index, and without touching FAISS's global statistics (indexIVF_stats,
+// IVFFastScan_stats), which FAISS writes without synchronisation.
+//
+// Without a filter it drives FAISS's own compiled SIMD kernel
+// (pq4_accumulate_loop_qbs) and result handlers: labels equal, and distances
+// equal up to float rounding of the final rescaling, what FAISS returns with
+// index->nprobe set to the same value, for any batch size, when FAISS's
+// own search runs one OpenMP thread (it splits batches by thread count).
+// With a filter it uses knnd's kernel (fastscan_kernel.h) on the same
+// quantized tables and returns the best k among the allowed ids of the
+// probed lists (ties at the k-th distance broken by scan order).
+// A query with fewer than k candidates gets id -1 in the remaining slots,
+// with a distance that means nothing (FaissIndex::Search replaces it).
+//
+// Ownership: borrows the index, which must outlive the searcher.
+// Thread-safety: Search() is const and keeps all its state on the calling
+// thread; any number of threads may search one searcher concurrently. It
+// calls FAISS's coarse quantizer (BLAS from 20 queries up): OpenBLAS runs
+// one thread in knnd (faiss_runtime.h).
+class FastScanSearcher {
+ public:
+  // `name` (the index file) is used in error messages. FAILED_PRECONDITION
+  // when the index is not a FastScan index knnd serves (fastscan_checks.h),
+  // has no lists, or when this file was compiled with other SIMD settings
+  // than the FAISS library (their kernel and handler types would differ).
+  static absl::StatusOr<std::unique_ptr<FastScanSearcher>> Create(
+      const faiss::Index* index, std::string name);
+
+  // Searches n queries of dimension index->d (row-major in x); writes
+  // n * k distances and labels, each query's results best first.
+  // INVALID_ARGUMENT for bad arguments; a FAISS error is INTERNAL.
+  absl::Status Search(int64_t n, const float* x,
+                      const FastScanSearchParams& params, float* distances,
+                      int64_t* labels) const;
+
+ private:
+  FastScanSearcher(FastScanParts parts, std::string name)
+      : parts_(std::move(parts)), name_(std::move(name)) {}
+
+  absl::Status SearchImpl(size_t n, const float* x,
+                          const FastScanSearchParams& params,
+                          float* distances, int64_t* labels) const;
+
+  const FastScanParts parts_;
+  const std::string name_;
+};
+
+}  // namespace knnd
+
+#endif  // KNND_FAISS_FASTSCAN_SEARCH_H_

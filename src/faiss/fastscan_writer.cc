@@ -1,0 +1,256 @@
+#include "knnd/faiss/fastscan_writer.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include <faiss/IndexIVFPQFastScan.h>
+#include <faiss/IndexPreTransform.h>
+#include <faiss/impl/io.h>
+#include <faiss/impl/pq4_fast_scan.h>
+#include <faiss/index_io.h>
+#include <faiss/invlists/BlockInvertedLists.h>
+
+#include "absl/strings/str_cat.h"
+#include "knnd/faiss/fastscan_checks.h"
+#include "knnd/faiss/fastscan_format.h"
+#include "knnd/faiss/faiss_types.h"
+#include "knnd/faiss/mapped_block_lists.h"
+
+namespace knnd {
+namespace {
+
+using faiss_types::CatchFaiss;
+
+uint64_t RoundUp(uint64_t a, uint64_t b) { return (a + b - 1) / b * b; }
+
+// Appends to a file; the first failure is kept and reported by Close().
+class FileAppender {
+ public:
+  explicit FileAppender(const std::string& path)
+      : path_(path), file_(std::fopen(path.c_str(), "wb")) {
+    if (file_ == nullptr) error_ = errno;
+  }
+  ~FileAppender() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+
+  void Append(const void* data, size_t n) {
+    if (error_ == 0 && n > 0 && std::fwrite(data, 1, n, file_) != n) {
+      error_ = errno;
+    }
+    written_ += n;
+  }
+  void AppendZeros(size_t n) {
+    static const uint8_t kZeros[4096] = {};
+    for (size_t left = n; left > 0;) {
+      const size_t take = std::min(left, sizeof kZeros);
+      Append(kZeros, take);
+      left -= take;
+    }
+  }
+  void PadTo(uint64_t offset) { AppendZeros(offset - written_); }
+  uint64_t written() const { return written_; }
+
+  absl::Status Close() {
+    if (file_ != nullptr && std::fclose(file_) != 0 && error_ == 0) {
+      error_ = errno;
+    }
+    file_ = nullptr;
+    if (error_ == 0) return absl::OkStatus();
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write ", path_, ": ", std::strerror(error_)));
+  }
+
+ private:
+  const std::string path_;
+  std::FILE* file_;
+  int error_ = 0;
+  uint64_t written_ = 0;
+};
+
+// One list as the writer reads it from the index's InvertedLists.
+struct SourceList {
+  uint64_t n = 0;
+  const uint8_t* codes = nullptr;  // whole blocks
+  const faiss::Index::idx_t* ids = nullptr;
+};
+
+absl::StatusOr<std::vector<SourceList>> SourceLists(
+    const faiss::IndexIVFPQFastScan& ivf, const std::string& path) {
+  auto refuse = [&path](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write ", path, ": ", why));
+  };
+  const faiss::InvertedLists* il = ivf.invlists;
+  if (il == nullptr || il->nlist != ivf.nlist) {
+    return refuse("the index has no inverted lists of nlist entries");
+  }
+  const auto* block = dynamic_cast<const faiss::BlockInvertedLists*>(il);
+  const auto* mapped = dynamic_cast<const MappedBlockLists*>(il);
+  if (block != nullptr) {
+    if (block->n_per_block != kFastScanBlockVectors ||
+        block->block_size != kFastScanBlockVectors * ivf.code_size) {
+      return refuse(absl::StrCat("BlockInvertedLists with n_per_block ",
+                                 block->n_per_block, " and block_size ",
+                                 block->block_size, " (expected 32 and ",
+                                 32 * ivf.code_size, ")"));
+    }
+  } else if (mapped == nullptr || mapped->block_code_bytes() != ivf.code_size) {
+    return refuse(absl::StrCat("inverted lists of type ",
+                               faiss_types::TypeOf(il),
+                               " (FastScan lists are BlockInvertedLists)"));
+  }
+  std::vector<SourceList> lists(ivf.nlist);
+  uint64_t total = 0;
+  for (size_t l = 0; l < ivf.nlist; ++l) {
+    SourceList& s = lists[l];
+    s.n = il->list_size(l);
+    if (s.n == 0) continue;
+    s.codes = il->get_codes(l);
+    s.ids = il->get_ids(l);
+    if (block != nullptr &&
+        block->codes[l].size() < FastScanPaddedCodeBytes(s.n, ivf.code_size)) {
+      return refuse(absl::StrCat("list ", l, " has ", s.n,
+                                 " vectors but only ", block->codes[l].size(),
+                                 " code bytes"));
+    }
+    total += s.n;
+  }
+  if (total != static_cast<uint64_t>(ivf.ntotal)) {
+    return refuse(absl::StrCat("the lists hold ", total,
+                               " vectors, the index's ntotal is ", ivf.ntotal));
+  }
+  return lists;
+}
+
+// The FAISS index serialised with empty BlockInvertedLists, through
+// shallow copies (the index itself is not modified). Empty lists rather
+// than none: FAISS's reader warns on stderr about an index without lists.
+std::vector<uint8_t> SerializeWithEmptyLists(const FastScanParts& parts) {
+  const faiss::IndexIVFPQFastScan& ivf = *parts.ivf;
+  faiss::BlockInvertedLists empty(ivf.nlist, kFastScanBlockVectors,
+                                  kFastScanBlockVectors * ivf.code_size);
+  faiss::IndexIVFPQFastScan ivf_copy(ivf);  // copies pq and tables
+  ivf_copy.invlists = &empty;
+  ivf_copy.own_invlists = false;
+  ivf_copy.own_fields = false;  // the quantizer stays the original's
+  ivf_copy.orig_invlists = nullptr;
+  faiss::VectorIOWriter writer;
+  if (parts.layers.pre != nullptr) {
+    faiss::IndexPreTransform pre_copy(*parts.layers.pre);
+    pre_copy.own_fields = false;
+    pre_copy.index = &ivf_copy;
+    faiss::write_index(&pre_copy, &writer);
+  } else {
+    faiss::write_index(&ivf_copy, &writer);
+  }
+  return std::move(writer.data);
+}
+
+// The list table and header for `lists` after a blob of `blob` bytes.
+FastScanHeader PlanLayout(const faiss::Index& index,
+                          const faiss::IndexIVFPQFastScan& ivf,
+                          const std::vector<SourceList>& lists,
+                          const std::vector<uint8_t>& blob,
+                          std::vector<FastScanListEntry>& table) {
+  FastScanHeader h;
+  std::memset(&h, 0, sizeof h);
+  std::memcpy(h.magic, kFastScanMagic, sizeof h.magic);
+  h.format_version = kFastScanFormatVersion;
+  h.header_bytes = kFastScanHeaderBytes;
+  h.table_offset = kFastScanHeaderBytes;
+  h.nlist = ivf.nlist;
+  h.blob_offset = RoundUp(h.table_offset + h.nlist * kFastScanListEntryBytes, 8);
+  h.blob_bytes = blob.size();
+  h.lists_offset = RoundUp(h.blob_offset + h.blob_bytes, kFastScanListAlignment);
+  h.code_size = ivf.code_size;
+  h.block_vectors = kFastScanBlockVectors;
+  h.list_alignment = kFastScanListAlignment;
+  h.metric = static_cast<uint32_t>(ivf.metric_type);
+  h.dim = static_cast<uint32_t>(index.d);
+  table.assign(h.nlist, FastScanListEntry{0, 0, 0});
+  uint64_t cursor = h.lists_offset;
+  for (uint64_t l = 0; l < h.nlist; ++l) {
+    const uint64_t n = lists[l].n;
+    table[l].n = n;
+    if (n == 0) continue;
+    table[l].codes_offset = cursor;
+    table[l].ids_offset = cursor + FastScanPaddedCodeBytes(n, h.code_size);
+    cursor = RoundUp(table[l].ids_offset + n * sizeof(int64_t),
+                     kFastScanListAlignment);
+    h.ntotal += n;
+  }
+  h.file_bytes = cursor;
+  h.lists_bytes = cursor - h.lists_offset;
+  h.meta_checksum = FastScanMetaChecksum(
+      h,
+      {reinterpret_cast<const uint8_t*>(table.data()),
+       table.size() * sizeof(FastScanListEntry)},
+      blob);
+  return h;
+}
+
+absl::Status Write(const faiss::Index& index, const std::string& path) {
+  FastScanParts parts;
+  if (std::string why = CheckFastScanIndex(index, parts); !why.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot write ", path, " as a knnd FastScan index: ", why));
+  }
+  const faiss::IndexIVFPQFastScan& ivf = *parts.ivf;
+  absl::StatusOr<std::vector<SourceList>> lists = SourceLists(ivf, path);
+  if (!lists.ok()) return lists.status();
+  const std::vector<uint8_t> blob = SerializeWithEmptyLists(parts);
+  std::vector<FastScanListEntry> table;
+  const FastScanHeader h = PlanLayout(index, ivf, *lists, blob, table);
+
+  FileAppender out(path);
+  out.Append(&h, sizeof h);
+  out.Append(table.data(), table.size() * sizeof(FastScanListEntry));
+  out.PadTo(h.blob_offset);
+  out.Append(blob.data(), blob.size());
+  out.PadTo(h.lists_offset);
+  const size_t block_bytes = kFastScanBlockVectors * ivf.code_size;
+  std::vector<uint8_t> last_block(block_bytes);
+  for (const SourceList& src : *lists) {
+    if (src.n == 0) continue;
+    // Whole blocks as they are; the last one with the slots past n zeroed,
+    // so that equal indexes give equal files.
+    const uint64_t full = src.n / kFastScanBlockVectors;
+    out.Append(src.codes, full * block_bytes);
+    if (const uint64_t rest = src.n % kFastScanBlockVectors; rest != 0) {
+      std::memcpy(last_block.data(), src.codes + full * block_bytes,
+                  block_bytes);
+      for (uint64_t v = rest; v < kFastScanBlockVectors; ++v) {
+        for (size_t sq = 0; sq < ivf.M2; ++sq) {
+          faiss::pq4_set_packed_element(last_block.data(), 0,
+                                        kFastScanBlockVectors, ivf.M2, v, sq);
+        }
+      }
+      out.Append(last_block.data(), block_bytes);
+    }
+    out.Append(src.ids, src.n * sizeof(int64_t));
+    out.PadTo(RoundUp(out.written(), kFastScanListAlignment));
+  }
+  if (absl::Status s = out.Close(); !s.ok()) return s;
+  if (out.written() != h.file_bytes) {
+    return absl::InternalError(absl::StrCat("writing ", path, ": wrote ",
+                                            out.written(), " bytes, planned ",
+                                            h.file_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteFastScanFile(const faiss::Index& index,
+                               const std::string& path) {
+  return CatchFaiss(absl::StatusCode::kInternal,
+                    absl::StrCat("writing FastScan index file ", path),
+                    [&] { return Write(index, path); });
+}
+
+}  // namespace knnd

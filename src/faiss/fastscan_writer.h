@@ -1,0 +1,35 @@
+// Writing an IVF-PQ FastScan index in knnd's mappable layout
+// (fastscan_format.h). Internal to src/faiss/: the builder writes its index
+// with it, and faiss_builder.h's ConvertFaissFileToFastScan a file FAISS
+// wrote.
+//
+// The file is written at the path given, as is: callers write to a
+// temporary name and commit it with storage/atomic_file.h, the one atomic
+// writer.
+//
+// Thread-safety: the functions only read the index they are given; one
+// writer per path.
+#ifndef KNND_FAISS_FASTSCAN_WRITER_H_
+#define KNND_FAISS_FASTSCAN_WRITER_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace faiss {
+struct Index;
+}  // namespace faiss
+
+namespace knnd {
+
+// Writes `index` (an IndexIVFPQFastScan, optionally under a pre-transform,
+// with FAISS's BlockInvertedLists or knnd's mapped lists) to `path`, which
+// is created or truncated. INVALID_ARGUMENT naming the reason for an index
+// knnd cannot serve as FastScan; PERMISSION_DENIED "cannot write PATH: ..."
+// when the file cannot be written.
+absl::Status WriteFastScanFile(const faiss::Index& index,
+                               const std::string& path);
+
+}  // namespace knnd
+
+#endif  // KNND_FAISS_FASTSCAN_WRITER_H_

@@ -1,0 +1,127 @@
+// knnd's FastScan kernel against a direct computation from unpacked codes
+// packed by FAISS (pq4_pack_codes).
+#include "knnd/faiss/fastscan_kernel.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <faiss/impl/pq4_fast_scan.h>
+#include <faiss/utils/Heap.h>
+
+namespace knnd {
+namespace {
+
+struct Packed {
+  size_t m2;
+  size_t n;
+  std::vector<uint8_t> flat;    // n x ceil(M/2) bytes, 2 codes per byte
+  std::vector<uint8_t> blocks;  // packed, round_up(n, 32) * m2 / 2 bytes
+  std::vector<uint8_t> lut;     // m2 x 16
+};
+
+Packed MakePacked(size_t m, size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Packed p;
+  p.m2 = (m + 1) / 2 * 2;
+  p.n = n;
+  const size_t bytes_per_code = (m + 1) / 2;
+  p.flat.resize(n * bytes_per_code);
+  for (auto& b : p.flat) b = static_cast<uint8_t>(rng());
+  if (m % 2 == 1) {  // the unused high nibble of the last byte
+    for (size_t i = 0; i < n; ++i) p.flat[i * bytes_per_code + m / 2] &= 15;
+  }
+  const size_t nb = (n + 31) / 32 * 32;
+  p.blocks.resize(nb * p.m2 / 2);
+  faiss::pq4_pack_codes(p.flat.data(), n, m, nb, 32, p.m2, p.blocks.data());
+  p.lut.resize(p.m2 * 16);
+  for (auto& v : p.lut) v = static_cast<uint8_t>(rng());
+  for (size_t sq = m; sq < p.m2; ++sq) {  // FAISS zeroes the padding tables
+    for (int c = 0; c < 16; ++c) p.lut[sq * 16 + c] = 0;
+  }
+  return p;
+}
+
+uint16_t Direct(const Packed& p, size_t v, uint16_t bias) {
+  const size_t bytes_per_code = p.m2 / 2;
+  uint16_t d = bias;
+  for (size_t sq = 0; sq < p.m2; ++sq) {
+    const uint8_t byte = p.flat[v * bytes_per_code + sq / 2];
+    const uint8_t code = sq % 2 == 0 ? byte & 15 : byte >> 4;
+    d = static_cast<uint16_t>(d + p.lut[sq * 16 + code]);
+  }
+  return d;
+}
+
+TEST(FastScanKernel, BlockDistancesMatchUnpackedCodes) {
+  for (size_t m : {2, 7, 16, 33, 98}) {
+    const Packed p = MakePacked(m, 70, 42 + m);
+    for (size_t b = 0; b < 3; ++b) {
+      uint16_t simd[32], scalar[32];
+      const uint8_t* block = p.blocks.data() + b * 16 * p.m2;
+      fastscan_kernel::BlockDistances(block, p.m2, p.lut.data(), 1000, simd);
+      fastscan_kernel::BlockDistancesScalar(block, p.m2, p.lut.data(), 1000,
+                                            scalar);
+      for (size_t v = 0; v < 32 && b * 32 + v < p.n; ++v) {
+        ASSERT_EQ(scalar[v], Direct(p, b * 32 + v, 1000))
+            << "m " << m << " vector " << b * 32 + v;
+        ASSERT_EQ(simd[v], scalar[v]) << "m " << m << " vector " << b * 32 + v;
+      }
+    }
+  }
+}
+
+TEST(FastScanKernel, WrapsModulo65536LikeFaiss) {
+  // 392 sub-quantizers of 255 overflow 16 bits; the sum wraps.
+  Packed p = MakePacked(392, 32, 7);
+  for (auto& v : p.lut) v = 255;
+  uint16_t simd[32];
+  fastscan_kernel::BlockDistances(p.blocks.data(), p.m2, p.lut.data(), 0, simd);
+  EXPECT_EQ(simd[0], static_cast<uint16_t>(392 * 255));
+}
+
+TEST(FastScanKernel, ScanListFilteredKeepsBestAllowed) {
+  const Packed p = MakePacked(16, 100, 3);
+  std::vector<int64_t> ids(p.n);
+  for (size_t i = 0; i < p.n; ++i) ids[i] = 1000 + 3 * i;
+  std::vector<int64_t> allowed;
+  for (size_t i = 0; i < p.n; i += 2) allowed.push_back(ids[i]);
+  const IdFilter filter(allowed);
+  const size_t k = 5;
+  for (bool keep_min : {true, false}) {
+    std::vector<uint16_t> hd(k);
+    std::vector<int64_t> hi(k);
+    if (keep_min) {
+      faiss::heap_heapify<faiss::CMax<uint16_t, int64_t>>(k, hd.data(),
+                                                          hi.data());
+      fastscan_kernel::ScanListFiltered<true>(p.blocks.data(), p.n, ids.data(),
+                                              p.m2, p.lut.data(), 0, filter,
+                                              k, hd.data(), hi.data());
+      faiss::heap_reorder<faiss::CMax<uint16_t, int64_t>>(k, hd.data(),
+                                                          hi.data());
+    } else {
+      faiss::heap_heapify<faiss::CMin<uint16_t, int64_t>>(k, hd.data(),
+                                                          hi.data());
+      fastscan_kernel::ScanListFiltered<false>(
+          p.blocks.data(), p.n, ids.data(), p.m2, p.lut.data(), 0, filter, k,
+          hd.data(), hi.data());
+      faiss::heap_reorder<faiss::CMin<uint16_t, int64_t>>(k, hd.data(),
+                                                          hi.data());
+    }
+    std::vector<std::pair<uint16_t, int64_t>> expect;
+    for (size_t i = 0; i < p.n; i += 2) expect.push_back({Direct(p, i, 0), ids[i]});
+    std::stable_sort(expect.begin(), expect.end(), [&](auto& a, auto& b) {
+      return keep_min ? a.first < b.first : a.first > b.first;
+    });
+    for (size_t j = 0; j < k; ++j) {
+      EXPECT_EQ(hd[j], expect[j].first) << "keep_min " << keep_min << " j " << j;
+      EXPECT_EQ((hi[j] - 1000) % 6, 0) << "id " << hi[j] << " not allowed";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace knnd

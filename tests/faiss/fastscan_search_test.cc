@@ -1,0 +1,324 @@
+// FastScanSearcher against FAISS's own IndexIVFPQFastScan::search at the
+// same nprobe, with id filters, and from several threads at once.
+#include "knnd/faiss/fastscan_search.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <faiss/IndexIVFPQFastScan.h>
+#include <faiss/IVFlib.h>
+#include <gtest/gtest.h>
+
+#include "knnd/faiss/faiss_runtime.h"
+#include "knnd/faiss/fastscan_index.h"
+#include "testing/fastscan_util.h"
+
+namespace knnd {
+namespace {
+
+using ::knnd::testing::FaissSearch;
+using ::knnd::testing::IndexSpec;
+using ::knnd::testing::MakeData;
+using ::knnd::testing::ReadFaissIndex;
+using ::knnd::testing::TempDir;
+using ::knnd::testing::WriteFastScanIndex;
+
+constexpr int kDim = 32;
+constexpr int64_t kBase = 5000;
+constexpr int64_t kQueries = 200;
+
+struct Config {
+  std::string name;
+  std::string factory;
+  bool inner_product = false;
+  // For residual L2 codes: search with the precomputed table (FAISS's
+  // default after reading) or with residual tables per query (knnd's
+  // use_precomputed_table: false).
+  bool table = true;
+};
+
+std::string ConfigName(const ::testing::TestParamInfo<Config>& info) {
+  return info.param.name;
+}
+
+// The FAISS index (heap lists, the reference) and the same index mapped
+// from knnd's FastScan file, for one config.
+struct Built {
+  TempDir dir;
+  std::unique_ptr<faiss::Index> faiss;
+  std::unique_ptr<FastScanIndex> mapped;
+  int64_t nlist = 0;
+};
+
+const Built& BuildOnce(const Config& c) {
+  static std::map<std::string, std::unique_ptr<Built>> built;
+  std::unique_ptr<Built>& b = built[c.name];
+  if (b != nullptr) return *b;
+  b = std::make_unique<Built>();
+  IndexSpec spec;
+  spec.n = kBase;
+  spec.d = kDim;
+  spec.factory = c.factory;
+  spec.inner_product = c.inner_product;
+  WriteFastScanIndex(b->dir.path("faiss.index"), b->dir.path("knnd.index"),
+                     spec);
+  b->faiss = ReadFaissIndex(b->dir.path("faiss.index"));
+  auto& ivf = dynamic_cast<faiss::IndexIVFPQFastScan&>(
+      *faiss::ivflib::extract_index_ivf(b->faiss.get()));
+  b->nlist = static_cast<int64_t>(ivf.nlist);
+  auto mapped = FastScanIndex::Open(b->dir.path("knnd.index"));
+  EXPECT_TRUE(mapped.ok()) << mapped.status();
+  b->mapped = std::move(*mapped);
+  if (c.table) {
+    EXPECT_TRUE(b->mapped->BuildPrecomputedTable().ok());
+  } else {
+    ivf.use_precomputed_table = -1;  // FAISS's "no table"
+    ivf.precompute_table();
+  }
+  return *b;
+}
+
+void ExpectNear(float got, float want, const std::string& where) {
+  EXPECT_NEAR(got, want, 1e-5f * std::max(1.0f, std::fabs(want))) << where;
+}
+
+class FastScanSearchTest : public ::testing::TestWithParam<Config> {
+ protected:
+  void SetUp() override {
+    UseSingleThreadedBlas();
+    omp_set_num_threads(1);
+    built_ = &BuildOnce(GetParam());
+    queries_ = MakeData(kQueries, kDim, 12);
+  }
+
+  absl::Status Search(const std::vector<float>& queries, int64_t q0,
+                      int64_t n, const FastScanSearchParams& p,
+                      std::vector<float>& d, std::vector<int64_t>& l) const {
+    return built_->mapped->Search(n, queries.data() + q0 * kDim, p,
+                                  d.data() + q0 * p.k, l.data() + q0 * p.k);
+  }
+
+  const Built* built_ = nullptr;
+  std::vector<float> queries_;
+};
+
+TEST_P(FastScanSearchTest, EqualsFaissSearch) {
+  for (int64_t nprobe : {int64_t{1}, int64_t{4}, built_->nlist}) {
+    for (int k : {1, 10, 50}) {
+      std::vector<float> want_d;
+      std::vector<int64_t> want_l;
+      FaissSearch(*built_->faiss, static_cast<int>(nprobe), queries_, k,
+                  &want_d, &want_l);
+      for (int64_t batch : {1, 7, 100, 256}) {
+        std::vector<float> d(kQueries * k);
+        std::vector<int64_t> l(kQueries * k);
+        FastScanSearchParams p;
+        p.k = k;
+        p.nprobe = nprobe;
+        for (int64_t q0 = 0; q0 < kQueries; q0 += batch) {
+          ASSERT_TRUE(
+              Search(queries_, q0, std::min(batch, kQueries - q0), p, d, l)
+                  .ok());
+        }
+        for (size_t i = 0; i < l.size(); ++i) {
+          const std::string where =
+              "query " + std::to_string(i / k) + " rank " +
+              std::to_string(i % k) + " nprobe " + std::to_string(nprobe) +
+              " k " + std::to_string(k) + " batch " + std::to_string(batch);
+          ASSERT_EQ(l[i], want_l[i]) << where;
+          if (want_l[i] >= 0) ExpectNear(d[i], want_d[i], where);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(FastScanSearchTest, NprobeAboveNlistIsCapped) {
+  const int k = 10;
+  std::vector<float> d1(kQueries * k), d2(kQueries * k);
+  std::vector<int64_t> l1(kQueries * k), l2(kQueries * k);
+  FastScanSearchParams p;
+  p.k = k;
+  p.nprobe = built_->nlist;
+  ASSERT_TRUE(Search(queries_, 0, kQueries, p, d1, l1).ok());
+  p.nprobe = 10 * built_->nlist;
+  ASSERT_TRUE(Search(queries_, 0, kQueries, p, d2, l2).ok());
+  EXPECT_EQ(l1, l2);
+}
+
+// The reference for a filter: FAISS with k large enough to return every
+// vector of the probed lists, filtered, first k.
+TEST_P(FastScanSearchTest, FilterGivesTheBestAllowedOfTheProbedLists) {
+  std::mt19937_64 rng(5);
+  std::vector<int64_t> allowed;
+  for (int64_t id = 0; id < kBase; ++id) {
+    if (rng() % 10 < 3) allowed.push_back(id);
+  }
+  const IdFilter filter(allowed);
+  const std::set<int64_t> allowed_set(allowed.begin(), allowed.end());
+  const int64_t nq = 40;
+  const std::vector<float> queries(queries_.begin(),
+                                   queries_.begin() + nq * kDim);
+  for (int64_t nprobe : {int64_t{1}, int64_t{4}, built_->nlist}) {
+    std::vector<float> all_d;
+    std::vector<int64_t> all_l;
+    FaissSearch(*built_->faiss, static_cast<int>(nprobe), queries, kBase,
+                &all_d, &all_l);
+    for (int k : {1, 10, 50}) {
+      std::vector<float> d(nq * k);
+      std::vector<int64_t> l(nq * k);
+      FastScanSearchParams p;
+      p.k = k;
+      p.nprobe = nprobe;
+      p.filter = &filter;
+      ASSERT_TRUE(Search(queries, 0, nq, p, d, l).ok());
+      for (int64_t q = 0; q < nq; ++q) {
+        const std::string where = "query " + std::to_string(q) + " nprobe " +
+                                  std::to_string(nprobe) + " k " +
+                                  std::to_string(k);
+        std::vector<std::pair<float, int64_t>> want;  // FAISS's order
+        std::map<int64_t, float> want_d;
+        for (int64_t j = 0; j < kBase; ++j) {
+          const int64_t id = all_l[q * kBase + j];
+          if (id >= 0 && allowed_set.count(id) > 0) {
+            want.push_back({all_d[q * kBase + j], id});
+            want_d[id] = all_d[q * kBase + j];
+          }
+        }
+        const size_t found = std::min<size_t>(k, want.size());
+        for (size_t j = 0; j < static_cast<size_t>(k); ++j) {
+          const int64_t id = l[q * k + j];
+          if (j >= found) {
+            ASSERT_EQ(id, -1) << where << " rank " << j;
+            continue;
+          }
+          ASSERT_EQ(want_d.count(id), 1u)
+              << where << " id " << id << " is not allowed or not probed";
+          // The same distance at every rank (ties may swap ids), each id's
+          // distance its own.
+          ExpectNear(d[q * k + j], want[j].first, where);
+          ExpectNear(d[q * k + j], want_d[id], where);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(FastScanSearchTest, AllowAllFilterEqualsUnfiltered) {
+  std::vector<int64_t> all(kBase);
+  for (int64_t i = 0; i < kBase; ++i) all[i] = i;
+  const IdFilter filter(all);
+  for (int k : {1, 10}) {  // heap handlers: the same tie order as FAISS
+    std::vector<float> d1(kQueries * k), d2(kQueries * k);
+    std::vector<int64_t> l1(kQueries * k), l2(kQueries * k);
+    FastScanSearchParams p;
+    p.k = k;
+    p.nprobe = 4;
+    ASSERT_TRUE(Search(queries_, 0, kQueries, p, d1, l1).ok());
+    p.filter = &filter;
+    ASSERT_TRUE(Search(queries_, 0, kQueries, p, d2, l2).ok());
+    EXPECT_EQ(l1, l2) << "k " << k;
+    for (size_t i = 0; i < d1.size(); ++i) ExpectNear(d2[i], d1[i], "allow-all");
+  }
+}
+
+TEST_P(FastScanSearchTest, FilterWithNoIdsFindsNothing) {
+  const IdFilter filter(absl::Span<const int64_t>{});
+  std::vector<float> d(5 * 10);
+  std::vector<int64_t> l(5 * 10);
+  FastScanSearchParams p;
+  p.k = 10;
+  p.nprobe = 8;
+  p.filter = &filter;
+  ASSERT_TRUE(Search(queries_, 0, 5, p, d, l).ok());
+  for (int64_t id : l) EXPECT_EQ(id, -1);
+}
+
+TEST_P(FastScanSearchTest, ConcurrentSearchesEqualSerial) {
+  const int k = 10;
+  const std::vector<int64_t> nprobes = {1, 3, 8, built_->nlist};
+  std::vector<int64_t> allowed;
+  for (int64_t id = 0; id < kBase; id += 3) allowed.push_back(id);
+  const IdFilter filter(allowed);
+  auto params = [&](size_t which) {
+    FastScanSearchParams p;
+    p.k = k;
+    p.nprobe = nprobes[which % 4];
+    p.filter = which >= 4 ? &filter : nullptr;
+    return p;
+  };
+  std::vector<std::vector<int64_t>> serial(8);
+  for (size_t which = 0; which < 8; ++which) {
+    std::vector<float> d(kQueries * k);
+    serial[which].resize(kQueries * k);
+    ASSERT_TRUE(
+        Search(queries_, 0, kQueries, params(which), d, serial[which]).ok());
+  }
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      omp_set_num_threads(1);
+      for (int round = 0; round < 6; ++round) {
+        const size_t which = (t + round) % 8;
+        const int64_t batch = round % 2 == 0 ? 1 : 100;
+        std::vector<float> d(kQueries * k);
+        std::vector<int64_t> l(kQueries * k);
+        for (int64_t q0 = 0; q0 < kQueries; q0 += batch) {
+          if (!Search(queries_, q0, std::min(batch, kQueries - q0),
+                      params(which), d, l)
+                   .ok()) {
+            ++mismatches[t];
+          }
+        }
+        if (l != serial[which]) ++mismatches[t];
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+}
+
+TEST_P(FastScanSearchTest, InvalidArgumentsAreRefused) {
+  std::vector<float> d(10);
+  std::vector<int64_t> l(10);
+  const FastScanIndex& index = *built_->mapped;
+  FastScanSearchParams p;
+  p.k = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      index.Search(1, queries_.data(), p, d.data(), l.data())));
+  p.k = 10;
+  p.nprobe = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      index.Search(1, queries_.data(), p, d.data(), l.data())));
+  p.nprobe = 1;
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      index.Search(-1, queries_.data(), p, d.data(), l.data())));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      index.Search(1, nullptr, p, d.data(), l.data())));
+  EXPECT_TRUE(index.Search(0, nullptr, p, nullptr, nullptr).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, FastScanSearchTest,
+    ::testing::Values(
+        Config{"L2", "IVF32,PQ16x4fs"},
+        Config{"L2Residual", "IVF32,PQ16x4fsr"},
+        Config{"L2ResidualNoTable", "IVF32,PQ16x4fsr", false, false},
+        Config{"PCA_L2OddM", "PCA30,IVF16,PQ15x4fs"},
+        Config{"IP", "IVF32,PQ16x4fs", true},
+        Config{"IPResidual", "IVF32,PQ16x4fsr", true},
+        Config{"PCA_IP", "PCA16,IVF32,PQ8x4fs", true}),
+    ConfigName);
+
+}  // namespace
+}  // namespace knnd
