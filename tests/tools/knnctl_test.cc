@@ -114,9 +114,10 @@ TEST(Knnctl, ExitCodes) {
             1);
 }
 
-constexpr const char* kCommands[] = {"build",   "eval",   "tune",
-                                     "search",  "info",   "health",
-                                     "publish", "reload", "versions"};
+constexpr const char* kCommands[] = {"build",  "convert", "eval",
+                                     "tune",   "search",  "info",
+                                     "health", "publish", "reload",
+                                     "versions"};
 
 TEST(Knnctl, HelpListsEveryCommandAndExitsZero) {
   for (const char* help : {"--help", "help", "-h"}) {
@@ -406,6 +407,44 @@ TEST(Knnctl, TuneRecordsTheFastestSettingReachingTheTarget) {
   auto again = ReadIndexMetadata(MetadataPath(index));
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->tuned_nprobe(), meta->tuned_nprobe());
+}
+
+// convert turns a FastScan index that FAISS wrote into knnd's mappable
+// layout with a sidecar; knnd loads the result and refused the original.
+TEST(Knnctl, ConvertMakesAFaissFastScanFileServable) {
+  TempDir dir;
+  ::knnd::testing::IndexSpec spec;
+  spec.n = 3000;
+  spec.d = 16;
+  spec.factory = "IVF16,PQ8x4fs";
+  ::knnd::testing::WriteIndex(dir.path("faiss.index"), spec);
+  LoadOptions load;
+  load.probe_in_subprocess = false;
+  auto refused = IndexSnapshot::Load(dir.path("faiss.index"), load);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("knnctl convert"));
+
+  const std::string out = dir.path("knnd.index");
+  CommandResult converted = Knnctl(absl::StrCat(
+      "convert --input ", dir.path("faiss.index"), " --output ", out));
+  ASSERT_EQ(converted.exit_code, 0) << converted.output;
+  auto snapshot = IndexSnapshot::Load(out, load);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_TRUE((*snapshot)->info().has_metadata);
+  EXPECT_EQ((*snapshot)->info().ntotal, 3000);
+  EXPECT_THAT((*snapshot)->info().index_type, HasSubstr("x4fs"));
+  auto meta = ReadIndexMetadata(MetadataPath(out));
+  ASSERT_TRUE(meta.ok());
+  EXPECT_THAT(meta->built_by(), HasSubstr("knnctl convert"));
+
+  // An 8-bit IVF-PQ file is no FastScan index to convert.
+  spec.factory = "IVF16,PQ4";
+  ::knnd::testing::WriteIndex(dir.path("plain.index"), spec);
+  CommandResult wrong = Knnctl(absl::StrCat(
+      "convert --input ", dir.path("plain.index"), " --output ",
+      dir.path("x.index")));
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.output;
+  EXPECT_THAT(wrong.output, HasSubstr("plain.index"));
 }
 
 TEST(Knnctl, KilledBuildLeavesTheOldIndexIntact) {

@@ -37,8 +37,9 @@ struct Command {
   DefineCommand define;
 };
 
-// build.cc
+// build.cc: making index files.
 std::function<int()> DefineBuild(FlagSet& flags);
+std::function<int()> DefineConvert(FlagSet& flags);
 // eval.cc
 std::function<int()> DefineEval(FlagSet& flags);
 // tune.cc

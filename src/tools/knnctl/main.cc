@@ -19,6 +19,9 @@ namespace {
 constexpr Command kCommands[] = {
     {"build", "vectors in, IVF-PQ index file and metadata sidecar out",
      "--input FILE --output INDEX [flags]", DefineBuild},
+    {"convert",
+     "a FastScan index written by FAISS into knnd's mappable layout",
+     "--input FAISS_FILE --output INDEX [--metric cosine]", DefineConvert},
     {"eval", "recall and queries/s over a sweep of nprobe and refine_factor",
      "--index INDEX --queries FILE (--ground_truth FILE | --base FILE) "
      "[flags]",
