@@ -34,6 +34,7 @@ using ::knnd::testing::IndexSpec;
 using ::knnd::testing::MakeData;
 using ::knnd::testing::ReadBytes;
 using ::knnd::testing::ReadFaissIndex;
+using ::knnd::testing::SearchSnapshot;
 using ::knnd::testing::TempDir;
 using ::knnd::testing::WriteBytes;
 using ::knnd::testing::WriteIndex;
@@ -42,31 +43,7 @@ using ::testing::HasSubstr;
 constexpr int kDim = 32;
 constexpr int kK = 10;
 
-struct Results {
-  std::vector<float> distances;
-  std::vector<int64_t> ids;
-};
-
-Results Search(const IndexSnapshot& snapshot, const std::vector<float>& queries,
-               int k, int nprobe, absl::Span<const int64_t> allowed = {},
-               int refine_factor = 0) {
-  const int64_t n = static_cast<int64_t>(queries.size()) / snapshot.info().dim;
-  Results r;
-  r.distances.resize(n * k);
-  r.ids.resize(n * k);
-  SearchArgs args;
-  args.queries = queries.data();
-  args.num_queries = n;
-  args.k = k;
-  args.nprobe = nprobe;
-  args.allowed_ids = allowed;
-  args.refine_factor = refine_factor;
-  args.distances = r.distances.data();
-  args.ids = r.ids.data();
-  const absl::Status s = snapshot.Search(args);
-  EXPECT_TRUE(s.ok()) << s;
-  return r;
-}
+using Results = ::knnd::testing::SearchResults;
 
 std::unique_ptr<IndexSnapshot> MustLoad(const std::string& path,
                                         LoadOptions options = {}) {
@@ -146,7 +123,7 @@ TEST(FastScanSnapshot, BuiltByIndexBuilderLoadsWithTheProbe) {
   EXPECT_TRUE(snapshot->VerifyChecksums().ok());
   // The vectors find themselves among their 10 nearest.
   const std::vector<float> queries(base.begin(), base.begin() + 50 * kDim);
-  const Results r = Search(*snapshot, queries, kK, 32);
+  const Results r = SearchSnapshot(*snapshot, queries, kK, 32);
   int found = 0;
   for (int64_t q = 0; q < 50; ++q) {
     const auto first = r.ids.begin() + q * kK;
@@ -172,14 +149,14 @@ TEST(FastScanSnapshot, PerRequestNprobeAndAllowListEqualFaiss) {
     std::vector<float> want_d;
     std::vector<int64_t> want_i;
     FaissSearch(*faiss, nprobe, queries, kK, &want_d, &want_i);
-    const Results got = Search(*snapshot, queries, kK, nprobe);
+    const Results got = SearchSnapshot(*snapshot, queries, kK, nprobe);
     EXPECT_EQ(got.ids, want_i) << "nprobe=" << nprobe;
     ExpectClose(got.distances, want_d, "nprobe=" + std::to_string(nprobe));
     // Filtered: the reference is every candidate of the probed lists,
     // allowed ones first k.
     FaissSearch(*faiss, nprobe, queries, static_cast<int>(spec.n), &want_d,
                 &want_i);
-    const Results filtered = Search(*snapshot, queries, kK, nprobe, allowed);
+    const Results filtered = SearchSnapshot(*snapshot, queries, kK, nprobe, 0, allowed);
     std::vector<float> want_filtered;
     for (int64_t q = 0; q < 60; ++q) {
       std::vector<float> ranked;
@@ -219,7 +196,7 @@ TEST(FastScanSnapshot, InnerProductEqualsFaissAndCosineNormalisesQueries) {
   std::vector<int64_t> want_i;
   FaissSearch(*ReadFaissIndex(tmp.path("ip.faiss")), 8, queries, kK, &want_d,
               &want_i);
-  EXPECT_EQ(Search(*ip, queries, kK, 8).ids, want_i);
+  EXPECT_EQ(SearchSnapshot(*ip, queries, kK, 8).ids, want_i);
 
   Build(tmp.path("cos.index"), MakeData(4000, kDim, 7), "IVF32,PQ16x4fs",
         Metric::kCosine);
@@ -228,8 +205,8 @@ TEST(FastScanSnapshot, InnerProductEqualsFaissAndCosineNormalisesQueries) {
   EXPECT_EQ(cosine->info().metric, Metric::kCosine);
   std::vector<float> scaled = queries;
   for (float& v : scaled) v *= 7.5f;
-  const Results a = Search(*cosine, queries, kK, 8);
-  const Results b = Search(*cosine, scaled, kK, 8);
+  const Results a = SearchSnapshot(*cosine, queries, kK, 8);
+  const Results b = SearchSnapshot(*cosine, scaled, kK, 8);
   EXPECT_EQ(a.ids, b.ids);
   EXPECT_THAT(a.distances, ::testing::Pointwise(::testing::FloatNear(1e-4),
                                                 b.distances));
@@ -285,8 +262,8 @@ TEST(FastScanSnapshot, ReRankingWithTheVectorsFileImprovesRecall) {
                        Metric::kL2, true_d.data(), truth.data())
                   .ok());
   const double plain =
-      RecallAt(Search(*snapshot, queries, kK, 32).ids, kK, truth, kK, kK);
-  const Results reranked = Search(*snapshot, queries, kK, 32, {}, 8);
+      RecallAt(SearchSnapshot(*snapshot, queries, kK, 32).ids, kK, truth, kK, kK);
+  const Results reranked = SearchSnapshot(*snapshot, queries, kK, 32, 8);
   const double refined = RecallAt(reranked.ids, kK, truth, kK, kK);
   std::printf("recall@10 FastScan %.3f, re-ranked x8 %.3f\n", plain, refined);
   EXPECT_GT(refined, plain + 0.1);
@@ -313,7 +290,7 @@ TEST(FastScanSnapshot, ListsStayInTheFileMappingNotOnTheHeap) {
     EXPECT_GE(info.mapped_list_bytes, codes + spec.n * 8);
     EXPECT_LT(info.heap_bytes, codes / 4) << "the codes are not on the heap";
     EXPECT_TRUE(IsMapped(tmp.path("big.index")));
-    Search(*snapshot, MakeData(20, spec.d, 4), kK, 16);
+    SearchSnapshot(*snapshot, MakeData(20, spec.d, 4), kK, 16);
   }
   EXPECT_FALSE(IsMapped(tmp.path("big.index")))
       << "the mapping outlived its snapshot";
