@@ -9,6 +9,19 @@
 
 namespace knnd {
 
+const SweepRow* FastestReaching(absl::Span<const SweepRow> rows, size_t column,
+                                double target) {
+  const SweepRow* fastest = nullptr;
+  for (const SweepRow& row : rows) {
+    if (row.recall[column] >= target &&
+        (fastest == nullptr ||
+         row.queries_per_second > fastest->queries_per_second)) {
+      fastest = &row;
+    }
+  }
+  return fastest;
+}
+
 absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,
                                               const Matrix& queries,
                                               absl::Span<const int64_t> truth,
@@ -32,7 +45,6 @@ absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,
                                       : std::vector<int>{0};
   }
   TuneResult result;
-  bool have_best = false;
   for (int refine_factor : refine_factors) {
     for (int nprobe : nprobes) {
       SweepOptions sweep;
@@ -43,24 +55,22 @@ absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,
       absl::StatusOr<std::vector<SweepRow>> rows =
           SweepNprobe(snapshot, queries, truth, truth_k, sweep);
       if (!rows.ok()) return rows.status();
-      const SweepRow& row = rows->front();
-      result.measured.push_back(row);
-      const bool reaches = row.recall[0] >= options.target_recall;
-      const bool better =
-          !have_best ||
-          (reaches && (!result.reached ||
-                       row.queries_per_second >
-                           result.chosen.queries_per_second)) ||
-          (!reaches && !result.reached &&
-           row.recall[0] > result.chosen.recall[0]);
-      if (better) {
-        result.chosen = row;
-        result.reached = result.reached || reaches;
-        have_best = true;
-      }
-      if (reaches) break;  // a larger nprobe only costs more
+      result.measured.push_back(rows->front());
+      // A larger nprobe only costs more.
+      if (rows->front().recall[0] >= options.target_recall) break;
     }
   }
+  const SweepRow* fastest =
+      FastestReaching(result.measured, 0, options.target_recall);
+  result.reached = fastest != nullptr;
+  if (fastest == nullptr) {
+    fastest = &*std::max_element(
+        result.measured.begin(), result.measured.end(),
+        [](const SweepRow& a, const SweepRow& b) {
+          return a.recall[0] < b.recall[0];
+        });
+  }
+  result.chosen = *fastest;
   return result;
 }
 

@@ -44,6 +44,11 @@ struct TuneResult {
   std::vector<SweepRow> measured;
 };
 
+// The fastest of `rows` whose recall[column] reaches `target` (the first
+// of equally fast ones), or null when none does.
+const SweepRow* FastestReaching(absl::Span<const SweepRow> rows, size_t column,
+                                double target);
+
 // `truth` holds truth_k >= options.k exact neighbour ids per query.
 absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,
                                               const Matrix& queries,

@@ -13,15 +13,8 @@ namespace {
 // decoding float16 rows.
 float RowDistance(const VectorsFile& vectors, Metric metric,
                   const float* query, int64_t id, float* scratch) {
-  const size_t d = static_cast<size_t>(vectors.dim());
-  const float* row;
-  if (vectors.dtype() == VectorsDtype::kFloat16) {
-    HalvesToFloats(static_cast<const uint16_t*>(vectors.row(id)), d, scratch);
-    row = scratch;
-  } else {
-    row = static_cast<const float*>(vectors.row(id));
-  }
-  return ExactDistance(metric, query, row, d);
+  return ExactDistance(metric, query, vectors.RowAsFloats(id, scratch),
+                       static_cast<size_t>(vectors.dim()));
 }
 
 }  // namespace

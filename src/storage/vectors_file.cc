@@ -80,6 +80,15 @@ std::string VectorsPath(const std::string& index_path) {
   return index_path + ".vectors";
 }
 
+const float* VectorsFile::RowAsFloats(int64_t id, float* scratch) const {
+  if (dtype_ == VectorsDtype::kFloat16) {
+    HalvesToFloats(static_cast<const uint16_t*>(row(id)),
+                   static_cast<size_t>(dim_), scratch);
+    return scratch;
+  }
+  return static_cast<const float*>(row(id));
+}
+
 // ---- Writer ----
 
 absl::StatusOr<std::unique_ptr<VectorsFileWriter>> VectorsFileWriter::Create(

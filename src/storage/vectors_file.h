@@ -109,6 +109,9 @@ class VectorsFile {
   const void* row(int64_t id) const {
     return rows_ + id * row_bytes_;
   }
+  // Row `id` as dim floats: the mapped row itself for float32, else
+  // `scratch` (dim floats) holding it decoded from float16.
+  const float* RowAsFloats(int64_t id, float* scratch) const;
   // Reads the payload once and checks its CRC-32 against the header's:
   // what Open() does with verify_checksum. DATA_LOSS naming both values on
   // a mismatch; CANCELLED when `cancel` turned true during the read.

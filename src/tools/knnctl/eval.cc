@@ -16,6 +16,7 @@
 #include "knnd/base/metric.h"
 #include "knnd/index/index_eval.h"
 #include "knnd/index/index_snapshot.h"
+#include "knnd/index/index_tuning.h"
 #include "knnd/storage/vector_io.h"
 
 namespace knnd::knnctl {
@@ -113,14 +114,9 @@ absl::StatusOr<Truth> TruthFromBase(const EvalOptions& options,
 // fastest setting within 0.005 of it, then the chosen line.
 void ReportChoice(const std::vector<SweepRow>& rows, size_t target_column,
                   int k, double target, bool has_vectors) {
-  const SweepRow* reached = nullptr;
+  const SweepRow* reached = FastestReaching(rows, target_column, target);
   const SweepRow* best = &rows.front();
   for (const SweepRow& row : rows) {
-    if (row.recall[target_column] >= target &&
-        (reached == nullptr ||
-         row.queries_per_second > reached->queries_per_second)) {
-      reached = &row;
-    }
     if (row.recall[target_column] > best->recall[target_column]) best = &row;
   }
   std::printf("\n");

@@ -12,7 +12,6 @@
 #include "absl/time/clock.h"
 #include "command.h"
 #include "knnd/base/metric.h"
-#include "knnd/faiss/vector_math.h"
 #include "knnd/index/index_eval.h"
 #include "knnd/index/index_snapshot.h"
 #include "knnd/index/index_tuning.h"
@@ -42,13 +41,8 @@ Matrix ReadVectorsFile(const VectorsFile& vectors) {
   m.values.resize(static_cast<size_t>(m.rows) * m.dim);
   for (int64_t i = 0; i < m.rows; ++i) {
     float* out = m.values.data() + i * m.dim;
-    if (vectors.dtype() == VectorsDtype::kFloat16) {
-      HalvesToFloats(static_cast<const uint16_t*>(vectors.row(i)),
-                     static_cast<size_t>(m.dim), out);
-    } else {
-      const auto* row = static_cast<const float*>(vectors.row(i));
-      std::copy(row, row + m.dim, out);
-    }
+    const float* row = vectors.RowAsFloats(i, out);
+    if (row != out) std::copy(row, row + m.dim, out);
   }
   return m;
 }
