@@ -127,18 +127,49 @@ absl::StatusOr<std::vector<SourceList>> SourceLists(
   return lists;
 }
 
-// The FAISS index serialised with empty BlockInvertedLists, through
-// shallow copies (the index itself is not modified). Empty lists rather
-// than none: FAISS's reader warns on stderr about an index without lists.
+// A shell of `ivf` holding exactly the fields faiss::write_index writes for
+// an IndexIVFPQFastScan ("IwPf": the index header, nlist, nprobe, the
+// quantizer, the direct map, by_residual, code_size, bbs, M2, implem, qbs2,
+// the PQ, the lists), sharing the quantizer and pointing at `lists`. Not a
+// copy construction: FAISS 1.7.3's AlignedTable copy passes a null pointer
+// to memcpy for the empty precomputed table, undefined behaviour.
+void FillWriteShell(const faiss::IndexIVFPQFastScan& ivf,
+                    faiss::InvertedLists* lists,
+                    faiss::IndexIVFPQFastScan& shell) {
+  shell.d = ivf.d;
+  shell.ntotal = ivf.ntotal;
+  shell.is_trained = ivf.is_trained;
+  shell.metric_type = ivf.metric_type;
+  shell.metric_arg = ivf.metric_arg;
+  shell.nlist = ivf.nlist;
+  shell.nprobe = ivf.nprobe;
+  shell.quantizer = ivf.quantizer;
+  shell.own_fields = false;  // the quantizer stays the original's
+  shell.direct_map = ivf.direct_map;
+  shell.by_residual = ivf.by_residual;
+  shell.code_size = ivf.code_size;
+  shell.bbs = ivf.bbs;
+  shell.M = ivf.M;
+  shell.M2 = ivf.M2;
+  shell.nbits = ivf.nbits;
+  shell.ksub = ivf.ksub;
+  shell.implem = ivf.implem;
+  shell.qbs2 = ivf.qbs2;
+  shell.pq = ivf.pq;
+  shell.invlists = lists;
+  shell.own_invlists = false;
+}
+
+// The FAISS index serialised with empty BlockInvertedLists, through a
+// shell and a shallow copy of the transform (the index itself is not
+// modified). Empty lists rather than none: FAISS's reader warns on stderr
+// about an index without lists.
 std::vector<uint8_t> SerializeWithEmptyLists(const FastScanParts& parts) {
   const faiss::IndexIVFPQFastScan& ivf = *parts.ivf;
   faiss::BlockInvertedLists empty(ivf.nlist, kFastScanBlockVectors,
                                   kFastScanBlockVectors * ivf.code_size);
-  faiss::IndexIVFPQFastScan ivf_copy(ivf);  // copies pq and tables
-  ivf_copy.invlists = &empty;
-  ivf_copy.own_invlists = false;
-  ivf_copy.own_fields = false;  // the quantizer stays the original's
-  ivf_copy.orig_invlists = nullptr;
+  faiss::IndexIVFPQFastScan ivf_copy;
+  FillWriteShell(ivf, &empty, ivf_copy);
   faiss::VectorIOWriter writer;
   if (parts.layers.pre != nullptr) {
     faiss::IndexPreTransform pre_copy(*parts.layers.pre);

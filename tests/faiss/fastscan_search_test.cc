@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <set>
 #include <string>
@@ -45,6 +46,9 @@ struct Config {
   // use_precomputed_table: false).
   bool table = true;
 };
+
+// The ctest entry's name shows the config's name, not its bytes.
+void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
 
 std::string ConfigName(const ::testing::TestParamInfo<Config>& info) {
   return info.param.name;
