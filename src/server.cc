@@ -33,6 +33,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   s->gate_ = std::make_unique<AdmissionGate>(GateOptionsFrom(config));
   s->memory_budget_ = MemoryBudget::Create(MemoryBudgetOptionsFrom(config),
                                            s->gate_.get(), &s->holder_);
+  s->heap_trimmer_ =
+      std::make_unique<HeapTrimmer>(HeapTrimmerOptionsFrom(config));
 
   absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Create(
       MetricsOptionsFrom(config), ServingLoad(s->gate_.get(), s->pool_.get()));
@@ -96,6 +98,7 @@ absl::Status Server::Start() {
       MakeServerCredentials(config_);
   if (!credentials.ok()) return credentials.status();
   if (absl::Status s = metrics_->StartExposer(); !s.ok()) return s;
+  heap_trimmer_->Start();
   grpc::EnableDefaultHealthCheckService(true);
   const ConnectionLimits limits = ConnectionLimitsFrom(config_);
 

@@ -41,6 +41,7 @@
 #include "knnd/rpc/token_auth.h"
 #include "knnd/serving/admission_gate.h"
 #include "knnd/serving/batcher.h"
+#include "knnd/serving/heap_trimmer.h"
 #include "knnd/serving/index_holder.h"
 #include "knnd/serving/memory_budget.h"
 #include "knnd/serving/worker_pool.h"
@@ -94,6 +95,8 @@ class Server {
   std::unique_ptr<AdmissionGate> gate_;
   // The memory limit, the heap check and the gate's byte budget.
   std::unique_ptr<MemoryBudget> memory_budget_;
+  // Gives freed heap memory back after bursts (heap_trim_interval_ms).
+  std::unique_ptr<HeapTrimmer> heap_trimmer_;
   // Between the gate and pool it reads at scrape time and the batcher and
   // service that record into it: destroyed after its users, before its
   // sources.

@@ -60,6 +60,7 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
   for (absl::Status s :
        {WorkerPool::ValidateOptions(WorkerPoolOptionsFrom(c)),
         Batcher::ValidateOptions(BatcherOptionsFrom(c)),
+        HeapTrimmer::ValidateOptions(HeapTrimmerOptionsFrom(c)),
         ParseChecksumCheck(c.checksum_check()).status()}) {
     if (!s.ok()) {
       return absl::InvalidArgumentError(

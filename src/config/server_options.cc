@@ -1,5 +1,7 @@
 #include "knnd/config/server_options.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
@@ -24,6 +26,15 @@ MallocSettings MallocSettingsFrom(const ServerConfig& config) {
   settings.mmap_threshold_bytes =
       static_cast<int64_t>(config.malloc_mmap_threshold_bytes());
   return settings;
+}
+
+HeapTrimmer::Options HeapTrimmerOptionsFrom(const ServerConfig& config) {
+  HeapTrimmer::Options options;
+  options.interval = absl::Milliseconds(config.heap_trim_interval_ms());
+  options.min_free_bytes =
+      static_cast<int64_t>(std::min<uint64_t>(config.heap_trim_min_free_bytes(),
+                                              uint64_t{1} << 62));
+  return options;
 }
 
 WorkerPool::Options WorkerPoolOptionsFrom(const ServerConfig& config) {

@@ -17,6 +17,7 @@
 #include "knnd/rpc/token_auth.h"
 #include "knnd/serving/admission_gate.h"
 #include "knnd/serving/batcher.h"
+#include "knnd/serving/heap_trimmer.h"
 #include "knnd/serving/malloc_settings.h"
 #include "knnd/serving/memory_budget.h"
 #include "knnd/serving/search_limits.h"
@@ -31,6 +32,8 @@ absl::StatusOr<IndexManager::Options::ChecksumCheck> ParseChecksumCheck(
     absl::string_view value);
 
 MallocSettings MallocSettingsFrom(const knnd::v1::ServerConfig& config);
+HeapTrimmer::Options HeapTrimmerOptionsFrom(
+    const knnd::v1::ServerConfig& config);
 WorkerPool::Options WorkerPoolOptionsFrom(const knnd::v1::ServerConfig& config);
 AdmissionGate::Options GateOptionsFrom(const knnd::v1::ServerConfig& config);
 Metrics::Options MetricsOptionsFrom(const knnd::v1::ServerConfig& config);
