@@ -73,7 +73,8 @@ class ShutdownTest(unittest.TestCase):
     def sigterm_under_load(self, max_queries, nprobe):
         """Runs the clients, the poller and the watcher across a SIGTERM;
         returns the searches as (sent after the signal, code, details), the
-        checks as (after the signal, status or code name, details) and the
+        checks as (answered after the signal, status or code name, details)
+        and the
         watch as (statuses, final code name, details)."""
         self.start()
         address = self.daemon.address
@@ -110,15 +111,16 @@ class ShutdownTest(unittest.TestCase):
             with channel(address) as ch:
                 stub = health_grpc.HealthStub(ch)
                 while not stop.is_set():
-                    after = signalled.is_set()
                     try:
                         r = stub.Check(health_pb.HealthCheckRequest(
                             service="knnd.v1.KnnService"), timeout=10)
-                        outcome = (after, health_pb.HealthCheckResponse.
+                        outcome = (health_pb.HealthCheckResponse.
                                    ServingStatus.Name(r.status), "")
                     except grpc.RpcError as e:
-                        outcome = (after, e.code().name, e.details() or "")
-                    checks.append(outcome)
+                        outcome = (e.code().name, e.details() or "")
+                    # Whether the answer came after the signal was sent (one
+                    # sent before may be answered after knnd took it).
+                    checks.append((signalled.is_set(), *outcome))
                     time.sleep(0.005)
 
         def watcher():
