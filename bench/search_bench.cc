@@ -209,6 +209,14 @@ std::vector<int> ParseList(const std::string& s) {
   return out;
 }
 
+// No shutdown delay (nothing balances over the bench's server), 5 s for
+// the searches in flight.
+knnd::Server::DrainPlan FiveSecondDrain() {
+  knnd::Server::DrainPlan plan;
+  plan.grace = absl::Seconds(5);
+  return plan;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -302,7 +310,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
-    server->Drain(absl::Seconds(5));
+    server->Drain(FiveSecondDrain());
   }
 
   // Dynamic batching off vs on, single-query clients, one server per setting.
@@ -327,7 +335,7 @@ int main(int argc, char** argv) {
                   coalesce ? "on" : "off", delay, g.qps, g.p50_ms, g.p99_ms,
                   static_cast<long long>(rejected), g.qps / off_qps);
       std::fflush(stdout);
-      server->Drain(absl::Seconds(5));
+      server->Drain(FiveSecondDrain());
     }
   }
   return 0;

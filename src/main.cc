@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -15,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "knnd/config/config.h"
 #include "knnd/index/index_probe.h"
 #include "knnd/monitoring/build_info.h"
@@ -203,7 +205,7 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = (*server)->LoadIndex(); !s.ok()) {
     spdlog::critical("cannot serve: {}", s.ToString());
-    (*server)->Drain(absl::ZeroDuration());
+    (*server)->Drain({});
     return 1;
   }
   for (;;) {
@@ -219,9 +221,29 @@ int main(int argc, char** argv) {
       }
       continue;
     }
-    spdlog::info("{}: draining", strsignal(signal));
+    spdlog::info("{}: shutting down", strsignal(signal));
     break;
   }
-  (*server)->Drain(absl::Milliseconds(config->drain_grace_period_ms()));
+  knnd::Server::DrainPlan plan;
+  plan.delay = absl::Milliseconds(config->shutdown_delay_ms());
+  plan.refuse_during_delay = config->shutdown_delay_refuses_searches();
+  plan.grace = absl::Milliseconds(config->drain_grace_period_ms());
+  // The drain runs on its own thread; this one keeps taking signals: a
+  // second SIGTERM or SIGINT ends the shutdown delay at once (an operator's
+  // second Ctrl-C), SIGHUP is ignored from now on.
+  absl::Notification drained;
+  std::thread drainer([&] {
+    (*server)->Drain(plan);
+    drained.Notify();
+  });
+  const timespec poll = {0, 50 * 1000 * 1000};
+  while (!drained.HasBeenNotified()) {
+    const int signal = sigtimedwait(&signals, nullptr, &poll);
+    if (signal == SIGTERM || signal == SIGINT) {
+      spdlog::info("{} again: ending the shutdown delay", strsignal(signal));
+      (*server)->EndShutdownDelay();
+    }
+  }
+  drainer.join();
   return 0;
 }

@@ -1,8 +1,8 @@
 #include "knnd/server.h"
 
 #include <algorithm>
-
-#include <grpcpp/health_check_service_interface.h>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +17,17 @@ namespace knnd {
 namespace {
 
 constexpr char kServiceName[] = "knnd.v1.KnnService";
+
+// CloseListeners(): how long calls are held before Shutdown() (a client
+// answered just before the hold sends its next call into it, not into the
+// shut-down core), and how long after it before the held calls are
+// answered (GOAWAY is on the wire well before: Shutdown() sends it at
+// once). A held call waits at most their sum.
+constexpr absl::Duration kHoldBeforeGoaway = absl::Milliseconds(100);
+constexpr absl::Duration kGoawayToAnswer = absl::Milliseconds(100);
+// Shutdown()'s deadline is never nearer than this, so that the held calls
+// are answered before gRPC cancels what is left.
+constexpr absl::Duration kMinCloseTime = absl::Seconds(1);
 
 }  // namespace
 
@@ -52,7 +63,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   s->auth_ = std::move(*auth);
   s->service_ = std::make_unique<KnnServiceImpl>(
       KnnServiceOptionsFrom(config), &s->holder_, s->gate_.get(),
-      s->batcher_.get(), s->metrics_.get(), s->auth_.get());
+      s->batcher_.get(), s->metrics_.get(), s->auth_.get(), &s->hold_);
+  s->health_service_ = std::make_unique<HealthService>(
+      std::vector<std::string>{kServiceName}, &s->hold_);
+  if (!config.health_listen_address().empty()) {
+    s->health_only_service_ = std::make_unique<HealthService>(
+        std::vector<std::string>{kServiceName}, &s->hold_);
+  }
 
   absl::StatusOr<std::unique_ptr<VersionPreparation>> preparation =
       VersionPreparation::Create(PreparationOptionsFrom(config),
@@ -99,7 +116,6 @@ absl::Status Server::Start() {
   if (!credentials.ok()) return credentials.status();
   if (absl::Status s = metrics_->StartExposer(); !s.ok()) return s;
   heap_trimmer_->Start();
-  grpc::EnableDefaultHealthCheckService(true);
   const ConnectionLimits limits = ConnectionLimitsFrom(config_);
 
   // One port for both when the addresses are the same, unless that is an
@@ -114,6 +130,7 @@ absl::Status Server::Start() {
   search.limits = limits;
   search.reflection = config_.enable_reflection();
   search.services.push_back(service_.get());
+  search.services.push_back(health_service_.get());
   if (shared_admin) search.services.push_back(admin_service_.get());
   absl::StatusOr<Listener> listener = BuildListener(search);
   if (!listener.ok()) return listener.status();
@@ -126,7 +143,7 @@ absl::Status Server::Start() {
     health.role = "health_listen_address";
     health.credentials = grpc::InsecureServerCredentials();
     health.limits = limits;
-    health.generic_service = &unimplemented_;
+    health.services.push_back(health_only_service_.get());
     absl::StatusOr<Listener> built = BuildListener(health);
     if (!built.ok()) return built.status();
     health_server_ = std::move(built->server);
@@ -134,7 +151,6 @@ absl::Status Server::Start() {
     spdlog::info("plaintext grpc.health.v1 only on {} (port {})",
                  config_.health_listen_address(), health_port_);
   }
-  SetServing(false);
   spdlog::info("listening on {} (port {}, {}), {} workers x {} OpenMP "
                "threads at nice +{}",
                config_.listen_address(), port_,
@@ -176,11 +192,9 @@ void Server::OnServingChanged(bool serving) {
 }
 
 void Server::SetServing(bool serving) {
-  for (grpc::Server* server : {grpc_server_.get(), health_server_.get()}) {
-    if (server == nullptr) continue;
-    grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-    health->SetServingStatus(serving);
-    health->SetServingStatus(kServiceName, serving);
+  for (HealthService* health :
+       {health_service_.get(), health_only_service_.get()}) {
+    if (health != nullptr) health->SetServing(serving);
   }
 }
 
@@ -192,33 +206,63 @@ absl::Status Server::LoadIndex() {
   return absl::OkStatus();
 }
 
-bool Server::Drain(absl::Duration grace) {
+bool Server::Drain(const DrainPlan& plan) {
   if (grpc_server_ == nullptr) return true;
   {
     absl::MutexLock lock(&serving_mu_);
     draining_ = true;
     SetServing(false);
   }
+  if (plan.delay > absl::ZeroDuration()) {
+    if (plan.refuse_during_delay) gate_->StartDraining();
+    spdlog::info("shutting down: health NOT_SERVING, {} searches for the "
+                 "shutdown delay ({}) before draining",
+                 plan.refuse_during_delay ? "refusing" : "still serving",
+                 absl::FormatDuration(plan.delay));
+    if (end_delay_.WaitForNotificationWithTimeout(plan.delay)) {
+      spdlog::info("shutdown delay cut short by a second signal");
+    }
+  }
   gate_->StartDraining();
-  const absl::Time deadline = absl::Now() + grace;
-  const int64_t in_flight = gate_->queries_in_flight();
-  spdlog::info("draining: {} queries in flight, grace period {}", in_flight,
-               absl::FormatDuration(grace));
+  const absl::Time deadline = absl::Now() + plan.grace;
+  spdlog::info("draining: {} queries in flight, grace period {}",
+               gate_->queries_in_flight(), absl::FormatDuration(plan.grace));
   const bool idle = gate_->WaitUntilIdle(deadline);
   if (!idle) {
     spdlog::warn("grace period over with {} queries still in flight",
                  gate_->queries_in_flight());
   }
-  // Calls still open after the deadline are cancelled by gRPC.
-  grpc_server_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now())));
-  grpc_server_->Wait();
+  CloseListeners(std::max(deadline, absl::Now() + kMinCloseTime));
+  spdlog::info("drained");
+  return idle;
+}
+
+void Server::CloseListeners(absl::Time deadline) {
+  hold_.Start();
+  absl::SleepFor(kHoldBeforeGoaway);
+  // Shutdown() stops listening and sends GOAWAY at once, then waits for the
+  // calls still open (the held ones among them; those still running past
+  // `deadline` are cancelled by gRPC): one thread per listener, so that
+  // every listener's GOAWAY is out before the held calls are answered.
+  std::vector<std::thread> closing;
+  for (grpc::Server* server : {grpc_server_.get(), health_server_.get()}) {
+    if (server == nullptr) continue;
+    closing.emplace_back([server, deadline] {
+      server->Shutdown(absl::ToChronoTime(deadline));
+      server->Wait();
+    });
+  }
+  absl::SleepFor(kGoawayToAnswer);
+  hold_.Release();
+  for (HealthService* health :
+       {health_service_.get(), health_only_service_.get()}) {
+    if (health != nullptr) health->EndWatches();
+  }
+  for (std::thread& t : closing) t.join();
   grpc_server_.reset();
-  ShutDownNow(health_server_.get());
   health_server_.reset();
   ShutDownNow(admin_server_.get());
   admin_server_.reset();
-  spdlog::info("drained");
-  return idle;
 }
 
 }  // namespace knnd

@@ -24,6 +24,7 @@ namespace {
 using ::knnd::testing::CallSearch;
 using ::knnd::testing::CheckHealth;
 using ::knnd::testing::FreePort;
+using ::knnd::testing::FreshChannel;
 using ::knnd::testing::IndexSpec;
 using ::knnd::testing::MakeData;
 using ::knnd::testing::MakeSearchRequest;
@@ -275,7 +276,9 @@ TEST_F(ServerFixture, HealthIsNotServingUntilLoadedThenNotServingWhenDraining) {
   // says NOT_SERVING and new searches are UNAVAILABLE.
   auto held = (*server)->gate().TryAdmit(1, 0);
   ASSERT_TRUE(held.ok());
-  std::thread drainer([&] { (*server)->Drain(absl::Seconds(30)); });
+  knnd::Server::DrainPlan plan;
+  plan.grace = absl::Seconds(30);
+  std::thread drainer([&] { (*server)->Drain(plan); });
   while (!(*server)->gate().draining()) absl::SleepFor(absl::Milliseconds(1));
   EXPECT_EQ(CheckHealth(channel, ""), R::NOT_SERVING);
   {
@@ -285,6 +288,52 @@ TEST_F(ServerFixture, HealthIsNotServingUntilLoadedThenNotServingWhenDraining) {
   }
   held->Release();
   drainer.join();
+}
+
+// The shutdown delay: health NOT_SERVING at once while the port stays open;
+// searches are still served (the default) or refused UNAVAILABLE "knnd is
+// shutting down"; EndShutdownDelay() (a second signal) ends it, and the
+// drain closes the port.
+TEST_F(ServerFixture, ShutdownDelayServesOrRefusesWhileNotServing) {
+  for (const bool refuse : {false, true}) {
+    SCOPED_TRACE(refuse ? "refusing" : "serving");
+    auto server = Server::Create(config_);
+    ASSERT_TRUE(server.ok());
+    ASSERT_TRUE((*server)->Start().ok());
+    ASSERT_TRUE((*server)->LoadIndex().ok());
+    const std::string address =
+        "127.0.0.1:" + std::to_string((*server)->port());
+    auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    using R = grpc::health::v1::HealthCheckResponse;
+    ASSERT_EQ(CheckHealth(channel, "knnd.v1.KnnService"), R::SERVING);
+    Server::DrainPlan plan;
+    plan.delay = absl::Hours(1);  // ended below
+    plan.refuse_during_delay = refuse;
+    plan.grace = absl::Seconds(30);
+    bool idle = false;
+    std::thread drainer([&] { idle = (*server)->Drain(plan); });
+    while (CheckHealth(channel, "knnd.v1.KnnService") != R::NOT_SERVING) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    EXPECT_EQ(CheckHealth(channel, ""), R::NOT_SERVING);
+    auto stub = knnd::v1::KnnService::NewStub(channel);
+    const grpc::Status search =
+        CallSearch(*stub, MakeSearchRequest(MakeData(1, 32, 1), 1));
+    if (refuse) {
+      EXPECT_EQ(search.error_code(), grpc::UNAVAILABLE);
+      EXPECT_THAT(search.error_message(), HasSubstr("knnd is shutting down"));
+    } else {
+      EXPECT_TRUE(search.ok()) << search.error_message();
+    }
+    (*server)->EndShutdownDelay();
+    drainer.join();
+    EXPECT_TRUE(idle);
+    // Closed: a new connection is refused.
+    auto after = knnd::v1::KnnService::NewStub(FreshChannel(address));
+    EXPECT_EQ(CallSearch(*after, MakeSearchRequest(MakeData(1, 32, 1), 1))
+                  .error_code(),
+              grpc::UNAVAILABLE);
+  }
 }
 
 // warmup_nprobe: each warm-up query reads that many lists (FAISS's IVF

@@ -12,14 +12,21 @@
 //                version is published); later versions come through
 //                index_manager() (SIGHUP, polling, AdminService, tests),
 //                each warmed up and canary-checked before it is published
-//   Drain()      health NOT_SERVING, refuse new searches (UNAVAILABLE), let
-//                in-flight ones finish within the grace period, stop gRPC
+//   Drain()      the shutdown (SIGTERM): health NOT_SERVING at once; for
+//                the shutdown delay keep listening and serving searches
+//                (clients and load balancers learn the replica is going);
+//                then refuse new searches (UNAVAILABLE "knnd is shutting
+//                down") while admitted ones finish within the grace
+//                period; then close the listeners: GOAWAY, with the
+//                answers to calls refused in that moment held until it is
+//                out (rpc/call_hold.h), so that no call meets gRPC's
+//                shut-down core (CANCELLED)
 //
 // Ownership: owns every component; the gRPC server is destroyed before the
 // worker pool, so no reactor can outlive the threads that finish it.
 // Thread-safety: Drain() may be called from a signal-handling thread while
-// requests run; the lifecycle methods are otherwise called in order from one
-// thread.
+// requests run, and EndShutdownDelay() from any thread; the lifecycle
+// methods are otherwise called in order from one thread.
 #ifndef KNND_SERVER_H_
 #define KNND_SERVER_H_
 
@@ -27,16 +34,18 @@
 #include <memory>
 #include <string>
 
-#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "knnd/lifecycle/index_manager.h"
 #include "knnd/lifecycle/version_preparation.h"
 #include "knnd/monitoring/metrics.h"
 #include "knnd/rpc/admin_service.h"
+#include "knnd/rpc/call_hold.h"
+#include "knnd/rpc/health_service.h"
 #include "knnd/rpc/knn_service.h"
 #include "knnd/rpc/token_auth.h"
 #include "knnd/serving/admission_gate.h"
@@ -56,10 +65,23 @@ class Server {
       const knnd::v1::ServerConfig& config);
   ~Server();
 
+  // How Drain() ends knnd (config: shutdown_delay_ms,
+  // shutdown_delay_refuses_searches, drain_grace_period_ms).
+  struct DrainPlan {
+    // Health NOT_SERVING, still listening, before the drain begins.
+    absl::Duration delay = absl::ZeroDuration();
+    // Refuse searches during the delay too (default: serve them).
+    bool refuse_during_delay = false;
+    // Time admitted searches get to finish once the drain begins.
+    absl::Duration grace = absl::ZeroDuration();
+  };
+
   absl::Status Start();
   absl::Status LoadIndex();
-  // Returns true when every in-flight request finished within `grace`.
-  bool Drain(absl::Duration grace);
+  // Returns true when every admitted request finished within the grace.
+  bool Drain(const DrainPlan& plan);
+  // Ends Drain()'s shutdown delay now (a second SIGTERM or SIGINT).
+  void EndShutdownDelay() { end_delay_.Notify(); }
 
   // The port the search API is bound to (useful with port 0).
   int port() const { return port_; }
@@ -81,6 +103,8 @@ class Server {
   explicit Server(const knnd::v1::ServerConfig& config) : config_(config) {}
 
   void SetServing(bool serving);
+  // The end of Drain(): GOAWAY on every listener, with the hold on.
+  void CloseListeners(absl::Time deadline);
   // The index manager's serving_changed: SetServing() unless draining.
   void OnServingChanged(bool serving);
 
@@ -103,11 +127,16 @@ class Server {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<TokenAuthenticator> auth_;
+  // Before the services that hold calls in it and the servers.
+  CallHold hold_;
+  absl::Notification end_delay_;
   std::unique_ptr<KnnServiceImpl> service_;
+  // grpc.health.v1 of the search port and of the health-only port.
+  std::unique_ptr<HealthService> health_service_;
+  std::unique_ptr<HealthService> health_only_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   // Serves only grpc.health.v1, in plaintext; null without
-  // health_listen_address. Its other methods go to `unimplemented_`.
-  grpc::CallbackGenericService unimplemented_;
+  // health_listen_address.
   std::unique_ptr<grpc::Server> health_server_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
   // Null when the admin API is off or shares grpc_server_.

@@ -99,6 +99,13 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
     return out_of_range("malloc_mmap_threshold_bytes",
                         c.malloc_mmap_threshold_bytes(), 0, uint32_t{32} << 20);
   }
+  if (c.shutdown_delay_ms() > 300000) {
+    return out_of_range("shutdown_delay_ms", c.shutdown_delay_ms(), 0, 300000);
+  }
+  if (c.drain_grace_period_ms() > 3600000) {
+    return out_of_range("drain_grace_period_ms", c.drain_grace_period_ms(), 0,
+                        3600000);
+  }
   if (c.index_probe_timeout_s() < 1 || c.index_probe_timeout_s() > 86400) {
     return out_of_range("index_probe_timeout_s", c.index_probe_timeout_s(), 1,
                         86400);

@@ -80,6 +80,18 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
       context->AddTrailingMetadata("grpc-retry-pushback-ms",
                                    std::to_string(options_.retry_pushback_ms));
     }
+    if (refused == RejectReason::kDraining && hold_ != nullptr) {
+      Metrics* metrics = metrics_;
+      auto answer = [reactor, metrics, arrival, status = ticket.status()] {
+        metrics->RecordRpc(Metrics::Rpc::kSearch, status.code(),
+                           absl::Now() - arrival);
+        reactor->Finish(ToGrpcStatus(status));
+      };
+      if (hold_->Hold(deadline, answer)) {
+        metrics_->RecordRejection(refused);
+        return reactor;
+      }
+    }
     return reject(refused, ticket.status());
   }
 

@@ -9,8 +9,12 @@
 //
 // Calls are first checked against `auth`'s bearer tokens.
 //
-// Ownership: borrows the holder, gate, batcher, metrics and authenticator,
-// which must outlive it.
+// Once the gate drains (shutdown), new searches are refused UNAVAILABLE at
+// once; while `hold` is holding (the moments around GOAWAY) the refusal is
+// sent only when the hold lets go (see call_hold.h).
+//
+// Ownership: borrows the holder, gate, batcher, metrics, authenticator and
+// hold, which must outlive it.
 // Thread-safety: handlers run concurrently on gRPC's callback threads.
 #ifndef KNND_RPC_KNN_SERVICE_H_
 #define KNND_RPC_KNN_SERVICE_H_
@@ -23,6 +27,7 @@
 #include "knnd/serving/index_holder.h"
 #include "knnd/monitoring/metrics.h"
 #include "knnd/serving/search_request.h"
+#include "knnd/rpc/call_hold.h"
 #include "knnd/rpc/token_auth.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 
@@ -41,13 +46,14 @@ class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
 
   KnnServiceImpl(const Options& options, IndexHolder* holder,
                  AdmissionGate* gate, Batcher* batcher, Metrics* metrics,
-                 const TokenAuthenticator* auth)
+                 const TokenAuthenticator* auth, CallHold* hold = nullptr)
       : options_(options),
         holder_(holder),
         gate_(gate),
         batcher_(batcher),
         metrics_(metrics),
-        auth_(auth) {}
+        auth_(auth),
+        hold_(hold) {}
 
   grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* context,
                                    const knnd::v1::SearchRequest* request,
@@ -65,6 +71,7 @@ class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
   Batcher* const batcher_;
   Metrics* const metrics_;
   const TokenAuthenticator* const auth_;
+  CallHold* const hold_;
 };
 
 }  // namespace knnd

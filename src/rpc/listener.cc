@@ -72,9 +72,6 @@ absl::StatusOr<Listener> BuildListener(const ListenerSpec& spec) {
   AddConnectionLimits(spec.limits, &builder);
   builder.SetOption(std::make_unique<ReflectionOption>(spec.reflection));
   for (grpc::Service* service : spec.services) builder.RegisterService(service);
-  if (spec.generic_service != nullptr) {
-    builder.RegisterCallbackGenericService(spec.generic_service);
-  }
   listener.server = builder.BuildAndStart();
   if (listener.server == nullptr || listener.port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", spec.role,

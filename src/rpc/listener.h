@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 
@@ -40,10 +39,8 @@ struct ListenerSpec {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   ConnectionLimits limits;
   bool reflection = false;
+  // At least one: gRPC starts no server without a service.
   std::vector<grpc::Service*> services;
-  // gRPC starts no server without a service of its own: a health-only port
-  // passes a generic service that answers every other method UNIMPLEMENTED.
-  grpc::CallbackGenericService* generic_service = nullptr;
 };
 
 struct Listener {

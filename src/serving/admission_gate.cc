@@ -39,7 +39,9 @@ absl::StatusOr<AdmissionGate::Ticket> AdmissionGate::TryAdmit(
   absl::MutexLock lock(&mu_);
   if (draining_) {
     return reject(RejectReason::kDraining,
-                  absl::UnavailableError("server is shutting down (draining)"));
+                  absl::UnavailableError(
+                      "knnd is shutting down (draining): retry on another "
+                      "replica"));
   }
   if (max_bytes_ > 0 && bytes > max_bytes_) {
     return reject(RejectReason::kTooLarge,

@@ -74,6 +74,9 @@ MIN_STARTUP_SECONDS = 300
 OPTIONAL_RESOURCES = {"servicemonitor.yaml"}
 PROMETHEUS_ANNOTATION_PREFIX = "prometheus.io/"
 PROCESS_BASELINE_BYTES = 100 << 20
+# After the drain knnd closes its listeners (GOAWAY, held answers) in about
+# a second; the grace period leaves room for it.
+CLOSE_MARGIN_S = 2
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -308,16 +311,24 @@ def check_manifests(docs, config_pb2):
         if pvc is not None and not pvc.get("readOnly"):
             errors.append("Deployment: the index PersistentVolumeClaim is not readOnly")
 
-    command = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
-    if len(command) != 2 or not command[0].endswith("sleep") or not command[1].isdigit():
-        errors.append(f"Deployment: preStop must be a sleep, is {command}")
-    else:
-        needed = int(command[1]) + config.drain_grace_period_ms / 1000
-        grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
-        if grace <= needed:
-            errors.append(f"Deployment: terminationGracePeriodSeconds={grace} is "
-                          f"not above preStop {command[1]} s + drain "
-                          f"{config.drain_grace_period_ms} ms")
+    # knnd waits shutdown_delay_ms itself (health NOT_SERVING meanwhile); a
+    # preStop sleep would only add to it, with health still SERVING.
+    pre_stop = c.get("lifecycle", {}).get("preStop")
+    if pre_stop is not None:
+        errors.append(f"Deployment: a preStop hook ({pre_stop}) delays SIGTERM "
+                      "with health still SERVING; knnd's shutdown_delay_ms "
+                      "does that wait")
+    if config.shutdown_delay_ms < 1000:
+        errors.append(f"Deployment: shutdown_delay_ms={config.shutdown_delay_ms} "
+                      "leaves Kubernetes no time to remove the endpoint "
+                      "before the drain (at least 1000)")
+    needed = (config.shutdown_delay_ms + config.drain_grace_period_ms) / 1000
+    grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
+    if grace <= needed + CLOSE_MARGIN_S:
+        errors.append(f"Deployment: terminationGracePeriodSeconds={grace} is "
+                      f"not above shutdown_delay_ms {config.shutdown_delay_ms} + "
+                      f"drain_grace_period_ms {config.drain_grace_period_ms} + "
+                      f"{CLOSE_MARGIN_S} s to close")
 
     pod_sc = pod["spec"].get("securityContext", {})
     sc = c.get("securityContext", {})
@@ -536,11 +547,20 @@ class ManifestTest(unittest.TestCase):
             self.container(docs)["securityContext"]["capabilities"]["drop"] = []
         self.assertIn("capabilities are not dropped", self.errors_after(caps))
 
-    def test_detects_a_grace_period_shorter_than_the_drain(self):
+    def test_detects_a_grace_period_shorter_than_the_shutdown(self):
         def change(docs):
             docs["deployment.yaml"][0]["spec"]["template"]["spec"][
-                "terminationGracePeriodSeconds"] = 20
-        self.assertIn("terminationGracePeriodSeconds=20", self.errors_after(change))
+                "terminationGracePeriodSeconds"] = 26
+        self.assertIn("terminationGracePeriodSeconds=26", self.errors_after(change))
+
+    def test_detects_a_pre_stop_sleep_and_a_short_shutdown_delay(self):
+        def sleep(docs):
+            self.container(docs)["lifecycle"] = {
+                "preStop": {"exec": {"command": ["/bin/sleep", "5"]}}}
+        self.assertIn("a preStop hook", self.errors_after(sleep))
+
+        short = self.config_change("shutdown_delay_ms: 5000", "shutdown_delay_ms: 0")
+        self.assertIn("shutdown_delay_ms=0", self.errors_after(short))
 
     def test_detects_selector_mismatches(self):
         def monitor(docs):

@@ -43,7 +43,7 @@ import json
 import logging
 import os
 import re
-import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -55,7 +55,8 @@ import unittest
 
 import numpy as np
 
-from knnd_harness import Daemon, free_port, generate_stubs, unittest_main
+from knnd_harness import (Daemon, build_test_index, copy_client_sources,
+                          free_port, generate_stubs, unittest_main)
 
 ARGS = None
 VENV_ENV = "KNND_CLIENT_TEST_VENV"    # set in the suite's run: its venv
@@ -71,35 +72,10 @@ SEARCH_CANCELLED = SEARCH_OK.replace('"OK"', '"CANCELLED"')
 # --------------------------------------------------------------------------
 # Install routes (outside any venv)
 
-def copy_sources(source_dir, dst):
-    """Copies proto/ and clients/python/ under `dst` (so the builds leave
-    nothing in the source tree); returns the copy of clients/python."""
-    shutil.copytree(os.path.join(source_dir, "proto"), os.path.join(dst, "proto"))
-    client = os.path.join(dst, "clients", "python")
-    shutil.copytree(os.path.join(source_dir, "clients", "python"), client,
-                    ignore=shutil.ignore_patterns("build", "*.egg-info",
-                                                  "__pycache__", "_generated"))
-    return client
-
-
 def build_index(data_dir):
     """The suite's index, built once for both routes with python3-faiss
-    (the pypi venv has no faiss): 20,000 clustered 48-d vectors,
-    IVF64,PQ12, nprobe 6 by default."""
-    import faiss
-    rng = np.random.default_rng(11)
-    centres = rng.standard_normal((40, DIM)).astype("float32") * 4
-    xb = (centres[rng.integers(0, 40, 20000)]
-          + rng.standard_normal((20000, DIM))).astype("float32")
-    index = faiss.index_factory(DIM, "IVF64,PQ12")
-    # Through the downcast IndexIVFPQ: set on extract_index_ivf()'s
-    # IndexIVF proxy, the flag would be a Python attribute, ignored.
-    faiss.downcast_index(
-        faiss.extract_index_ivf(index)).do_polysemous_training = False
-    index.train(xb)
-    index.add(xb)
-    faiss.extract_index_ivf(index).nprobe = 6
-    faiss.write_index(index, os.path.join(data_dir, "client.index"))
+    (the pypi venv has no faiss), and its vectors."""
+    xb = build_test_index(os.path.join(data_dir, "client.index"), seed=11)
     np.save(os.path.join(data_dir, "xb.npy"), xb)
 
 
@@ -147,7 +123,7 @@ class InstallRoutesTest(unittest.TestCase):
     def test_system_packages_route(self):
         """README's route for a machine without PyPI: Debian's packages."""
         source = os.path.join(self.tmp.name, "src-system")
-        client = copy_sources(ARGS.source_dir, source)
+        client = copy_client_sources(ARGS.source_dir, source)
         venv = self.venv("venv-system", "--system-site-packages")
         pip = [os.path.join(venv, "bin", "python"), "-m", "pip"]
         run(pip + ["install", "--quiet", "--no-index", "--no-build-isolation",
@@ -162,7 +138,7 @@ class InstallRoutesTest(unittest.TestCase):
     def test_pypi_route(self):
         """`pip install clients/python`: isolated build, PyPI's newest."""
         source = os.path.join(self.tmp.name, "src-pypi")
-        client = copy_sources(ARGS.source_dir, source)
+        client = copy_client_sources(ARGS.source_dir, source)
         venv = self.venv("venv-pypi")
         python = os.path.join(venv, "bin", "python")
         pip = [python, "-m", "pip"]
@@ -661,8 +637,11 @@ class LiveKnndTest(unittest.TestCase):
         cls.tmp.cleanup()
 
     def start_daemon(self, config_text="", args=(), address=None):
-        """Starts knnd with `config_text` as its config file; returns the
-        Daemon (not yet waited on)."""
+        """Starts knnd with `config_text` as its config file (no shutdown
+        delay unless it sets one: the clean-up's SIGTERM need not wait);
+        returns the Daemon (not yet waited on)."""
+        if "shutdown_delay_ms" not in config_text:
+            config_text = "shutdown_delay_ms: 0\n" + config_text
         name = f"{self.id()}-{len(os.listdir(self.tmp.name))}"
         config = os.path.join(self.tmp.name, f"knnd-{name}.textproto")
         with open(config, "w") as f:
@@ -1048,6 +1027,44 @@ class LiveKnndTest(unittest.TestCase):
         for _ in range(6):
             pinned.search(q, 5)
         self.assertEqual(sorted(a - b for a, b in zip(served(), before)), [0, 6])
+
+    def test_round_robin_skips_a_replica_that_is_not_serving(self):
+        # knnd-client's round_robin watches grpc.health.v1: a replica that
+        # turned NOT_SERVING (SIGTERM, during its shutdown delay, still
+        # listening and serving) gets no new calls; a pick_first client
+        # pinned to it still reaches it.
+        import grpc
+        replicas = [self.start_knnd("shutdown_delay_ms: 300000\n") for _ in range(2)]
+        target = "ipv4:" + ",".join(d.address for d in replicas)
+        client = self.client(target, timeout_s=10)
+        q = self.xb[:2]
+
+        def served():
+            return [d.scrape().get(SEARCH_OK, 0) for d in replicas]
+        for _ in range(10):
+            client.search(q, 5)
+        self.assertTrue(all(c > 0 for c in served()), served())
+        replicas[0].proc.send_signal(signal.SIGTERM)
+        while replicas[0].serving():
+            time.sleep(0.01)
+        # The channel learns it from its Watch stream, a moment later.
+        time.sleep(0.5)
+        before = served()
+        for _ in range(20):
+            client.search(q, 5)
+        after = served()
+        self.assertEqual([a - b for a, b in zip(after, before)], [0, 20])
+        pinned = self.client(replicas[0].address)
+        pinned.search(q, 5)  # still served during the delay
+        self.assertEqual(served()[0], after[0] + 1)
+        # Only replica 1 answers also when both are asked directly.
+        with self.assertRaises(grpc.RpcError) as err:
+            self.client(target, timeout_s=1,
+                        options=[("grpc.service_config", json.dumps({
+                            "loadBalancingConfig": [{"round_robin": {}}],
+                            "healthCheckConfig": {"serviceName": "no.Such"}}))],
+                        ).search(q, 5)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.UNAVAILABLE)
 
     def test_tls_and_bearer_tokens(self):
         import grpc

@@ -8,6 +8,7 @@ used). Bench scripts import it with tests/python put on sys.path.
 """
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -44,6 +45,55 @@ def generate_stubs(source_dir, out_dir):
             check=True)
     sys.path.insert(0, out_dir)
     return out_dir
+
+
+def build_test_index(path, seed, n=20000, dim=48):
+    """Writes the tests' index to `path` with python3-faiss and returns its
+    vectors: n clustered dim-d float32 vectors (40 centres), IVF64,PQ12,
+    nprobe 6 stored as the default."""
+    import faiss
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((40, dim)).astype("float32") * 4
+    xb = (centres[rng.integers(0, 40, n)]
+          + rng.standard_normal((n, dim))).astype("float32")
+    index = faiss.index_factory(dim, "IVF64,PQ12")
+    # index_factory turns polysemous training on (minutes here). Through the
+    # downcast IndexIVFPQ: set on extract_index_ivf()'s IndexIVF proxy, the
+    # flag would be a Python attribute, ignored.
+    faiss.downcast_index(
+        faiss.extract_index_ivf(index)).do_polysemous_training = False
+    index.train(xb)
+    index.add(xb)
+    faiss.extract_index_ivf(index).nprobe = 6
+    faiss.write_index(index, path)
+    return xb
+
+
+def copy_client_sources(source_dir, dst):
+    """Copies proto/ and clients/python/ under `dst` (so that building the
+    client leaves nothing in the source tree); returns the copy of
+    clients/python."""
+    shutil.copytree(os.path.join(source_dir, "proto"), os.path.join(dst, "proto"))
+    client = os.path.join(dst, "clients", "python")
+    shutil.copytree(os.path.join(source_dir, "clients", "python"), client,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info",
+                                                  "__pycache__", "_generated"))
+    return client
+
+
+def install_client(source_dir, dst):
+    """knnd-client (clients/python) built from Debian's packages (system
+    protoc, python3-grpcio; nothing downloaded) and installed under
+    dst/site, which is put first on sys.path; returns that folder."""
+    client = copy_client_sources(source_dir, os.path.join(dst, "src"))
+    site = os.path.join(dst, "site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                    "--no-index", "--no-build-isolation", "--no-deps",
+                    "--target", site, client], check=True,
+                   env=dict(os.environ, PIP_ROOT_USER_ACTION="ignore"))
+    sys.path.insert(0, site)
+    return site
 
 
 def channel(address):

@@ -237,7 +237,7 @@ TEST_F(SecurityTest, PlaintextHealthPortServesOnlyHealth) {
             grpc::health::v1::HealthCheckResponse::SERVING);
   EXPECT_EQ(Info(FreshChannel(health_address)).error_code(),
             grpc::UNIMPLEMENTED);
-  s.server->Drain(absl::ZeroDuration());
+  s.server->Drain({});
 }
 
 // Captures spdlog's and gRPC's log lines while alive. gRPC's log function

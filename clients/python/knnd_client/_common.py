@@ -38,9 +38,18 @@ _RETRYABLE = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
 # on them are spread over every address (round_robin); a plain "host:port"
 # keeps gRPC's default pick_first (one connection), as with a ClusterIP
 # Service that already balances.
+#
+# With round_robin the channel also watches each replica's grpc.health.v1
+# status (gRPC client-side health checking): a replica that answers
+# NOT_SERVING (loading, or shutting down after SIGTERM) gets no new calls
+# while its connection is still open, so a rolling restart moves the
+# traffic before the replica stops listening. A server without the health
+# service is used as if SERVING.
+HEALTH_SERVICE_NAME = "knnd.v1.KnnService"
 _MULTI_ADDRESS_SCHEMES = ("dns:", "ipv4:", "ipv6:")
 _ROUND_ROBIN_SERVICE_CONFIG = json.dumps(
-    {"loadBalancingConfig": [{"round_robin": {}}]})
+    {"loadBalancingConfig": [{"round_robin": {}}],
+     "healthCheckConfig": {"serviceName": HEALTH_SERVICE_NAME}})
 
 # knnd's rule for a bearer token (search_token_file): 16 to 4096 printable
 # ASCII characters without spaces. Checked here so that a token read with
