@@ -13,7 +13,7 @@ FASHION := /usr/share/datasets/fashion-mnist
 DEBIAN_PACKAGES := cmake g++ make pkg-config git zlib1g-dev \
   libfaiss-dev libopenblas-dev libgrpc++-dev libprotobuf-dev \
   protobuf-compiler protobuf-compiler-grpc libabsl-dev libspdlog-dev \
-  prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev \
+  prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libhnswlib-dev \
   python3-faiss python3-grpcio python3-protobuf python3-numpy \
   prometheus dataset-fashion-mnist \
   python3-venv python3-pip python3-setuptools python3-wheel \
@@ -31,7 +31,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 FAISS_SIMD ?= $(shell grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && echo avx2 || echo generic)
 FAISS_AVX2_PREFIX ?= $(CURDIR)/.deps/faiss-avx2
 
-.PHONY: deps faiss build test demo bench bench-rerank bench-memory clean test-asan test-tsan fuzz
+.PHONY: deps faiss build test demo bench bench-rerank bench-memory bench-frontier clean test-asan test-tsan fuzz
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -61,16 +61,15 @@ build: faiss
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 1
 
-# The demo index is built once with knnd's own tool (with its re-ranking
-# vectors), then tuned once: knnctl tune measures recall@10 on 2,000 held-out
+# The demo index is built once with knnd's own tool and its default recipe
+# (4-bit FastScan with the re-ranking vectors kept), then tuned once: knnctl tune measures recall@10 on 2,000 held-out
 # test images and records in the sidecar the fastest nprobe and
 # refine_factor reaching 0.95 (demo/tune.txt keeps the table). knnd then
 # serves those defaults, answers real test images, and stops on SIGTERM.
 demo: build
 	@mkdir -p $(DEMO_DIR)
 	@[ -f $(DEMO_DIR)/fashion-mnist.index ] || { rm -f $(DEMO_DIR)/tune.txt; $(BUILD)/knnctl build \
-	  --input $(FASHION)/train-images-idx3-ubyte.gz --output $(DEMO_DIR)/fashion-mnist.index \
-	  --keep_vectors; }
+	  --input $(FASHION)/train-images-idx3-ubyte.gz --output $(DEMO_DIR)/fashion-mnist.index; }
 	@[ -f $(DEMO_DIR)/tune.txt ] || { $(BUILD)/knnctl tune --index $(DEMO_DIR)/fashion-mnist.index \
 	  --queries $(FASHION)/t10k-images-idx3-ubyte.gz --limit 2000 --target_recall 0.95 \
 	  > $(DEMO_DIR)/tune.txt.tmp && mv $(DEMO_DIR)/tune.txt.tmp $(DEMO_DIR)/tune.txt; }
@@ -94,7 +93,7 @@ clean:
 # measure the SIMD gain on the same benchmark. Needs root for the cold-start
 # case (drop_caches).
 BENCH_PACKAGES := python3-matplotlib
-bench: build bench-rerank bench-memory
+bench: build bench-rerank bench-memory bench-frontier
 	@$(MAKE) --no-print-directory deps DEBIAN_PACKAGES="$(BENCH_PACKAGES)"
 ifeq ($(FAISS_SIMD),avx2)
 	@cmake -S . -B build-generic -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKNND_FAISS_SIMD=generic \
@@ -110,6 +109,15 @@ endif
 # built once into /tmp/knnd_rerank_bench (about 20 min on 2 busy cores).
 bench-rerank: build
 	/usr/bin/python3 bench/rerank_bench.py --build $(BUILD) --nq 2000
+
+# The recall / speed / memory frontier on Fashion-MNIST (bench/RESULTS.md,
+# "Frontier"): knnd's default FastScan recipe and its 8-bit recipe in
+# process, FAISS's IndexRefineFlat over the same FastScan factory, hnswlib
+# M 16 and 32, in one run (about 15 minutes on 2 busy cores, most of it
+# building the 8-bit index and the HNSW graphs). Index files go to
+# /tmp/knnd_frontier.
+bench-frontier: build
+	$(BUILD)/bench/frontier_bench --work /tmp/knnd_frontier
 
 # Memory benchmarks (bench/RESULTS.md "Memory"): seeded indexes built once
 # under /tmp (never committed); PSS of 8 python3-faiss workers vs knnd,

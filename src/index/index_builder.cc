@@ -18,6 +18,15 @@ int64_t FloorPowerOfTwo(int64_t x) {
   return p;
 }
 
+// The power of two nearer to `target` (rounded, not always down), at most
+// rows / 39 (FAISS's minimum of training points per centroid), at least 1.
+int64_t NlistNear(double target, int64_t rows) {
+  int64_t nlist = FloorPowerOfTwo(std::max<int64_t>(1, std::llround(target)));
+  if (target > 1.5 * static_cast<double>(nlist)) nlist *= 2;
+  return std::max<int64_t>(
+      1, std::min(nlist, FloorPowerOfTwo(std::max<int64_t>(1, rows / 39))));
+}
+
 // Checks that the index file `tmp` loads in IndexSnapshot (the daemon's own
 // checks), completes `metadata` from it (dim, ntotal, size, CRC-32; the
 // metric and factory when the caller left them empty), renames `tmp` over
@@ -67,11 +76,7 @@ absl::Status CommitIndexFile(const std::string& tmp, const std::string& path,
 }  // namespace
 
 int64_t DefaultNlist(int64_t rows) {
-  const double target = 4.0 * std::sqrt(static_cast<double>(rows));
-  int64_t nlist = FloorPowerOfTwo(std::max<int64_t>(1, std::llround(target)));
-  // Round to the nearer power of two, not always down.
-  if (target > 1.5 * static_cast<double>(nlist)) nlist *= 2;
-  return std::max<int64_t>(1, std::min(nlist, FloorPowerOfTwo(std::max<int64_t>(1, rows / 39))));
+  return NlistNear(4.0 * std::sqrt(static_cast<double>(rows)), rows);
 }
 
 int DefaultPqM(int dim) {
@@ -81,6 +86,19 @@ int DefaultPqM(int dim) {
     if (dim % m == 0 && fast) return m;
   }
   return 1;
+}
+
+int64_t DefaultFastScanNlist(int64_t rows) {
+  return NlistNear(std::sqrt(static_cast<double>(rows)), rows);
+}
+
+int DefaultFastScanM(int dim) {
+  const int widest =
+      std::max(1, std::min(kMaxFastScanWidth, dim / kMinFastScanM));
+  for (int width = widest; width > 1; --width) {
+    if (dim % width == 0) return dim / width;
+  }
+  return std::max(1, dim);
 }
 
 int64_t DefaultTrainRows(int64_t rows, int64_t nlist) {

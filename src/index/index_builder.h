@@ -36,6 +36,27 @@ int64_t DefaultNlist(int64_t rows);
 // at most bounds the codes and the precomputed table (nlist * M * 256 * 4).
 int DefaultPqM(int dim);
 
+// The default recipe's nlist: sqrt(rows) rounded to the nearer power of
+// two, at most rows / 39, at least 1. A 4-bit FastScan list is scanned 32
+// codes per SIMD block, so fewer, longer lists than DefaultNlist's cost
+// little per probe and the coarse search is cheaper; on Fashion-MNIST
+// (60,000 rows) it is 256 lists (bench/RESULTS.md, "Default recipe").
+int64_t DefaultFastScanNlist(int64_t rows);
+
+// The default recipe's M (4-bit sub-quantizers, M / 2 bytes per vector):
+// dim / w for the largest divisor w of dim with w <= kMaxFastScanWidth and
+// w <= dim / kMinFastScanM: sub-vectors at most 4 dims wide, and at least
+// kMinFastScanM of them (32 bytes per vector) for low dimensions, where
+// 16 centroids per sub-vector lose more. Measured with exact re-ranking
+// (bench/RESULTS.md, "Default recipe"): on Fashion-MNIST (784 dims) M 196
+// (4 dims) reached recall@10 0.98 faster than M 98 (8 dims) and far faster
+// than M 49 (16 dims); on its 128-dim PCA projection M 64 (2 dims) reached
+// 0.98 where M 32 (4 dims) stopped below 0.93. 784 -> 196, 768 -> 192,
+// 300 -> 75, 128 -> 64, 100 and below -> dim (1 dim each).
+inline constexpr int kMaxFastScanWidth = 4;
+inline constexpr int kMinFastScanM = 64;
+int DefaultFastScanM(int dim);
+
 // Rows to train on: all rows up to max(50 * nlist, 65536). FAISS's k-means
 // samples 256 points per centroid at most and the PQ 65536, so more rows
 // cost memory and time without improving the quantizers.

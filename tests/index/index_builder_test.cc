@@ -61,6 +61,22 @@ TEST(IndexBuilder, DefaultsFollowTheDataShape) {
   EXPECT_EQ(DefaultPqM(128), 32);
   EXPECT_EQ(DefaultPqM(768), 64);
   EXPECT_EQ(DefaultPqM(3), 1);
+  // The default (FastScan) recipe: nlist near sqrt(N), sub-vectors at most
+  // 4 dims wide and at least kMinFastScanM (64) of them.
+  EXPECT_EQ(DefaultFastScanNlist(60000), 256);  // sqrt(60000) = 245
+  EXPECT_EQ(DefaultFastScanNlist(1000000), 1024);
+  EXPECT_EQ(DefaultFastScanNlist(4000), 64);
+  EXPECT_EQ(DefaultFastScanNlist(1000), 16);  // sqrt = 32, but 1000/39 = 25
+  EXPECT_EQ(DefaultFastScanNlist(10), 1);
+  EXPECT_EQ(DefaultFastScanM(784), 196);   // 4 wide
+  EXPECT_EQ(DefaultFastScanM(768), 192);   // 4 wide
+  EXPECT_EQ(DefaultFastScanM(810), 270);   // 3 wide: 4 does not divide
+  EXPECT_EQ(DefaultFastScanM(300), 75);    // 4 wide
+  EXPECT_EQ(DefaultFastScanM(192), 64);    // 3 wide: 192/64 = 3
+  EXPECT_EQ(DefaultFastScanM(128), 64);    // 2 wide: 64 sub-quantizers
+  EXPECT_EQ(DefaultFastScanM(100), 100);   // 1 wide
+  EXPECT_EQ(DefaultFastScanM(16), 16);
+  EXPECT_EQ(DefaultFastScanM(251), 251);   // prime
   EXPECT_EQ(DefaultTrainRows(60000, 1024), 60000);
   EXPECT_EQ(DefaultTrainRows(10000000, 4096), 204800);
   EXPECT_EQ(DefaultNprobe(1024), 32);

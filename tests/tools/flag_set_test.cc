@@ -24,6 +24,7 @@ struct Fields {
   double recall = 0.95;
   absl::optional<int64_t> pin;
   bool keep = false;
+  absl::optional<bool> vectors;
   std::string addr = "localhost:50051";
 
   FlagSet Define() {
@@ -35,6 +36,7 @@ struct Fields {
     flags.Add("recall", &recall, "R", "Target recall.");
     flags.Add("pin", &pin, "N", "Version to pin.");
     flags.AddSwitch("keep", &keep, "Keep the vectors.");
+    flags.AddSwitch("vectors", &vectors, "Write vectors; default: no --ids.");
     flags.StartSection("connection flags");
     flags.Add("addr", &addr, "HOST:PORT", "Where knnd listens.");
     return flags;
@@ -49,7 +51,8 @@ absl::Status Parse(Fields& fields, const std::vector<std::string>& args) {
 TEST(FlagSet, ParsesEveryFormAndKind) {
   Fields f;
   ASSERT_TRUE(Parse(f, {"--input", "x.npy", "--k=5", "-rows", "-3", "--seed=7",
-                        "--recall", "0.5", "--pin", "0", "--keep", "-addr=h:1"})
+                        "--recall", "0.5", "--pin", "0", "--keep", "-addr=h:1",
+                        "--vectors"})
                   .ok());
   EXPECT_EQ(f.input, "x.npy");
   EXPECT_EQ(f.k, 5);
@@ -58,6 +61,7 @@ TEST(FlagSet, ParsesEveryFormAndKind) {
   EXPECT_EQ(f.recall, 0.5);
   EXPECT_EQ(f.pin, absl::optional<int64_t>(0));
   EXPECT_TRUE(f.keep);
+  EXPECT_EQ(f.vectors, absl::optional<bool>(true));
   EXPECT_EQ(f.addr, "h:1");
 }
 
@@ -69,6 +73,10 @@ TEST(FlagSet, UnsetFlagsKeepTheirDefaultsAndTheLastOccurrenceWins) {
   EXPECT_FALSE(f.keep);
   EXPECT_EQ(f.input, "in.npy");
   EXPECT_EQ(f.pin, absl::nullopt);
+  EXPECT_EQ(f.vectors, absl::nullopt);  // unset: the caller's default
+  Fields off;
+  ASSERT_TRUE(Parse(off, {"--vectors", "--vectors=false"}).ok());
+  EXPECT_EQ(off.vectors, absl::optional<bool>(false));
 }
 
 TEST(FlagSet, RefusalsNameTheArgument) {
@@ -82,6 +90,7 @@ TEST(FlagSet, RefusalsNameTheArgument) {
       {{"--recall", "high"}, "--recall=high is not a number"},
       {{"--pin", "x"}, "--pin=x is not a 64-bit integer"},
       {{"--keep=maybe"}, "--keep=maybe is not true or false"},
+      {{"--vectors=2"}, "--vectors=2 is not true or false"},
       {{"build"}, "unexpected argument 'build'"},
   };
   for (const auto& [args, message] : cases) {
@@ -101,6 +110,8 @@ TEST(FlagSet, HelpListsFlagsInOrderWithDefaultsAndSections) {
       << help;
   EXPECT_THAT(help, HasSubstr("  --pin N\n      Version to pin.\n"));
   EXPECT_THAT(help, HasSubstr("  --keep\n      Keep the vectors.\n"));
+  EXPECT_THAT(help, HasSubstr("  --vectors\n      Write vectors; default: "
+                              "no --ids.\n"));
   EXPECT_THAT(help, HasSubstr("\n\nconnection flags:\n  --addr HOST:PORT  "
                               "(default localhost:50051)\n"));
 }

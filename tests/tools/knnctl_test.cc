@@ -89,18 +89,40 @@ TEST(Knnctl, ExitCodes) {
   EXPECT_EQ(bad_m.exit_code, 2);
   EXPECT_THAT(bad_m.output, HasSubstr("--m=5 does not divide dim=16"));
 
+  CommandResult bad_recipe = Knnctl(absl::StrCat(
+      "build --input ", dir.path("x.npy"), " --output ", dir.path("x.index"),
+      " --recipe pq4"));
+  EXPECT_EQ(bad_recipe.exit_code, 2);
+  EXPECT_THAT(bad_recipe.output,
+              HasSubstr("--recipe=pq4 is not fastscan or pq8"));
+  CommandResult both = Knnctl(absl::StrCat(
+      "build --input ", dir.path("x.npy"), " --output ", dir.path("x.index"),
+      " --recipe pq8 --factory IVF16,PQ4"));
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_THAT(both.output, HasSubstr("either --factory or --recipe"));
+  EXPECT_FALSE(std::ifstream(dir.path("x.index")).good());
+
   CommandResult missing = Knnctl(absl::StrCat("build --input ", dir.path("none.npy"),
                                     " --output ", dir.path("x.index")));
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.output, HasSubstr("none.npy"));
 
+  // --nlist and --m apply to the recipe: 4-bit FastScan by default, 8-bit
+  // PQ with --recipe pq8.
   CommandResult built = Knnctl(absl::StrCat("build --input ", dir.path("x.npy"),
                                   " --output ", dir.path("x.index"),
                                   " --nlist 16 --m 4"));
   EXPECT_EQ(built.exit_code, 0) << built.output;
   CommandResult info = Knnctl(absl::StrCat("info --index ", dir.path("x.index")));
   EXPECT_EQ(info.exit_code, 0) << info.output;
-  EXPECT_THAT(info.output, HasSubstr("IVF16,PQ4"));
+  EXPECT_THAT(info.output, HasSubstr("IVF16,PQ4x4fs"));
+  CommandResult pq8 = Knnctl(absl::StrCat("build --input ", dir.path("x.npy"),
+                                          " --output ", dir.path("x.index"),
+                                          " --recipe pq8 --nlist 16 --m 4"));
+  EXPECT_EQ(pq8.exit_code, 0) << pq8.output;
+  EXPECT_THAT(pq8.output, HasSubstr("factory:  IVF16,PQ4 (recipe pq8"));
+  EXPECT_THAT(Knnctl(absl::StrCat("info --index ", dir.path("x.index"))).output,
+              Not(HasSubstr("x4fs")));
 
   CommandResult no_truth = Knnctl(absl::StrCat("eval --index ", dir.path("x.index"),
                                      " --queries ", dir.path("x.npy")));
@@ -248,9 +270,11 @@ TEST(Knnctl, EvalRecallEqualsAnIndependentComputation) {
   TempDir dir;
   const Matrix base = WriteData(dir.path("base.npy"), 3000, 16, 11);
   const Matrix queries = WriteData(dir.path("q.npy"), 200, 16, 12);
+  // 8-bit PQ, which FAISS's own reader below reads; PQ order only.
   ASSERT_EQ(Knnctl(absl::StrCat("build --input ", dir.path("base.npy"),
                                 " --output ", dir.path("x.index"),
-                                " --nlist 32 --m 4"))
+                                " --recipe pq8 --nlist 32 --m 4"
+                                " --keep_vectors=false"))
                 .exit_code,
             0);
   CommandResult eval = Knnctl(absl::StrCat("eval --index ", dir.path("x.index"),
@@ -293,9 +317,9 @@ TEST(Knnctl, EvalRecallEqualsAnIndependentComputation) {
   EXPECT_THAT(eval.output, HasSubstr("chosen nprobe:"));
 }
 
-// --keep_vectors writes INDEX.vectors that knnd loads; eval sweeps
+// A build keeps INDEX.vectors by default, which knnd loads; eval sweeps
 // refine_factor with nprobe and re-ranking lifts recall past what PQ alone
-// reaches; a build without the flag removes a stale vectors file.
+// reaches; a build with --keep_vectors=false removes a stale vectors file.
 TEST(Knnctl, KeepVectorsAndEvalSweepsRefineFactors) {
   TempDir dir;
   WriteData(dir.path("base.npy"), 3000, 16, 11);
@@ -303,8 +327,8 @@ TEST(Knnctl, KeepVectorsAndEvalSweepsRefineFactors) {
   const std::string index = dir.path("x.index");
   const std::string build = absl::StrCat(
       "build --input ", dir.path("base.npy"), " --output ", index,
-      " --nlist 32 --m 2");
-  CommandResult built = Knnctl(build + " --keep_vectors --vectors_dtype f16");
+      " --recipe pq8 --nlist 32 --m 2");
+  CommandResult built = Knnctl(build + " --vectors_dtype f16");
   ASSERT_EQ(built.exit_code, 0) << built.output;
   EXPECT_THAT(built.output, HasSubstr("x.index.vectors (f16"));
   struct stat st;
@@ -356,7 +380,7 @@ TEST(Knnctl, KeepVectorsAndEvalSweepsRefineFactors) {
     EXPECT_THAT(search.output, HasSubstr("refine_factor 4"));
   }
 
-  CommandResult rebuilt = Knnctl(build);
+  CommandResult rebuilt = Knnctl(build + " --keep_vectors=false");
   ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
   EXPECT_THAT(rebuilt.output, HasSubstr("removed:"));
   EXPECT_NE(stat((index + ".vectors").c_str(), &st), 0);
@@ -365,6 +389,101 @@ TEST(Knnctl, KeepVectorsAndEvalSweepsRefineFactors) {
       dir.path("base.npy"), " --refine_factors 4"));
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_THAT(refused.output, HasSubstr("--keep_vectors"));
+}
+
+// With no recipe flags, build writes the default recipe: 4-bit FastScan
+// (IVF<~sqrt N>,PQ<M>x4fs) with INDEX.vectors kept, and tuning it on held-out
+// queries of the same clustered distribution finds a setting whose recall,
+// measured here independently (IndexSnapshot and a brute-force loop),
+// reaches 0.95. With --ids no vectors are kept (re-ranking needs row = id),
+// and asking for them too is refused.
+TEST(Knnctl, DefaultBuildIsFastScanWithVectorsAndTunesToGoodRecall) {
+  TempDir dir;
+  constexpr int64_t kBase = 4000;
+  constexpr int64_t kQueries = 200;
+  constexpr int kDim = 64;
+  const std::vector<float> all = MakeData(kBase + kQueries, kDim, 21);
+  Matrix base;
+  base.rows = kBase;
+  base.dim = kDim;
+  base.values.assign(all.begin(), all.begin() + kBase * kDim);
+  Matrix queries;
+  queries.rows = kQueries;
+  queries.dim = kDim;
+  queries.values.assign(all.begin() + kBase * kDim, all.end());
+  ASSERT_TRUE(WriteVectors(dir.path("base.npy"), base).ok());
+  ASSERT_TRUE(WriteVectors(dir.path("q.npy"), queries).ok());
+  const std::string index = dir.path("x.index");
+
+  CommandResult built = Knnctl(absl::StrCat(
+      "build --input ", dir.path("base.npy"), " --output ", index));
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  // sqrt(4000) = 63 -> 64 lists; 64 dims -> 64 sub-vectors of 1 dim.
+  EXPECT_THAT(built.output,
+              HasSubstr("factory:  IVF64,PQ64x4fs (recipe fastscan"));
+  EXPECT_THAT(built.output, HasSubstr("32 bytes per vector"));
+  struct stat st;
+  ASSERT_EQ(stat((index + ".vectors").c_str(), &st), 0) << built.output;
+  EXPECT_EQ(st.st_size, 64 + kBase * kDim * 4);  // f32 rows and the header
+
+  CommandResult tuned = Knnctl(absl::StrCat("tune --index ", index,
+                                            " --queries ", dir.path("q.npy"),
+                                            " --target_recall 0.95"));
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  auto meta = ReadIndexMetadata(MetadataPath(index));
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->factory(), "IVF64,PQ64x4fs");
+  ASSERT_GE(meta->tuned_nprobe(), 1u) << tuned.output;
+
+  LoadOptions load;
+  load.probe_in_subprocess = false;
+  load.vectors = VectorsPolicy::kRequired;
+  auto snapshot = IndexSnapshot::Load(index, load);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_THAT((*snapshot)->info().index_type, HasSubstr("x4fs"));
+  EXPECT_TRUE((*snapshot)->info().has_vectors);
+  std::vector<float> distances(kQueries * 10);
+  std::vector<int64_t> ids(kQueries * 10);
+  SearchArgs args;
+  args.queries = queries.values.data();
+  args.num_queries = kQueries;
+  args.k = 10;
+  args.nprobe = static_cast<int>(meta->tuned_nprobe());
+  args.refine_factor = static_cast<int>(meta->tuned_refine_factor());
+  args.distances = distances.data();
+  args.ids = ids.data();
+  ASSERT_TRUE((*snapshot)->Search(args).ok());
+  const std::vector<int64_t> truth = knnd::testing::BruteForceNeighbors(
+      base.values, queries.values, kDim, 10, Metric::kL2);
+  int64_t hits = 0;
+  for (int64_t q = 0; q < kQueries; ++q) {
+    const std::set<int64_t> expected(truth.begin() + q * 10,
+                                     truth.begin() + (q + 1) * 10);
+    for (int j = 0; j < 10; ++j) hits += expected.count(ids[q * 10 + j]);
+  }
+  EXPECT_GE(hits / (kQueries * 10.0), 0.95)
+      << "nprobe " << args.nprobe << " refine_factor " << args.refine_factor
+      << "\n" << tuned.output;
+
+  // Custom ids: no vectors by default, refused when asked for.
+  {
+    std::ofstream ivecs(dir.path("ids.ivecs"), std::ios::binary);
+    for (int32_t i = 0; i < kBase; ++i) {
+      const int32_t one = 1, id = 1000 + i;
+      ivecs.write(reinterpret_cast<const char*>(&one), 4);
+      ivecs.write(reinterpret_cast<const char*>(&id), 4);
+    }
+  }
+  const std::string with_ids = absl::StrCat(
+      "build --input ", dir.path("base.npy"), " --output ", index,
+      " --ids ", dir.path("ids.ivecs"));
+  CommandResult refused = Knnctl(with_ids + " --keep_vectors");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_THAT(refused.output, HasSubstr("needs the sequential ids"));
+  CommandResult id_build = Knnctl(with_ids);
+  ASSERT_EQ(id_build.exit_code, 0) << id_build.output;
+  EXPECT_THAT(id_build.output, HasSubstr("--ids given, and re-ranking"));
+  EXPECT_NE(stat((index + ".vectors").c_str(), &st), 0);
 }
 
 // tune measures settings on a sample of the indexed vectors (no queries
@@ -376,8 +495,9 @@ TEST(Knnctl, TuneRecordsTheFastestSettingReachingTheTarget) {
   const std::string index = dir.path("t.index");
   CommandResult built = Knnctl(absl::StrCat(
       "build --input ", dir.path("base.npy"), " --output ", index,
-      " --nlist 32 --m 2 --keep_vectors"));
+      " --nlist 32 --m 2"));
   ASSERT_EQ(built.exit_code, 0) << built.output;
+  EXPECT_THAT(built.output, HasSubstr("IVF32,PQ2x4fs"));
   CommandResult tuned = Knnctl(absl::StrCat(
       "tune --index ", index, " --sample 200 --target_recall 0.9"));
   ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
@@ -389,7 +509,8 @@ TEST(Knnctl, TuneRecordsTheFastestSettingReachingTheTarget) {
   EXPECT_LE(meta->tuned_nprobe(), 32u);
   EXPECT_GE(meta->tuned_recall(), 0.9);
   EXPECT_EQ(meta->tuned_k(), 10u);
-  // PQ with 2 bytes per vector cannot reach 0.9 alone: re-ranking is chosen.
+  // 4-bit PQ with 1 byte per vector cannot reach 0.9 alone: re-ranking is
+  // chosen.
   EXPECT_GT(meta->tuned_refine_factor(), 0u) << tuned.output;
   LoadOptions load;
   load.probe_in_subprocess = false;

@@ -1,6 +1,7 @@
 // knnctl build: vectors in, an IVF-PQ index file and its metadata sidecar
-// out (and INDEX.vectors with --keep_vectors), with defaults chosen from
-// the data's shape (index_builder.h).
+// out, and INDEX.vectors for exact re-ranking unless --keep_vectors=false,
+// with defaults chosen from the data's shape (index_builder.h): 4-bit
+// FastScan (--recipe fastscan) or 8-bit IVF-PQ (--recipe pq8).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/types/optional.h"
 #include "absl/time/clock.h"
 #include "command.h"
 #include "knnd/base/metric.h"
@@ -35,6 +37,7 @@ struct BuildOptions {
   std::string output;
   std::string metric = "l2";
   std::string factory;
+  std::string recipe = "fastscan";
   int64_t nlist = 0;
   int m = 0;
   int64_t train_size = 0;
@@ -42,7 +45,8 @@ struct BuildOptions {
   int64_t add_batch = 65536;
   uint32_t seed = 1234;
   int stored_nprobe = 0;
-  bool keep_vectors = false;
+  // Unset: kept unless --ids is given.
+  absl::optional<bool> keep_vectors;
   std::string vectors_dtype = "f32";
   int threads = 0;
 };
@@ -134,29 +138,50 @@ absl::Status WriteRawVectors(const Matrix& x, Metric metric,
   return (*writer)->Finish();
 }
 
-// --factory, or IVF<nlist>,PQ<m> from --nlist/--m and the defaults for
-// `x`'s shape; prints which.
+constexpr char kFastScanRecipe[] = "fastscan";
+constexpr char kPq8Recipe[] = "pq8";
+
+// --factory, or the recipe's IVF<nlist>,PQ<m>x4fs (fastscan) or
+// IVF<nlist>,PQ<m> (pq8) from --nlist/--m and the defaults for `x`'s
+// shape; prints which.
 absl::StatusOr<std::string> FactoryFor(const BuildOptions& options,
                                        const Matrix& x) {
   if (!options.factory.empty()) {
     std::printf("factory:  %s (from --factory)\n", options.factory.c_str());
     return options.factory;
   }
-  const int64_t nlist =
-      options.nlist > 0 ? options.nlist : DefaultNlist(x.rows);
-  const int m = options.m > 0 ? options.m : DefaultPqM(x.dim);
+  const bool fastscan = options.recipe == kFastScanRecipe;
+  if (!fastscan && options.recipe != kPq8Recipe) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--recipe=", options.recipe, " is not ", kFastScanRecipe, " or ",
+        kPq8Recipe));
+  }
+  const int64_t nlist = options.nlist > 0 ? options.nlist
+                        : fastscan        ? DefaultFastScanNlist(x.rows)
+                                          : DefaultNlist(x.rows);
+  const int m = options.m > 0 ? options.m
+                : fastscan    ? DefaultFastScanM(x.dim)
+                              : DefaultPqM(x.dim);
   if (x.dim % m != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--m=", m, " does not divide dim=", x.dim));
   }
-  std::string factory = absl::StrCat("IVF", nlist, ",PQ", m);
+  std::string factory =
+      absl::StrCat("IVF", nlist, ",PQ", m, fastscan ? "x4fs" : "");
+  const char* nlist_why = options.nlist > 0 ? "from --nlist"
+                          : fastscan        ? "~sqrt(N), <= N/39"
+                                            : "~4*sqrt(N), <= N/39";
+  const std::string m_why =
+      options.m > 0 ? "from --m"
+      : fastscan    ? absl::StrCat("sub-vectors <= ", kMaxFastScanWidth,
+                                   " dims, M >= ", kMinFastScanM)
+                    : "largest fast divisor of dim <= 64";
   std::printf(
-      "factory:  %s (nlist %s, M %s: %d-dim sub-vectors, %d bytes "
-      "per vector)\n",
-      factory.c_str(),
-      options.nlist > 0 ? "from --nlist" : "~4*sqrt(N), <= N/39",
-      options.m > 0 ? "from --m" : "largest divisor of dim <= 64", x.dim / m,
-      m);
+      "factory:  %s (recipe %s: %s; nlist %s; M %s: %d-dim sub-vectors, "
+      "%d bytes per vector)\n",
+      factory.c_str(), options.recipe.c_str(),
+      fastscan ? "4-bit FastScan PQ" : "8-bit PQ", nlist_why, m_why.c_str(),
+      x.dim / m, fastscan ? (m + 1) / 2 : m);
   return factory;
 }
 
@@ -182,8 +207,10 @@ int Build(const BuildOptions& options) {
   }
   absl::StatusOr<Metric> metric = ParseMetric(options.metric);
   if (!metric.ok()) return Fail(metric.status());
-  if (!options.factory.empty() && (options.nlist > 0 || options.m > 0)) {
-    return Fail("give either --factory or --nlist/--m, not both");
+  if (!options.factory.empty() &&
+      (options.nlist > 0 || options.m > 0 ||
+       options.recipe != kFastScanRecipe)) {
+    return Fail("give either --factory or --recipe/--nlist/--m, not both");
   }
   absl::StatusOr<VectorsDtype> vectors_dtype =
       ParseVectorsDtype(options.vectors_dtype);
@@ -191,11 +218,12 @@ int Build(const BuildOptions& options) {
     return Fail(
         absl::StrCat("--vectors_dtype: ", vectors_dtype.status().message()));
   }
-  if (options.keep_vectors && !options.ids.empty()) {
+  if (options.keep_vectors.value_or(false) && !options.ids.empty()) {
     return Fail(
         "--keep_vectors stores row i as the vector of id i, so it "
         "needs the sequential ids of a build without --ids");
   }
+  const bool keep_vectors = options.keep_vectors.value_or(options.ids.empty());
   // Fail before reading and training, not after.
   if (access(DirectoryOf(output).c_str(), W_OK) != 0) {
     return Fail(absl::StrCat("cannot write into the directory of ", output,
@@ -290,15 +318,23 @@ int Build(const BuildOptions& options) {
   // The vectors file goes in first; the index and then its sidecar follow,
   // and a loader takes a version as complete only with its sidecar.
   const std::string vectors_path = VectorsPath(output);
-  if (options.keep_vectors) {
+  if (keep_vectors) {
     if (absl::Status s =
             WriteRawVectors(x, *metric, vectors_path, *vectors_dtype, batch);
         !s.ok()) {
       return Fail(s);
     }
-  } else if (unlink(vectors_path.c_str()) == 0) {
-    std::printf("removed:  %s (of a previous build; no --keep_vectors)\n",
-                vectors_path.c_str());
+  } else {
+    if (unlink(vectors_path.c_str()) == 0) {
+      std::printf("removed:  %s (of a previous build)\n",
+                  vectors_path.c_str());
+    }
+    std::printf("note:     no %s (%s): knnd cannot re-rank exactly "
+                "(refine_factor)\n",
+                vectors_path.c_str(),
+                options.ids.empty()
+                    ? "--keep_vectors=false"
+                    : "--ids given, and re-ranking reads row i as id i");
   }
   if (absl::Status s = b.Write(output, nprobe, metadata); !s.ok()) {
     return Fail(s);
@@ -310,14 +346,16 @@ int Build(const BuildOptions& options) {
       "%s\n",
       output.c_str(), static_cast<long long>(b.ntotal()), MiB(st.st_size),
       nprobe, MetadataPath(output).c_str());
-  if (options.keep_vectors) {
+  if (keep_vectors) {
     stat(vectors_path.c_str(), &st);
     std::printf("wrote:    %s (%s, %.1f MiB, for refine_factor > 0)\n",
                 vectors_path.c_str(), VectorsDtypeName(*vectors_dtype),
                 MiB(st.st_size));
   }
-  std::printf("next:     knnctl eval --index %s --queries QUERIES --base %s\n",
-              output.c_str(), input.c_str());
+  std::printf("next:     knnctl tune --index %s%s%s (records the fastest "
+              "setting reaching a recall target)\n",
+              output.c_str(), keep_vectors ? "" : " --base ",
+              keep_vectors ? "" : input.c_str());
   return kExitOk;
 }
 
@@ -333,15 +371,22 @@ std::function<int()> DefineBuild(FlagSet& flags) {
   flags.Add("metric", &options->metric, "l2|ip|cosine",
             "Distance: l2, ip (inner product) or cosine (vectors and, in "
             "knnd, queries are L2-normalised).");
+  flags.Add("recipe", &options->recipe, "fastscan|pq8",
+            "Index recipe: fastscan = IVF<nlist>,PQ<M>x4fs, 4-bit FastScan "
+            "PQ (fast scans, re-ranked exactly with INDEX.vectors); pq8 = "
+            "IVF<nlist>,PQ<M>, 8-bit PQ (better recall without re-ranking, "
+            "slower to build and search).");
   flags.Add("factory", &options->factory, "STR",
-            "FAISS factory string of an IVF-PQ index, e.g. 'IVF1024,PQ32' or "
-            "'OPQ32,IVF1024,PQ32'; default from --nlist/--m.");
+            "FAISS factory string of an IVF-PQ index instead of a recipe, "
+            "e.g. 'IVF1024,PQ32', 'OPQ32,IVF1024,PQ32' or 'IVF256,PQ98x4fs'.");
   flags.Add("nlist", &options->nlist, "N",
-            "Inverted lists; 0 = about 4*sqrt(rows), a power of two, at most "
-            "rows/39.");
+            "Inverted lists; 0 = a power of two near sqrt(rows) (fastscan) "
+            "or 4*sqrt(rows) (pq8), at most rows/39.");
   flags.Add("m", &options->m, "M",
-            "PQ sub-quantizers (bytes per vector), must divide dim; 0 = the "
-            "largest divisor <= 64 leaving sub-vectors of >= 4 dims.");
+            "PQ sub-quantizers, must divide dim (fastscan: M/2 bytes per "
+            "vector, pq8: M); 0 = fastscan: dim/w for the largest divisor w "
+            "<= min(4, dim/64) (784 -> 196, 128 -> 64); pq8: the largest "
+            "divisor <= 64 leaving sub-vectors 4, 8, 12 or >= 16 dims wide.");
   flags.Add("train_size", &options->train_size, "N",
             "Rows sampled (seeded) for training; 0 = min(rows, "
             "max(50*nlist, 65536)).");
@@ -352,9 +397,10 @@ std::function<int()> DefineBuild(FlagSet& flags) {
             "nprobe stored in the index file: what knnd searches with when "
             "its config's default_nprobe is 0; 0 = nlist/32.");
   flags.AddSwitch("keep_vectors", &options->keep_vectors,
-                  "Also write the raw vectors to INDEX.vectors (row = id) so "
+                  "Write the raw vectors to INDEX.vectors (row = id) so "
                   "knnd can re-rank IVF-PQ candidates exactly "
-                  "(refine_factor). Not with --ids.");
+                  "(refine_factor). Default: on, off with --ids (re-ranking "
+                  "needs row = id); --keep_vectors=false turns it off.");
   flags.Add("vectors_dtype", &options->vectors_dtype, "f32|f16",
             "Element type of INDEX.vectors: f32, or f16 (half the bytes, "
             "distances rounded to ~3 decimal digits).");

@@ -102,6 +102,18 @@ void FlagSet::AddSwitch(const char* name, bool* value, const char* help) {
                     "true or false", section_});
 }
 
+void FlagSet::AddSwitch(const char* name, absl::optional<bool>* value,
+                        const char* help) {
+  flags_.push_back({name, "", help, "",
+                    [value](absl::string_view text) {
+                      bool parsed;
+                      if (!absl::SimpleAtob(text, &parsed)) return false;
+                      *value = parsed;
+                      return true;
+                    },
+                    "true or false", section_});
+}
+
 const FlagSet::Flag* FlagSet::Find(absl::string_view name) const {
   for (const Flag& flag : flags_) {
     if (flag.name == name) return &flag;

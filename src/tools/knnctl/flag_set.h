@@ -48,6 +48,11 @@ class FlagSet {
            const char* placeholder, const char* help);
   // A switch: --name turns it on.
   void AddSwitch(const char* name, bool* value, const char* help);
+  // A switch whose default depends on other flags: unset until given
+  // (--name or --name=true|false); the help shows no default, so `help`
+  // says what it is.
+  void AddSwitch(const char* name, absl::optional<bool>* value,
+                 const char* help);
 
   // Help() lists the flags added after this call under `title` ("flags"
   // until the first call).
