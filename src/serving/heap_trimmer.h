@@ -36,7 +36,7 @@ class HeapTrimmer {
     absl::Duration interval = absl::Seconds(1);
     // Trim only when at least this much is free (a trim walks and locks
     // every arena: not worth it for a few pages).
-    int64_t min_free_bytes = 8 << 20;
+    int64_t min_free_bytes = 2 << 20;
   };
 
   // The range of each option, naming its config field and the limit.
