@@ -17,8 +17,11 @@
 
 #include <faiss/IndexIVFPQFastScan.h>
 #include <faiss/IVFlib.h>
+#include <faiss/index_factory.h>
+#include <faiss/index_io.h>
 #include <gtest/gtest.h>
 
+#include "knnd/faiss/faiss_builder.h"
 #include "knnd/faiss/faiss_runtime.h"
 #include "knnd/faiss/fastscan_index.h"
 #include "testing/fastscan_util.h"
@@ -310,6 +313,65 @@ TEST_P(FastScanSearchTest, InvalidArgumentsAreRefused) {
   EXPECT_TRUE(absl::IsInvalidArgument(
       index.Search(1, nullptr, p, d.data(), l.data())));
   EXPECT_TRUE(index.Search(0, nullptr, p, nullptr, nullptr).ok());
+}
+
+// More than (capacity + k) / 2 candidates tied at quantized distance 0 (here
+// 46 copies of the query in one list, between two other vectors) is where
+// FAISS 1.7.3's reservoir of k > 20 results takes its fallback, and where
+// Debian's libfaiss, built with asserts, aborted knnctl tune. Every k gives
+// k distinct ids (under L2 all copies), for L2 and inner product.
+TEST(FastScanTies, ManyCopiesOfTheQueryGiveKDistinctCopies) {
+  UseSingleThreadedBlas();
+  omp_set_num_threads(1);
+  constexpr int d = 16;
+  constexpr int64_t n = 2000, first_copy = 1, copies = 46;
+  std::vector<float> base = MakeData(n, d, 21);
+  for (int64_t i = 0; i < n; ++i) {
+    float norm = 0;
+    for (int j = 0; j < d; ++j) norm += base[i * d + j] * base[i * d + j];
+    for (int j = 0; j < d; ++j) base[i * d + j] /= std::sqrt(norm);
+  }
+  const std::vector<float> v(base.begin() + 1000 * d,
+                             base.begin() + 1001 * d);
+  for (int64_t c = first_copy; c < first_copy + copies; ++c) {
+    std::copy(v.begin(), v.end(), base.begin() + c * d);
+  }
+  for (const bool ip : {false, true}) {
+    const std::string metric = ip ? "IP" : "L2";
+    TempDir dir;
+    std::unique_ptr<faiss::Index> index(faiss::index_factory(
+        d, "IVF1,PQ8x4fs",
+        ip ? faiss::METRIC_INNER_PRODUCT : faiss::METRIC_L2));
+    index->train(n, base.data());
+    index->add(n, base.data());
+    faiss::write_index(index.get(), dir.path("faiss.index").c_str());
+    ASSERT_TRUE(ConvertFaissFileToFastScan(dir.path("faiss.index"),
+                                           dir.path("knnd.index"))
+                    .ok());
+    auto mapped = FastScanIndex::Open(dir.path("knnd.index"));
+    ASSERT_TRUE(mapped.ok()) << mapped.status();
+    for (int k : {10, 21, 22, 30, 40}) {
+      FastScanSearchParams p;
+      p.k = k;
+      p.nprobe = 1;
+      std::vector<float> dist(k);
+      std::vector<int64_t> ids(k);
+      ASSERT_TRUE(
+          (*mapped)->Search(1, v.data(), p, dist.data(), ids.data()).ok());
+      const std::set<int64_t> distinct(ids.begin(), ids.end());
+      EXPECT_EQ(distinct.size(), static_cast<size_t>(k))
+          << metric << " k " << k;
+      for (int64_t id : ids) {
+        // Under L2 the copies are the nearest (distance 0). Under inner
+        // product PQ's estimate can rank other unit vectors above them (a
+        // copy's code is its nearest centroids, not its largest products).
+        const bool copy =
+            id == 1000 || (id >= first_copy && id < first_copy + copies);
+        EXPECT_TRUE(ip ? id >= 0 && id < n : copy)
+            << metric << " k " << k << " id " << id;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
