@@ -18,6 +18,16 @@ namespace {
 
 constexpr char kServiceName[] = "knnd.v1.KnnService";
 
+// The health-only and admin ports carry small messages: their own gRPC
+// memory quota of at most 4 MiB, so that they add little to the bound of
+// the search port's (docs/sizing.md).
+int64_t SmallPortQuota(const ConnectionLimits& limits) {
+  constexpr int64_t kSmall = int64_t{4} << 20;
+  return limits.memory_quota_bytes == 0
+             ? kSmall
+             : std::min(limits.memory_quota_bytes, kSmall);
+}
+
 // CloseListeners(): how long calls are held before Shutdown() (a client
 // answered just before the hold sends its next call into it, not into the
 // shut-down core), and how long after it before the held calls are
@@ -116,7 +126,16 @@ absl::Status Server::Start() {
   if (!credentials.ok()) return credentials.status();
   if (absl::Status s = metrics_->StartExposer(); !s.ok()) return s;
   heap_trimmer_->Start();
-  const ConnectionLimits limits = ConnectionLimitsFrom(config_);
+  const ConnectionLimits limits =
+      ConnectionLimitsFrom(config_, gate_->max_inflight_bytes());
+  spdlog::info(
+      "gRPC holds at most {:.1f} MiB for requests being received and answers "
+      "being sent (grpc_memory_quota_bytes); largest request message "
+      "{:.1f} MiB (max_receive_message_bytes {:.1f} MiB, at most half the "
+      "quota and the byte budget)",
+      limits.memory_quota_bytes / 1048576.0,
+      limits.max_receive_message_bytes / 1048576.0,
+      config_.max_receive_message_bytes() / 1048576.0);
 
   // One port for both when the addresses are the same, unless that is an
   // ephemeral port (":0"), which gives each listener its own.
@@ -143,6 +162,7 @@ absl::Status Server::Start() {
     health.role = "health_listen_address";
     health.credentials = grpc::InsecureServerCredentials();
     health.limits = limits;
+    health.limits.memory_quota_bytes = SmallPortQuota(limits);
     health.services.push_back(health_only_service_.get());
     absl::StatusOr<Listener> built = BuildListener(health);
     if (!built.ok()) return built.status();
@@ -168,6 +188,7 @@ absl::Status Server::Start() {
     admin.role = "admin_listen_address";
     admin.credentials = grpc::InsecureServerCredentials();
     admin.limits = limits;
+    admin.limits.memory_quota_bytes = SmallPortQuota(limits);
     admin.reflection = config_.enable_reflection();
     admin.services.push_back(admin_service_.get());
     absl::StatusOr<Listener> built = BuildListener(admin);

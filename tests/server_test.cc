@@ -104,6 +104,34 @@ class ServerFixture : public ::testing::Test {
   knnd::v1::ServerConfig config_;
 };
 
+// A message larger than the byte budget (plus 64 KiB of framing) could
+// never be admitted: gRPC refuses it from its length prefix, with
+// max_receive_message_bytes itself far above it, and the server keeps
+// serving.
+TEST_F(ServerFixture, MessagesLargerThanTheByteBudgetAreRefusedByGrpc) {
+  config_.set_max_receive_message_bytes(64 << 20);
+  config_.set_max_queries_per_request(100000);
+  config_.set_max_inflight_queries(100000);
+  config_.set_max_inflight_bytes(1 << 20);
+  RunningServer s = StartServer(config_);
+  knnd::v1::SearchRequest big;
+  big.set_k(5);
+  big.set_vectors_f32le(std::string((1 << 20) + (64 << 10) + 4 * 32, 'a'));
+  knnd::v1::SearchResponse response;
+  grpc::Status status = CallSearch(*s.stub, big, &response);
+  EXPECT_EQ(status.error_code(), grpc::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("larger than max"));
+  // Under the limit, the same kind of request reaches knnd's own check.
+  big.set_vectors_f32le(std::string((1 << 20) - 4 * 32 * 10, 'a'));
+  status = CallSearch(*s.stub, big, &response);
+  EXPECT_EQ(status.error_code(), grpc::INVALID_ARGUMENT)
+      << status.error_message();
+  const std::vector<float> one = MakeData(1, spec_.d, 3);
+  knnd::v1::SearchResponse good;
+  ASSERT_TRUE(CallSearch(*s.stub, MakeSearchRequest(one, 5), &good).ok());
+  EXPECT_EQ(good.ids_size(), 5);
+}
+
 TEST_F(ServerFixture, EveryBadInputGetsItsStatusAndTheServerKeepsServing) {
   RunningServer s = StartServer(config_);
   const std::vector<float> one = MakeData(1, spec_.d, 3);

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Anonymous RSS of knnd through a flood of large requests, with knnd's heap
-trimmer off (heap_trim_interval_ms 0) and on (the default, every 1 s), one
-run each, side by side.
+"""Anonymous RSS of knnd through a flood of large requests, side by side:
+knnd's heap trimmer off (heap_trim_interval_ms 0) and on (the default,
+every 1 s); gRPC's memory quota off and at its default (half of
+--headroom-mib).
 
 A seeded N x D index (IVF256,PQ32 by default) is built with python3-faiss;
 knnd runs with a byte budget (--budget-mib) and max_inflight_queries 65536,
@@ -12,6 +13,7 @@ during the flood, then 1, 3 and 10 s after it (the requests admitted last
 may still be running for a few seconds).
   flood_bench.py --knnd BUILD/knnd [--n 100000] [--dim 128] [--nq 4096]
                  [--clients 24] [--seconds 4] [--budget-mib 32]
+                 [--headroom-mib 128]
 """
 import argparse
 import os
@@ -37,6 +39,8 @@ def main():
     p.add_argument("--clients", type=int, default=24)
     p.add_argument("--seconds", type=float, default=4.0)
     p.add_argument("--budget-mib", type=int, default=32)
+    p.add_argument("--headroom-mib", type=int, default=128,
+                   help="memory_headroom_bytes; the gRPC memory quota is half")
     a = p.parse_args()
     source = os.path.join(HERE, "..", "..")
     mt.ARGS = argparse.Namespace(knnd=a.knnd, source_dir=source)
@@ -50,13 +54,21 @@ def main():
           f"floats ({a.nq * a.dim * 4 / mib:.1f} MiB), k 100, nprobe 16; "
           f"{a.clients} clients for {a.seconds:g} s; max_inflight_bytes "
           f"{a.budget_mib} MiB; load average {os.getloadavg()}")
-    print("| heap trimmer | anon after warm-up MiB | peak MiB | after 1 s | "
-          "after 3 s | after 10 s | OK | RESOURCE_EXHAUSTED |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, knob in [("off (heap_trim_interval_ms: 0)", "heap_trim_interval_ms: 0\n"),
-                       ("on (default, 1 s)", "")]:
+    quota = a.headroom_mib // 2
+    print(f"memory_headroom_bytes {a.headroom_mib} MiB; documented bound: index "
+          f"heap + {a.budget_mib} + {a.headroom_mib} MiB")
+    print("| heap trimmer | gRPC memory quota | anon after warm-up MiB | peak MiB | "
+          "after 1 s | after 3 s | after 10 s | OK | RESOURCE_EXHAUSTED | UNAVAILABLE |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    off = f"grpc_memory_quota_bytes: {1 << 40}\n"
+    for name, qname, knob in [
+            ("off (heap_trim_interval_ms: 0)", f"{quota} MiB (default)",
+             "heap_trim_interval_ms: 0\n"),
+            ("on (default, 1 s)", "none (1 TiB)", off),
+            ("on (default, 1 s)", f"{quota} MiB (default)", "")]:
         d = mt.Daemon(tmp, index, name="flood", extra=(
             f"max_inflight_bytes: {a.budget_mib * mib}\nmax_inflight_queries: 65536\n"
+            f"memory_headroom_bytes: {a.headroom_mib * mib}\n"
             f"max_queries_per_request: {max(4096, a.nq)}\n" + knob))
         try:
             assert d.wait_serving(), d.read_log()
@@ -75,10 +87,11 @@ def main():
                 time.sleep(max(0.0, start + t - time.time()))
                 after[t] = mt.rss_anon(d.proc.pid)
             codes = [c for c, _, _ in res]
-            print(f"| {name} | {warm / mib:.1f} | {s.peak / mib:.1f} | "
+            print(f"| {name} | {qname} | {warm / mib:.1f} | {s.peak / mib:.1f} | "
                   f"{after[1.0] / mib:.1f} | {after[3.0] / mib:.1f} | "
                   f"{after[10.0] / mib:.1f} | {codes.count('OK')} | "
-                  f"{codes.count('RESOURCE_EXHAUSTED')} |", flush=True)
+                  f"{codes.count('RESOURCE_EXHAUSTED')} | "
+                  f"{codes.count('UNAVAILABLE')} |", flush=True)
         finally:
             d.stop()
 

@@ -116,6 +116,14 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
                         c.max_receive_message_bytes(), 1024,
                         (uint64_t{1} << 31) - 1);
   }
+  if (c.grpc_memory_quota_bytes() != 0 &&
+      (c.grpc_memory_quota_bytes() < (uint64_t{1} << 20) ||
+       c.grpc_memory_quota_bytes() > (uint64_t{1} << 40))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grpc_memory_quota_bytes is ", c.grpc_memory_quota_bytes(),
+        "; must be 0 (half of memory_headroom_bytes) or between ",
+        uint64_t{1} << 20, " and ", uint64_t{1} << 40));
+  }
   if (c.max_connection_age_ms() > INT32_MAX) {
     return out_of_range("max_connection_age_ms", c.max_connection_age_ms(), 0,
                         INT32_MAX);

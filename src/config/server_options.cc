@@ -150,10 +150,23 @@ IndexManager::Options IndexManagerOptionsFrom(const ServerConfig& config) {
   return options;
 }
 
-ConnectionLimits ConnectionLimitsFrom(const ServerConfig& config) {
+ConnectionLimits ConnectionLimitsFrom(const ServerConfig& config,
+                                      int64_t byte_budget) {
+  constexpr int64_t kFramingBytes = int64_t{64} << 10;
   ConnectionLimits limits;
-  limits.max_receive_message_bytes =
+  limits.memory_quota_bytes =
+      config.grpc_memory_quota_bytes() != 0
+          ? static_cast<int64_t>(config.grpc_memory_quota_bytes())
+          : static_cast<int64_t>(config.memory_headroom_bytes() / 2);
+  int64_t max_message =
       static_cast<int64_t>(config.max_receive_message_bytes());
+  if (limits.memory_quota_bytes > 0) {  // 0: memory_headroom_bytes 0, no quota
+    max_message = std::min(max_message, limits.memory_quota_bytes / 2);
+  }
+  if (byte_budget > 0) {
+    max_message = std::min(max_message, byte_budget + kFramingBytes);
+  }
+  limits.max_receive_message_bytes = std::max<int64_t>(max_message, 1024);
   limits.max_connection_age_ms = config.max_connection_age_ms();
   limits.max_connection_age_grace_ms = config.max_connection_age_grace_ms();
   limits.max_concurrent_streams =

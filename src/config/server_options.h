@@ -52,7 +52,14 @@ VersionPreparation::Options PreparationOptionsFrom(
 // is then known).
 IndexManager::Options IndexManagerOptionsFrom(
     const knnd::v1::ServerConfig& config);
-ConnectionLimits ConnectionLimitsFrom(const knnd::v1::ServerConfig& config);
+// The search port's limits. `byte_budget` is the admission gate's budget
+// in force (0: unbounded): the gRPC memory quota is grpc_memory_quota_bytes
+// or half of memory_headroom_bytes (none when that is 0), and the largest
+// message accepted is
+// max_receive_message_bytes lowered to half the quota and to the budget
+// plus 64 KiB of framing (docs/sizing.md).
+ConnectionLimits ConnectionLimitsFrom(const knnd::v1::ServerConfig& config,
+                                      int64_t byte_budget);
 
 }  // namespace knnd
 

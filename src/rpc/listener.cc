@@ -6,6 +6,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +62,11 @@ void AddConnectionLimits(const ConnectionLimits& limits,
                               limits.keepalive_permit_without_calls ? 1 : 0);
   builder->AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE,
                               limits.max_metadata_bytes);
+  if (limits.memory_quota_bytes > 0) {
+    grpc::ResourceQuota quota("knnd");
+    quota.Resize(static_cast<size_t>(limits.memory_quota_bytes));
+    builder->SetResourceQuota(quota);
+  }
 }
 
 }  // namespace

@@ -30,6 +30,8 @@ struct ConnectionLimits {
   int keepalive_min_ping_interval_ms = 5000;
   bool keepalive_permit_without_calls = false;
   int max_metadata_bytes = 16384;
+  // gRPC's ResourceQuota for this server's buffers; 0: none.
+  int64_t memory_quota_bytes = 0;
 };
 
 struct ListenerSpec {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "knnd/config/server_options.h"
+
 #include "testing/test_util.h"
 
 namespace knnd {
@@ -37,6 +39,33 @@ TEST(ShutdownConfig, DelayAndGraceAreBounded) {
   config.set_drain_grace_period_ms(3600001);
   ::knnd::testing::ExpectConfigRefused(
       config, "drain_grace_period_ms=3600001 is outside [0, 3600000]");
+}
+
+// The gRPC memory quota is half the headroom unless set; the largest
+// message accepted is max_receive_message_bytes lowered to half the quota
+// and to the byte budget plus 64 KiB; a quota below 1 MiB is refused.
+TEST(GrpcMemoryConfig, QuotaAndLargestMessageFollowHeadroomAndBudget) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  knnd::v1::ServerConfig config = ::knnd::testing::TestConfig("g.index");
+  EXPECT_EQ(config.grpc_memory_quota_bytes(), 0u);
+  config.set_memory_headroom_bytes(128 * kMiB);
+  ConnectionLimits limits = ConnectionLimitsFrom(config, 0);
+  EXPECT_EQ(limits.memory_quota_bytes, 64 * kMiB);
+  EXPECT_EQ(limits.max_receive_message_bytes, 32 * kMiB);  // half the quota
+  limits = ConnectionLimitsFrom(config, 8 * kMiB);
+  EXPECT_EQ(limits.max_receive_message_bytes, 8 * kMiB + 64 * 1024);
+  config.set_grpc_memory_quota_bytes(512 * kMiB);
+  limits = ConnectionLimitsFrom(config, 0);
+  EXPECT_EQ(limits.memory_quota_bytes, 512 * kMiB);
+  EXPECT_EQ(limits.max_receive_message_bytes, 64 * kMiB);  // as configured
+  EXPECT_TRUE(ValidateConfig(config).ok());
+  config.set_grpc_memory_quota_bytes(0);
+  config.set_memory_headroom_bytes(0);  // no headroom: no quota either
+  limits = ConnectionLimitsFrom(config, 0);
+  EXPECT_EQ(limits.memory_quota_bytes, 0);
+  EXPECT_EQ(limits.max_receive_message_bytes, 64 * kMiB);
+  config.set_grpc_memory_quota_bytes(1000);
+  ::knnd::testing::ExpectConfigRefused(config, "grpc_memory_quota_bytes is 1000");
 }
 
 }  // namespace

@@ -350,10 +350,11 @@ def flood_and_return(test, daemon, seconds, dim, poll_s):
                  window=4)
     time.sleep(1.5)  # past one trim interval
     warm = rss_anon(daemon.proc.pid)
-    big = [request(rng, dim, 2048, 100, 16) for _ in range(8)]
+    big = [request(rng, dim, 4096, 100, 16) for _ in range(8)]
     with PeakSampler(daemon.proc.pid) as sampler:
-        results = overload(stub, big, clients=16, seconds=seconds)
+        results = overload(stub, big, clients=32, seconds=seconds)
     bound = max(0.05 * warm, 8 << 20)
+    heap = daemon.metric("knnd_index_heap_bytes")
     end = time.time()
     lowest, back_after = rss_anon(daemon.proc.pid), None
     while time.time() < end + poll_s:
@@ -363,13 +364,21 @@ def flood_and_return(test, daemon, seconds, dim, poll_s):
             break
         time.sleep(0.05)
     codes = sorted({c for c, _, _ in results})
-    return warm, sampler.peak, lowest, back_after, bound, codes
+    return warm, sampler.peak, lowest, back_after, bound, codes, heap
 
 
 class FloodTest(WithIndex):
+    """The flood of issue 18 scaled down: 32 clients of 4096 x 64-float
+    requests (1 MiB, k 100) against a 32 MiB byte budget and a 48 MiB headroom (so
+    a gRPC memory quota of 24 MiB). Sampled every 10 ms, anonymous memory
+    stays under docs/sizing.md's bound, index heap + max_inflight_bytes +
+    memory_headroom_bytes, and comes back after the flood."""
+    BUDGET = 32 << 20
+    HEADROOM = 48 << 20
 
     def test_anonymous_memory_returns_after_a_flood_of_large_requests(self):
-        extra = ("max_inflight_bytes: 33554432\nmax_inflight_queries: 65536\n"
+        extra = (f"max_inflight_bytes: {self.BUDGET}\nmax_inflight_queries: 65536\n"
+                 f"memory_headroom_bytes: {self.HEADROOM}\n"
                  "max_queries_per_request: 4096\ncoalesce_requests: false\n")
         seen = {}
         # Off: printed for comparison, polled for 3 s only.
@@ -383,15 +392,21 @@ class FloodTest(WithIndex):
                 self.assertIsNone(d.proc.poll(), "knnd died under the flood")
             finally:
                 d.stop()
-        for name, (warm, peak, lowest, back, bound, codes) in seen.items():
+        for name, (warm, peak, lowest, back, bound, codes, heap) in seen.items():
             print(f"\nflood, {name}: anon after warm-up {warm / 2**20:.1f} MiB, "
-                  f"peak {peak / 2**20:.1f}, lowest after {lowest / 2**20:.1f} "
+                  f"peak {peak / 2**20:.1f} (documented bound "
+                  f"{(heap + self.BUDGET + self.HEADROOM) / 2**20:.1f}), "
+                  f"lowest after {lowest / 2**20:.1f} "
                   f"(bound +{bound / 2**20:.1f}); back within the bound "
                   f"{'after %.2f s' % back if back is not None else 'not while polled'}; "
                   f"codes {codes}", flush=True)
-        warm, peak, lowest, back, bound, codes = seen["heap trim every 1 s (default)"]
-        self.assertEqual(set(codes) - {"OK", "RESOURCE_EXHAUSTED"}, set())
+        warm, peak, lowest, back, bound, codes, heap = seen["heap trim every 1 s (default)"]
+        # RESOURCE_EXHAUSTED from the gate (or from gRPC's quota); UNAVAILABLE
+        # when the quota made gRPC close a connection (both retryable).
+        self.assertEqual(set(codes) - {"OK", "RESOURCE_EXHAUSTED", "UNAVAILABLE"}, set())
         self.assertIn("RESOURCE_EXHAUSTED", codes)
+        for name, (_, peak, _, _, _, _, heap) in seen.items():
+            self.assertLessEqual(peak, heap + self.BUDGET + self.HEADROOM, name)
         self.assertIsNotNone(back, "anonymous memory did not come back after the flood")
 
 
@@ -487,6 +502,61 @@ class CgroupV1Test(WithIndex):
                   f"{len(results)} requests OK, failcnt "
                   f"{cg.read('memory.failcnt').strip()}, max usage "
                   f"{int(cg.read('memory.max_usage_in_bytes')) / 2**20:.1f} MiB",
+                  flush=True)
+        finally:
+            d.stop()
+            cg.remove()
+
+
+@unittest.skipUnless(cgroup_v1_writable(),
+                     "needs root and a writable cgroup v1 memory hierarchy")
+class CgroupFloodTest(WithIndex):
+    """FloodTest's flood against knnd inside a memory cgroup whose limit is
+    docs/sizing.md's formula for this index and config (its "Worked
+    example: the flood test"): limit = index heap + memory_headroom_bytes
+    + 2 x the byte budget + the index file. knnd derives the budget from
+    that limit itself; no OOM kill, and it still answers afterwards."""
+    BUDGET = 32 << 20
+    HEADROOM = 48 << 20
+
+    def test_flood_in_a_cgroup_sized_by_the_formula_kills_nothing(self):
+        nlist, m, ksub = 256, 16, 256
+        heap = nlist * self.DIM * 4 + self.DIM * ksub * 4 + nlist * m * ksub * 4
+        file_bytes = os.path.getsize(self.index)
+        limit = heap + self.HEADROOM + 2 * self.BUDGET + file_bytes
+        cg = Cgroup(limit)
+        d = Daemon(self.tmp.name, self.index, cgroup=cg.path, name="cgflood",
+                   extra=(f"memory_headroom_bytes: {self.HEADROOM}\n"
+                          "max_inflight_queries: 65536\n"
+                          "max_queries_per_request: 4096\ncoalesce_requests: false\n"))
+        try:
+            self.assertTrue(d.wait_serving(), d.read_log())
+            self.assertEqual(d.metric("knnd_index_heap_bytes"), heap)
+            budget = d.metric("knnd_max_inflight_bytes")
+            self.assertAlmostEqual(budget, self.BUDGET + file_bytes / 2,
+                                   delta=1 << 20)
+            stub = d.stub()
+            rng = np.random.default_rng(9)
+            big = [request(rng, self.DIM, 4096, 100, 16) for _ in range(8)]
+            with PeakSampler(d.proc.pid) as sampler:
+                results = overload(stub, big, clients=32,
+                                   seconds=ARGS.overload_seconds)
+            codes = sorted({c for c, _, _ in results})
+            self.assertIsNone(d.proc.poll(), "knnd died in its cgroup")
+            self.assertIn("oom_kill 0", cg.read("memory.oom_control"))
+            self.assertEqual(set(codes) - {"OK", "RESOURCE_EXHAUSTED", "UNAVAILABLE"},
+                             set())
+            self.assertLessEqual(sampler.peak, heap + budget + self.HEADROOM)
+            after = run_requests(stub, [request(rng, self.DIM, 8, 10, 16)
+                                        for _ in range(20)], window=2)
+            self.assertTrue(all(c == "OK" for c, _, _ in after),
+                            {c for c, _, _ in after})
+            print(f"\ncgroup v1 flood: limit {limit / 2**20:.1f} MiB (heap "
+                  f"{heap / 2**20:.1f} + headroom {self.HEADROOM >> 20} + 2 x "
+                  f"{self.BUDGET >> 20} + file {file_bytes / 2**20:.1f}), budget "
+                  f"{budget / 2**20:.1f} MiB; anon peak {sampler.peak / 2**20:.1f} "
+                  f"MiB; max usage {int(cg.read('memory.max_usage_in_bytes')) / 2**20:.1f}"
+                  f" MiB, failcnt {cg.read('memory.failcnt').strip()}; codes {codes}",
                   flush=True)
         finally:
             d.stop()
