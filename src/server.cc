@@ -51,7 +51,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
       WorkerPool::Create(WorkerPoolOptionsFrom(config));
   if (!pool.ok()) return pool.status();
   s->pool_ = std::move(*pool);
-  s->gate_ = std::make_unique<AdmissionGate>(GateOptionsFrom(config));
+  AdmissionGate::Options gate_options = GateOptionsFrom(config);
+  gate_options.num_workers = s->pool_->num_threads();
+  s->gate_ = std::make_unique<AdmissionGate>(gate_options);
   s->memory_budget_ = MemoryBudget::Create(MemoryBudgetOptionsFrom(config),
                                            s->gate_.get(), &s->holder_);
   s->heap_trimmer_ =
@@ -62,8 +64,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   if (!metrics.ok()) return metrics.status();
   s->metrics_ = std::move(*metrics);
 
-  absl::StatusOr<std::unique_ptr<Batcher>> batcher = Batcher::Create(
-      BatcherOptionsFrom(config), s->pool_.get(), s->metrics_.get());
+  absl::StatusOr<std::unique_ptr<Batcher>> batcher =
+      Batcher::Create(BatcherOptionsFrom(config), s->pool_.get(),
+                      s->metrics_.get(), s->gate_.get());
   if (!batcher.ok()) return batcher.status();
   s->batcher_ = std::move(*batcher);
 

@@ -99,6 +99,9 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
     return out_of_range("malloc_mmap_threshold_bytes",
                         c.malloc_mmap_threshold_bytes(), 0, uint32_t{32} << 20);
   }
+  if (c.max_queue_time_ms() > 3600000) {
+    return out_of_range("max_queue_time_ms", c.max_queue_time_ms(), 0, 3600000);
+  }
   if (c.shutdown_delay_ms() > 300000) {
     return out_of_range("shutdown_delay_ms", c.shutdown_delay_ms(), 0, 300000);
   }

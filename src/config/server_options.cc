@@ -51,6 +51,7 @@ AdmissionGate::Options GateOptionsFrom(const ServerConfig& config) {
   options.max_inflight_queries =
       static_cast<int64_t>(config.max_inflight_queries());
   options.max_inflight_bytes = static_cast<int64_t>(config.max_inflight_bytes());
+  options.max_queue_time = absl::Milliseconds(config.max_queue_time_ms());
   return options;
 }
 

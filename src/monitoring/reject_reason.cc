@@ -12,6 +12,8 @@ const char* RejectReasonName(RejectReason reason) {
       return "draining";
     case RejectReason::kTooLarge:
       return "too_large";
+    case RejectReason::kQueueTime:
+      return "queue_time";
     case RejectReason::kInvalid:
       return "invalid";
     case RejectReason::kDeadline:

@@ -1,6 +1,6 @@
 // RejectReason: why a Search was refused before reaching the workers, the
 // `reason` label of knnd_requests_rejected_total. The admission gate decides
-// the first four; the handler refuses the others before asking the gate.
+// the first five; the handler refuses the others before asking the gate.
 #ifndef KNND_MONITORING_REJECT_REASON_H_
 #define KNND_MONITORING_REJECT_REASON_H_
 
@@ -12,6 +12,7 @@ enum class RejectReason {
   kMemoryBudget,
   kDraining,
   kTooLarge,
+  kQueueTime,  // the work queued ahead would take longer than max_queue_time_ms
   kInvalid,   // the request does not parse or breaks a limit
   kDeadline,  // the deadline had passed on arrival
   kNotReady,  // no index loaded yet

@@ -73,8 +73,9 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
                     static_cast<int64_t>(parsed->allowed_ids.size()),
                     parsed->refine_factor, options_.max_batch_rows};
   RejectReason refused = RejectReason::kQueueFull;  // set on failure
-  absl::StatusOr<AdmissionGate::Ticket> ticket = gate_->TryAdmit(
-      parsed->num_queries, EstimateSearchBytes(index, shape), &refused);
+  absl::StatusOr<AdmissionGate::Ticket> ticket = gate_->TryAdmitWork(
+      parsed->num_queries, EstimateSearchBytes(index, shape),
+      parsed->num_queries * std::max(parsed->nprobe, 1), &refused);
   if (!ticket.ok()) {
     if (absl::IsResourceExhausted(ticket.status())) {
       context->AddTrailingMetadata("grpc-retry-pushback-ms",

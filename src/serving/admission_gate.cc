@@ -1,5 +1,6 @@
 #include "knnd/serving/admission_gate.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,18 +14,19 @@ AdmissionGate::Ticket& AdmissionGate::Ticket::operator=(
     gate_ = std::exchange(other.gate_, nullptr);
     queries_ = std::exchange(other.queries_, 0);
     bytes_ = std::exchange(other.bytes_, 0);
+    work_ns_ = std::exchange(other.work_ns_, 0);
   }
   return *this;
 }
 
 void AdmissionGate::Ticket::Release() {
   if (gate_ != nullptr) {
-    std::exchange(gate_, nullptr)->Release(queries_, bytes_);
+    std::exchange(gate_, nullptr)->Release(queries_, bytes_, work_ns_);
   }
 }
 
-absl::StatusOr<AdmissionGate::Ticket> AdmissionGate::TryAdmit(
-    int64_t queries, int64_t bytes, RejectReason* reason) {
+absl::StatusOr<AdmissionGate::Ticket> AdmissionGate::TryAdmitWork(
+    int64_t queries, int64_t bytes, int64_t work_units, RejectReason* reason) {
   auto reject = [reason](RejectReason r, absl::Status status) {
     if (reason != nullptr) *reason = r;
     return status;
@@ -64,15 +66,46 @@ absl::StatusOr<AdmissionGate::Ticket> AdmissionGate::TryAdmit(
                       bytes, " requested > max_inflight_bytes=",
                       max_bytes_)));
   }
+  const int workers = std::max(options_.num_workers, 1);
+  if (options_.max_queue_time > absl::ZeroDuration() && queries_ > 0 &&
+      work_ns_ / workers > absl::ToDoubleNanoseconds(options_.max_queue_time)) {
+    return reject(
+        RejectReason::kQueueTime,
+        absl::ResourceExhaustedError(absl::StrCat(
+            "server queue too long: the work admitted would keep the ",
+            workers, " workers busy for ",
+            absl::FormatDuration(absl::Nanoseconds(work_ns_ / workers)),
+            " (measured), more than max_queue_time_ms=",
+            absl::ToInt64Milliseconds(options_.max_queue_time))));
+  }
+  const double work_ns = static_cast<double>(work_units) * ns_per_unit_;
   queries_ += queries;
   bytes_ += bytes;
-  return Ticket(this, queries, bytes);
+  work_ns_ += work_ns;
+  return Ticket(this, queries, bytes, work_ns);
 }
 
-void AdmissionGate::Release(int64_t queries, int64_t bytes) {
+void AdmissionGate::Release(int64_t queries, int64_t bytes, double work_ns) {
   absl::MutexLock lock(&mu_);
   queries_ -= queries;
   bytes_ -= bytes;
+  work_ns_ = queries_ == 0 ? 0 : std::max(work_ns_ - work_ns, 0.0);
+}
+
+void AdmissionGate::RecordWork(int64_t work_units, absl::Duration worker_time) {
+  if (work_units <= 0 || worker_time <= absl::ZeroDuration()) return;
+  const double per_unit =
+      absl::ToDoubleNanoseconds(worker_time) / static_cast<double>(work_units);
+  absl::MutexLock lock(&mu_);
+  // Weight 1/8 per request: a few requests follow a change of index or
+  // machine load, one outlier moves it little.
+  ns_per_unit_ =
+      ns_per_unit_ == 0 ? per_unit : ns_per_unit_ + (per_unit - ns_per_unit_) / 8;
+}
+
+absl::Duration AdmissionGate::EstimatedQueueTime() const {
+  absl::MutexLock lock(&mu_);
+  return absl::Nanoseconds(work_ns_ / std::max(options_.num_workers, 1));
 }
 
 void AdmissionGate::StartDraining() {

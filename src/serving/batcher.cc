@@ -54,10 +54,11 @@ absl::Status Batcher::ValidateOptions(const Options& options) {
 
 absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(const Options& options,
                                                          WorkerPool* pool,
-                                                         Metrics* metrics) {
+                                                         Metrics* metrics,
+                                                         AdmissionGate* gate) {
   if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
   if (pool == nullptr) return absl::InvalidArgumentError("no worker pool");
-  return std::unique_ptr<Batcher>(new Batcher(options, pool, metrics));
+  return std::unique_ptr<Batcher>(new Batcher(options, pool, metrics, gate));
 }
 
 Batcher::~Batcher() {
@@ -280,7 +281,12 @@ void Batcher::Search(const std::vector<Unit>& batch) {
     args.distances = distances.data();
     args.ids = ids.data();
   }
+  const absl::Time search_start = absl::Now();
   const absl::Status status = first.snapshot->Search(args);
+  if (gate_ != nullptr && status.ok()) {
+    gate_->RecordWork(rows * std::max(first.nprobe, 1),
+                      absl::Now() - search_start);
+  }
   if (metrics_ != nullptr) {
     metrics_->RecordBatchRows(rows);
     if (status.ok() && args.refine_factor > 0) {

@@ -99,9 +99,12 @@ class Batcher {
   // inline_max_rows in [0, max_batch_rows].
   static absl::Status ValidateOptions(const Options& options);
 
-  // `metrics` (optional) is told the rows of every FAISS call that runs.
+  // `metrics` (optional) is told the rows of every FAISS call that runs;
+  // `gate` (optional) the time each took per work unit (rows x nprobe),
+  // for its queue-time bound.
   static absl::StatusOr<std::unique_ptr<Batcher>> Create(
-      const Options& options, WorkerPool* pool, Metrics* metrics = nullptr);
+      const Options& options, WorkerPool* pool, Metrics* metrics = nullptr,
+      AdmissionGate* gate = nullptr);
   ~Batcher();
 
   void Submit(std::unique_ptr<SearchJob> job);
@@ -120,8 +123,9 @@ class Batcher {
     int64_t rows = 0;  // rows held plus rows of that key queued since
   };
 
-  Batcher(const Options& options, WorkerPool* pool, Metrics* metrics)
-      : options_(options), pool_(pool), metrics_(metrics) {}
+  Batcher(const Options& options, WorkerPool* pool, Metrics* metrics,
+          AdmissionGate* gate)
+      : options_(options), pool_(pool), metrics_(metrics), gate_(gate) {}
 
   static bool SameKey(const Running& a, const Running& b);
   // Queues the units of `running` (`rows` rows) and schedules their tasks.
@@ -153,6 +157,7 @@ class Batcher {
   const Options options_;
   WorkerPool* const pool_;  // not owned
   Metrics* const metrics_;  // not owned; may be null
+  AdmissionGate* const gate_;  // not owned; may be null
 
   absl::Mutex mu_;
   std::deque<Unit> queue_ ABSL_GUARDED_BY(mu_);

@@ -68,5 +68,17 @@ TEST(GrpcMemoryConfig, QuotaAndLargestMessageFollowHeadroomAndBudget) {
   ::knnd::testing::ExpectConfigRefused(config, "grpc_memory_quota_bytes is 1000");
 }
 
+// max_queue_time_ms: 0 (no bound) by default, at most an hour.
+TEST(QueueTimeConfig, BoundIsOffByDefaultAndAtMostAnHour) {
+  knnd::v1::ServerConfig config = ::knnd::testing::TestConfig("q.index");
+  EXPECT_EQ(config.max_queue_time_ms(), 0u);
+  config.set_max_queue_time_ms(3600000);
+  EXPECT_TRUE(ValidateConfig(config).ok());
+  EXPECT_EQ(GateOptionsFrom(config).max_queue_time, absl::Hours(1));
+  config.set_max_queue_time_ms(3600001);
+  ::knnd::testing::ExpectConfigRefused(
+      config, "max_queue_time_ms=3600001 is outside [0, 3600000]");
+}
+
 }  // namespace
 }  // namespace knnd

@@ -48,6 +48,61 @@ TEST(AdmissionGate, RefusesOverTheByteBudget) {
             std::string::npos);
 }
 
+// The queue-time bound: with 2 workers and 1 us measured per work unit, the
+// work admitted keeps the workers busy for (units in flight) / 2 us; a new
+// request is refused (kQueueTime) once that passes max_queue_time, never
+// before anything was measured or while nothing is in flight, and admitted
+// again when the work is released.
+TEST(AdmissionGate, RefusesWhileTheWorkAdmittedExceedsTheQueueTime) {
+  AdmissionGate::Options options = Budget(1000000, 0);
+  options.max_queue_time = absl::Milliseconds(10);
+  options.num_workers = 2;
+  AdmissionGate gate(options);
+  // Nothing measured yet: work counts as 0, everything is admitted.
+  auto unmeasured = gate.TryAdmitWork(1, 1, 1000000);
+  ASSERT_TRUE(unmeasured.ok());
+  EXPECT_EQ(gate.EstimatedQueueTime(), absl::ZeroDuration());
+  unmeasured->Release();
+  gate.RecordWork(1000, absl::Milliseconds(1));  // 1 us per unit
+  // 30000 units = 30 ms of work on 2 workers: a 15 ms wait.
+  auto big = gate.TryAdmitWork(10, 1, 30000);
+  ASSERT_TRUE(big.ok());  // nothing in flight: admitted whatever its size
+  EXPECT_EQ(gate.EstimatedQueueTime(), absl::Milliseconds(15));
+  RejectReason reason;
+  auto refused = gate.TryAdmitWork(1, 1, 1, &reason);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(reason, RejectReason::kQueueTime);
+  EXPECT_NE(refused.status().message().find("max_queue_time_ms=10"),
+            std::string::npos)
+      << refused.status();
+  big->Release();
+  EXPECT_EQ(gate.EstimatedQueueTime(), absl::ZeroDuration());
+  // 15000 units: 7.5 ms, within the bound: a second one still fits.
+  auto a = gate.TryAdmitWork(1, 1, 15000);
+  ASSERT_TRUE(a.ok());
+  auto b = gate.TryAdmitWork(1, 1, 15000);
+  ASSERT_TRUE(b.ok());  // 7.5 ms ahead of it
+  auto c = gate.TryAdmitWork(1, 1, 1, &reason);
+  EXPECT_FALSE(c.ok());  // 15 ms ahead
+  // The measured time per unit follows new measurements (weight 1/8).
+  gate.RecordWork(1000, absl::Milliseconds(9));  // 9 us per unit
+  a->Release();
+  b->Release();
+  auto d = gate.TryAdmitWork(1, 1, 15000);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(gate.EstimatedQueueTime(), absl::Microseconds(15000));  // 2 us / 2
+}
+
+// Without max_queue_time the work in flight never refuses a request.
+TEST(AdmissionGate, NoQueueTimeBoundByDefault) {
+  AdmissionGate gate(Budget(1000000, 0));
+  gate.RecordWork(1, absl::Seconds(1));
+  auto a = gate.TryAdmitWork(1, 1, 1000);
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(gate.TryAdmitWork(1, 1, 1000).ok());
+}
+
 TEST(AdmissionGate, RequestLargerThanABudgetIsInvalidNotRetryable) {
   AdmissionGate gate(Budget(10, 1000));
   RejectReason reason;

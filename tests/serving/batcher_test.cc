@@ -223,6 +223,30 @@ TEST_F(BatcherTest, TicketIsReleasedAfterCompletion) {
   EXPECT_TRUE(gate.WaitUntilIdle(absl::Now() + absl::Seconds(10)));
 }
 
+// The batcher tells the gate how long each FAISS call took per work unit
+// (rows x nprobe): after one request the gate's queue-time bound has a
+// measured cost, so work admitted counts as waiting time.
+TEST_F(BatcherTest, SearchTimeIsMeasuredForTheGatesQueueTimeBound) {
+  AdmissionGate::Options options;
+  options.max_inflight_queries = 100000;
+  options.max_queue_time = absl::Hours(1);
+  AdmissionGate gate(options);
+  auto batcher = Batcher::Create({4}, pool_.get(), nullptr, &gate);
+  ASSERT_TRUE(batcher.ok());
+  {
+    auto before = gate.TryAdmitWork(1, 0, 1000000);
+    ASSERT_TRUE(before.ok());
+    EXPECT_EQ(gate.EstimatedQueueTime(), absl::ZeroDuration());  // unmeasured
+  }
+  std::vector<float> q = MakeData(10, spec_.d, 4);
+  std::vector<float> d;
+  std::vector<int64_t> ids;
+  ASSERT_TRUE(Run(**batcher, Job(q, 5, &d, &ids)).ok());
+  auto after = gate.TryAdmitWork(1, 0, 1000000);
+  ASSERT_TRUE(after.ok());
+  EXPECT_GT(gate.EstimatedQueueTime(), absl::ZeroDuration());
+}
+
 // One request of the coalescing tests: its inputs, outputs and outcome.
 TEST_F(BatcherTest, CoalescedResultsEqualPerRequestSearches) {
   // 16 rows: below FAISS's BLAS threshold (20 queries), so a batch's coarse
