@@ -98,6 +98,32 @@ void ExpectNear(float got, float want, const std::string& where) {
   EXPECT_NEAR(got, want, 1e-5f * std::max(1.0f, std::fabs(want))) << where;
 }
 
+// Per query: the ids whose distance is better than the k-th one are the
+// same set in both results (ties at the k-th distance may differ).
+void ExpectSameIdsBelowTheLastDistance(const std::vector<float>& d,
+                                       const std::vector<int64_t>& l,
+                                       const std::vector<float>& want_d,
+                                       const std::vector<int64_t>& want_l,
+                                       int k) {
+  const size_t nq = l.size() / k;
+  for (size_t q = 0; q < nq; ++q) {
+    const float last = want_d[q * k + k - 1];
+    const float eps = 1e-5f * std::max(1.0f, std::fabs(last));
+    auto strictly_better = [&](const std::vector<float>& dist,
+                               const std::vector<int64_t>& ids) {
+      std::set<int64_t> out;
+      for (int j = 0; j < k; ++j) {
+        if (ids[q * k + j] >= 0 && std::fabs(dist[q * k + j] - last) > eps) {
+          out.insert(ids[q * k + j]);
+        }
+      }
+      return out;
+    };
+    EXPECT_EQ(strictly_better(d, l), strictly_better(want_d, want_l))
+        << "query " << q << " k " << k;
+  }
+}
+
 class FastScanSearchTest : public ::testing::TestWithParam<Config> {
  protected:
   void SetUp() override {
@@ -141,9 +167,15 @@ TEST_P(FastScanSearchTest, EqualsFaissSearch) {
               "query " + std::to_string(i / k) + " rank " +
               std::to_string(i % k) + " nprobe " + std::to_string(nprobe) +
               " k " + std::to_string(k) + " batch " + std::to_string(batch);
-          ASSERT_EQ(l[i], want_l[i]) << where;
+          // k > 20: FAISS collects in a reservoir, knnd too where FAISS is
+          // built without asserts and in a heap where it keeps them (see
+          // fastscan_search.cc), which orders tied distances differently.
+          if (k <= 20) {
+            ASSERT_EQ(l[i], want_l[i]) << where;
+          }
           if (want_l[i] >= 0) ExpectNear(d[i], want_d[i], where);
         }
+        if (k > 20) ExpectSameIdsBelowTheLastDistance(d, l, want_d, want_l, k);
       }
     }
   }
