@@ -18,16 +18,6 @@ namespace {
 
 constexpr char kServiceName[] = "knnd.v1.KnnService";
 
-// The health-only and admin ports carry small messages: their own gRPC
-// memory quota of at most 4 MiB, so that they add little to the bound of
-// the search port's (docs/sizing.md).
-int64_t SmallPortQuota(const ConnectionLimits& limits) {
-  constexpr int64_t kSmall = int64_t{4} << 20;
-  return limits.memory_quota_bytes == 0
-             ? kSmall
-             : std::min(limits.memory_quota_bytes, kSmall);
-}
-
 // CloseListeners(): how long calls are held before Shutdown() (a client
 // answered just before the hold sends its next call into it, not into the
 // shut-down core), and how long after it before the held calls are
@@ -164,8 +154,7 @@ absl::Status Server::Start() {
     health.address = config_.health_listen_address();
     health.role = "health_listen_address";
     health.credentials = grpc::InsecureServerCredentials();
-    health.limits = limits;
-    health.limits.memory_quota_bytes = SmallPortQuota(limits);
+    health.limits = SmallPortLimits(limits);
     health.services.push_back(health_only_service_.get());
     absl::StatusOr<Listener> built = BuildListener(health);
     if (!built.ok()) return built.status();
@@ -190,8 +179,7 @@ absl::Status Server::Start() {
     admin.address = config_.admin_listen_address();
     admin.role = "admin_listen_address";
     admin.credentials = grpc::InsecureServerCredentials();
-    admin.limits = limits;
-    admin.limits.memory_quota_bytes = SmallPortQuota(limits);
+    admin.limits = SmallPortLimits(limits);
     admin.reflection = config_.enable_reflection();
     admin.services.push_back(admin_service_.get());
     absl::StatusOr<Listener> built = BuildListener(admin);

@@ -180,4 +180,14 @@ ConnectionLimits ConnectionLimitsFrom(const ServerConfig& config,
   return limits;
 }
 
+ConnectionLimits SmallPortLimits(const ConnectionLimits& search) {
+  constexpr int64_t kSmall = int64_t{4} << 20;
+  ConnectionLimits limits = search;
+  limits.memory_quota_bytes =
+      search.memory_quota_bytes == 0
+          ? kSmall
+          : std::min(search.memory_quota_bytes, kSmall);
+  return limits;
+}
+
 }  // namespace knnd

@@ -60,6 +60,10 @@ IndexManager::Options IndexManagerOptionsFrom(
 // plus 64 KiB of framing (docs/sizing.md).
 ConnectionLimits ConnectionLimitsFrom(const knnd::v1::ServerConfig& config,
                                       int64_t byte_budget);
+// The health-only and admin ports' limits: the search port's, with a gRPC
+// memory quota of at most 4 MiB (their messages are small), so that they
+// add little to the search port's bound.
+ConnectionLimits SmallPortLimits(const ConnectionLimits& search);
 
 }  // namespace knnd
 

@@ -59,11 +59,16 @@ TEST(GrpcMemoryConfig, QuotaAndLargestMessageFollowHeadroomAndBudget) {
   EXPECT_EQ(limits.memory_quota_bytes, 512 * kMiB);
   EXPECT_EQ(limits.max_receive_message_bytes, 64 * kMiB);  // as configured
   EXPECT_TRUE(ValidateConfig(config).ok());
+  // The health and admin ports: at most 4 MiB, the rest as the search port.
+  EXPECT_EQ(SmallPortLimits(limits).memory_quota_bytes, 4 * kMiB);
+  EXPECT_EQ(SmallPortLimits(limits).max_receive_message_bytes,
+            limits.max_receive_message_bytes);
   config.set_grpc_memory_quota_bytes(0);
   config.set_memory_headroom_bytes(0);  // no headroom: no quota either
   limits = ConnectionLimitsFrom(config, 0);
   EXPECT_EQ(limits.memory_quota_bytes, 0);
   EXPECT_EQ(limits.max_receive_message_bytes, 64 * kMiB);
+  EXPECT_EQ(SmallPortLimits(limits).memory_quota_bytes, 4 * kMiB);
   config.set_grpc_memory_quota_bytes(1000);
   ::knnd::testing::ExpectConfigRefused(config, "grpc_memory_quota_bytes is 1000");
 }
