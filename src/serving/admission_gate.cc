@@ -66,15 +66,14 @@ absl::StatusOr<AdmissionGate::Ticket> AdmissionGate::TryAdmitWork(
                       bytes, " requested > max_inflight_bytes=",
                       max_bytes_)));
   }
-  const int workers = std::max(options_.num_workers, 1);
   if (options_.max_queue_time > absl::ZeroDuration() && queries_ > 0 &&
-      work_ns_ / workers > absl::ToDoubleNanoseconds(options_.max_queue_time)) {
+      work_ns_ / workers_ > absl::ToDoubleNanoseconds(options_.max_queue_time)) {
     return reject(
         RejectReason::kQueueTime,
         absl::ResourceExhaustedError(absl::StrCat(
             "server queue too long: the work admitted would keep the ",
-            workers, " workers busy for ",
-            absl::FormatDuration(absl::Nanoseconds(work_ns_ / workers)),
+            workers_, " workers busy for ",
+            absl::FormatDuration(absl::Nanoseconds(work_ns_ / workers_)),
             " (measured), more than max_queue_time_ms=",
             absl::ToInt64Milliseconds(options_.max_queue_time))));
   }
@@ -105,7 +104,7 @@ void AdmissionGate::RecordWork(int64_t work_units, absl::Duration worker_time) {
 
 absl::Duration AdmissionGate::EstimatedQueueTime() const {
   absl::MutexLock lock(&mu_);
-  return absl::Nanoseconds(work_ns_ / std::max(options_.num_workers, 1));
+  return absl::Nanoseconds(work_ns_ / workers_);
 }
 
 void AdmissionGate::StartDraining() {

@@ -14,6 +14,7 @@
 #ifndef KNND_SERVING_ADMISSION_GATE_H_
 #define KNND_SERVING_ADMISSION_GATE_H_
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/base/thread_annotations.h"
@@ -59,7 +60,9 @@ class AdmissionGate {
   };
 
   explicit AdmissionGate(const Options& options)
-      : options_(options), max_bytes_(options.max_inflight_bytes) {}
+      : options_(options),
+        workers_(std::max(options.num_workers, 1)),
+        max_bytes_(options.max_inflight_bytes) {}
 
   // Admits `queries` rows needing an estimated `bytes`, or says why not:
   //   UNAVAILABLE         the gate is draining (shutdown has begun)
@@ -109,6 +112,7 @@ class AdmissionGate {
   }
 
   const Options options_;
+  const int workers_;  // num_workers, at least 1
   mutable absl::Mutex mu_;
   int64_t queries_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
