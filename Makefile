@@ -31,7 +31,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 FAISS_SIMD ?= $(shell grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && echo avx2 || echo generic)
 FAISS_AVX2_PREFIX ?= $(CURDIR)/.deps/faiss-avx2
 
-.PHONY: deps faiss build test demo bench bench-rerank bench-memory bench-frontier clean test-asan test-tsan fuzz
+.PHONY: deps faiss build test demo bench bench-rerank bench-memory bench-designs bench-frontier clean test-asan test-tsan fuzz
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -93,7 +93,7 @@ clean:
 # measure the SIMD gain on the same benchmark. Needs root for the cold-start
 # case (drop_caches).
 BENCH_PACKAGES := python3-matplotlib
-bench: build bench-rerank bench-memory bench-frontier
+bench: build bench-rerank bench-memory bench-designs bench-frontier
 	@$(MAKE) --no-print-directory deps DEBIAN_PACKAGES="$(BENCH_PACKAGES)"
 ifeq ($(FAISS_SIMD),avx2)
 	@cmake -S . -B build-generic -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKNND_FAISS_SIMD=generic \
@@ -127,25 +127,39 @@ bench-frontier: build
 # measured with bench/load_gen and with Python clients (not asserted: it was
 # above its 3x target on 2 cores, bench/RESULTS.md, and a failed assertion
 # would stop `make bench` before run_bench.py).
+# $(call mem_index,FILE,N,DIM,FACTORY,TRAIN): a seeded synthetic index
+# (bench/memory/build_index.py; kept when FILE exists). FACTORY's comma is
+# written $(comma).
+comma := ,
+mem_index = OMP_NUM_THREADS=1 /usr/bin/python3 bench/memory/build_index.py --output $(1) \
+  --n $(2) --dim $(3) --factory $(4) --train $(5)
 MEM_INDEX_1M = /tmp/knnd_bench_mem_1m.index
 MEM_INDEX_10M = /tmp/knnd_bench_mem_10m.index
 MEM_INDEX_1M_PQ128 = /tmp/knnd_bench_mem_1m_pq128.index
 bench-memory: build
-	OMP_NUM_THREADS=1 /usr/bin/python3 bench/memory/build_index.py --output $(MEM_INDEX_1M) \
-	  --n 1000000 --dim 64 --factory IVF512,PQ64 --train 30000
+	$(call mem_index,$(MEM_INDEX_1M),1000000,64,IVF512$(comma)PQ64,30000)
 	/usr/bin/python3 -W ignore bench/memory/memory_bench.py --knnd $(BUILD)/knnd \
 	  --source-dir . --index $(MEM_INDEX_1M)
-	OMP_NUM_THREADS=1 /usr/bin/python3 bench/memory/build_index.py --output $(MEM_INDEX_1M_PQ128) \
-	  --n 1000000 --dim 128 --factory IVF2048,PQ128 --train 60000
+	$(call mem_index,$(MEM_INDEX_1M_PQ128),1000000,128,IVF2048$(comma)PQ128,60000)
 	/usr/bin/python3 -W ignore bench/memory/memory_bench.py --knnd $(BUILD)/knnd \
 	  --source-dir . --index $(MEM_INDEX_1M_PQ128) --cases pss
-	OMP_NUM_THREADS=1 /usr/bin/python3 bench/memory/build_index.py --output $(MEM_INDEX_10M) \
-	  --n 10000000 --dim 64 --factory IVF4096,PQ32 --train 200000
+	$(call mem_index,$(MEM_INDEX_10M),10000000,64,IVF4096$(comma)PQ32,200000)
 	/usr/bin/python3 -W ignore bench/memory/memory_bench.py --knnd $(BUILD)/knnd \
 	  --source-dir . --index $(MEM_INDEX_10M) --cases model,cgroup
 	/usr/bin/python3 -W ignore tests/python/memory_test.py --knnd $(BUILD)/knnd \
 	  --source-dir . --soak-searches 1000000 --overload-seconds 120 \
 	  --load-gen $(BUILD)/bench/load_gen MemoryTest
+
+# The three memory designs of a Python API service side by side
+# (bench/RESULTS.md "Three designs", docs/python.md): N gunicorn workers each
+# reading the index, gunicorn --preload, N workers calling one knnd; for
+# N = 4, 8, 16 on a 1M-vector index. Root (cgroup v1); makes a venv with
+# FastAPI, gunicorn and faiss-cpu, and installs wrk when missing.
+DESIGNS_INDEX = /tmp/knnd_designs_1m.index
+bench-designs: build
+	$(call mem_index,$(DESIGNS_INDEX),1000000,128,IVF1024$(comma)PQ32,60000)
+	/usr/bin/python3 -W ignore bench/memory/designs_bench.py --knnd $(BUILD)/knnd \
+	  --source-dir . --index $(DESIGNS_INDEX)
 
 # ---- Sanitizers and fuzzing (README "Testing") ----
 # Each has its own build folder. Debian's FAISS, gRPC, protobuf and libgomp
