@@ -7,7 +7,8 @@ with two preloaded uvicorn workers in front. Checked over HTTP: /search
 returns the chunk a query was cut from, the best match of a brute-force
 search, with scores knnd computed exactly (cosine, re-ranked); both
 workers answer, each through its own AsyncKnnClient created after the
-fork; knnd counts one Search per request; bad queries are 422.
+fork; knnd counts one Search per request; /search keeps answering while
+knnd swaps in a newly published version; bad queries are 422.
 Skipped, with the reason, only when PyPI cannot be reached.
 
   fastapi_rag_test.py --knnd BUILD/knnd --knnctl BUILD/knnctl --source-dir .
@@ -21,6 +22,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.error
@@ -191,6 +193,46 @@ class FastApiRagTest(unittest.TestCase):
         pids = {b["worker_pid"] for b in bodies}
         self.assertEqual(len(pids), 2, f"only workers {pids} answered: " + self.log())
         self.assertEqual(self.knnd.scrape().get(SEARCH_OK, 0) - before, len(queries))
+
+    def test_search_answers_while_knnd_swaps_in_a_new_version(self):
+        # The corpus republished as version 2 (what a rebuild publishes)
+        # and knnd told with SIGHUP, while two threads keep searching.
+        reloads = 'knnd_index_reloads_total{result="ok"}'
+        self.assertEqual(self.knnd.scrape().get(reloads), 1)
+        expected = [r["id"] for r in self.search("license patent", k=3)["results"]]
+        stop = threading.Event()
+        answers = []
+
+        def keep_searching():
+            while not stop.is_set():
+                status, body = self.get("/search?q=license+patent&k=3")
+                answers.append((time.monotonic(), status, body))
+        threads = [threading.Thread(target=keep_searching) for _ in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(0.5)
+            run([ARGS.knnctl, "publish", "--index", os.path.join(self.work, "chunks.index"),
+                 "--dir", os.path.join(self.work, "versions")], check=True,
+                capture_output=True)
+            self.knnd.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 60
+            while self.knnd.scrape().get(reloads) != 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            swapped = time.monotonic()
+            time.sleep(0.5)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        self.assertEqual(self.knnd.scrape().get(reloads), 2, self.knnd.read_log())
+        self.assertIn("version 2", self.knnd.read_log())
+        bad = [(status, body) for _, status, body in answers if status != 200]
+        self.assertEqual(bad, [], self.log())
+        after = [body for t, _, body in answers if t > swapped]
+        self.assertTrue(after, "no search answered after the swap")
+        for body in after:
+            self.assertEqual([r["id"] for r in body["results"]], expected)
 
     def test_bad_queries_are_refused(self):
         for query, why in (({"q": "  ,;  "}, "no words"), ({"q": "x", "k": 0}, None),
