@@ -167,7 +167,7 @@ def main_outside_venv(args):
 class FakeKnnd:
     """An in-process KnnService whose Search answers with `script`, one entry
     per call (the last one repeats): ("ok",), ("fail", code, pushback or
-    None) or ("sleep", seconds). Records the time and metadata of each call
+    None[, details]) or ("sleep", seconds). Records the time and metadata of each call
     and the most calls it had in progress at once."""
 
     def __init__(self, script):
@@ -202,7 +202,7 @@ class FakeKnnd:
                 if step[2] is not None:
                     context.set_trailing_metadata(
                         (("grpc-retry-pushback-ms", str(step[2])),))
-                context.abort(step[1], "scripted failure")
+                context.abort(step[1], step[3] if len(step) > 3 else "scripted failure")
             if step[0] == "sleep":
                 time.sleep(step[1])
             n = len(request.vectors_f32le) // (4 * request.dim)
@@ -356,6 +356,19 @@ class ClientContract:
                     search(np.ones((1, 4), np.float32), 2)
                 self.assertEqual(err.exception.code(), step[1])
                 self.assertEqual(len(fake.calls), 1)
+
+    def test_a_stream_reset_under_the_memory_quota_is_retried_with_backoff(self):
+        # What gRPC reports for a stream its transport reset under the
+        # server's memory quota: RESOURCE_EXHAUSTED, no pushback.
+        import grpc
+        from knnd_client._common import QUOTA_RESET_DETAILS
+        reset = ("fail", grpc.StatusCode.RESOURCE_EXHAUSTED, None,
+                 f"Stream removed (Received {QUOTA_RESET_DETAILS})")
+        fake, search = self.serve(reset, reset, ("ok",))
+        ids, _ = search(np.ones((1, 4), np.float32), 2)
+        self.assertEqual(ids.tolist(), [[0, 1]])
+        self.assertEqual(len(fake.calls), 3)
+        self.assertTrue((np.diff(fake.calls) < 0.1 + 0.1).all(), np.diff(fake.calls))
 
     def test_unavailable_is_retried_with_backoff(self):
         import grpc

@@ -63,9 +63,10 @@ class RetryPolicy:
     """When and how long a client waits before trying a call again.
 
     Retried: RESOURCE_EXHAUSTED that carries grpc-retry-pushback-ms (knnd at
-    capacity; other RESOURCE_EXHAUSTED, e.g. a message over the size limit,
-    would fail again) and UNAVAILABLE (not loaded yet, draining, connection
-    lost). With a pushback the wait is pushback * (1 + U(0, pushback_jitter)),
+    capacity), RESOURCE_EXHAUSTED from a stream gRPC reset under the
+    server's memory quota (QUOTA_RESET_DETAILS; other RESOURCE_EXHAUSTED,
+    e.g. a message over the size limit, would fail again) and UNAVAILABLE
+    (not loaded yet, draining, connection lost). With a pushback the wait is pushback * (1 + U(0, pushback_jitter)),
     never shorter than the server asked (the jitter spreads the clients that
     were refused together, so they do not come back together); without one
     it is U(0, min(max_backoff_s, initial_backoff_s * backoff_multiplier**n))
@@ -104,6 +105,15 @@ def pushback_ms(error: grpc.RpcError) -> Optional[int]:
     return None
 
 
+# What gRPC reports when a server's transport refused or reset the stream
+# under its memory quota (HTTP/2 RST_STREAM ENHANCE_YOUR_CALM, code 11):
+# RESOURCE_EXHAUSTED with no pushback, since knnd never saw the call to
+# answer it. knnd's calls are reads, so it is retried with backoff, as
+# UNAVAILABLE is; another RESOURCE_EXHAUSTED without a pushback (a message
+# over the size limit) would fail again and is not.
+QUOTA_RESET_DETAILS = "RST_STREAM with error code 11"
+
+
 def _retry_delay_s(error: grpc.RpcError, backoff_s: float,
                    policy: RetryPolicy) -> Optional[float]:
     """Seconds to wait before retrying `error`, or None: do not retry."""
@@ -113,7 +123,9 @@ def _retry_delay_s(error: grpc.RpcError, backoff_s: float,
     pushback = pushback_ms(error)
     if pushback is None:
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            return None
+            details = error.details() if hasattr(error, "details") else None
+            if QUOTA_RESET_DETAILS not in (details or ""):
+                return None
         return random.uniform(0, backoff_s)
     if pushback < 0:
         return None
