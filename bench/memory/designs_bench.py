@@ -46,6 +46,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "python"))
 import knnd_harness  # noqa: E402
+import memory_bench as mb  # noqa: E402
 import memory_test as mt  # noqa: E402
 
 VENV_PACKAGES = ["fastapi", "uvicorn", "uvicorn-worker", "gunicorn", "faiss-cpu",
@@ -73,13 +74,8 @@ def ensure_venv(path, source_dir):
     pip = [python, "-m", "pip", "install", "--quiet"]
     subprocess.run(pip + VENV_PACKAGES, check=True)
     with tempfile.TemporaryDirectory() as tmp:
-        # A copy: the client's build writes into its folder.
-        for part in ("proto", os.path.join("clients", "python")):
-            shutil.copytree(os.path.join(source_dir, part), os.path.join(tmp, part),
-                            ignore=shutil.ignore_patterns("build", "*.egg-info",
-                                                          "__pycache__"))
-        subprocess.run(pip + ["--no-build-isolation",
-                              os.path.join(tmp, "clients", "python")], check=True)
+        client = knnd_harness.copy_client_sources(source_dir, tmp)
+        subprocess.run(pip + ["--no-build-isolation", client], check=True)
     open(marker, "w").close()
     return python
 
@@ -102,22 +98,6 @@ def children(pid):
         except OSError:
             pass
     return kids
-
-
-def status_kib(pid, field):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def pss(pid):
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def drop_file_cache(path):
@@ -218,11 +198,13 @@ class Setup:
         return pids
 
     def total(self, fn):
+        """fn(pid) summed over pids(); a process that ended (or is a zombie
+        without the field) counts 0."""
         total = 0
         for pid in self.pids():
             try:
                 total += fn(pid)
-            except OSError:
+            except (OSError, RuntimeError):
                 pass
         return total
 
@@ -297,7 +279,7 @@ def burst(args, setup):
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
-        peak_rss = max(peak_rss, setup.total(lambda p: status_kib(p, "VmRSS")))
+        peak_rss = max(peak_rss, setup.total(lambda p: mt.status_bytes(p, "VmRSS")))
         time.sleep(0.02)
     for t in threads:
         t.join()
@@ -312,7 +294,7 @@ def measure(args, tmp, design, n, script):
         s.wait_ready()
         warm(s, 20 * n)
         time.sleep(1)
-        r = dict(design=design, n=n, pss=s.total(pss), knnd_pss=pss(s.knnd.proc.pid)
+        r = dict(design=design, n=n, pss=s.total(mb.pss), knnd_pss=mb.pss(s.knnd.proc.pid)
                  if s.knnd else 0)
         r["qps"], r["p50"], r["p99"], r["wrk_errors"] = run_wrk(args, s, script)
         (r["peak"], r["peak_rss"], r["burst_ok"], r["burst_failed"],
@@ -408,8 +390,7 @@ def main():
     ensure_venv(a.venv, a.source_dir)
     a.wrk = ensure_wrk()
     mt.ARGS = argparse.Namespace(knnd=os.path.abspath(a.knnd), source_dir=a.source_dir)
-    import faiss
-    a.dim = faiss.read_index(a.index, faiss.IO_FLAG_MMAP).d
+    a.dim = mb.index_dim(a.index)
     versions = subprocess.run(
         [os.path.join(a.venv, "bin", "python"), "-c",
          "import faiss, fastapi, gunicorn, numpy; print(faiss.__version__, "

@@ -198,12 +198,17 @@ class Daemon:
         """The sum of the samples whose name (with labels) starts with `prefix`."""
         return sum(v for name, v in self.scrape().items() if name.startswith(prefix))
 
-    def stop(self, grace_s=0):
-        """Closes the channels and ends knnd: SIGKILL, or with `grace_s` a
-        SIGTERM and SIGKILL after that many seconds. Returns the exit code."""
+    def close_channels(self):
+        """Closes every channel stub() made (knnd then drops the connections
+        and what gRPC kept for them)."""
         for ch in self.channels:
             ch.close()
         self.channels = []
+
+    def stop(self, grace_s=0):
+        """Closes the channels and ends knnd: SIGKILL, or with `grace_s` a
+        SIGTERM and SIGKILL after that many seconds. Returns the exit code."""
+        self.close_channels()
         if self.proc.poll() is None:
             if grace_s:
                 self.proc.send_signal(signal.SIGTERM)

@@ -43,12 +43,17 @@ ARGS = None
 CGROUP_V1 = "/sys/fs/cgroup/memory"
 
 
-def rss_anon(pid):
+def status_bytes(pid, field):
+    """A kB field of /proc/PID/status (RssAnon, VmRSS...), in bytes."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("RssAnon:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no RssAnon for {pid}")
+    raise RuntimeError(f"no {field} for {pid}")
+
+
+def rss_anon(pid):
+    return status_bytes(pid, "RssAnon")
 
 
 def build_index(path, n, dim, factory, seed=7):
@@ -250,9 +255,7 @@ class MemoryTest(WithIndex):
     @staticmethod
     def quiet_anon(d):
         """`d`'s anonymous RSS with its channels closed, past one heap trim."""
-        for ch in d.channels:
-            ch.close()
-        d.channels = []
+        d.close_channels()
         time.sleep(1.5)
         return rss_anon(d.proc.pid)
 
@@ -383,9 +386,7 @@ def flood_and_return(test, daemon, seconds, dim, poll_s, quota):
     bound = max(0.05 * warm, 8 << 20)
     heap = daemon.metric("knnd_index_heap_bytes")
     open_lowest, open_back = lowest_anon_within(pid, warm + quota + bound, poll_s)
-    for ch in daemon.channels:
-        ch.close()
-    daemon.channels = []
+    daemon.close_channels()
     lowest, back = lowest_anon_within(pid, warm + bound, poll_s)
     return dict(warm=warm, peak=sampler.peak, open_lowest=open_lowest,
                 open_back=open_back, lowest=lowest, back=back, bound=bound,
