@@ -220,9 +220,9 @@ class MemoryTest(WithIndex):
 
     def test_soak_anonymous_memory_returns_to_post_warmup_level(self):
         # Both levels are read with no connection open and past a heap trim:
-        # an open connection keeps the read buffers gRPC sized to its
-        # traffic (a few MiB, and not a leak), which made the comparison
-        # depend on how the last requests happened to arrive.
+        # gRPC keeps memory in use for an open connection after large
+        # requests (a few MiB, freed when it closes; not a leak), which made
+        # the comparison depend on how the last requests happened to arrive.
         d = Daemon(self.tmp.name, self.index, name="soak")
         try:
             self.assertTrue(d.wait_serving(), d.read_log())
@@ -369,9 +369,9 @@ def lowest_anon_within(pid, limit, seconds):
 def flood_and_return(test, daemon, seconds, dim, poll_s, quota):
     """Warms `daemon`, floods it with large requests for `seconds` on one
     channel, then polls its anonymous RSS: first with that channel still
-    open, for up to `poll_s` or until within warm-up + `quota` + bound (a
-    connection keeps gRPC's read buffers, which the quota covers), then with
-    the channel closed, until within warm-up + bound. Returns a dict."""
+    open, for up to `poll_s` or until within warm-up + `quota` + bound (gRPC
+    keeps memory in use for the connection until it closes), then with the
+    channel closed, until within warm-up + bound. Returns a dict."""
     test.assertTrue(daemon.wait_serving(), daemon.read_log())
     stub = daemon.stub()
     rng = np.random.default_rng(5)
@@ -400,8 +400,8 @@ class FloodTest(WithIndex):
     stays under docs/sizing.md's bound, index heap + max_inflight_bytes +
     memory_headroom_bytes, and comes back after the flood: to within the
     quota of the warm-up level while the flood's connection stays open (gRPC
-    keeps that connection's read buffers, a few MiB), and to within 8 MiB of
-    it once the connection is closed."""
+    keeps a few MiB in use for that connection), and to within 8 MiB of it
+    once the connection is closed."""
     BUDGET = 32 << 20
     HEADROOM = 48 << 20
 
