@@ -20,9 +20,20 @@ import urllib.request
 
 def free_port():
     """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n):
+    """`n` distinct TCP ports on 127.0.0.1 that were free a moment ago (held
+    together while they are picked, so that no two are the same)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def generate_stubs(source_dir, out_dir):
@@ -120,26 +131,51 @@ class Daemon:
     Owns the process and the channels it hands out; stop() ends both. Not
     thread-safe: one thread starts, waits on and stops it."""
 
+    # A port picked by free_ports() can be taken by another process (an
+    # outgoing connection's local port, for one) before knnd binds it; knnd
+    # then exits with this message and wait_serving() starts it again on
+    # new ports, this many times at most.
+    PORT_TAKEN = "(address in use or invalid)"
+    PORT_RETRIES = 3
+
     def __init__(self, knnd, args=(), log_path=None, address=None, knnctl=None,
                  prefix=(), **popen):
-        self.address = address or f"127.0.0.1:{free_port()}"
-        self.port = int(self.address.rsplit(":", 1)[1])
-        self.metrics_address = f"127.0.0.1:{free_port()}"
-        self.metrics_port = int(self.metrics_address.rsplit(":", 1)[1])
+        self.fixed_address = address
         self.log_path = log_path
         self.knnctl = knnctl
         self.env = popen.get("env")
         self.channels = []
+        self.port_retries = 0
+        self._launch = (prefix, knnd, args, popen)
+        self._start()
+
+    def _start(self):
+        prefix, knnd, args, popen = self._launch
+        listen, metrics = free_ports(2)
+        self.address = self.fixed_address or f"127.0.0.1:{listen}"
+        self.port = int(self.address.rsplit(":", 1)[1])
+        self.metrics_address = f"127.0.0.1:{metrics}"
+        self.metrics_port = metrics
         cmd = [*prefix, knnd, *args, "--listen", self.address,
                "--metrics_listen", self.metrics_address,
                "--admin_listen", "127.0.0.1:0"]
-        if log_path:
-            with open(log_path, "w") as log:
+        if self.log_path:
+            with open(self.log_path, "w") as log:
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                              **popen)
         else:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL, **popen)
+
+    def _restarted_on_new_ports(self):
+        """After knnd exited: starts it again on new ports if it exited
+        because a port it was given had been taken meanwhile."""
+        if (self.port_retries >= self.PORT_RETRIES or not self.log_path
+                or self.PORT_TAKEN not in self.read_log()):
+            return False
+        self.port_retries += 1
+        self._start()
+        return True
 
     def serving(self):
         """Whether one health check says SERVING (a fresh channel each time)."""
@@ -164,6 +200,8 @@ class Daemon:
         end = time.time() + timeout
         while time.time() < end:
             if self.proc.poll() is not None:
+                if self._restarted_on_new_ports():
+                    continue
                 return False
             if self.serving():
                 return True
