@@ -110,14 +110,16 @@ endif
 bench-rerank: build
 	/usr/bin/python3 bench/rerank_bench.py --build $(BUILD) --nq 2000
 
-# The recall / speed / memory frontier on Fashion-MNIST (bench/RESULTS.md,
-# "Frontier"): knnd's default FastScan recipe and its 8-bit recipe in
-# process, FAISS's IndexRefineFlat over the same FastScan factory, hnswlib
-# M 16 and 32, in one run (about 15 minutes on 2 busy cores, most of it
-# building the 8-bit index and the HNSW graphs). Index files go to
-# /tmp/knnd_frontier.
+# The recall / speed / memory frontier (bench/RESULTS.md "Frontier",
+# bench/frontier.png): on Fashion-MNIST and on a seeded 1M x 128 set,
+# knnd's default FastScan recipe in process and through gRPC (1 and 32
+# clients, 256-row requests, the transport bound), FAISS's IndexRefineFlat
+# over the same FastScan factory, the 8-bit recipes and hnswlib M 16 and 32,
+# in one run (about 45 minutes on 2 cores, most of it building the 8-bit
+# indexes and the HNSW graphs). Files go to /tmp/knnd_frontier.
 bench-frontier: build
-	$(BUILD)/bench/frontier_bench --work /tmp/knnd_frontier
+	@$(MAKE) --no-print-directory deps DEBIAN_PACKAGES="$(BENCH_PACKAGES)"
+	/usr/bin/python3 bench/frontier_run.py --build $(BUILD) --work /tmp/knnd_frontier
 
 # Memory benchmarks (bench/RESULTS.md "Memory"): seeded indexes built once
 # under /tmp (never committed); PSS of 8 python3-faiss workers vs knnd,

@@ -16,7 +16,12 @@
 // Each recipe is built (train + add timed, --build_threads threads),
 // written to --work, freed, then loaded from the file and swept; "RSS"
 // is the process's resident-set growth from before the load to after the
-// sweep (heap and mapped pages touched), "bytes" the files.
+// sweep (heap and mapped pages touched), "RssAnon" the anonymous part of
+// it (what the kernel never reclaims), "bytes" the files. knnd recipes
+// are then searched in calls of --batch_rows rows from --batch_threads
+// threads at each target's fastest setting (the ceiling that batched gRPC
+// requests are compared with). --json writes everything for
+// bench/frontier_run.py, which adds knnd over gRPC and the plot.
 // q/s are from this thread's CPU time (the median of --reps passes), so
 // time spent descheduled on a shared machine counts against nobody; the
 // wall-clock rate of the same passes is printed beside it.
@@ -92,6 +97,14 @@ ABSL_FLAG(std::string, targets, "0.95,0.98",
           "Recall@10 targets of the matched-recall comparison.");
 ABSL_FLAG(int, build_threads, 2, "Threads for training, adding, HNSW.");
 ABSL_FLAG(int, reps, 3, "Passes over the queries per setting (median).");
+ABSL_FLAG(int, batch_rows, 256,
+          "knnd recipes: rows per call of the batched in-process measurement "
+          "at each target's fastest setting (0: none).");
+ABSL_FLAG(int, batch_threads, 2,
+          "Threads of the batched measurement, each with its own calls.");
+ABSL_FLAG(std::string, json, "",
+          "Also write every row, build summary and batched measurement to "
+          "this file as JSON (bench/frontier_run.py reads it).");
 
 namespace {
 
@@ -153,17 +166,23 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// VmRSS of this process, bytes.
-int64_t RssBytes() {
+// A kB field of /proc/self/status ("VmRSS:", "RssAnon:"), in bytes.
+int64_t StatusBytes(const std::string& field) {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) {
-      return std::atoll(line.c_str() + 6) * 1024;
+    if (line.rfind(field, 0) == 0) {
+      return std::atoll(line.c_str() + field.size()) * 1024;
     }
   }
   return -1;
 }
+
+// Resident and anonymous (heap, never reclaimed) bytes of this process.
+struct Resident {
+  int64_t rss = StatusBytes("VmRSS:");
+  int64_t anon = StatusBytes("RssAnon:");
+};
 
 std::string LoadAverage() {
   std::ifstream in("/proc/loadavg");
@@ -195,7 +214,26 @@ struct RecipeSummary {
   double build_seconds = 0;      // wall
   double build_cpu_seconds = 0;  // all threads
   int64_t file_bytes = 0;
-  int64_t rss_bytes = 0;
+  int64_t rss_bytes = 0;   // VmRSS growth: load + sweep
+  int64_t anon_bytes = 0;  // RssAnon growth, the part never reclaimed
+};
+
+void RecordResident(const Resident& before, RecipeSummary* summary) {
+  const Resident after;
+  summary->rss_bytes = after.rss - before.rss;
+  summary->anon_bytes = after.anon - before.anon;
+}
+
+// In-process q/s of `threads` threads each searching `rows` queries per
+// call (wall clock: the threads share the machine's cores).
+struct Batched {
+  std::string recipe;
+  int nprobe = 0;
+  int refine = 0;
+  int rows = 0;
+  int threads = 0;
+  double recall = 0;
+  double qps = 0;
 };
 
 struct Data {
@@ -264,9 +302,83 @@ void BuildKnnd(const Data& data, const std::string& factory,
   OrDie(builder->Write(path, knnd::DefaultNprobe(builder->nlist()), metadata));
 }
 
+std::vector<double> Targets() {
+  std::vector<double> targets;
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_targets), ',', absl::SkipEmpty())) {
+    double target;
+    if (!absl::SimpleAtod(part, &target)) {
+      Die(absl::StrCat("--targets: '", part, "' is not a number"));
+    }
+    targets.push_back(target);
+  }
+  return targets;
+}
+
+const Row* FastestReaching(const std::vector<Row>& rows,
+                           const std::string& recipe, double target);
+
+// --batch_threads threads, each running every query --reps times in calls
+// of --batch_rows rows, at the fastest setting of `recipe` reaching each
+// target: the in-process ceiling of batched requests through gRPC.
+void MeasureBatched(const std::string& recipe,
+                    const knnd::IndexSnapshot& snapshot, const Data& data,
+                    const std::vector<Row>& rows,
+                    std::vector<Batched>* batched) {
+  const int batch_rows = absl::GetFlag(FLAGS_batch_rows);
+  const int threads = std::max(1, absl::GetFlag(FLAGS_batch_threads));
+  if (batch_rows <= 0) return;
+  const int64_t nq = data.queries.rows;
+  for (double target : Targets()) {
+    const Row* best = FastestReaching(rows, recipe, target);
+    if (best == nullptr) continue;
+    bool done = false;
+    for (const Batched& b : *batched) {
+      done |= b.recipe == recipe && b.nprobe == best->nprobe &&
+              b.refine == best->refine;
+    }
+    if (done) continue;
+    std::vector<std::vector<int64_t>> ids(threads);
+    const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
+    const absl::Time start = absl::Now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        ids[t].assign(static_cast<size_t>(nq) * kK, -1);
+        std::vector<float> distances(static_cast<size_t>(batch_rows) * kK);
+        for (int rep = 0; rep < reps; ++rep) {
+          for (int64_t q = 0; q < nq; q += batch_rows) {
+            knnd::SearchArgs args;
+            args.queries = data.queries.row(q);
+            args.num_queries = std::min<int64_t>(batch_rows, nq - q);
+            args.k = kK;
+            args.nprobe = best->nprobe;
+            args.refine_factor = best->refine;
+            args.distances = distances.data();
+            args.ids = ids[t].data() + q * kK;
+            OrDie(snapshot.Search(args));
+          }
+        }
+      });
+    }
+    for (std::thread& t : pool) t.join();
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    Batched b{recipe, best->nprobe, best->refine, batch_rows, threads};
+    b.recall = knnd::RecallAt(ids[0], kK, data.truth, kK, kK);
+    b.qps = static_cast<double>(nq) * reps * threads / seconds;
+    std::printf("batched %s nprobe %d refine %d: %d threads x %d rows per "
+                "call: recall %.4f, %.0f q/s (wall)\n",
+                recipe.c_str(), b.nprobe, b.refine, threads, batch_rows,
+                b.recall, b.qps);
+    std::fflush(stdout);
+    batched->push_back(b);
+  }
+}
+
 void RunKnnd(const std::string& name, const std::string& factory,
              const Data& data, std::vector<Row>* rows,
-             std::vector<RecipeSummary>* summaries) {
+             std::vector<RecipeSummary>* summaries,
+             std::vector<Batched>* batched) {
   std::string file = name;
   for (char& c : file) {
     if (c == ',' || c == ' ' || c == '/') c = '_';
@@ -277,7 +389,7 @@ void RunKnnd(const std::string& name, const std::string& factory,
   BuildKnnd(data, factory, path, &summary);
   summary.file_bytes = FileBytes(path) + FileBytes(knnd::VectorsPath(path));
   malloc_trim(0);
-  const int64_t rss0 = RssBytes();
+  const Resident resident0;
   knnd::LoadOptions load;
   load.probe_in_subprocess = false;
   load.verify_checksum = false;
@@ -304,8 +416,9 @@ void RunKnnd(const std::string& name, const std::string& factory,
              refine, rows);
     }
   }
-  summary.rss_bytes = RssBytes() - rss0;
+  RecordResident(resident0, &summary);
   summaries->push_back(summary);
+  MeasureBatched(name, *snapshot, data, *rows, batched);
 }
 
 faiss::IndexIVF* IvfOf(faiss::Index* index) {
@@ -334,7 +447,7 @@ void RunFaiss(const std::string& name, const std::string& factory,
   }
   summary.file_bytes = FileBytes(path);
   malloc_trim(0);
-  const int64_t rss0 = RssBytes();
+  const Resident resident0;
   std::unique_ptr<faiss::Index> index(faiss::read_index(path.c_str()));
   auto* refine_index = dynamic_cast<faiss::IndexRefine*>(index.get());
   if (refine_index == nullptr) Die(refined + " is not an IndexRefine");
@@ -355,7 +468,7 @@ void RunFaiss(const std::string& name, const std::string& factory,
              refine, rows);
     }
   }
-  summary.rss_bytes = RssBytes() - rss0;
+  RecordResident(resident0, &summary);
   summaries->push_back(summary);
 }
 
@@ -388,7 +501,7 @@ void RunHnsw(const std::string& name, int m, const Data& data,
   }
   summary.file_bytes = FileBytes(path);
   malloc_trim(0);
-  const int64_t rss0 = RssBytes();
+  const Resident resident0;
   hnswlib::HierarchicalNSW<float> index(&space, path);
   for (int ef : IntList(absl::GetFlag(FLAGS_efs))) {
     ef = std::max(ef, kK);
@@ -406,7 +519,7 @@ void RunHnsw(const std::string& name, int m, const Data& data,
     });
     Record(std::move(row), name, absl::StrCat("ef ", ef), 0, 0, rows);
   }
-  summary.rss_bytes = RssBytes() - rss0;
+  RecordResident(resident0, &summary);
   summaries->push_back(summary);
 }
 
@@ -429,15 +542,7 @@ void PrintMatched(const std::vector<Row>& rows,
               "reaching the target\n\n");
   std::printf("| target | recipe | setting | recall@10 | q/s | knnd-fastscan "
               "/ this |\n|---|---|---|---|---|---|\n");
-  for (int target_index = 0;; ++target_index) {
-    std::vector<std::string> targets =
-        absl::StrSplit(absl::GetFlag(FLAGS_targets), ',', absl::SkipEmpty());
-    if (target_index >= static_cast<int>(targets.size())) break;
-    double target;
-    if (!absl::SimpleAtod(targets[target_index], &target)) {
-      Die(absl::StrCat("--targets: '", targets[target_index],
-                       "' is not a number"));
-    }
+  for (double target : Targets()) {
     const Row* ours = FastestReaching(rows, "knnd-fastscan", target);
     for (const RecipeSummary& s : summaries) {
       const Row* best = FastestReaching(rows, s.recipe, target);
@@ -478,6 +583,61 @@ void PrintSameSetting(const std::vector<Row>& rows) {
     std::printf("\nknnd / FAISS, median over the %zu settings: %.2f\n",
                 ratios.size(), Median(ratios));
   }
+}
+
+// Names and settings are the bench's own (no quotes or backslashes).
+// "truth" holds the exact k nearest ids of every query, row after row.
+void WriteJson(const std::string& path, const Data& data,
+               const std::string& base_path, const std::vector<Row>& rows,
+               const std::vector<RecipeSummary>& summaries,
+               const std::vector<Batched>& batched) {
+  std::string out = absl::StrFormat(
+      "{\"version\": \"%s\", \"base\": \"%s\", \"n\": %d, \"d\": %d, "
+      "\"nq\": %d, \"k\": %d,\n \"rows\": [",
+      knnd::BuildInfoLine(), base_path, data.base.rows, data.base.dim,
+      data.queries.rows, kK);
+  const char* sep = "";
+  for (const Row& r : rows) {
+    absl::StrAppendFormat(
+        &out,
+        "%s\n  {\"recipe\": \"%s\", \"setting\": \"%s\", \"nprobe\": %d, "
+        "\"refine\": %d, \"recall\": %.5f, \"qps\": %.1f, "
+        "\"wall_qps\": %.1f}",
+        sep, r.recipe, r.setting, r.nprobe, r.refine, r.recall, r.qps,
+        r.wall_qps);
+    sep = ",";
+  }
+  out += "],\n \"summaries\": [";
+  sep = "";
+  for (const RecipeSummary& s : summaries) {
+    absl::StrAppendFormat(
+        &out,
+        "%s\n  {\"recipe\": \"%s\", \"factory\": \"%s\", "
+        "\"build_s\": %.2f, \"build_cpu_s\": %.2f, \"file_bytes\": %d, "
+        "\"rss_bytes\": %d, \"anon_bytes\": %d}",
+        sep, s.recipe, s.factory, s.build_seconds, s.build_cpu_seconds,
+        s.file_bytes, s.rss_bytes, s.anon_bytes);
+    sep = ",";
+  }
+  out += "],\n \"batched\": [";
+  sep = "";
+  for (const Batched& b : batched) {
+    absl::StrAppendFormat(
+        &out,
+        "%s\n  {\"recipe\": \"%s\", \"nprobe\": %d, \"refine\": %d, "
+        "\"rows\": %d, \"threads\": %d, \"recall\": %.5f, \"qps\": %.1f}",
+        sep, b.recipe, b.nprobe, b.refine, b.rows, b.threads, b.recall, b.qps);
+    sep = ",";
+  }
+  out += "],\n \"truth\": [";
+  for (size_t i = 0; i < data.truth.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ",", i % kK == 0 ? "\n  " : "",
+                    data.truth[i]);
+  }
+  out += "]}\n";
+  std::ofstream file(path);
+  file << out;
+  if (!file.good()) Die(absl::StrCat("cannot write --json ", path));
 }
 
 }  // namespace
@@ -533,12 +693,13 @@ int main(int argc, char** argv) {
               "|---|---|---|---|---|\n");
   std::vector<Row> rows;
   std::vector<RecipeSummary> summaries;
+  std::vector<Batched> batched;
   for (absl::string_view recipe :
        absl::StrSplit(absl::GetFlag(FLAGS_recipes), ',', absl::SkipEmpty())) {
     if (recipe == "knnd-fastscan") {
-      RunKnnd("knnd-fastscan", fastscan, data, &rows, &summaries);
+      RunKnnd("knnd-fastscan", fastscan, data, &rows, &summaries, &batched);
     } else if (recipe == "knnd-pq8") {
-      RunKnnd("knnd-pq8", pq8, data, &rows, &summaries);
+      RunKnnd("knnd-pq8", pq8, data, &rows, &summaries, &batched);
     } else if (recipe == "faiss-fastscan") {
       RunFaiss("faiss-fastscan", fastscan, data, &rows, &summaries);
     } else if (recipe == "hnsw16") {
@@ -554,18 +715,23 @@ int main(int argc, char** argv) {
   for (absl::string_view factory : absl::StrSplit(
            absl::GetFlag(FLAGS_knnd_factories), ';', absl::SkipEmpty())) {
     RunKnnd(absl::StrCat("knnd ", factory), std::string(factory), data, &rows,
-            &summaries);
+            &summaries, &batched);
   }
   std::printf("\n| recipe | index | build s (train + add, wall) | build "
               "CPU s (all threads) | files MiB | RSS growth MiB (load + "
-              "sweep) |\n|---|---|---|---|---|---|\n");
+              "sweep) | RssAnon growth MiB |\n|---|---|---|---|---|---|---|\n");
   for (const RecipeSummary& s : summaries) {
-    std::printf("| %s | %s | %.1f | %.1f | %.1f | %.1f |\n", s.recipe.c_str(),
-                s.factory.c_str(), s.build_seconds, s.build_cpu_seconds,
-                MiB(s.file_bytes), MiB(s.rss_bytes));
+    std::printf("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
+                s.recipe.c_str(), s.factory.c_str(), s.build_seconds,
+                s.build_cpu_seconds, MiB(s.file_bytes), MiB(s.rss_bytes),
+                MiB(s.anon_bytes));
   }
   PrintMatched(rows, summaries);
   PrintSameSetting(rows);
   std::printf("\nload average at end %s\n", LoadAverage().c_str());
+  if (!absl::GetFlag(FLAGS_json).empty()) {
+    WriteJson(absl::GetFlag(FLAGS_json), data, base_path, rows, summaries,
+              batched);
+  }
   return 0;
 }

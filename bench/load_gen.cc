@@ -5,7 +5,7 @@
 //
 //   load_gen --target HOST:PORT --queries FILE --d D [--batch 1]
 //            [--clients 32 | --rate Q] [--seconds 3] [--warmup_seconds 0.5]
-//            [--k 10] [--nprobe 0] [--channels 0]
+//            [--k 10] [--nprobe 0] [--refine_factor -1] [--channels 0]
 //
 // Closed loop (default): --clients requests are always outstanding; each
 // completion sends the next. Open loop (--rate R > 0): requests start at a
@@ -50,6 +50,9 @@ ABSL_FLAG(double, seconds, 3.0, "Measured duration.");
 ABSL_FLAG(double, warmup_seconds, 0.5, "Unmeasured run before.");
 ABSL_FLAG(int, k, 10, "Neighbours per query.");
 ABSL_FLAG(int, nprobe, 0, "nprobe per request; 0 = the server's default.");
+ABSL_FLAG(int, refine_factor, -1,
+          "refine_factor per request (0: no re-ranking); -1 = the server's "
+          "default.");
 ABSL_FLAG(int, channels, 0,
           "Connections; 0 = one per closed-loop client (at most 64), 8 in "
           "open loop.");
@@ -134,6 +137,9 @@ int main(int argc, char** argv) {
     SearchRequest request;
     request.set_k(absl::GetFlag(FLAGS_k));
     if (absl::GetFlag(FLAGS_nprobe) > 0) request.set_nprobe(absl::GetFlag(FLAGS_nprobe));
+    if (absl::GetFlag(FLAGS_refine_factor) >= 0) {
+      request.set_refine_factor(absl::GetFlag(FLAGS_refine_factor));
+    }
     const int64_t row = (sent * batch) % (rows - batch + 1);
     request.set_vectors_f32le(raw.data() + row * row_bytes, batch * row_bytes);
     call->reader = stubs[sent % channels]->AsyncSearch(&call->context, request, &cq);
