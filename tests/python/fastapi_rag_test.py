@@ -103,15 +103,21 @@ class FastApiRagTest(unittest.TestCase):
             [os.path.join(venv, "bin", "gunicorn"), "-c", "gunicorn.conf.py", "app:app"],
             cwd=cls.example, env=env, stdout=cls.gunicorn_log,
             stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
+        # Ready when /healthz answers and both workers have run their
+        # startup: one answering is not both booted (CI once saw the second
+        # worker still unborn 17 s after the first answered). A worker stuck
+        # before its startup is killed and replaced by gunicorn after its
+        # 30 s timeout, hence the longer deadline.
+        deadline = time.monotonic() + 90
         while True:
             try:
-                if cls.get("/healthz")[0] == 200:
+                if (cls.get("/healthz")[0] == 200 and
+                        cls.log(whole=True).count("Application startup complete") >= 2):
                     break
             except OSError:
                 pass
             if cls.gunicorn.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("gunicorn did not start: " + cls.log())
+                raise RuntimeError("gunicorn did not start two workers: " + cls.log())
             time.sleep(0.1)
         cls.db = sqlite3.connect(os.path.join(cls.work, "chunks.sqlite"))
         cls.vectors = np.load(os.path.join(cls.work, "vectors.npy"))
@@ -133,9 +139,11 @@ class FastApiRagTest(unittest.TestCase):
         cls.tmp.cleanup()
 
     @classmethod
-    def log(cls):
+    def log(cls, whole=False):
+        """gunicorn's log: its last 4,000 characters, or all of it."""
         with open(os.path.join(cls.tmp.name, "gunicorn.log")) as f:
-            return f.read()[-4000:]
+            text = f.read()
+        return text if whole else text[-4000:]
 
     @classmethod
     def get(cls, path):
