@@ -61,6 +61,7 @@
 #include "knnd/index/index_builder.h"
 #include "knnd/index/index_eval.h"
 #include "knnd/index/index_snapshot.h"
+#include "knnd/index/index_tuning.h"
 #include "knnd/monitoring/build_info.h"
 #include "knnd/storage/vector_io.h"
 #include "knnd/storage/vectors_file.h"
@@ -97,9 +98,11 @@ ABSL_FLAG(std::string, targets, "0.95,0.98",
           "Recall@10 targets of the matched-recall comparison.");
 ABSL_FLAG(int, build_threads, 2, "Threads for training, adding, HNSW.");
 ABSL_FLAG(int, reps, 3, "Passes over the queries per setting (median).");
-ABSL_FLAG(int, batch_rows, 256,
-          "knnd recipes: rows per call of the batched in-process measurement "
-          "at each target's fastest setting (0: none).");
+ABSL_FLAG(std::string, batch_rows, "1,256",
+          "knnd recipes: rows per call of the multi-threaded in-process "
+          "measurements at each target's fastest setting (empty: none); 1 is "
+          "what single-query clients of a server compare with, 256 batched "
+          "requests.");
 ABSL_FLAG(int, batch_threads, 2,
           "Threads of the batched measurement, each with its own calls.");
 ABSL_FLAG(std::string, json, "",
@@ -276,6 +279,14 @@ void Record(Row row, const std::string& recipe, std::string setting,
   rows->push_back(std::move(row));
 }
 
+// What knnctl build trains an index of `nlist` lists on: every row, or
+// DefaultTrainRows of them chosen with a fixed seed (timed with the build).
+knnd::Matrix TrainingRows(const Data& data, int64_t nlist) {
+  const int64_t rows = knnd::DefaultTrainRows(data.base.rows, nlist);
+  return rows == data.base.rows ? data.base
+                                : knnd::SampleRows(data.base, rows, 1);
+}
+
 // Builds `factory` with knnd's IndexBuilder (what knnctl build runs) into
 // `path` and its vectors file; records the train + add time in `summary`.
 void BuildKnnd(const Data& data, const std::string& factory,
@@ -284,12 +295,10 @@ void BuildKnnd(const Data& data, const std::string& factory,
   options.dim = data.base.dim;
   options.factory = factory;
   auto builder = OrDie(knnd::IndexBuilder::Create(options));
-  const int64_t train_rows =
-      knnd::DefaultTrainRows(data.base.rows, builder->nlist());
-  if (train_rows != data.base.rows) Die("the bench trains on every row");
   omp_set_num_threads(absl::GetFlag(FLAGS_build_threads));
   const BuildTimer timer;
-  OrDie(builder->Train(data.base.values.data(), data.base.rows));
+  const knnd::Matrix train = TrainingRows(data, builder->nlist());
+  OrDie(builder->Train(train.values.data(), train.rows));
   OrDie(builder->Add(data.base.values.data(), data.base.rows, nullptr));
   timer.Stop(&summary->build_seconds, &summary->build_cpu_seconds);
   omp_set_num_threads(1);
@@ -319,59 +328,61 @@ const Row* FastestReaching(const std::vector<Row>& rows,
                            const std::string& recipe, double target);
 
 // --batch_threads threads, each running every query --reps times in calls
-// of --batch_rows rows, at the fastest setting of `recipe` reaching each
-// target: the in-process ceiling of batched requests through gRPC.
+// of R rows for each R of --batch_rows, at the fastest setting of `recipe`
+// reaching each target: the in-process ceiling that requests through gRPC
+// are compared with (every core busy).
 void MeasureBatched(const std::string& recipe,
                     const knnd::IndexSnapshot& snapshot, const Data& data,
                     const std::vector<Row>& rows,
                     std::vector<Batched>* batched) {
-  const int batch_rows = absl::GetFlag(FLAGS_batch_rows);
   const int threads = std::max(1, absl::GetFlag(FLAGS_batch_threads));
-  if (batch_rows <= 0) return;
   const int64_t nq = data.queries.rows;
-  for (double target : Targets()) {
-    const Row* best = FastestReaching(rows, recipe, target);
-    if (best == nullptr) continue;
-    bool done = false;
-    for (const Batched& b : *batched) {
-      done |= b.recipe == recipe && b.nprobe == best->nprobe &&
-              b.refine == best->refine;
-    }
-    if (done) continue;
-    std::vector<std::vector<int64_t>> ids(threads);
-    const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
-    const absl::Time start = absl::Now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        ids[t].assign(static_cast<size_t>(nq) * kK, -1);
-        std::vector<float> distances(static_cast<size_t>(batch_rows) * kK);
-        for (int rep = 0; rep < reps; ++rep) {
-          for (int64_t q = 0; q < nq; q += batch_rows) {
-            knnd::SearchArgs args;
-            args.queries = data.queries.row(q);
-            args.num_queries = std::min<int64_t>(batch_rows, nq - q);
-            args.k = kK;
-            args.nprobe = best->nprobe;
-            args.refine_factor = best->refine;
-            args.distances = distances.data();
-            args.ids = ids[t].data() + q * kK;
-            OrDie(snapshot.Search(args));
+  for (const int batch_rows : IntList(absl::GetFlag(FLAGS_batch_rows))) {
+    if (batch_rows <= 0) continue;
+    for (double target : Targets()) {
+      const Row* best = FastestReaching(rows, recipe, target);
+      if (best == nullptr) continue;
+      bool done = false;
+      for (const Batched& b : *batched) {
+        done |= b.recipe == recipe && b.nprobe == best->nprobe &&
+                b.refine == best->refine && b.rows == batch_rows;
+      }
+      if (done) continue;
+      std::vector<std::vector<int64_t>> ids(threads);
+      const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
+      const absl::Time start = absl::Now();
+      std::vector<std::thread> pool;
+      for (int t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] {
+          ids[t].assign(static_cast<size_t>(nq) * kK, -1);
+          std::vector<float> distances(static_cast<size_t>(batch_rows) * kK);
+          for (int rep = 0; rep < reps; ++rep) {
+            for (int64_t q = 0; q < nq; q += batch_rows) {
+              knnd::SearchArgs args;
+              args.queries = data.queries.row(q);
+              args.num_queries = std::min<int64_t>(batch_rows, nq - q);
+              args.k = kK;
+              args.nprobe = best->nprobe;
+              args.refine_factor = best->refine;
+              args.distances = distances.data();
+              args.ids = ids[t].data() + q * kK;
+              OrDie(snapshot.Search(args));
+            }
           }
-        }
-      });
+        });
+      }
+      for (std::thread& t : pool) t.join();
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+      Batched b{recipe, best->nprobe, best->refine, batch_rows, threads};
+      b.recall = knnd::RecallAt(ids[0], kK, data.truth, kK, kK);
+      b.qps = static_cast<double>(nq) * reps * threads / seconds;
+      std::printf("batched %s nprobe %d refine %d: %d threads x %d rows per "
+                  "call: recall %.4f, %.0f q/s (wall)\n",
+                  recipe.c_str(), b.nprobe, b.refine, threads, batch_rows,
+                  b.recall, b.qps);
+      std::fflush(stdout);
+      batched->push_back(b);
     }
-    for (std::thread& t : pool) t.join();
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    Batched b{recipe, best->nprobe, best->refine, batch_rows, threads};
-    b.recall = knnd::RecallAt(ids[0], kK, data.truth, kK, kK);
-    b.qps = static_cast<double>(nq) * reps * threads / seconds;
-    std::printf("batched %s nprobe %d refine %d: %d threads x %d rows per "
-                "call: recall %.4f, %.0f q/s (wall)\n",
-                recipe.c_str(), b.nprobe, b.refine, threads, batch_rows,
-                b.recall, b.qps);
-    std::fflush(stdout);
-    batched->push_back(b);
   }
 }
 
@@ -439,7 +450,11 @@ void RunFaiss(const std::string& name, const std::string& factory,
         data.base.dim, refined.c_str(), faiss::METRIC_L2));
     omp_set_num_threads(absl::GetFlag(FLAGS_build_threads));
     const BuildTimer timer;
-    index->train(data.base.rows, data.base.values.data());
+    auto* refine_index = dynamic_cast<faiss::IndexRefine*>(index.get());
+    if (refine_index == nullptr) Die(refined + " is not an IndexRefine");
+    const knnd::Matrix train =
+        TrainingRows(data, IvfOf(refine_index->base_index)->nlist);
+    index->train(train.rows, train.values.data());
     index->add(data.base.rows, data.base.values.data());
     timer.Stop(&summary.build_seconds, &summary.build_cpu_seconds);
     omp_set_num_threads(1);
