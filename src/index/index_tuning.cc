@@ -22,6 +22,23 @@ const SweepRow* FastestReaching(absl::Span<const SweepRow> rows, size_t column,
   return fastest;
 }
 
+std::vector<int> DefaultNprobeSweep(int64_t nlist) {
+  std::vector<int> nprobes;
+  for (int64_t p = 1; p < nlist; p *= 2) {
+    nprobes.push_back(static_cast<int>(p));
+    if (p >= 2 && p + p / 2 < nlist) {
+      nprobes.push_back(static_cast<int>(p + p / 2));
+    }
+  }
+  nprobes.push_back(static_cast<int>(std::max<int64_t>(nlist, 1)));
+  return nprobes;
+}
+
+std::vector<int> DefaultRefineSweep(bool has_vectors) {
+  if (!has_vectors) return {0};
+  return {0, 1, 2, 3, 4, 6, 8, 12, 16};
+}
+
 absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,
                                               const Matrix& queries,
                                               absl::Span<const int64_t> truth,
@@ -32,18 +49,12 @@ absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,
     return absl::InvalidArgumentError(absl::StrCat(
         "target_recall=", options.target_recall, " is outside (0, 1]"));
   }
-  std::vector<int> nprobes = options.nprobes;
-  if (nprobes.empty()) {
-    for (int64_t p = 1; p < info.nlist; p *= 2) {
-      nprobes.push_back(static_cast<int>(p));
-    }
-    nprobes.push_back(static_cast<int>(info.nlist));
-  }
-  std::vector<int> refine_factors = options.refine_factors;
-  if (refine_factors.empty()) {
-    refine_factors = info.has_vectors ? std::vector<int>{0, 1, 2, 4, 8, 16}
-                                      : std::vector<int>{0};
-  }
+  const std::vector<int> nprobes = options.nprobes.empty()
+                                       ? DefaultNprobeSweep(info.nlist)
+                                       : options.nprobes;
+  const std::vector<int> refine_factors =
+      options.refine_factors.empty() ? DefaultRefineSweep(info.has_vectors)
+                                     : options.refine_factors;
   TuneResult result;
   for (int refine_factor : refine_factors) {
     for (int nprobe : nprobes) {

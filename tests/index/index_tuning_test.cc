@@ -45,6 +45,21 @@ std::unique_ptr<IndexSnapshot> Load(const std::string& path) {
   return std::move(*snapshot);
 }
 
+TEST(IndexTuning, DefaultSweepsStepByHalfAPowerOfTwo) {
+  EXPECT_EQ(DefaultNprobeSweep(256),
+            (std::vector<int>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96,
+                              128, 192, 256}));
+  // nlist itself ends the sweep once, whatever it is.
+  EXPECT_EQ(DefaultNprobeSweep(100),
+            (std::vector<int>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96,
+                              100}));
+  EXPECT_EQ(DefaultNprobeSweep(6), (std::vector<int>{1, 2, 3, 4, 6}));
+  EXPECT_EQ(DefaultNprobeSweep(1), (std::vector<int>{1}));
+  EXPECT_EQ(DefaultRefineSweep(true),
+            (std::vector<int>{0, 1, 2, 3, 4, 6, 8, 12, 16}));
+  EXPECT_EQ(DefaultRefineSweep(false), (std::vector<int>{0}));
+}
+
 TEST(IndexTuning, ChoosesTheFastestSettingThatReachesTheTarget) {
   TempDir tmp;
   const std::string path = tmp.path("t.index");

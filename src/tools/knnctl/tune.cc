@@ -113,14 +113,19 @@ int Tune(const TuneFlags& flags) {
   TuneOptions options;
   options.k = k;
   options.target_recall = flags.target_recall;
-  absl::StatusOr<std::vector<int>> nprobes =
-      NprobeList(flags.nprobes, info.nlist);
-  if (!nprobes.ok()) return Fail(nprobes.status());
-  absl::StatusOr<std::vector<int>> refine_factors =
-      RefineFactorList(flags.refine_factors, info.has_vectors);
-  if (!refine_factors.ok()) return Fail(refine_factors.status());
-  options.nprobes = *nprobes;
-  options.refine_factors = *refine_factors;
+  // Unset lists leave TuneSearchDefaults its finer default sweeps.
+  if (!flags.nprobes.empty()) {
+    absl::StatusOr<std::vector<int>> nprobes =
+        NprobeList(flags.nprobes, info.nlist);
+    if (!nprobes.ok()) return Fail(nprobes.status());
+    options.nprobes = *nprobes;
+  }
+  if (!flags.refine_factors.empty()) {
+    absl::StatusOr<std::vector<int>> refine_factors =
+        RefineFactorList(flags.refine_factors, info.has_vectors);
+    if (!refine_factors.ok()) return Fail(refine_factors.status());
+    options.refine_factors = *refine_factors;
+  }
   absl::StatusOr<TuneResult> result =
       TuneSearchDefaults(**snapshot, queries, *truth, k, options);
   if (!result.ok()) return Fail(result.status());
@@ -179,11 +184,11 @@ std::function<int()> DefineTune(FlagSet& flags) {
   flags.Add("target_recall", &options->target_recall, "R",
             "Recall@k the tuned defaults must reach.");
   flags.Add("nprobes", &options->nprobes, "LIST",
-            "Comma-separated nprobe values; default powers of two up to "
-            "nlist.");
+            "Comma-separated nprobe values; default 1,2,3,4,6,8,12,16,... "
+            "(powers of two and 1.5 times them) up to nlist.");
   flags.Add("refine_factors", &options->refine_factors, "LIST",
-            "Comma-separated refine_factor values; default 0,1,2,4,8,16 "
-            "with INDEX.vectors, else 0.");
+            "Comma-separated refine_factor values; default "
+            "0,1,2,3,4,6,8,12,16 with INDEX.vectors, else 0.");
   flags.AddSwitch("dry_run", &options->dry_run,
                   "Measure and print only; leave the sidecar as it is.");
   return [options] { return Tune(*options); };
