@@ -41,6 +41,7 @@ SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(SOURCE, "tests", "python"))
 sys.path.insert(0, os.path.join(SOURCE, "bench"))
 from knnd_harness import Daemon, free_port, generate_stubs  # noqa: E402
+from memory_test import status_bytes  # noqa: E402
 from run_bench import cpu_seconds, loadavg, machine  # noqa: E402
 
 FASHION = "/usr/share/datasets/fashion-mnist"
@@ -120,14 +121,6 @@ def fastest(rows, recipe, target):
     return max(hits, key=lambda r: r["qps"]) if hits else None
 
 
-def status_kib(pid, field):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field):
-                return int(line.split()[1])
-    return 0
-
-
 def run_set(name):
     work = os.path.join(ARGS.work, name)
     os.makedirs(work, exist_ok=True)
@@ -193,8 +186,8 @@ def run_set(name):
             print(f"{b['rows']}-row requests nprobe {b['nprobe']} refine {b['refine']}: "
                   f"{b['grpc']['qps']:.0f} q/s through gRPC, {b['qps']:.0f} in process "
                   f"({b['threads']} threads)", flush=True)
-        R["knnd_rss_anon_kib"] = status_kib(pid, "RssAnon:")
-        R["knnd_rss_file_kib"] = status_kib(pid, "RssFile:")
+        R["knnd_rss_anon_kib"] = status_bytes(pid, "RssAnon") / 1024
+        R["knnd_rss_file_kib"] = status_bytes(pid, "RssFile") / 1024
     finally:
         daemon.stop(grace_s=10)
         subprocess.run(["rm", "-rf", stubs])
