@@ -279,12 +279,15 @@ void Record(Row row, const std::string& recipe, std::string setting,
   rows->push_back(std::move(row));
 }
 
-// What knnctl build trains an index of `nlist` lists on: every row, or
-// DefaultTrainRows of them chosen with a fixed seed (timed with the build).
-knnd::Matrix TrainingRows(const Data& data, int64_t nlist) {
+// What knnctl build trains an index of `nlist` lists on: every row of
+// the base (returned as is), or DefaultTrainRows of them chosen with a
+// fixed seed (written to `sample` and returned).
+const knnd::Matrix& TrainingRows(const Data& data, int64_t nlist,
+                                 knnd::Matrix* sample) {
   const int64_t rows = knnd::DefaultTrainRows(data.base.rows, nlist);
-  return rows == data.base.rows ? data.base
-                                : knnd::SampleRows(data.base, rows, 1);
+  if (rows == data.base.rows) return data.base;
+  *sample = knnd::SampleRows(data.base, rows, 1);
+  return *sample;
 }
 
 // Builds `factory` with knnd's IndexBuilder (what knnctl build runs) into
@@ -297,7 +300,8 @@ void BuildKnnd(const Data& data, const std::string& factory,
   auto builder = OrDie(knnd::IndexBuilder::Create(options));
   omp_set_num_threads(absl::GetFlag(FLAGS_build_threads));
   const BuildTimer timer;
-  const knnd::Matrix train = TrainingRows(data, builder->nlist());
+  knnd::Matrix sample;
+  const knnd::Matrix& train = TrainingRows(data, builder->nlist(), &sample);
   OrDie(builder->Train(train.values.data(), train.rows));
   OrDie(builder->Add(data.base.values.data(), data.base.rows, nullptr));
   timer.Stop(&summary->build_seconds, &summary->build_cpu_seconds);
@@ -452,8 +456,9 @@ void RunFaiss(const std::string& name, const std::string& factory,
     const BuildTimer timer;
     auto* refine_index = dynamic_cast<faiss::IndexRefine*>(index.get());
     if (refine_index == nullptr) Die(refined + " is not an IndexRefine");
-    const knnd::Matrix train =
-        TrainingRows(data, IvfOf(refine_index->base_index)->nlist);
+    knnd::Matrix sample;
+    const knnd::Matrix& train =
+        TrainingRows(data, IvfOf(refine_index->base_index)->nlist, &sample);
     index->train(train.rows, train.values.data());
     index->add(data.base.rows, data.base.values.data());
     timer.Stop(&summary.build_seconds, &summary.build_cpu_seconds);
