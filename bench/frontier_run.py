@@ -9,7 +9,7 @@ a 1M-vector set, in one run (bench/RESULTS.md "Frontier", bench/frontier.png).
 
 For each set, build/bench/frontier_bench builds every recipe, sweeps it in
 process (1 thread, 1 query per call; CPU-time q/s) and measures knnd's
-recipes in calls of 256 rows on 2 threads (--json). This script then serves
+recipes in calls of 1 and of 256 rows on 2 threads (--json). This script then serves
 the knnd-fastscan index it wrote with build/knnd and, for every (nprobe,
 refine_factor) on its in-process frontier, measures through gRPC with build/bench/load_gen:
 recall (every test query answered over gRPC, scored against frontier_bench's
@@ -28,7 +28,6 @@ under --work and reused.
 """
 import argparse
 import datetime
-import gzip
 import json
 import os
 import subprocess
@@ -42,17 +41,11 @@ sys.path.insert(0, os.path.join(SOURCE, "tests", "python"))
 sys.path.insert(0, os.path.join(SOURCE, "bench"))
 from knnd_harness import Daemon, free_port, generate_stubs  # noqa: E402
 from memory_test import status_bytes  # noqa: E402
-from run_bench import cpu_seconds, loadavg, machine  # noqa: E402
+from run_bench import cpu_seconds, loadavg, machine, read_idx_gz  # noqa: E402
 
 FASHION = "/usr/share/datasets/fashion-mnist"
 K = 10
 ARGS = None
-
-
-def read_idx(path, limit=None):
-    with gzip.open(path) as f:
-        data = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)
-    return data[:limit].astype(np.float32)
 
 
 def embedding_like(n, d, seed, latent=24, clusters=1024, noise=0.05):
@@ -75,7 +68,7 @@ def embedding_like(n, d, seed, latent=24, clusters=1024, noise=0.05):
 def data_set(name, work):
     """(frontier_bench flags, queries as float32 rows) for set `name`."""
     if name == "fashion":
-        return [], read_idx(f"{FASHION}/t10k-images-idx3-ubyte.gz", ARGS.nq)
+        return [], read_idx_gz(f"{FASHION}/t10k-images-idx3-ubyte.gz")[:ARGS.nq]
     base_npy, query_npy = f"{work}/base.npy", f"{work}/queries.npy"
     if not os.path.exists(base_npy):
         np.save(query_npy, embedding_like(ARGS.nq, 128, seed=2))
@@ -158,12 +151,8 @@ def run_set(name):
             raise RuntimeError(f"knnd not SERVING: {daemon.read_log()[-2000:]}")
         stub = daemon.stub()
         pid = daemon.proc.pid
-        # The settings on knnd-fastscan's in-process frontier (no other
-        # setting is both faster and more accurate).
         ours = [r for r in R["rows"] if r["recipe"] == "knnd-fastscan"]
-        frontier = [r for r in ours if not any(
-            o["qps"] > r["qps"] and o["recall"] >= r["recall"] for o in ours)]
-        for row in sorted(frontier, key=lambda r: r["recall"]):
+        for row in reversed(pareto(ours, lambda r: r["qps"], lambda r: r["recall"])):
             nprobe, refine = row["nprobe"], row["refine"]
             g = {"nprobe": nprobe, "refine": refine, "inproc_qps": row["qps"],
                  "inproc_recall": row["recall"],
@@ -355,13 +344,15 @@ def plot(sets, path, stamp):
               "knnd IVF256,PQ56": "^:", "hnsw16": "d-.", "hnsw32": "x-."}
     for ax, R in zip(axes[0], sets):
         for recipe in [s["recipe"] for s in R["summaries"]]:
-            pts = pareto([(r["qps"], r["recall"]) for r in R["rows"] if r["recipe"] == recipe])
-            ax.plot([q for q, _ in pts], [r for _, r in pts], styles.get(recipe, "o-"),
-                    label=f"{recipe} (in process)")
+            pts = pareto([r for r in R["rows"] if r["recipe"] == recipe],
+                         lambda r: r["qps"], lambda r: r["recall"])
+            ax.plot([r["qps"] for r in pts], [r["recall"] for r in pts],
+                    styles.get(recipe, "o-"), label=f"{recipe} (in process)")
         for key, label in (("c1", "knnd gRPC, 1 client"),
                            ("c32", "knnd gRPC, 32 clients (2 cores)")):
-            pts = pareto([(g[key]["qps"], g["recall"]) for g in R["grpc"]])
-            ax.plot([q for q, _ in pts], [r for _, r in pts], "*-", label=label)
+            pts = pareto(R["grpc"], lambda g: g[key]["qps"], lambda g: g["recall"])
+            ax.plot([g[key]["qps"] for g in pts], [g["recall"] for g in pts], "*-",
+                    label=label)
         ax.set_xscale("log")
         ax.set_xlabel("queries/s (1 query per call; in process: 1 thread)")
         ax.set_ylabel("recall@10")
@@ -374,14 +365,15 @@ def plot(sets, path, stamp):
     fig.savefig(path, dpi=100)
 
 
-def pareto(points):
-    """The upper-right frontier of (q/s, recall) points, fastest last."""
+def pareto(items, qps, recall):
+    """The items no other item beats in both qps(item) and recall(item):
+    the upper-right frontier, slowest (most accurate) first."""
     best, out = -1.0, []
-    for q, r in sorted(points, key=lambda p: -p[0]):
-        if r > best:
-            out.append((q, r))
-            best = r
-    return sorted(out)
+    for item in sorted(items, key=lambda i: -qps(i)):
+        if recall(item) > best:
+            out.append(item)
+            best = recall(item)
+    return out[::-1]
 
 
 def main():
