@@ -31,7 +31,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 FAISS_SIMD ?= $(shell grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && echo avx2 || echo generic)
 FAISS_AVX2_PREFIX ?= $(CURDIR)/.deps/faiss-avx2
 
-.PHONY: deps faiss build test demo bench bench-rerank bench-memory bench-designs bench-frontier clean test-asan test-tsan fuzz
+.PHONY: deps faiss build test demo bench bench-rerank bench-memory bench-designs bench-frontier bench-shards clean test-asan test-tsan fuzz
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -58,8 +58,13 @@ build: faiss
 	  -DKNND_FAISS_SIMD=$(FAISS_SIMD) -DKNND_FAISS_AVX2_PREFIX=$(FAISS_AVX2_PREFIX) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# Two tests at a time: most of the suite waits on a daemon, a child process
+# or pip (6 CPU minutes in 13 wall minutes one at a time here); the ones
+# that must run alone say so (RUN_SERIAL: the memory bounds, the network
+# namespaces, the Python client's event-loop timing).
+TEST_JOBS ?= 2
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j 1
+	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS)
 
 # The demo index is built once with knnd's own tool and its default recipe
 # (4-bit FastScan with the re-ranking vectors kept), then tuned once: knnctl tune measures recall@10 on 2,000 held-out
@@ -93,7 +98,7 @@ clean:
 # measure the SIMD gain on the same benchmark. Needs root for the cold-start
 # case (drop_caches).
 BENCH_PACKAGES := python3-matplotlib
-bench: build bench-rerank bench-memory bench-designs bench-frontier
+bench: build bench-rerank bench-memory bench-designs bench-frontier bench-shards
 	@$(MAKE) --no-print-directory deps DEBIAN_PACKAGES="$(BENCH_PACKAGES)"
 ifeq ($(FAISS_SIMD),avx2)
 	@cmake -S . -B build-generic -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKNND_FAISS_SIMD=generic \
@@ -103,6 +108,13 @@ ifeq ($(FAISS_SIMD),avx2)
 else
 	/usr/bin/python3 bench/run_bench.py --build $(BUILD)
 endif
+
+# Sharding on one machine (bench/RESULTS.md, "Sharding"): Fashion-MNIST
+# split into 1, 2 and 4 shards (each knnd in its own network namespace when
+# root), knnd's front against the unsharded knnd through load_gen, and the
+# merge's own cost (bench/merge_bench); about 6 minutes.
+bench-shards: build
+	/usr/bin/python3 bench/shard_bench.py --rebuild --nprobe 6 --refine_factor 3 --seconds 5 --rounds 3
 
 # Exact re-ranking on Fashion-MNIST (bench/RESULTS.md, "Re-ranking"): knnd
 # over gRPC vs python3-faiss IndexRefineFlat, recall, RSS split. The index is
@@ -192,9 +204,11 @@ ASAN_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:detect_
   LSAN_OPTIONS=suppressions=$(SAN_DIR)/lsan.supp:print_suppressions=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$(SAN_DIR)/ubsan.supp
 # The concurrency tests (binaries run directly): gate, batcher, worker
-# pool, index manager / hot swap, background checksum verifier, server.
+# pool, index manager / hot swap, background checksum verifier, server,
+# front of shards, the completion-queue calls and the health streams.
 TSAN_TESTS ?= admission_gate_test batcher_test worker_pool_test \
-  index_manager_test checksum_verifier_test server_test
+  index_manager_test checksum_verifier_test server_test shard_front_test \
+  async_call_test health_service_test
 # Each binary's limit in seconds (the slowest, index_manager_test, takes
 # ~60 s here): a hang fails with its name instead of holding CI.
 TSAN_TIMEOUT ?= 900

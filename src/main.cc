@@ -15,6 +15,8 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "knnd/config/config.h"
@@ -33,6 +35,10 @@ ABSL_FLAG(absl::optional<std::string>, index, absl::nullopt,
           "FAISS IVF-PQ index file to serve, or a directory of numbered "
           "versions DIR/<N>/index.faiss (the highest complete one is served; "
           "SIGHUP reloads).");
+ABSL_FLAG(absl::optional<std::string>, shard_targets, absl::nullopt,
+          "Comma-separated gRPC targets of the shards of one index (one per "
+          "shard): serve as their front, merging every Search over all of "
+          "them, instead of serving an index (docs/sharding.md).");
 ABSL_FLAG(absl::optional<std::string>, listen, absl::nullopt,
           "host:port of the gRPC search API (default 0.0.0.0:50051).");
 ABSL_FLAG(absl::optional<std::string>, admin_listen, absl::nullopt,
@@ -61,7 +67,49 @@ ABSL_FLAG(absl::optional<std::string>, tls_client_ca, absl::nullopt,
 
 namespace {
 
-absl::StatusOr<knnd::v1::ServerConfig> BuildConfig() {
+// The flags given an empty value on the command line (`--name=`,
+// `-name=`, or `--name ""`), up to a `--`. absl parses an empty value of an
+// optional flag into nullopt, the same as a flag not given, and this
+// abseil's CommandLineFlag cannot say whether a flag was given.
+std::vector<std::string> EmptyFlags(int argc, char** argv) {
+  std::vector<std::string> empty;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--")) {
+      if (!absl::ConsumePrefix(&arg, "-")) continue;
+    }
+    if (absl::ConsumeSuffix(&arg, "=")) {
+      if (arg.find('=') == absl::string_view::npos) empty.emplace_back(arg);
+    } else if (arg.find('=') == absl::string_view::npos && i + 1 < argc &&
+               argv[i + 1][0] == '\0') {
+      empty.emplace_back(arg);
+    }
+  }
+  return empty;
+}
+
+// A string flag's value: an empty value given on the command line is the
+// empty string, not "not given", so that `--admin_listen=` turns the admin
+// API off as its help says, and `--listen=` is refused as an empty address
+// instead of falling back to the default.
+absl::optional<std::string> StringFlag(
+    const absl::Flag<absl::optional<std::string>>& flag,
+    const std::vector<std::string>& empty_flags) {
+  if (absl::optional<std::string> v = absl::GetFlag(flag)) return v;
+  const absl::string_view name = absl::GetFlagReflectionHandle(flag).Name();
+  if (std::find(empty_flags.begin(), empty_flags.end(), name) !=
+      empty_flags.end()) {
+    return std::string();
+  }
+  return absl::nullopt;
+}
+
+absl::StatusOr<knnd::v1::ServerConfig> BuildConfig(
+    const std::vector<std::string>& empty_flags) {
+  auto text = [&](const absl::Flag<absl::optional<std::string>>& flag) {
+    return StringFlag(flag, empty_flags);
+  };
   knnd::v1::ServerConfig config;
   if (!absl::GetFlag(FLAGS_config).empty()) {
     absl::StatusOr<knnd::v1::ServerConfig> loaded =
@@ -69,12 +117,12 @@ absl::StatusOr<knnd::v1::ServerConfig> BuildConfig() {
     if (!loaded.ok()) return loaded.status();
     config = std::move(*loaded);
   }
-  if (auto v = absl::GetFlag(FLAGS_index)) config.set_index_path(*v);
-  if (auto v = absl::GetFlag(FLAGS_listen)) config.set_listen_address(*v);
-  if (auto v = absl::GetFlag(FLAGS_admin_listen)) {
+  if (auto v = text(FLAGS_index)) config.set_index_path(*v);
+  if (auto v = text(FLAGS_listen)) config.set_listen_address(*v);
+  if (auto v = text(FLAGS_admin_listen)) {
     config.set_admin_listen_address(*v);
   }
-  if (auto v = absl::GetFlag(FLAGS_metrics_listen)) {
+  if (auto v = text(FLAGS_metrics_listen)) {
     config.set_metrics_listen_address(*v);
   }
   if (auto v = absl::GetFlag(FLAGS_workers)) {
@@ -84,16 +132,23 @@ absl::StatusOr<knnd::v1::ServerConfig> BuildConfig() {
     }
     config.set_num_workers(static_cast<uint32_t>(*v));
   }
-  if (auto v = absl::GetFlag(FLAGS_log_level)) config.set_log_level(*v);
+  if (auto v = text(FLAGS_log_level)) config.set_log_level(*v);
   if (auto v = absl::GetFlag(FLAGS_reflection)) config.set_enable_reflection(*v);
-  if (auto v = absl::GetFlag(FLAGS_tls_cert)) config.set_tls_cert_file(*v);
-  if (auto v = absl::GetFlag(FLAGS_tls_key)) config.set_tls_key_file(*v);
-  if (auto v = absl::GetFlag(FLAGS_tls_client_ca)) {
+  if (auto v = text(FLAGS_tls_cert)) config.set_tls_cert_file(*v);
+  if (auto v = text(FLAGS_tls_key)) config.set_tls_key_file(*v);
+  if (auto v = text(FLAGS_tls_client_ca)) {
     config.set_tls_client_ca_file(*v);
   }
-  if (config.index_path().empty()) {
+  if (auto v = text(FLAGS_shard_targets)) {
+    config.clear_shard_targets();
+    for (absl::string_view target : absl::StrSplit(*v, ',', absl::SkipEmpty())) {
+      config.add_shard_targets(std::string(target));
+    }
+  }
+  if (config.index_path().empty() && config.shard_targets_size() == 0) {
     return absl::InvalidArgumentError(
-        "no index to serve: give --index PATH or index_path in --config");
+        "no index to serve: give --index PATH or index_path in --config (or "
+        "--shard_targets to serve as the front of a sharded index)");
   }
   if (absl::Status s = knnd::ValidateConfig(config); !s.ok()) return s;
   return config;
@@ -166,14 +221,17 @@ int main(int argc, char** argv) {
       "serves batched k-NN search over gRPC from one memory-mapped FAISS "
       "IVF-PQ index.\n  knnd --index INDEX [--config FILE] [--listen "
       "HOST:PORT] [--metrics_listen HOST:PORT] [--workers N] [--log_level LEVEL]"
-      "\n  [--tls_cert PEM --tls_key PEM [--tls_client_ca PEM]]");
+      "\n  [--tls_cert PEM --tls_key PEM [--tls_client_ca PEM]]"
+      "\n  knnd --shard_targets A,B,... [flags]  (a front of shards: "
+      "docs/sharding.md)");
   if (HelpAsked(argc, argv)) {
     PrintHelp();
     return 0;
   }
+  const std::vector<std::string> empty_flags = EmptyFlags(argc, argv);
   absl::ParseCommandLine(argc, argv);
 
-  absl::StatusOr<knnd::v1::ServerConfig> config = BuildConfig();
+  absl::StatusOr<knnd::v1::ServerConfig> config = BuildConfig(empty_flags);
   if (!config.ok()) {
     std::fprintf(stderr, "knnd: %s\n", std::string(config.status().message()).c_str());
     return 2;
@@ -215,7 +273,7 @@ int main(int argc, char** argv) {
       // Loading a version can take long; the manager's thread does it so
       // that this loop still answers SIGTERM meanwhile.
       spdlog::info("SIGHUP: reloading the index and the token files");
-      (*server)->index_manager().RequestReload();
+      (*server)->RequestReload();
       if (absl::Status s = (*server)->ReloadTokens(); !s.ok()) {
         spdlog::error("keeping the previous tokens: {}", s.ToString());
       }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "knnd/config/server_options.h"
 #include "knnd/rpc/listener.h"
 #include "knnd/rpc/transport_security.h"
@@ -64,15 +65,35 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
       TokenAuthenticator::Create(AuthOptionsFrom(config));
   if (!auth.ok()) return auth.status();
   s->auth_ = std::move(*auth);
-  s->service_ = std::make_unique<KnnServiceImpl>(
-      KnnServiceOptionsFrom(config), &s->holder_, s->gate_.get(),
-      s->batcher_.get(), s->metrics_.get(), s->auth_.get(), &s->hold_);
   s->health_service_ = std::make_unique<HealthService>(
       std::vector<std::string>{kServiceName}, &s->hold_);
   if (!config.health_listen_address().empty()) {
     s->health_only_service_ = std::make_unique<HealthService>(
         std::vector<std::string>{kServiceName}, &s->hold_);
   }
+  if (config.shard_targets_size() > 0) {
+    // A front of shards: no index, no index manager, no admin API.
+    ShardFront::Options front_options = ShardFrontOptionsFrom(config);
+    if (!config.shard_token_file().empty()) {
+      absl::StatusOr<std::string> token =
+          ReadFirstToken(config.shard_token_file());
+      if (!token.ok()) return token.status();
+      front_options.shard_token = std::move(*token);
+    }
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        MakeShardChannelCredentials(config);
+    if (!credentials.ok()) return credentials.status();
+    front_options.credentials = std::move(*credentials);
+    absl::StatusOr<std::unique_ptr<ShardFront>> front = ShardFront::Create(
+        front_options, s->gate_.get(), s->metrics_.get(), s->auth_.get(),
+        &s->hold_, [s](bool serving) { s->OnServingChanged(serving); });
+    if (!front.ok()) return front.status();
+    s->front_ = std::move(*front);
+    return server;
+  }
+  s->service_ = std::make_unique<KnnServiceImpl>(
+      KnnServiceOptionsFrom(config), &s->holder_, s->gate_.get(),
+      s->batcher_.get(), s->metrics_.get(), s->auth_.get(), &s->hold_);
 
   absl::StatusOr<std::unique_ptr<VersionPreparation>> preparation =
       VersionPreparation::Create(PreparationOptionsFrom(config),
@@ -108,9 +129,14 @@ Server::~Server() {
     absl::MutexLock lock(&serving_mu_);
     draining_ = true;  // the index manager's callbacks no longer reach gRPC
   }
-  ShutDownNow(admin_server_.get());
-  ShutDownNow(grpc_server_.get());
-  ShutDownNow(health_server_.get());
+  admin_listener_.Close(absl::InfinitePast());
+  search_listener_.Close(absl::InfinitePast());
+  health_listener_.Close(absl::InfinitePast());
+  if (front_ != nullptr) front_->Stop();
+}
+
+void Server::RequestReload() {
+  if (index_manager_ != nullptr) index_manager_->RequestReload();
 }
 
 absl::Status Server::Start() {
@@ -141,13 +167,23 @@ absl::Status Server::Start() {
   search.credentials = *credentials;
   search.limits = limits;
   search.reflection = config_.enable_reflection();
-  search.services.push_back(service_.get());
+  // One queue drained by a thread per core: the thread that polled a
+  // call in takes it from the queue itself (no hand-off), and a thread
+  // busy with a small search inline (Batcher inline_max_rows) holds up no
+  // call, which the other threads take (bench/RESULTS.md, "Every service
+  // on the asynchronous API": one queue per thread had the same q/s and
+  // a 20% higher p99 at 32 clients).
+  search.queues = 1;
+  search.threads_per_queue = AvailableCores();
+  search.thread_name = "knnd-grpc";
+  search.services.push_back(front_ != nullptr ? front_->service()
+                                              : service_.get());
   search.services.push_back(health_service_.get());
   if (shared_admin) search.services.push_back(admin_service_.get());
   absl::StatusOr<Listener> listener = BuildListener(search);
   if (!listener.ok()) return listener.status();
-  grpc_server_ = std::move(listener->server);
-  port_ = listener->port;
+  search_listener_ = std::move(*listener);
+  port_ = search_listener_.port;
 
   if (!config_.health_listen_address().empty()) {
     ListenerSpec health;
@@ -155,11 +191,12 @@ absl::Status Server::Start() {
     health.role = "health_listen_address";
     health.credentials = grpc::InsecureServerCredentials();
     health.limits = SmallPortLimits(limits);
+    health.thread_name = "knnd-health";
     health.services.push_back(health_only_service_.get());
     absl::StatusOr<Listener> built = BuildListener(health);
     if (!built.ok()) return built.status();
-    health_server_ = std::move(built->server);
-    health_port_ = built->port;
+    health_listener_ = std::move(*built);
+    health_port_ = health_listener_.port;
     spdlog::info("plaintext grpc.health.v1 only on {} (port {})",
                  config_.health_listen_address(), health_port_);
   }
@@ -181,13 +218,17 @@ absl::Status Server::Start() {
     admin.credentials = grpc::InsecureServerCredentials();
     admin.limits = SmallPortLimits(limits);
     admin.reflection = config_.enable_reflection();
+    admin.thread_name = "knnd-admin";
     admin.services.push_back(admin_service_.get());
     absl::StatusOr<Listener> built = BuildListener(admin);
     if (!built.ok()) return built.status();
-    admin_server_ = std::move(built->server);
-    admin_port_ = built->port;
+    admin_listener_ = std::move(*built);
+    admin_port_ = admin_listener_.port;
     spdlog::info("admin API on {} (port {})", config_.admin_listen_address(),
                  admin_port_);
+  } else if (front_ != nullptr) {
+    spdlog::info("admin API off: a front of shards has no versions of its "
+                 "own (each shard's admin API controls its versions)");
   } else {
     spdlog::info("admin API off (admin_listen_address is empty)");
   }
@@ -204,13 +245,28 @@ void Server::OnServingChanged(bool serving) {
 }
 
 void Server::SetServing(bool serving) {
+  // A front of shards is alive ("" SERVING) until it drains, whether or not
+  // its shards are up: restarting it would not bring them back.
+  const bool overall = front_ != nullptr ? !draining_ : serving;
   for (HealthService* health :
        {health_service_.get(), health_only_service_.get()}) {
-    if (health != nullptr) health->SetServing(serving);
+    if (health != nullptr) health->SetStatuses(serving, overall);
   }
 }
 
 absl::Status Server::LoadIndex() {
+  if (front_ != nullptr) {
+    // Health turns SERVING once every shard answers as one set.
+    spdlog::info("front of {} shards: {}", config_.shard_targets_size(),
+                 absl::StrJoin(config_.shard_targets(), ", "));
+    memory_budget_->SetByteBudgetFor(IndexInfo{});
+    {
+      absl::MutexLock lock(&serving_mu_);
+      if (!draining_) SetServing(false);  // alive, not ready yet
+    }
+    front_->Start();
+    return absl::OkStatus();
+  }
   absl::StatusOr<IndexManager::Outcome> served = index_manager_->Reload();
   if (!served.ok()) return served.status();
   // Health turned SERVING when the version was published (serving_changed).
@@ -219,7 +275,7 @@ absl::Status Server::LoadIndex() {
 }
 
 bool Server::Drain(const DrainPlan& plan) {
-  if (grpc_server_ == nullptr) return true;
+  if (!search_listener_.open()) return true;
   {
     absl::MutexLock lock(&serving_mu_);
     draining_ = true;
@@ -257,12 +313,9 @@ void Server::CloseListeners(absl::Time deadline) {
   // `deadline` are cancelled by gRPC): one thread per listener, so that
   // every listener's GOAWAY is out before the held calls are answered.
   std::vector<std::thread> closing;
-  for (grpc::Server* server : {grpc_server_.get(), health_server_.get()}) {
-    if (server == nullptr) continue;
-    closing.emplace_back([server, deadline] {
-      server->Shutdown(absl::ToChronoTime(deadline));
-      server->Wait();
-    });
+  for (Listener* listener : {&search_listener_, &health_listener_}) {
+    if (!listener->open()) continue;
+    closing.emplace_back([listener, deadline] { listener->Close(deadline); });
   }
   absl::SleepFor(kGoawayToAnswer);
   hold_.Release();
@@ -271,10 +324,7 @@ void Server::CloseListeners(absl::Time deadline) {
     if (health != nullptr) health->EndWatches();
   }
   for (std::thread& t : closing) t.join();
-  grpc_server_.reset();
-  health_server_.reset();
-  ShutDownNow(admin_server_.get());
-  admin_server_.reset();
+  admin_listener_.Close(absl::InfinitePast());
 }
 
 }  // namespace knnd

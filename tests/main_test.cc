@@ -308,6 +308,45 @@ TEST(Daemon, UsageErrorsExitTwo) {
   status = bad_config.Wait();
   EXPECT_EQ(WEXITSTATUS(status), 2);
   EXPECT_THAT(bad_config.Log(), HasSubstr("no_such_field"));
+  // An empty value is a value: `--listen=` is refused, not the default.
+  Daemon empty_listen({"--index", tmp.path("none.index"), "--listen="},
+                      tmp.path("log"));
+  status = empty_listen.Wait();
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_THAT(empty_listen.Log(), HasSubstr("listen_address is empty"));
+}
+
+// `--admin_listen=` turns the admin API off, over an address the config
+// file gives: knnd serves searches, says the admin API is off, and nothing
+// answers on the config's admin port. (absl reads `--flag=` of an optional
+// flag as not given; knnd once fell back to the config's or the default
+// 127.0.0.1:50052 and failed to start when another process held it.)
+TEST(Daemon, EmptyAdminListenFlagTurnsTheAdminApiOff) {
+  TempDir tmp;
+  const IndexSpec spec;
+  WriteIndex(tmp.path("s.index"), spec);
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+  const std::string admin_address = absl::StrCat("127.0.0.1:", FreePort());
+  WriteFile(tmp.path("knnd.textproto"),
+            absl::StrCat("admin_listen_address: \"", admin_address, "\"\n"));
+  Daemon daemon({"--config", tmp.path("knnd.textproto"), "--index",
+                 tmp.path("s.index"), "--listen", address, "--admin_listen=",
+                 absl::StrCat("--metrics_listen=127.0.0.1:", FreePort())},
+                tmp.path("knnd.log"));
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (ProbeHealth(address) != Health::SERVING && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(ProbeHealth(address), Health::SERVING) << daemon.Log();
+  EXPECT_THAT(daemon.Log(), HasSubstr("admin API off"));
+  auto admin = knnd::v1::AdminService::NewStub(FreshChannel(admin_address));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  knnd::v1::ListVersionsResponse versions;
+  EXPECT_EQ(admin->ListVersions(&context, {}, &versions).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(WEXITSTATUS(daemon.Wait()), 0);
 }
 
 // Bearer tokens in the process: a search needs a token of the file; after
@@ -387,7 +426,7 @@ TEST(Daemon, HelpListsFlagsAndExitsZero) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << help.Log();
   EXPECT_THAT(help.Log(), HasSubstr("serves batched k-NN search"));
   for (const char* flag : {"--config", "--index", "--listen", "--workers",
-                           "--tls_client_ca"}) {
+                           "--tls_client_ca", "--shard_targets"}) {
     EXPECT_THAT(help.Log(), HasSubstr(absl::StrCat("\n  ", flag, "\n")));
   }
 }

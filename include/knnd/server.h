@@ -47,6 +47,8 @@
 #include "knnd/rpc/call_hold.h"
 #include "knnd/rpc/health_service.h"
 #include "knnd/rpc/knn_service.h"
+#include "knnd/rpc/listener.h"
+#include "knnd/rpc/shard_front.h"
 #include "knnd/rpc/token_auth.h"
 #include "knnd/serving/admission_gate.h"
 #include "knnd/serving/batcher.h"
@@ -95,14 +97,18 @@ class Server {
   // The port /metrics is served on; 0 before Start().
   int metrics_port() const { return metrics_->port(); }
   IndexHolder& holder() { return holder_; }
+  // Not for a front of shards (shard_targets), which has no index.
   IndexManager& index_manager() { return *index_manager_; }
+  // SIGHUP: a reload of the index on the index manager's thread (nothing
+  // for a front of shards).
+  void RequestReload();
   AdmissionGate& gate() { return *gate_; }
   int num_workers() const { return pool_->num_threads(); }
 
  private:
   explicit Server(const knnd::v1::ServerConfig& config) : config_(config) {}
 
-  void SetServing(bool serving);
+  void SetServing(bool serving) ABSL_EXCLUSIVE_LOCKS_REQUIRED(serving_mu_);
   // The end of Drain(): GOAWAY on every listener, with the hold on.
   void CloseListeners(absl::Time deadline);
   // The index manager's serving_changed: SetServing() unless draining.
@@ -130,17 +136,22 @@ class Server {
   // Before the services that hold calls in it and the servers.
   CallHold hold_;
   absl::Notification end_delay_;
-  std::unique_ptr<KnnServiceImpl> service_;
+  std::unique_ptr<KnnServiceImpl> service_;  // null for a front of shards
   // grpc.health.v1 of the search port and of the health-only port.
   std::unique_ptr<HealthService> health_service_;
   std::unique_ptr<HealthService> health_only_service_;
-  std::unique_ptr<grpc::Server> grpc_server_;
-  // Serves only grpc.health.v1, in plaintext; null without
-  // health_listen_address.
-  std::unique_ptr<grpc::Server> health_server_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
-  // Null when the admin API is off or shares grpc_server_.
-  std::unique_ptr<grpc::Server> admin_server_;
+  // After the services they serve, so that they close first.
+  Listener search_listener_;
+  // Serves only grpc.health.v1, in plaintext; closed without
+  // health_listen_address.
+  Listener health_listener_;
+  // Closed when the admin API is off or shares search_listener_.
+  Listener admin_listener_;
+  // The front of a sharded index (shard_targets), else null. After the
+  // health services its poller reports to; its calls end before it goes
+  // (the destructor shuts the servers down first).
+  std::unique_ptr<ShardFront> front_;
   // Warm-up and canary of each version before it is published.
   std::unique_ptr<VersionPreparation> preparation_;
   // Last: its thread may be reloading (warm-up on the pool, publishing to

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "knnd/config/server_options.h"
+#include "knnd/index/index_sharding.h"
 
 namespace knnd {
 namespace {
@@ -73,6 +74,38 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
         "config field ", field, "=", value, " is outside [", lo, ", ", hi,
         "]"));
   };
+  if (c.shard_targets_size() > 0) {
+    if (!c.index_path().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "index_path (", c.index_path(), ") and shard_targets exclude each "
+          "other: a front of shards serves no index of its own"));
+    }
+    if (c.shard_targets_size() > kMaxShards) {
+      return out_of_range("shard_targets count",
+                          static_cast<uint64_t>(c.shard_targets_size()), 1,
+                          kMaxShards);
+    }
+    for (const std::string& target : c.shard_targets()) {
+      if (target.empty()) {
+        return absl::InvalidArgumentError(
+            "config field shard_targets holds an empty target");
+      }
+    }
+  }
+  if (c.shard_tls_cert_file().empty() != c.shard_tls_key_file().empty()) {
+    return absl::InvalidArgumentError(
+        "shard_tls_cert_file and shard_tls_key_file go together: set both "
+        "(the front's client certificate) or neither");
+  }
+  if (!c.shard_tls_cert_file().empty() && c.shard_tls_ca_file().empty()) {
+    return absl::InvalidArgumentError(
+        "shard_tls_cert_file needs shard_tls_ca_file (TLS to the shards)");
+  }
+  if (c.shard_poll_interval_ms() < 50 ||
+      c.shard_poll_interval_ms() > 3600000) {
+    return out_of_range("shard_poll_interval_ms", c.shard_poll_interval_ms(),
+                        50, 3600000);
+  }
   if (c.max_k() < 1 || c.max_k() > 100000) {
     return out_of_range("max_k", c.max_k(), 1, 100000);
   }

@@ -88,6 +88,16 @@ LimitsConfig LimitsConfigFrom(const ServerConfig& config) {
   return limits;
 }
 
+ShardFront::Options ShardFrontOptionsFrom(const ServerConfig& config) {
+  ShardFront::Options options;
+  options.targets.assign(config.shard_targets().begin(),
+                         config.shard_targets().end());
+  options.poll_interval = absl::Milliseconds(config.shard_poll_interval_ms());
+  options.retry_pushback_ms = static_cast<int>(config.retry_pushback_ms());
+  options.slow_request = absl::Milliseconds(config.slow_request_ms());
+  return options;
+}
+
 KnnServiceImpl::Options KnnServiceOptionsFrom(const ServerConfig& config) {
   KnnServiceImpl::Options options;
   options.limits = LimitsConfigFrom(config);

@@ -13,6 +13,7 @@
 #include "knnd/lifecycle/version_preparation.h"
 #include "knnd/monitoring/metrics.h"
 #include "knnd/rpc/knn_service.h"
+#include "knnd/rpc/shard_front.h"
 #include "knnd/rpc/listener.h"
 #include "knnd/rpc/token_auth.h"
 #include "knnd/serving/admission_gate.h"
@@ -39,6 +40,8 @@ AdmissionGate::Options GateOptionsFrom(const knnd::v1::ServerConfig& config);
 Metrics::Options MetricsOptionsFrom(const knnd::v1::ServerConfig& config);
 Batcher::Options BatcherOptionsFrom(const knnd::v1::ServerConfig& config);
 LimitsConfig LimitsConfigFrom(const knnd::v1::ServerConfig& config);
+// Without shard_token (read by the server from shard_token_file).
+ShardFront::Options ShardFrontOptionsFrom(const knnd::v1::ServerConfig& config);
 KnnServiceImpl::Options KnnServiceOptionsFrom(
     const knnd::v1::ServerConfig& config);
 TokenAuthenticator::Options AuthOptionsFrom(

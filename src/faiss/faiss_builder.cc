@@ -108,6 +108,19 @@ absl::Status FaissBuilder::WriteTo(const std::string& path, int nprobe) const {
                     });
 }
 
+absl::Status FaissBuilder::WritePartTo(const std::string& path, int nprobe,
+                                       int64_t first_id,
+                                       int64_t end_id) const {
+  if (!objects_->fastscan) {
+    return absl::InvalidArgumentError(
+        "only FastScan indexes (--recipe fastscan, the default) are split "
+        "into shards; this one is 8-bit IVF-PQ");
+  }
+  objects_->ivf->nprobe = static_cast<size_t>(std::max(1, nprobe));
+  return WriteFastScanFilePart(*objects_->root, path,
+                               IdRange{first_id, end_id});
+}
+
 absl::Status ConvertFaissFileToFastScan(const std::string& faiss_path,
                                         const std::string& out_path) {
   int64_t file_bytes = 0;

@@ -44,6 +44,11 @@ class FaissBuilder {
   // storage/atomic_file.h). PERMISSION_DENIED "cannot write PATH: ..." when
   // the file cannot be written.
   absl::Status WriteTo(const std::string& path, int nprobe) const;
+  // Writes only the vectors whose ids lie in [first_id, end_id): one shard
+  // sharing this index's quantizers (fastscan_writer.h). INVALID_ARGUMENT
+  // for an 8-bit IVF-PQ index: only FastScan indexes are split.
+  absl::Status WritePartTo(const std::string& path, int nprobe,
+                           int64_t first_id, int64_t end_id) const;
 
   struct Objects;  // defined in faiss_builder.cc
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "knnd/faiss/fastscan_format.h"
 #include "knnd/faiss/fastscan_index.h"
+#include "knnd/faiss/fastscan_writer.h"
 #include "knnd/faiss/faiss_types.h"
 #include "knnd/faiss/id_filter.h"
 #include "knnd/faiss/ivfpq_checks.h"
@@ -238,6 +239,37 @@ absl::Status FaissIndex::Search(const FaissSearchArgs& args) const {
     if (args.ids[i] < 0) args.distances[i] = pad;
   }
   return absl::OkStatus();
+}
+
+std::vector<int64_t> FaissIndex::SortedIds() const {
+  const faiss::Index& root = objects_->fastscan != nullptr
+                                 ? objects_->fastscan->faiss_index()
+                                 : *objects_->root;
+  faiss_types::IndexLayers layers;
+  faiss_types::SplitLayers(root, layers);  // checked when opened
+  const auto& ivf = dynamic_cast<const faiss::IndexIVF&>(*layers.inner);
+  std::vector<int64_t> ids;
+  ids.reserve(static_cast<size_t>(ivf.ntotal));
+  for (size_t l = 0; l < ivf.nlist; ++l) {
+    const size_t n = ivf.invlists->list_size(l);
+    if (n == 0) continue;
+    faiss::InvertedLists::ScopedIds list_ids(ivf.invlists, l);
+    ids.insert(ids.end(), list_ids.get(), list_ids.get() + n);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+absl::Status FaissIndex::WritePart(const std::string& path, int64_t first_id,
+                                   int64_t end_id) const {
+  if (objects_->fastscan == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot split ", facts_.path, ": it is an 8-bit IVF-PQ index (",
+        facts_.index_type, "); only FastScan indexes (knnctl build's "
+        "default recipe) are split into shards"));
+  }
+  return WriteFastScanFilePart(objects_->fastscan->faiss_index(), path,
+                               IdRange{first_id, end_id});
 }
 
 }  // namespace knnd

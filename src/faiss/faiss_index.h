@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -79,6 +80,16 @@ class FaissIndex {
   // allowed_ids, the best k allowed ids of the probed lists. A FAISS error
   // is INTERNAL.
   absl::Status Search(const FaissSearchArgs& args) const;
+
+  // Every id the index holds, ascending (ntotal int64s on the heap).
+  std::vector<int64_t> SortedIds() const;
+
+  // Writes the vectors whose ids lie in [first_id, end_id) as a knnd
+  // FastScan file at `path` (created or truncated; the caller commits it):
+  // one shard of this index, sharing its quantizers (fastscan_writer.h).
+  // INVALID_ARGUMENT for a FAISS IVF-PQ file: only FastScan indexes split.
+  absl::Status WritePart(const std::string& path, int64_t first_id,
+                         int64_t end_id) const;
 
   struct Objects;  // the FAISS objects; defined in faiss_index.cc
 

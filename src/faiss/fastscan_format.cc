@@ -184,6 +184,36 @@ bool IsFastScanFile(const std::string& path) {
   return read_all && std::memcmp(magic, kFastScanMagic, sizeof magic) == 0;
 }
 
+namespace {
+
+// Byte offset of the code, and whether it is the byte's high nibble.
+uint64_t PackedCodeByte(uint64_t nsq, uint64_t vector, uint64_t sq,
+                        bool* high) {
+  const uint64_t in_block = vector % kFastScanBlockVectors;
+  const uint64_t lane = in_block % 16;
+  *high = in_block >= 16;
+  const uint64_t byte_in_run = lane < 8 ? 2 * lane : 2 * (lane - 8) + 1;
+  return vector / kFastScanBlockVectors * kFastScanBlockVectors * nsq / 2 +
+         sq / 2 * 32 + (sq % 2) * 16 + byte_in_run;
+}
+
+}  // namespace
+
+uint8_t GetPackedCode(const uint8_t* blocks, uint64_t nsq, uint64_t vector,
+                      uint64_t sq) {
+  bool high = false;
+  const uint8_t byte = blocks[PackedCodeByte(nsq, vector, sq, &high)];
+  return high ? byte >> 4 : byte & 15;
+}
+
+void SetPackedCode(uint8_t* blocks, uint64_t nsq, uint64_t vector,
+                   uint64_t sq, uint8_t code) {
+  bool high = false;
+  uint8_t& byte = blocks[PackedCodeByte(nsq, vector, sq, &high)];
+  byte = high ? static_cast<uint8_t>((byte & 0x0f) | (code << 4))
+              : static_cast<uint8_t>((byte & 0xf0) | (code & 15));
+}
+
 uint64_t FastScanPaddedCodeBytes(uint64_t n, uint64_t code_size) {
   return RoundUp(n, kFastScanBlockVectors) * code_size;
 }

@@ -139,6 +139,20 @@ absl::StatusOr<FastScanLayout> ParseFastScanLayout(
 // Bytes of a list's packed codes: round_up(n, 32) * code_size.
 uint64_t FastScanPaddedCodeBytes(uint64_t n, uint64_t code_size);
 
+// One 4-bit code in FAISS's packed block layout (pq4_pack_codes with blocks
+// of 32 vectors): in each block, each pair of sub-quantizers (2p, 2p+1)
+// takes 32 bytes, 16 per sub-quantizer; byte j of those 16 holds vector
+// v = (j even ? j / 2 : 8 + j / 2) of the block in its low nibble and
+// vector v + 16 in its high nibble. knnd computes the address itself:
+// FAISS 1.7.3's pq4_get_packed_element / pq4_set_packed_element return
+// wrong elements for sub-quantizers 16 and up.
+// `nsq`: sub-quantizers rounded up to even (M2); `vector`: the vector's
+// position in its list; `sq` < nsq.
+uint8_t GetPackedCode(const uint8_t* blocks, uint64_t nsq, uint64_t vector,
+                      uint64_t sq);
+void SetPackedCode(uint8_t* blocks, uint64_t nsq, uint64_t vector,
+                   uint64_t sq, uint8_t code);
+
 // The header's meta_checksum for this header (its own checksum field taken
 // as 0), list table bytes and blob bytes.
 uint64_t FastScanMetaChecksum(const FastScanHeader& header,

@@ -10,7 +10,6 @@
 #include <faiss/IndexIVFPQFastScan.h>
 #include <faiss/IndexPreTransform.h>
 #include <faiss/impl/io.h>
-#include <faiss/impl/pq4_fast_scan.h>
 #include <faiss/index_io.h>
 #include <faiss/invlists/BlockInvertedLists.h>
 
@@ -127,6 +126,46 @@ absl::StatusOr<std::vector<SourceList>> SourceLists(
   return lists;
 }
 
+// The vectors of `lists` whose ids lie in `range`, repacked: per list, the
+// kept vectors' codes moved one 4-bit element at a time into new blocks
+// (FAISS's packed layout interleaves 32 vectors per block, so a vector's
+// codes cannot be copied as one run; fastscan_format.h's accessors, not
+// FAISS 1.7.3's, which are wrong from sub-quantizer 16 on) and their ids. `storage` owns the new
+// bytes; the returned lists point into it.
+struct PartStorage {
+  std::vector<std::vector<uint8_t>> codes;
+  std::vector<std::vector<faiss::Index::idx_t>> ids;
+};
+
+std::vector<SourceList> FilterLists(const faiss::IndexIVFPQFastScan& ivf,
+                                    const std::vector<SourceList>& lists,
+                                    IdRange range, PartStorage& storage) {
+  storage.codes.assign(lists.size(), {});
+  storage.ids.assign(lists.size(), {});
+  std::vector<SourceList> part(lists.size());
+  for (size_t l = 0; l < lists.size(); ++l) {
+    const SourceList& src = lists[l];
+    std::vector<faiss::Index::idx_t>& ids = storage.ids[l];
+    std::vector<uint64_t> kept;
+    for (uint64_t i = 0; i < src.n; ++i) {
+      if (range.Contains(src.ids[i])) kept.push_back(i);
+    }
+    if (kept.empty()) continue;
+    std::vector<uint8_t>& codes = storage.codes[l];
+    codes.assign(FastScanPaddedCodeBytes(kept.size(), ivf.code_size), 0);
+    ids.reserve(kept.size());
+    for (uint64_t j = 0; j < kept.size(); ++j) {
+      for (size_t sq = 0; sq < ivf.M2; ++sq) {
+        SetPackedCode(codes.data(), ivf.M2, j, sq,
+                      GetPackedCode(src.codes, ivf.M2, kept[j], sq));
+      }
+      ids.push_back(src.ids[kept[j]]);
+    }
+    part[l] = SourceList{kept.size(), codes.data(), ids.data()};
+  }
+  return part;
+}
+
 // A shell of `ivf` holding exactly the fields faiss::write_index writes for
 // an IndexIVFPQFastScan ("IwPf": the index header, nlist, nprobe, the
 // quantizer, the direct map, by_residual, code_size, bbs, M2, implem, qbs2,
@@ -134,10 +173,10 @@ absl::StatusOr<std::vector<SourceList>> SourceLists(
 // copy construction: FAISS 1.7.3's AlignedTable copy passes a null pointer
 // to memcpy for the empty precomputed table, undefined behaviour.
 void FillWriteShell(const faiss::IndexIVFPQFastScan& ivf,
-                    faiss::InvertedLists* lists,
+                    faiss::InvertedLists* lists, int64_t ntotal,
                     faiss::IndexIVFPQFastScan& shell) {
   shell.d = ivf.d;
-  shell.ntotal = ivf.ntotal;
+  shell.ntotal = ntotal;
   shell.is_trained = ivf.is_trained;
   shell.metric_type = ivf.metric_type;
   shell.metric_arg = ivf.metric_arg;
@@ -164,16 +203,19 @@ void FillWriteShell(const faiss::IndexIVFPQFastScan& ivf,
 // shell and a shallow copy of the transform (the index itself is not
 // modified). Empty lists rather than none: FAISS's reader warns on stderr
 // about an index without lists.
-std::vector<uint8_t> SerializeWithEmptyLists(const FastScanParts& parts) {
+// `ntotal` is the count the file holds (the part's, for a shard).
+std::vector<uint8_t> SerializeWithEmptyLists(const FastScanParts& parts,
+                                             int64_t ntotal) {
   const faiss::IndexIVFPQFastScan& ivf = *parts.ivf;
   faiss::BlockInvertedLists empty(ivf.nlist, kFastScanBlockVectors,
                                   kFastScanBlockVectors * ivf.code_size);
   faiss::IndexIVFPQFastScan ivf_copy;
-  FillWriteShell(ivf, &empty, ivf_copy);
+  FillWriteShell(ivf, &empty, ntotal, ivf_copy);
   faiss::VectorIOWriter writer;
   if (parts.layers.pre != nullptr) {
     faiss::IndexPreTransform pre_copy(*parts.layers.pre);
     pre_copy.own_fields = false;
+    pre_copy.ntotal = ntotal;
     pre_copy.index = &ivf_copy;
     faiss::write_index(&pre_copy, &writer);
   } else {
@@ -225,7 +267,9 @@ FastScanHeader PlanLayout(const faiss::Index& index,
   return h;
 }
 
-absl::Status Write(const faiss::Index& index, const std::string& path) {
+// Writes `index`, or with `range` only its vectors in the range.
+absl::Status Write(const faiss::Index& index, const std::string& path,
+                   const IdRange* range) {
   FastScanParts parts;
   if (std::string why = CheckFastScanIndex(index, parts); !why.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -234,7 +278,11 @@ absl::Status Write(const faiss::Index& index, const std::string& path) {
   const faiss::IndexIVFPQFastScan& ivf = *parts.ivf;
   absl::StatusOr<std::vector<SourceList>> lists = SourceLists(ivf, path);
   if (!lists.ok()) return lists.status();
-  const std::vector<uint8_t> blob = SerializeWithEmptyLists(parts);
+  PartStorage storage;
+  if (range != nullptr) *lists = FilterLists(ivf, *lists, *range, storage);
+  int64_t ntotal = 0;
+  for (const SourceList& list : *lists) ntotal += list.n;
+  const std::vector<uint8_t> blob = SerializeWithEmptyLists(parts, ntotal);
   std::vector<FastScanListEntry> table;
   const FastScanHeader h = PlanLayout(index, ivf, *lists, blob, table);
 
@@ -257,8 +305,7 @@ absl::Status Write(const faiss::Index& index, const std::string& path) {
                   block_bytes);
       for (uint64_t v = rest; v < kFastScanBlockVectors; ++v) {
         for (size_t sq = 0; sq < ivf.M2; ++sq) {
-          faiss::pq4_set_packed_element(last_block.data(), 0,
-                                        kFastScanBlockVectors, ivf.M2, v, sq);
+          SetPackedCode(last_block.data(), ivf.M2, v, sq, 0);
         }
       }
       out.Append(last_block.data(), block_bytes);
@@ -281,7 +328,14 @@ absl::Status WriteFastScanFile(const faiss::Index& index,
                                const std::string& path) {
   return CatchFaiss(absl::StatusCode::kInternal,
                     absl::StrCat("writing FastScan index file ", path),
-                    [&] { return Write(index, path); });
+                    [&] { return Write(index, path, nullptr); });
+}
+
+absl::Status WriteFastScanFilePart(const faiss::Index& index,
+                                   const std::string& path, IdRange range) {
+  return CatchFaiss(absl::StatusCode::kInternal,
+                    absl::StrCat("writing FastScan index file ", path),
+                    [&] { return Write(index, path, &range); });
 }
 
 }  // namespace knnd

@@ -12,6 +12,7 @@
 #ifndef KNND_FAISS_FASTSCAN_WRITER_H_
 #define KNND_FAISS_FASTSCAN_WRITER_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -29,6 +30,21 @@ namespace knnd {
 // when the file cannot be written.
 absl::Status WriteFastScanFile(const faiss::Index& index,
                                const std::string& path);
+
+// Ids first_id <= id < end_id: the part of an index one shard holds.
+struct IdRange {
+  int64_t first_id = 0;
+  int64_t end_id = 0;
+  bool Contains(int64_t id) const { return id >= first_id && id < end_id; }
+};
+
+// Writes the part of `index` whose ids lie in `range` (a shard): the same
+// coarse quantizer, product quantizer and pre-transform, every inverted
+// list keeping only the vectors of the range, in their order, their 4-bit
+// codes repacked into fresh 32-vector blocks. The file's ntotal is the
+// part's. Errors as WriteFastScanFile.
+absl::Status WriteFastScanFilePart(const faiss::Index& index,
+                                   const std::string& path, IdRange range);
 
 }  // namespace knnd
 

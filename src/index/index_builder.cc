@@ -5,9 +5,11 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "knnd/faiss/faiss_index.h"
 #include "knnd/faiss/vector_math.h"
 #include "knnd/storage/atomic_file.h"
 #include "knnd/storage/index_metadata.h"
+#include "knnd/storage/vectors_file.h"
 
 namespace knnd {
 namespace {
@@ -167,6 +169,131 @@ absl::Status IndexBuilder::Write(const std::string& path, int nprobe,
   metadata.set_metric(MetricName(options_.metric));
   metadata.set_factory(options_.factory);
   return CommitIndexFile(tmp, path, std::move(metadata));
+}
+
+absl::Status IndexBuilder::WriteShard(const std::string& path, int nprobe,
+                                      const ShardSpec& shard,
+                                      const std::string& build_id,
+                                      knnd::v1::IndexMetadata metadata) const {
+  const std::string tmp = TempPathFor(path);
+  if (absl::Status s =
+          faiss_->WritePartTo(tmp, nprobe, shard.first_id, shard.end_id);
+      !s.ok()) {
+    std::remove(tmp.c_str());
+    return s;
+  }
+  metadata.set_metric(MetricName(options_.metric));
+  metadata.set_factory(options_.factory);
+  SetShardMetadata(shard, build_id, metadata);
+  return CommitIndexFile(tmp, path, std::move(metadata));
+}
+
+namespace {
+
+// Writes rows [first, end) of `vectors` to a new vectors file at `path`,
+// in batches (bounded memory).
+absl::Status WriteVectorRows(const VectorsFile& vectors, int64_t first,
+                             int64_t end, const std::string& path) {
+  absl::StatusOr<std::unique_ptr<VectorsFileWriter>> writer =
+      VectorsFileWriter::Create(path, vectors.dim(), vectors.dtype());
+  if (!writer.ok()) return writer.status();
+  constexpr int64_t kBatch = 4096;
+  const size_t dim = static_cast<size_t>(vectors.dim());
+  std::vector<float> batch;
+  std::vector<float> scratch(dim);
+  for (int64_t begin = first; begin < end; begin += kBatch) {
+    const int64_t n = std::min(kBatch, end - begin);
+    batch.resize(static_cast<size_t>(n) * dim);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = vectors.RowAsFloats(begin + i, scratch.data());
+      std::copy(row, row + dim, batch.data() + i * dim);
+    }
+    if (absl::Status s = (*writer)->Append(batch.data(), n); !s.ok()) {
+      return s;
+    }
+  }
+  return (*writer)->Finish();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ShardSpec>> ShardIndexFile(
+    const std::string& index_path, int shards, const std::string& out_path,
+    const std::string& built_by) {
+  knnd::v1::IndexMetadata metadata;
+  absl::StatusOr<knnd::v1::IndexMetadata> read =
+      ReadIndexMetadata(MetadataPath(index_path));
+  if (read.ok()) {
+    metadata = *read;
+    if (metadata.shard_count() > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          index_path, " is already shard ", metadata.shard_id(), " of ",
+          metadata.shard_count(), "; split the whole index instead"));
+    }
+  } else if (!absl::IsNotFound(read.status())) {
+    return read.status();
+  }
+  // The daemon's own load: checksum, dim, count and metric against the
+  // sidecar, and the raw-vectors file when there is one.
+  LoadOptions load;
+  load.use_precomputed_table = false;
+  load.probe_in_subprocess = false;
+  absl::StatusOr<std::unique_ptr<IndexSnapshot>> source =
+      IndexSnapshot::Load(index_path, load);
+  if (!source.ok()) return source.status();
+  const IndexInfo& info = (*source)->info();
+  if (!info.vectors_error.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the raw-vectors file of ", index_path,
+                     " does not load: ", info.vectors_error));
+  }
+  absl::StatusOr<std::unique_ptr<FaissIndex>> faiss =
+      FaissIndex::Open(index_path);
+  if (!faiss.ok()) return faiss.status();
+  const std::vector<int64_t> ids = (*faiss)->SortedIds();
+  absl::StatusOr<std::vector<ShardSpec>> plan = PlanShards(ids, shards);
+  if (!plan.ok()) return plan.status();
+  std::unique_ptr<VectorsFile> vectors;
+  if (info.has_vectors) {
+    absl::StatusOr<std::unique_ptr<VectorsFile>> opened = VectorsFile::Open(
+        info.vectors_path, info.dim, info.ntotal, /*verify_checksum=*/false);
+    if (!opened.ok()) return opened.status();
+    vectors = std::move(*opened);
+  }
+  const std::string build_id = NewBuildId();
+  metadata.clear_file_bytes();
+  metadata.clear_crc32();
+  metadata.set_built_by(built_by);
+  for (const ShardSpec& shard : *plan) {
+    const std::string path = ShardPath(out_path, shard.shard_id, shards);
+    // Row i of the source's vectors is id i (knnctl build writes them only
+    // for row-number ids), so the shard's rows are its ids.
+    if (vectors != nullptr) {
+      if (absl::Status s = WriteVectorRows(*vectors, shard.first_id,
+                                           shard.end_id, VectorsPath(path));
+          !s.ok()) {
+        return s;
+      }
+    } else {
+      std::remove(VectorsPath(path).c_str());  // of an earlier split
+    }
+    const std::string tmp = TempPathFor(path);
+    if (absl::Status s = (*faiss)->WritePart(tmp, shard.first_id, shard.end_id);
+        !s.ok()) {
+      std::remove(tmp.c_str());
+      return s;
+    }
+    knnd::v1::IndexMetadata shard_metadata = metadata;
+    if (shard_metadata.metric().empty()) {
+      shard_metadata.set_metric(MetricName(info.metric));
+    }
+    SetShardMetadata(shard, build_id, shard_metadata);
+    if (absl::Status s = CommitIndexFile(tmp, path, std::move(shard_metadata));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return plan;
 }
 
 absl::Status ConvertFastScanFile(const std::string& faiss_path,

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "knnd/faiss/faiss_builder.h"
 #include "knnd/index/index_snapshot.h"
+#include "knnd/index/index_sharding.h"
 #include "knnd/v1/index_metadata.pb.h"
 
 namespace knnd {
@@ -116,6 +117,15 @@ class IndexBuilder {
   absl::Status Write(const std::string& path, int nprobe,
                      knnd::v1::IndexMetadata metadata) const;
 
+  // Writes one shard of the index as Write() does (docs/sharding.md): the
+  // vectors whose ids lie in [shard.first_id, shard.end_id), sharing this
+  // index's quantizers, with the shard's fields and `build_id` in its
+  // sidecar. INVALID_ARGUMENT for an 8-bit IVF-PQ index: only FastScan
+  // indexes split.
+  absl::Status WriteShard(const std::string& path, int nprobe,
+                          const ShardSpec& shard, const std::string& build_id,
+                          knnd::v1::IndexMetadata metadata) const;
+
  private:
   IndexBuilder(const Options& options, std::unique_ptr<FaissBuilder> faiss);
 
@@ -137,6 +147,21 @@ class IndexBuilder {
 // empty, the metric and factory (the index type) are filled in.
 // INVALID_ARGUMENT naming `faiss_path` when it is not a FastScan index knnd
 // serves, or when the metric given does not fit the file's.
+// Splits the knnd FastScan index file `index_path` (the work behind
+// `knnctl shard`) into `shards` shards by id ranges (PlanShards), written
+// to ShardPath(out_path, s, shards) as IndexBuilder::WriteShard writes,
+// each with the source's sidecar fields (its tuning included: the shards
+// of a set probe the same lists, so their merged answer is the source's)
+// plus the shard's, a new build id and `built_by`, and, when the source
+// has a raw-vectors file, a vectors file of the shard's rows
+// (first_id .. end_id - 1), written before its index. INVALID_ARGUMENT for
+// an 8-bit IVF-PQ file, a file that is already a shard, or a split the ids
+// do not allow; the source's own errors (missing, corrupt, checksum) as
+// IndexSnapshot::Load reports them.
+absl::StatusOr<std::vector<ShardSpec>> ShardIndexFile(
+    const std::string& index_path, int shards, const std::string& out_path,
+    const std::string& built_by);
+
 absl::Status ConvertFastScanFile(const std::string& faiss_path,
                                  const std::string& out_path,
                                  knnd::v1::IndexMetadata metadata = {});

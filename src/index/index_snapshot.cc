@@ -56,6 +56,21 @@ absl::Status ApplyMetadata(const std::string& path, bool verify_checksum,
   info.tuned_k = static_cast<int>(meta->tuned_k());
   info.target_recall = meta->target_recall();
   info.tuned_recall = meta->tuned_recall();
+  info.build_id = meta->build_id();
+  if (meta->shard_count() > 0) {
+    if (meta->shard_id() >= meta->shard_count() ||
+        meta->shard_first_id() < 0 ||
+        meta->shard_end_id() <= meta->shard_first_id()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: shard %d of %d holding ids [%d, %d) is not a valid shard",
+          sidecar, meta->shard_id(), meta->shard_count(),
+          meta->shard_first_id(), meta->shard_end_id()));
+    }
+    info.shard_id = static_cast<int>(meta->shard_id());
+    info.shard_count = static_cast<int>(meta->shard_count());
+    info.shard_first_id = meta->shard_first_id();
+    info.shard_end_id = meta->shard_end_id();
+  }
   return absl::OkStatus();
 }
 
@@ -66,6 +81,14 @@ absl::StatusOr<std::unique_ptr<VectorsFile>> OpenVectors(
   if (options.vectors == VectorsPolicy::kIgnore) return nullptr;
   absl::StatusOr<std::unique_ptr<VectorsFile>> vectors = VectorsFile::Open(
       VectorsPath(path), info.dim, info.ntotal, options.verify_checksum);
+  if (vectors.ok() && info.shard_count > 0 &&
+      info.shard_end_id - info.shard_first_id != info.ntotal) {
+    vectors = absl::InvalidArgumentError(absl::StrCat(
+        "shard ", info.shard_id, " of ", info.shard_count, " holds ",
+        info.ntotal, " vectors with ids in [", info.shard_first_id, ", ",
+        info.shard_end_id,
+        "), not one per id, so its vectors file cannot be read by id"));
+  }
   if (!vectors.ok()) {
     if (options.vectors == VectorsPolicy::kRequired) {
       return absl::Status(
@@ -189,19 +212,41 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
   }
   if (args.refine_factor <= 0) return faiss_->Search(call);
 
-  // refine_factor * k candidates from IVF-PQ, then the k best by exact
-  // distance (memory_model.h counts these buffers).
+  // The kc best estimates, ties by id (rerank.h), from FAISS's kf best
+  // (memory_model.h counts these buffers).
   const int kc = args.k * args.refine_factor;
-  const size_t n = static_cast<size_t>(args.num_queries) * kc;
-  std::vector<float> candidate_distances(n);
-  std::vector<int64_t> candidate_ids(n);
-  call.k = kc;
-  call.distances = candidate_distances.data();
-  call.ids = candidate_ids.data();
+  const int kf = kc + CandidateSlack(kc);
+  const size_t nf = static_cast<size_t>(args.num_queries) * kf;
+  std::vector<float> fetched_distances(nf);
+  std::vector<int64_t> fetched_ids(nf);
+  call.k = kf;
+  call.distances = fetched_distances.data();
+  call.ids = fetched_ids.data();
   if (absl::Status s = faiss_->Search(call); !s.ok()) return s;
   const absl::Time start = absl::Now();
-  RerankExact(*vectors_, info_.metric, call.queries, args.num_queries, kc,
-              candidate_ids.data(), args.k, args.distances, args.ids);
+  if (args.return_candidates) {
+    // Every candidate with both distances, for a merger of shards.
+    KeepBestCandidates(info_.metric, fetched_ids.data(),
+                       fetched_distances.data(), args.num_queries, kf, kc,
+                       args.ids, args.approx_distances);
+    ExactCandidateDistances(*vectors_, info_.metric, call.queries,
+                            args.num_queries, kc, args.ids, args.distances,
+                            info_.shard_first_id);
+    const float pad = MissingDistance(info_.metric);
+    for (int64_t i = 0; i < args.num_queries * kc; ++i) {
+      if (args.ids[i] < 0) args.approx_distances[i] = pad;
+    }
+  } else {
+    const size_t n = static_cast<size_t>(args.num_queries) * kc;
+    std::vector<float> candidate_distances(n);
+    std::vector<int64_t> candidate_ids(n);
+    KeepBestCandidates(info_.metric, fetched_ids.data(),
+                       fetched_distances.data(), args.num_queries, kf, kc,
+                       candidate_ids.data(), candidate_distances.data());
+    RerankExact(*vectors_, info_.metric, call.queries, args.num_queries, kc,
+                candidate_ids.data(), args.k, args.distances, args.ids,
+                info_.shard_first_id);
+  }
   if (args.rerank_time != nullptr) *args.rerank_time = absl::Now() - start;
   return absl::OkStatus();
 }

@@ -59,6 +59,14 @@ struct IndexInfo : IndexFacts {
   int tuned_k = 0;
   double target_recall = 0;
   double tuned_recall = 0;
+  // The sidecar's build id, and when the index is one shard of a set
+  // (index_sharding.h) its number, the set's size (0: a whole index) and
+  // the ids it holds, [shard_first_id, shard_end_id).
+  std::string build_id;
+  int shard_id = 0;
+  int shard_count = 0;
+  int64_t shard_first_id = 0;
+  int64_t shard_end_id = 0;
   // The raw-vectors file (vectors_file.h) used for exact re-ranking, when
   // one was loaded; vectors_error says why one was not (empty when there
   // was none or loading was not asked for).
@@ -123,6 +131,13 @@ struct SearchArgs {
   // > 0: take refine_factor * k candidates from IVF-PQ and return the k
   // best by exact distance over the raw vectors. Needs has_vectors.
   int refine_factor = 0;
+  // With refine_factor > 0, for a merger of shards (docs/sharding.md): no
+  // re-ranking; `ids`, `distances` and `approx_distances` hold
+  // num_queries * k * refine_factor entries, every IVF-PQ candidate in the
+  // order of its PQ estimate (in approx_distances) with its exact distance
+  // (in distances).
+  bool return_candidates = false;
+  float* approx_distances = nullptr;
   // Optional out: time spent computing exact distances (0 without refine).
   absl::Duration* rerank_time = nullptr;
 };

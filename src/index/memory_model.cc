@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "knnd/base/units.h"
+#include "knnd/index/rerank.h"
 
 namespace knnd {
 namespace {
@@ -67,7 +68,11 @@ int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape) {
               2 * d * 4);
   }
   bytes += shape.filter_ids * 16;
-  bytes += nq * shape.refine_factor * k * 12;
+  if (shape.refine_factor > 0) {
+    // FAISS's kc + slack best and the kc kept (rerank.h), 12 bytes each.
+    const int kc = static_cast<int>(shape.refine_factor * k);
+    bytes += nq * (2 * int64_t{kc} + CandidateSlack(kc)) * 12;
+  }
   return bytes;
 }
 

@@ -12,9 +12,16 @@ namespace {
 // Exact distance of `query` to row `id`; `scratch` holds dim floats for
 // decoding float16 rows.
 float RowDistance(const VectorsFile& vectors, Metric metric,
-                  const float* query, int64_t id, float* scratch) {
-  return ExactDistance(metric, query, vectors.RowAsFloats(id, scratch),
+                  const float* query, int64_t row, float* scratch) {
+  return ExactDistance(metric, query, vectors.RowAsFloats(row, scratch),
                        static_cast<size_t>(vectors.dim()));
+}
+
+// The row of `id`, or -1 when the file has none.
+int64_t RowOf(const VectorsFile& vectors, int64_t id, int64_t first_id) {
+  if (id < 0) return -1;
+  const int64_t row = id - first_id;
+  return row >= 0 && row < vectors.count() ? row : -1;
 }
 
 }  // namespace
@@ -22,7 +29,7 @@ float RowDistance(const VectorsFile& vectors, Metric metric,
 void RerankExact(const VectorsFile& vectors, Metric metric,
                  const float* queries, int64_t num_queries, int kc,
                  const int64_t* candidates, int k, float* distances,
-                 int64_t* ids) {
+                 int64_t* ids, int64_t first_id) {
   const bool ascending = SmallerIsCloser(metric);
   const float pad = MissingDistance(metric);
   const int dim = vectors.dim();
@@ -41,9 +48,10 @@ void RerankExact(const VectorsFile& vectors, Metric metric,
     scored.clear();
     for (int j = 0; j < kc; ++j) {
       const int64_t id = candidates[q * kc + j];
-      if (id < 0 || id >= vectors.count()) continue;
+      const int64_t row = RowOf(vectors, id, first_id);
+      if (row < 0) continue;
       scored.emplace_back(
-          RowDistance(vectors, metric, query, id, scratch.data()), id);
+          RowDistance(vectors, metric, query, row, scratch.data()), id);
     }
     const size_t keep = std::min(scored.size(), static_cast<size_t>(k));
     std::partial_sort(scored.begin(), scored.begin() + keep, scored.end(),
@@ -52,6 +60,48 @@ void RerankExact(const VectorsFile& vectors, Metric metric,
       const bool have = static_cast<size_t>(j) < keep;
       distances[q * k + j] = have ? scored[j].first : pad;
       ids[q * k + j] = have ? scored[j].second : -1;
+    }
+  }
+}
+
+void KeepBestCandidates(Metric metric, const int64_t* ids,
+                        const float* estimates, int64_t num_queries, int kf,
+                        int kc, int64_t* out_ids, float* out_estimates) {
+  const bool ascending = SmallerIsCloser(metric);
+  std::vector<int> order(static_cast<size_t>(kf));
+  for (int64_t q = 0; q < num_queries; ++q) {
+    const int64_t* qi = ids + q * kf;
+    const float* qe = estimates + q * kf;
+    for (int j = 0; j < kf; ++j) order[j] = j;
+    std::partial_sort(
+        order.begin(), order.begin() + kc, order.end(), [&](int a, int b) {
+          if ((qi[a] < 0) != (qi[b] < 0)) return qi[b] < 0;
+          if (qe[a] != qe[b]) return ascending ? qe[a] < qe[b] : qe[a] > qe[b];
+          return qi[a] < qi[b];
+        });
+    for (int j = 0; j < kc; ++j) {
+      out_ids[q * kc + j] = qi[order[j]];
+      out_estimates[q * kc + j] = qe[order[j]];
+    }
+  }
+}
+
+void ExactCandidateDistances(const VectorsFile& vectors, Metric metric,
+                             const float* queries, int64_t num_queries, int kc,
+                             int64_t* candidates, float* distances,
+                             int64_t first_id) {
+  const float pad = MissingDistance(metric);
+  const int dim = vectors.dim();
+  std::vector<float> scratch(static_cast<size_t>(dim));
+  for (int64_t q = 0; q < num_queries; ++q) {
+    const float* query = queries + q * dim;
+    for (int j = 0; j < kc; ++j) {
+      int64_t& id = candidates[q * kc + j];
+      const int64_t row = RowOf(vectors, id, first_id);
+      if (row < 0) id = -1;
+      distances[q * kc + j] =
+          row < 0 ? pad
+                  : RowDistance(vectors, metric, query, row, scratch.data());
     }
   }
 }

@@ -14,15 +14,43 @@
 
 namespace knnd {
 
+// Candidates for re-ranking are the kc best IVF-PQ estimates with equal
+// estimates decided by ascending id, taken from FAISS's
+// kc + CandidateSlack(kc) best (whose order among equal estimates is its
+// scan order): 4-bit estimates tie often, and deciding ties by id makes a
+// shard's candidates the unsharded index's restricted to that shard, so
+// that merged answers equal the unsharded ones (docs/sharding.md) unless
+// more than the slack tie at the kc-th place.
+inline int CandidateSlack(int kc) { return kc / 4 + 8; }
+
+// Per query, the `kc` best of `kf` (id, estimate) pairs by estimate
+// (ascending when SmallerIsCloser(metric)), equal estimates by ascending
+// id, missing ones (id -1) last, into out_ids / out_estimates (kc per
+// query).
+void KeepBestCandidates(Metric metric, const int64_t* ids,
+                        const float* estimates, int64_t num_queries, int kf,
+                        int kc, int64_t* out_ids, float* out_estimates);
+
 // Re-ranks `kc` candidates per query (ids -1 and ids outside the file are
 // missing ones) into the k best by exact distance (squared L2, or inner
 // product, which is the cosine for normalised vectors), closest first,
 // ties by id; pads with id -1 and MissingDistance(metric). `queries` are
 // num_queries rows of vectors.dim() floats, already normalised for cosine.
+// Row id - first_id of `vectors` holds id (first_id: a shard's first id,
+// 0 for a whole index).
 void RerankExact(const VectorsFile& vectors, Metric metric,
                  const float* queries, int64_t num_queries, int kc,
                  const int64_t* candidates, int k, float* distances,
-                 int64_t* ids);
+                 int64_t* ids, int64_t first_id = 0);
+
+// The exact distance of each of `kc` candidates per query, in their order
+// (no re-ranking): what a shard returns to a merger (docs/sharding.md).
+// A missing candidate (id -1, or outside the file) gets id -1 and
+// MissingDistance(metric), in `ids` and `distances` alike.
+void ExactCandidateDistances(const VectorsFile& vectors, Metric metric,
+                             const float* queries, int64_t num_queries, int kc,
+                             int64_t* candidates, float* distances,
+                             int64_t first_id = 0);
 
 }  // namespace knnd
 

@@ -157,11 +157,15 @@ absl::StatusOr<IndexManager::Outcome> IndexManager::ReloadTo(
 void IndexManager::Publish(std::shared_ptr<const IndexSnapshot> snapshot) {
   std::shared_ptr<const IndexSnapshot> replaced = holder_->Pin();
   const IndexSnapshot& published = *snapshot;
-  holder_->Publish(std::move(snapshot));
+  std::vector<std::shared_ptr<const IndexSnapshot>> retained;
   {
     absl::MutexLock lock(&mu_);
     retained_.Replaced(std::move(replaced), published);
+    retained = retained_.Snapshots();
   }
+  // One step for both, so that a request pinning the version just replaced
+  // (a merger of shards does) always finds it, serving or retained.
+  holder_->Publish(std::move(snapshot), std::move(retained));
   metrics_->SetIndexServing(true);
   if (options_.serving_changed) options_.serving_changed(true);
 }

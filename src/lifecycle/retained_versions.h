@@ -39,6 +39,10 @@ class RetainedVersions {
 
   // The retained versions, most recent first.
   std::vector<IndexVersion> Versions() const;
+  // Their snapshots, most recent first.
+  std::vector<std::shared_ptr<const IndexSnapshot>> Snapshots() const {
+    return {snapshots_.begin(), snapshots_.end()};
+  }
 
   void SetChecksumState(int64_t version, Metrics::ChecksumState state);
   // kUnchecked for a version without a recorded state.

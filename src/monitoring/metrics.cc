@@ -341,4 +341,58 @@ void Metrics::RecordRerank(absl::Duration duration) {
   rerank_->Observe(absl::ToDoubleSeconds(duration));
 }
 
+void Metrics::AddShardTargets(const std::vector<std::string>& targets) {
+  prometheus::Registry& r = *registry_;
+  auto& calls =
+      BuildCounter()
+          .Name("knnd_shard_calls_total")
+          .Help("Calls of a front of shards to each shard, by gRPC status "
+                "code.")
+          .Register(r);
+  auto& duration =
+      BuildHistogram()
+          .Name("knnd_shard_call_seconds")
+          .Help("Time from a front's call to a shard to its answer, in "
+                "seconds.")
+          .Register(r);
+  auto& up = BuildGauge()
+                 .Name("knnd_shard_up")
+                 .Help("1 when the shard answered the front's last poll as "
+                       "a shard of the set, else 0.")
+                 .Register(r);
+  auto& version = BuildGauge()
+                      .Name("knnd_shard_serving_version")
+                      .Help("The index version the shard last said it "
+                            "serves (0: unknown).")
+                      .Register(r);
+  shards_.assign(targets.size(), {});
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const prometheus::Labels labels = {{"target", targets[i]}};
+    for (int code = 0; code < kNumCodes; ++code) {
+      prometheus::Labels with_code = labels;
+      with_code["grpc_code"] =
+          absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+      shards_[i].calls[code] = &calls.Add(with_code);
+    }
+    shards_[i].duration = &duration.Add(labels, SecondsBuckets());
+    shards_[i].up = &up.Add(labels);
+    shards_[i].version = &version.Add(labels);
+  }
+}
+
+void Metrics::RecordShardCall(int target, absl::StatusCode code,
+                              absl::Duration duration) {
+  ShardSeries& series = shards_[target];
+  const int c = static_cast<int>(code);
+  series.calls[c >= 0 && c < kNumCodes ? c
+                                       : static_cast<int>(absl::StatusCode::kUnknown)]
+      ->Increment();
+  series.duration->Observe(absl::ToDoubleSeconds(duration));
+}
+
+void Metrics::SetShardState(int target, bool up, int64_t serving_version) {
+  shards_[target].up->Set(up ? 1 : 0);
+  shards_[target].version->Set(static_cast<double>(serving_version));
+}
+
 }  // namespace knnd

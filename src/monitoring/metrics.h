@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <prometheus/counter.h>
 #include <prometheus/exposer.h>
@@ -97,6 +98,18 @@ class Metrics {
   // Time one FAISS call with refine_factor > 0 spent on exact distances.
   void RecordRerank(absl::Duration duration);
 
+  // A front of shards (shard_targets): creates the per-shard series for
+  // `targets` (once, before any other shard call below; series labelled
+  // by target).
+  void AddShardTargets(const std::vector<std::string>& targets);
+  // One call to the shard at `target` (its index in AddShardTargets'
+  // list) ended with `code` after `duration`.
+  void RecordShardCall(int target, absl::StatusCode code,
+                       absl::Duration duration);
+  // The last poll of `target`: answered as part of the set or not, and the
+  // version it serves (0: unknown).
+  void SetShardState(int target, bool up, int64_t serving_version);
+
  private:
   static constexpr int kNumRpcs = 2;
   static constexpr int kNumCodes = 17;  // OK .. UNAUTHENTICATED
@@ -138,6 +151,14 @@ class Metrics {
   prometheus::Gauge* index_serving_ = nullptr;
   // By ChecksumState: 1 for the served version's state, 0 for the others.
   prometheus::Gauge* index_checksum_[4] = {};
+
+  struct ShardSeries {
+    std::array<prometheus::Counter*, kNumCodes> calls{};
+    prometheus::Histogram* duration = nullptr;
+    prometheus::Gauge* up = nullptr;
+    prometheus::Gauge* version = nullptr;
+  };
+  std::vector<ShardSeries> shards_;  // set once, before the front starts
 };
 
 }  // namespace knnd

@@ -24,6 +24,68 @@ absl::Status Authorize(const TokenAuthenticator& auth,
 
 }  // namespace
 
+AdminServiceImpl::AdminServiceImpl(IndexManager* manager,
+                                   const TokenAuthenticator* auth)
+    : manager_(manager),
+      auth_(auth),
+      reload_(&service_, &Async::RequestReloadIndex,
+              [this](ReloadCall* call) {
+                Run(call, "ReloadIndex", [this, call] {
+                  return ReloadIndex(call->context(), &call->request(),
+                                     call->response());
+                });
+              }),
+      list_(&service_, &Async::RequestListVersions, [this](ListCall* call) {
+        Run(call, "ListVersions", [this, call] {
+          return ListVersions(call->context(), &call->request(),
+                              call->response());
+        });
+      }) {
+  WorkerPool::Options options;
+  options.num_threads = 2;
+  options.thread_name = "knnd-admin-call";
+  absl::StatusOr<std::unique_ptr<WorkerPool>> threads =
+      WorkerPool::Create(options);
+  // Create() fails only on options out of range.
+  threads_ = std::move(threads).value();
+}
+
+// The pool runs what is queued before it joins: every call has been
+// answered by then (its listener closed before).
+AdminServiceImpl::~AdminServiceImpl() { threads_.reset(); }
+
+void AdminServiceImpl::Listen(const ServingQueue& queue) {
+  reload_.Listen(queue);
+  list_.Listen(queue);
+}
+
+template <class Call, class Handler>
+void AdminServiceImpl::Run(Call* call, const char* method, Handler handler) {
+  int busy = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    busy = calls_;
+    if (calls_ < kMaxAdminCalls) ++calls_;
+  }
+  if (busy >= kMaxAdminCalls) {
+    spdlog::warn("admin {} from {} refused: {} admin calls in progress",
+                 method, call->context()->peer(), busy);
+    call->Finish(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat(busy, " admin calls are waiting or running (at most ",
+                     kMaxAdminCalls, "); retry when they end")));
+    return;
+  }
+  threads_->Submit([this, call, handler] {
+    const grpc::Status status = handler();
+    {
+      absl::MutexLock lock(&mu_);
+      --calls_;
+    }
+    call->Finish(status);
+  });
+}
+
 grpc::Status AdminServiceImpl::ReloadIndex(
     grpc::ServerContext* context, const knnd::v1::ReloadIndexRequest* request,
     knnd::v1::ReloadIndexResponse* response) {

@@ -1,5 +1,6 @@
 #include "knnd/rpc/health_service.h"
 
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,12 +18,32 @@ constexpr char kShuttingDown[] = "knnd is shutting down";
 // One Watch stream. Writes go out one at a time; a change that comes while
 // one is in flight is sent after it (only the latest status: a watcher
 // wants the current state, not the history). No lock is held while calling
-// into gRPC, whose reactions may run inline on the calling thread.
-class HealthService::WatchReactor final
-    : public grpc::ServerWriteReactor<HealthCheckResponse> {
+// into gRPC.
+//
+// Before its request is matched the stream owns itself (deleted if the
+// server shuts down first); once matched, HealthService::watches_ owns it
+// until its finish and done events are both back.
+class HealthService::WatchReactor final {
  public:
-  WatchReactor(HealthService* service, std::string name)
-      : service_(service), name_(std::move(name)) {}
+  WatchReactor(HealthService* service, const ServingQueue& queue)
+      : service_(service),
+        queue_(queue),
+        writer_(&context_),
+        request_tag_(this, &WatchReactor::OnRequest),
+        write_tag_(this, &WatchReactor::OnWriteDone),
+        finish_tag_(this, &WatchReactor::OnFinished),
+        done_tag_(this, &WatchReactor::OnDoneEvent) {
+    queue_.calls->Add();
+  }
+
+  // Posts the request for the next Watch on `queue_`.
+  void Post() {
+    PostTag(&done_tag_);
+    PostTag(&request_tag_);
+    context_.AsyncNotifyWhenDone(&done_tag_);
+    service_->service_.RequestWatch(&context_, &request_, &writer_, queue_.cq,
+                                    queue_.cq, &request_tag_);
+  }
 
   // The first answer, or the Finish of a stream opened after EndWatches().
   void Begin(ServingStatus status, int64_t generation, bool end) {
@@ -33,7 +54,7 @@ class HealthService::WatchReactor final
     Update(status, generation);
   }
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return request_.service(); }
 
   // `status` as of SetServing() call number `generation`.
   void Update(ServingStatus status, int64_t generation) {
@@ -45,7 +66,7 @@ class HealthService::WatchReactor final
       if (writing_ || finishing_ || (has_sent_ && sent_ == status)) return;
       StartWriteLocked();
     }
-    StartWrite(&response_);
+    Write();
   }
 
   void End(const grpc::Status& status) {
@@ -60,14 +81,26 @@ class HealthService::WatchReactor final
     Finish(status);
   }
 
-  void OnWriteDone(bool ok) override {
+ private:
+  void OnRequest(bool ok) {
+    if (!ok) {  // the server is shutting down; no other event comes
+      CallCount* const calls = queue_.calls;
+      delete this;
+      calls->Remove();
+      return;
+    }
+    (new WatchReactor(service_, queue_))->Post();
+    service_->Watch(std::shared_ptr<WatchReactor>(this));
+  }
+
+  void OnWriteDone(bool ok) {
     enum { kNothing, kWrite, kFinish } next = kNothing;
     grpc::Status finish_status;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
       if (!ok && !end_requested_) {
-        // The stream broke (client gone); OnCancel() or OnDone() follows.
+        // The stream broke (client gone); the done event follows.
         end_requested_ = true;
         end_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "stream broken");
       }
@@ -80,17 +113,40 @@ class HealthService::WatchReactor final
         next = kWrite;
       }
     }
-    if (next == kWrite) StartWrite(&response_);
+    if (next == kWrite) Write();
     if (next == kFinish) Finish(finish_status);
   }
 
-  void OnCancel() override {
-    End(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+  // Sends response_ (set under mu_ by StartWriteLocked) / ends the stream.
+  void Write() {
+    PostTag(&write_tag_);
+    writer_.Write(response_, &write_tag_);
+  }
+  void Finish(const grpc::Status& status) {
+    PostTag(&finish_tag_);
+    writer_.Finish(status, &finish_tag_);
   }
 
-  void OnDone() override { service_->Forget(this); }
+  void OnDoneEvent(bool /*ok*/) {
+    if (context_.IsCancelled()) {
+      End(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+    }
+    Unref();
+  }
 
- private:
+  void OnFinished(bool /*ok*/) { Unref(); }
+
+  // The finish and done events both back: nothing of gRPC's refers to the
+  // stream any more, and it starts no operation (Update() and End() see it
+  // finishing). Forget() may delete it.
+  void Unref() {
+    if (events_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      CallCount* const calls = queue_.calls;
+      service_->Forget(this);
+      calls->Remove();
+    }
+  }
+
   void StartWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     writing_ = true;
     has_sent_ = true;
@@ -99,7 +155,15 @@ class HealthService::WatchReactor final
   }
 
   HealthService* const service_;
-  const std::string name_;
+  const ServingQueue queue_;
+  grpc::ServerContext context_;
+  grpc::health::v1::HealthCheckRequest request_;
+  grpc::ServerAsyncWriter<HealthCheckResponse> writer_;
+  MemberTag<WatchReactor> request_tag_;
+  MemberTag<WatchReactor> write_tag_;
+  MemberTag<WatchReactor> finish_tag_;
+  MemberTag<WatchReactor> done_tag_;
+  std::atomic<int> events_{2};  // finish and done, once matched
   absl::Mutex mu_;
   ServingStatus latest_ ABSL_GUARDED_BY(mu_) = HealthCheckResponse::UNKNOWN;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = -1;
@@ -115,8 +179,16 @@ class HealthService::WatchReactor final
 
 HealthService::HealthService(const std::vector<std::string>& services,
                              CallHold* hold)
-    : hold_(hold), services_(services.begin(), services.end()) {
+    : hold_(hold),
+      services_(services.begin(), services.end()),
+      check_(&service_, &Async::RequestCheck,
+             [this](CheckCall* call) { Check(call); }) {
   services_.insert("");
+}
+
+void HealthService::Listen(const ServingQueue& queue) {
+  check_.Listen(queue);
+  (new WatchReactor(this, queue))->Post();
 }
 
 HealthService::~HealthService() = default;
@@ -124,16 +196,18 @@ HealthService::~HealthService() = default;
 HealthService::ServingStatus HealthService::StatusLocked(
     const std::string& service) const {
   if (services_.count(service) == 0) return HealthCheckResponse::SERVICE_UNKNOWN;
-  return serving_ ? HealthCheckResponse::SERVING
-                  : HealthCheckResponse::NOT_SERVING;
+  const bool serving = service.empty() ? overall_serving_ : serving_;
+  return serving ? HealthCheckResponse::SERVING
+                 : HealthCheckResponse::NOT_SERVING;
 }
 
-void HealthService::SetServing(bool serving) {
+void HealthService::SetStatuses(bool services_serving, bool overall_serving) {
   std::vector<std::pair<std::shared_ptr<WatchReactor>, ServingStatus>> tell;
   int64_t generation;
   {
     absl::MutexLock lock(&mu_);
-    serving_ = serving;
+    serving_ = services_serving;
+    overall_serving_ = overall_serving;
     generation = ++generation_;
     for (const std::shared_ptr<WatchReactor>& watch : watches_) {
       tell.emplace_back(watch, StatusLocked(watch->name()));
@@ -165,52 +239,44 @@ void HealthService::Forget(WatchReactor* watch) {
   }
 }
 
-grpc::ServerUnaryReactor* HealthService::Check(
-    grpc::CallbackServerContext* context,
-    const grpc::health::v1::HealthCheckRequest* request,
-    HealthCheckResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+void HealthService::Check(CheckCall* call) {
+  const grpc::health::v1::HealthCheckRequest& request = call->request();
   ServingStatus status;
   {
     absl::MutexLock lock(&mu_);
-    status = StatusLocked(request->service());
+    status = StatusLocked(request.service());
   }
   if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
-    reactor->Finish(grpc::Status(
+    call->Finish(grpc::Status(
         grpc::StatusCode::NOT_FOUND,
-        absl::StrCat("unknown service \"", request->service(),
+        absl::StrCat("unknown service \"", request.service(),
                      "\"; known: \"", absl::StrJoin(services_, "\", \""),
                      "\"")));
-    return reactor;
+    return;
   }
-  response->set_status(status);
+  call->response()->set_status(status);
   if (hold_ != nullptr &&
-      hold_->Hold(absl::FromChrono(context->deadline()),
-                  [reactor] { reactor->Finish(grpc::Status::OK); })) {
-    return reactor;
+      hold_->Hold(absl::FromChrono(call->context()->deadline()),
+                  [call] { call->Finish(grpc::Status::OK); })) {
+    return;
   }
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  call->Finish(grpc::Status::OK);
 }
 
-grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
-    grpc::CallbackServerContext* /*context*/,
-    const grpc::health::v1::HealthCheckRequest* request) {
-  auto watch = std::make_shared<WatchReactor>(this, request->service());
+void HealthService::Watch(const std::shared_ptr<WatchReactor>& watch) {
   ServingStatus status;
   int64_t generation;
   bool ended;
   {
     absl::MutexLock lock(&mu_);
-    status = StatusLocked(request->service());
+    status = StatusLocked(watch->name());
     generation = generation_;
     ended = watches_ended_;
-    // Registered even when ended: OnDone() (after the Finish below) looks
-    // for it, and it keeps the reactor alive until then.
+    // Registered even when ended: its last event (after the Finish below)
+    // looks for it, and it keeps the stream alive until then.
     watches_.insert(watch);
   }
   watch->Begin(status, generation, ended);
-  return watch.get();
 }
 
 }  // namespace knnd

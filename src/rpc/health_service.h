@@ -2,7 +2,8 @@
 // gRPC's default service, so that its answers follow knnd's lifecycle alone:
 //   - every service ("" and the names given) starts NOT_SERVING, so nothing
 //     reads SERVING between the listener's start and the index being served;
-//   - SetServing() changes every service at once and tells each open Watch;
+//   - SetServing() changes every service at once and tells each open Watch
+//     (SetStatuses() sets the named ones and "" apart);
 //   - during the last moments of a shutdown (the CallHold is holding),
 //     Check answers NOT_SERVING only once GOAWAY is out, as searches do;
 //   - EndWatches() ends the open Watch streams with UNAVAILABLE "knnd is
@@ -10,8 +11,9 @@
 // An unknown service is NOT_FOUND for Check and SERVICE_UNKNOWN for Watch
 // (whose stream stays open, as the protocol says).
 //
-// One instance per grpc::Server (a service is registered on one server);
-// instances of one knnd are kept in step by the caller.
+// Served on the asynchronous API (async_call.h). One instance per
+// grpc::Server (a service is registered on one server); instances of one
+// knnd are kept in step by the caller.
 // Thread-safety: all methods are safe to call concurrently.
 #ifndef KNND_RPC_HEALTH_SERVICE_H_
 #define KNND_RPC_HEALTH_SERVICE_H_
@@ -24,11 +26,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "knnd/rpc/async_call.h"
 #include "knnd/rpc/call_hold.h"
 
 namespace knnd {
 
-class HealthService final : public grpc::health::v1::Health::CallbackService {
+class HealthService final : public AsyncService {
  public:
   using ServingStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
 
@@ -37,20 +40,26 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   HealthService(const std::vector<std::string>& services, CallHold* hold);
   ~HealthService() override;
 
-  void SetServing(bool serving);
+  void SetServing(bool serving) { SetStatuses(serving, serving); }
+  // The named services' status and the server's own (""), apart: a front
+  // of shards is alive ("" SERVING, for a liveness probe) while its
+  // shards are not all up (its service NOT_SERVING, for readiness).
+  void SetStatuses(bool services_serving, bool overall_serving);
   // Ends every open Watch, and every later one at once.
   void EndWatches();
 
-  grpc::ServerUnaryReactor* Check(
-      grpc::CallbackServerContext* context,
-      const grpc::health::v1::HealthCheckRequest* request,
-      grpc::health::v1::HealthCheckResponse* response) override;
-  grpc::ServerWriteReactor<grpc::health::v1::HealthCheckResponse>* Watch(
-      grpc::CallbackServerContext* context,
-      const grpc::health::v1::HealthCheckRequest* request) override;
+  grpc::Service* grpc_service() override { return &service_; }
+  void Listen(const ServingQueue& queue) override;
 
  private:
+  using Async = grpc::health::v1::Health::AsyncService;
+  using CheckCall = UnaryCall<grpc::health::v1::HealthCheckRequest,
+                              grpc::health::v1::HealthCheckResponse>;
   class WatchReactor;
+
+  void Check(CheckCall* call);
+  // Starts the Watch stream of `watch`, just matched.
+  void Watch(const std::shared_ptr<WatchReactor>& watch);
 
   // The status of `service`, SERVICE_UNKNOWN for a name not served.
   ServingStatus StatusLocked(const std::string& service) const
@@ -59,15 +68,21 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
 
   CallHold* const hold_;
   std::set<std::string> services_;
+  Async service_;
+  UnaryMethod<Async, grpc::health::v1::HealthCheckRequest,
+              grpc::health::v1::HealthCheckResponse>
+      check_;
   mutable absl::Mutex mu_;
-  bool serving_ ABSL_GUARDED_BY(mu_) = false;
+  bool serving_ ABSL_GUARDED_BY(mu_) = false;          // named services
+  bool overall_serving_ ABSL_GUARDED_BY(mu_) = false;  // ""
+
   // Counts SetServing() calls: a watcher applies a status only if it is
   // newer than the one it has (a SetServing() may tell a new watcher before
   // its first answer does).
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   bool watches_ended_ ABSL_GUARDED_BY(mu_) = false;
-  // Owned references: a reactor lives until gRPC's OnDone() and until no
-  // SetServing()/EndWatches() holds it.
+  // Owned references: a stream lives until gRPC has returned all its
+  // events and until no SetServing()/EndWatches() holds it.
   std::set<std::shared_ptr<WatchReactor>> watches_ ABSL_GUARDED_BY(mu_);
 };
 

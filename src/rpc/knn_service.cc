@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "knnd/index/memory_model.h"
 #include "knnd/serving/search_request.h"
@@ -23,13 +24,52 @@ knnd::v1::Metric ToProto(Metric metric) {
   return knnd::v1::METRIC_UNSPECIFIED;
 }
 
+void SetShard(const IndexInfo& index, knnd::v1::ShardInfo* shard) {
+  shard->set_shard_id(static_cast<uint32_t>(index.shard_id));
+  shard->set_shard_count(static_cast<uint32_t>(index.shard_count));
+  shard->set_build_id(index.build_id);
+  shard->set_first_id(index.shard_first_id);
+  shard->set_end_id(index.shard_end_id);
+}
+
+// ", retained: 3, 2" or "".
+std::string RetainedNote(const std::vector<int64_t>& retained) {
+  return retained.empty() ? ", none retained"
+                          : absl::StrCat(", retained: ",
+                                         absl::StrJoin(retained, ", "));
+}
+
+// Search requests kept posted on each queue: a burst of new calls is
+// matched without waiting for each to post its successor.
+constexpr int kPendingSearches = 4;
+
 }  // namespace
 
-grpc::ServerUnaryReactor* KnnServiceImpl::Search(
-    grpc::CallbackServerContext* context,
-    const knnd::v1::SearchRequest* request,
-    knnd::v1::SearchResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+KnnServiceImpl::KnnServiceImpl(const Options& options, IndexHolder* holder,
+                               AdmissionGate* gate, Batcher* batcher,
+                               Metrics* metrics,
+                               const TokenAuthenticator* auth, CallHold* hold)
+    : options_(options),
+      holder_(holder),
+      gate_(gate),
+      batcher_(batcher),
+      metrics_(metrics),
+      auth_(auth),
+      hold_(hold),
+      search_(&service_, &Async::RequestSearch,
+              [this](SearchCall* call) { Search(call); }),
+      info_(&service_, &Async::RequestGetIndexInfo,
+            [this](InfoCall* call) { GetIndexInfo(call); }) {}
+
+void KnnServiceImpl::Listen(const ServingQueue& queue) {
+  search_.Listen(queue, kPendingSearches);
+  info_.Listen(queue);
+}
+
+void KnnServiceImpl::Search(SearchCall* call) {
+  grpc::ServerContext* const context = call->context();
+  const knnd::v1::SearchRequest* const request = &call->request();
+  knnd::v1::SearchResponse* const response = call->response();
   const absl::Time arrival = absl::Now();
   auto finish = [&](const absl::Status& status) {
     // The peer and status strings are built only when debug logging is on
@@ -40,12 +80,11 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
     }
     metrics_->RecordRpc(Metrics::Rpc::kSearch, status.code(),
                         absl::Now() - arrival);
-    reactor->Finish(ToGrpcStatus(status));
-    return reactor;
+    call->Finish(ToGrpcStatus(status));
   };
   auto reject = [&](RejectReason reason, const absl::Status& status) {
     metrics_->RecordRejection(reason);
-    return finish(status);
+    finish(status);
   };
   if (absl::Status allowed =
           auth_->CheckCall(*context, "/knnd.v1.KnnService/Search");
@@ -53,11 +92,33 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
     return finish(allowed);
   }
 
-  std::shared_ptr<const IndexSnapshot> snapshot = holder_->Pin();
+  // The version asked for (a merger of shards pins one), else the serving one.
+  const int64_t wanted_version = request->index_version();
+  if (wanted_version < 0) {
+    return reject(RejectReason::kInvalid,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "index_version=", wanted_version, " must be >= 0")));
+  }
+  int64_t serving_version = 0;
+  std::shared_ptr<const IndexSnapshot> snapshot =
+      wanted_version > 0 ? holder_->PinVersion(wanted_version, &serving_version)
+                         : holder_->Pin();
   if (snapshot == nullptr) {
+    if (wanted_version > 0 && serving_version > 0) {
+      context->AddTrailingMetadata(kServingVersionMetadata,
+                                   std::to_string(serving_version));
+      return reject(RejectReason::kInvalid,
+                    absl::FailedPreconditionError(absl::StrCat(
+                        "index_version=", wanted_version,
+                        " is not loaded here: version ", serving_version,
+                        " serves", RetainedNote(holder_->RetainedVersions()),
+                        " (keep_previous_versions keeps replaced versions "
+                        "loaded)")));
+    }
     return reject(RejectReason::kNotReady, holder_->NotServingStatus());
   }
   const IndexInfo& index = snapshot->info();
+  if (wanted_version == 0) serving_version = index.version;
   absl::StatusOr<ParsedSearch> parsed =
       ParseSearchRequest(*request, index, ResolveLimits(options_.limits, index));
   if (!parsed.ok()) return reject(RejectReason::kInvalid, parsed.status());
@@ -83,28 +144,38 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
     }
     if (refused == RejectReason::kDraining && hold_ != nullptr) {
       Metrics* metrics = metrics_;
-      auto answer = [reactor, metrics, arrival, status = ticket.status()] {
+      auto answer = [call, metrics, arrival, status = ticket.status()] {
         metrics->RecordRpc(Metrics::Rpc::kSearch, status.code(),
                            absl::Now() - arrival);
-        reactor->Finish(ToGrpcStatus(status));
+        call->Finish(ToGrpcStatus(status));
       };
       if (hold_->Hold(deadline, answer)) {
         metrics_->RecordRejection(refused);
-        return reactor;
+        return;
       }
     }
     return reject(refused, ticket.status());
   }
 
-  const int64_t results = parsed->num_queries * parsed->k;
+  const bool candidates =
+      request->return_candidates() && parsed->refine_factor > 0;
+  const int width =
+      candidates ? parsed->k * parsed->refine_factor : parsed->k;
+  const int64_t results = parsed->num_queries * width;
   response->set_num_queries(static_cast<uint32_t>(parsed->num_queries));
-  response->set_k(parsed->k);
+  response->set_k(width);
   response->set_index_version(index.version);
+  response->set_serving_version(serving_version);
   response->set_metric(ToProto(index.metric));
   response->set_nprobe(static_cast<uint32_t>(parsed->nprobe));
   response->set_refine_factor(static_cast<uint32_t>(parsed->refine_factor));
+  if (index.shard_count > 0) SetShard(index, response->mutable_shard());
   response->mutable_ids()->Resize(static_cast<int>(results), -1);
   response->mutable_distances()->Resize(static_cast<int>(results), 0.0f);
+  if (candidates) {
+    response->mutable_approx_distances()->Resize(static_cast<int>(results),
+                                                 0.0f);
+  }
 
   auto job = std::make_unique<SearchJob>();
   job->snapshot = std::move(snapshot);
@@ -115,14 +186,18 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
   job->k = parsed->k;
   job->nprobe = parsed->nprobe;
   job->refine_factor = parsed->refine_factor;
+  job->return_candidates = candidates;
   job->allowed_ids = std::move(parsed->allowed_ids);
   job->ids = response->mutable_ids()->mutable_data();
   job->distances = response->mutable_distances()->mutable_data();
+  if (candidates) {
+    job->approx_distances = response->mutable_approx_distances()->mutable_data();
+  }
   job->deadline = deadline;
-  job->is_cancelled = [context] { return context->IsCancelled(); };
+  job->is_cancelled = [call] { return call->cancelled(); };
   job->ticket = std::move(*ticket);
   const absl::Duration slow = options_.slow_request;
-  job->on_done = [reactor, context, arrival, slow, shape, metrics = metrics_](
+  job->on_done = [call, context, arrival, slow, shape, metrics = metrics_](
                      const absl::Status& status, const JobTimes& times) {
     const absl::Duration total = absl::Now() - arrival;
     metrics->RecordSearchWork(shape.num_queries, times.queue, times.search);
@@ -141,32 +216,30 @@ grpc::ServerUnaryReactor* KnnServiceImpl::Search(
           times.units, shape.num_queries, shape.k, shape.nprobe,
           shape.refine_factor, shape.filter_ids);
     }
-    reactor->Finish(ToGrpcStatus(status));
+    call->Finish(ToGrpcStatus(status));
   };
   batcher_->Submit(std::move(job));
-  return reactor;
 }
 
-grpc::ServerUnaryReactor* KnnServiceImpl::GetIndexInfo(
-    grpc::CallbackServerContext* context,
-    const knnd::v1::GetIndexInfoRequest* /*request*/,
-    knnd::v1::GetIndexInfoResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+void KnnServiceImpl::GetIndexInfo(InfoCall* call) {
+  grpc::ServerContext* const context = call->context();
+  knnd::v1::GetIndexInfoResponse* const response = call->response();
   const absl::Time arrival = absl::Now();
   auto finish = [&](const absl::Status& status) {
     metrics_->RecordRpc(Metrics::Rpc::kGetIndexInfo, status.code(),
                         absl::Now() - arrival);
-    reactor->Finish(ToGrpcStatus(status));
-    return reactor;
+    call->Finish(ToGrpcStatus(status));
   };
   if (absl::Status allowed =
           auth_->CheckCall(*context, "/knnd.v1.KnnService/GetIndexInfo");
       !allowed.ok()) {
-    return finish(allowed);
+    finish(allowed);
+    return;
   }
   std::shared_ptr<const IndexSnapshot> snapshot = holder_->Pin();
   if (snapshot == nullptr) {
-    return finish(holder_->NotServingStatus());
+    finish(holder_->NotServingStatus());
+    return;
   }
   const IndexInfo& index = snapshot->info();
   const SearchLimits limits = ResolveLimits(options_.limits, index);
@@ -208,7 +281,11 @@ grpc::ServerUnaryReactor* KnnServiceImpl::GetIndexInfo(
   response->set_tuned_k(static_cast<uint32_t>(index.tuned_k));
   response->set_target_recall(index.target_recall);
   response->set_tuned_recall(index.tuned_recall);
-  return finish(absl::OkStatus());
+  if (index.shard_count > 0) SetShard(index, response->mutable_shard());
+  for (int64_t version : holder_->RetainedVersions()) {
+    response->add_retained_versions(version);
+  }
+  finish(absl::OkStatus());
 }
 
 }  // namespace knnd

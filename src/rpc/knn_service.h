@@ -2,7 +2,7 @@
 // pin the snapshot, parse and validate, admit through the gate, hand the job
 // to the Batcher, and map the outcome to a gRPC status. Handlers never
 // search, except a small request that finds a worker idle and nothing queued
-// (Batcher inline_max_rows); they return and the reactor finishes on the
+// (Batcher inline_max_rows); they return and the call finishes on the
 // thread that ran the search.
 //
 // Every call is counted in `metrics`, rejections by reason.
@@ -15,7 +15,8 @@
 //
 // Ownership: borrows the holder, gate, batcher, metrics, authenticator and
 // hold, which must outlive it.
-// Thread-safety: handlers run concurrently on gRPC's callback threads.
+// Thread-safety: handlers run concurrently on the listener's completion
+// queue threads (async_call.h).
 #ifndef KNND_RPC_KNN_SERVICE_H_
 #define KNND_RPC_KNN_SERVICE_H_
 
@@ -27,13 +28,20 @@
 #include "knnd/serving/index_holder.h"
 #include "knnd/monitoring/metrics.h"
 #include "knnd/serving/search_request.h"
+#include "knnd/rpc/async_call.h"
 #include "knnd/rpc/call_hold.h"
 #include "knnd/rpc/token_auth.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 
 namespace knnd {
 
-class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
+// Trailing metadata of a Search refused FAILED_PRECONDITION because the
+// index_version it pinned is not loaded: the version serving, in decimal,
+// from which a merger of shards learns the set's version
+// (docs/sharding.md).
+inline constexpr char kServingVersionMetadata[] = "knnd-serving-version";
+
+class KnnServiceImpl final : public AsyncService {
  public:
   struct Options {
     LimitsConfig limits;
@@ -44,27 +52,24 @@ class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
     absl::Duration slow_request = absl::Milliseconds(250);  // 0: no log
   };
 
+  using SearchCall =
+      UnaryCall<knnd::v1::SearchRequest, knnd::v1::SearchResponse>;
+  using InfoCall = UnaryCall<knnd::v1::GetIndexInfoRequest,
+                             knnd::v1::GetIndexInfoResponse>;
+
   KnnServiceImpl(const Options& options, IndexHolder* holder,
                  AdmissionGate* gate, Batcher* batcher, Metrics* metrics,
-                 const TokenAuthenticator* auth, CallHold* hold = nullptr)
-      : options_(options),
-        holder_(holder),
-        gate_(gate),
-        batcher_(batcher),
-        metrics_(metrics),
-        auth_(auth),
-        hold_(hold) {}
+                 const TokenAuthenticator* auth, CallHold* hold = nullptr);
 
-  grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* context,
-                                   const knnd::v1::SearchRequest* request,
-                                   knnd::v1::SearchResponse* response) override;
+  grpc::Service* grpc_service() override { return &service_; }
+  void Listen(const ServingQueue& queue) override;
 
-  grpc::ServerUnaryReactor* GetIndexInfo(
-      grpc::CallbackServerContext* context,
-      const knnd::v1::GetIndexInfoRequest* request,
-      knnd::v1::GetIndexInfoResponse* response) override;
+  void Search(SearchCall* call);
+  void GetIndexInfo(InfoCall* call);
 
  private:
+  using Async = knnd::v1::KnnService::AsyncService;
+
   const Options options_;
   IndexHolder* const holder_;
   AdmissionGate* const gate_;
@@ -72,6 +77,12 @@ class KnnServiceImpl final : public knnd::v1::KnnService::CallbackService {
   Metrics* const metrics_;
   const TokenAuthenticator* const auth_;
   CallHold* const hold_;
+  Async service_;
+  UnaryMethod<Async, knnd::v1::SearchRequest, knnd::v1::SearchResponse>
+      search_;
+  UnaryMethod<Async, knnd::v1::GetIndexInfoRequest,
+              knnd::v1::GetIndexInfoResponse>
+      info_;
 };
 
 }  // namespace knnd

@@ -1,7 +1,6 @@
 #include "knnd/rpc/listener.h"
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -10,6 +9,7 @@
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace knnd {
 namespace {
@@ -77,20 +77,42 @@ absl::StatusOr<Listener> BuildListener(const ListenerSpec& spec) {
   builder.AddListeningPort(spec.address, spec.credentials, &listener.port);
   AddConnectionLimits(spec.limits, &builder);
   builder.SetOption(std::make_unique<ReflectionOption>(spec.reflection));
-  for (grpc::Service* service : spec.services) builder.RegisterService(service);
+  for (AsyncService* service : spec.services) {
+    builder.RegisterService(service->grpc_service());
+  }
+  for (grpc::Service* service : spec.callback_services) {
+    builder.RegisterService(service);
+  }
+  auto queues = std::make_unique<CompletionQueueThreads>();
+  for (int i = 0; i < std::max(1, spec.queues); ++i) {
+    queues->Add(builder.AddCompletionQueue());
+  }
   listener.server = builder.BuildAndStart();
   if (listener.server == nullptr || listener.port == 0) {
+    listener.server.reset();
     return absl::UnavailableError(absl::StrCat("cannot listen on ", spec.role,
                                                " ", spec.address,
                                                " (address in use or invalid)"));
   }
+  for (size_t i = 0; i < queues->size(); ++i) {
+    for (AsyncService* service : spec.services) {
+      service->Listen(queues->queue(i));
+    }
+  }
+  queues->Start(spec.thread_name, spec.threads_per_queue);
+  listener.queues = std::move(queues);
   return listener;
 }
 
-void ShutDownNow(grpc::Server* server) {
-  if (server == nullptr) return;
-  server->Shutdown(std::chrono::system_clock::now());
-  server->Wait();
+void Listener::Close(absl::Time deadline) {
+  if (server != nullptr) {
+    server->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now())));
+    server->Wait();
+  }
+  // The queues after the server: it needs them drained until it is down.
+  if (queues != nullptr) queues->Shutdown();
+  server.reset();
+  queues.reset();
 }
 
 }  // namespace knnd

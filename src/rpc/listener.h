@@ -1,9 +1,11 @@
 // Listener: the one way knnd builds a gRPC server on an address: the
 // credentials, the connection limits every client-facing port gets, gRPC's
-// reflection on or off, and the services. The search API, the admin API
-// and the plaintext health-only port are all built here.
+// reflection on or off, and the services, served from completion queues
+// that the listener's own threads drain (async_call.h). The search API, the
+// admin API and the plaintext health-only port are all built here.
 //
 // Thread-safety: BuildListener keeps no state; call it from one thread.
+// A Listener is closed by one thread.
 #ifndef KNND_RPC_LISTENER_H_
 #define KNND_RPC_LISTENER_H_
 
@@ -16,6 +18,8 @@
 #include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "knnd/rpc/async_call.h"
 
 namespace knnd {
 
@@ -40,22 +44,43 @@ struct ListenerSpec {
   std::string role = "listen_address";
   std::shared_ptr<grpc::ServerCredentials> credentials;
   ConnectionLimits limits;
+  // gRPC's reflection (grpc.reflection.v1alpha), a synchronous service:
+  // with it the server also runs gRPC's own pool of threads for it.
   bool reflection = false;
-  // At least one: gRPC starts no server without a service.
-  std::vector<grpc::Service*> services;
+  // Completion queues (at least 1), each drained by `threads_per_queue`
+  // threads.
+  int queues = 1;
+  int threads_per_queue = 1;
+  // The name of those threads (at most 15 characters).
+  const char* thread_name = "knnd-grpc";
+  // At least one service, on the asynchronous API, or one on gRPC's
+  // callback API (`callback_services`: only bench/noop_server --callback,
+  // which measures the model knnd left; knnd registers none).
+  std::vector<AsyncService*> services;
+  std::vector<grpc::Service*> callback_services;
 };
 
+// A started server and the threads that drain its queues.
 struct Listener {
+  Listener() = default;
+  Listener(Listener&&) = default;
+  Listener& operator=(Listener&&) = default;
+  ~Listener() { Close(absl::InfinitePast()); }
+
+  bool open() const { return server != nullptr; }
+  // Stops listening (GOAWAY), waits for the calls still open until
+  // `deadline` and cancels the rest, then stops the queues' threads.
+  // Nothing when closed already.
+  void Close(absl::Time deadline);
+
   std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<CompletionQueueThreads> queues;
   int port = 0;
 };
 
 // Builds and starts the server; UNAVAILABLE "cannot listen on ROLE ADDRESS
 // (address in use or invalid)" when it cannot bind.
 absl::StatusOr<Listener> BuildListener(const ListenerSpec& spec);
-
-// Stops `server` (if any) at once, cancelling the calls still open.
-void ShutDownNow(grpc::Server* server);
 
 }  // namespace knnd
 

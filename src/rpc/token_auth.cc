@@ -51,21 +51,15 @@ bool MatchesAny(const std::array<unsigned char, 32>& digest,
   return matches != 0;
 }
 
-// Reads one token file: digests of its tokens. Errors name the file and the
+// The tokens of one token file, in order. Errors name the file and the
 // line, never the line's text.
-absl::StatusOr<std::vector<std::array<unsigned char, 32>>> ReadTokenFile(
-    const std::string& path) {
+absl::StatusOr<std::vector<std::string>> ReadTokens(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read token file ", path));
   }
-  struct stat st {};
-  if (stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH) != 0) {
-    spdlog::warn("token file {} is readable by every user (mode {:o})", path,
-                 st.st_mode & 0777);
-  }
-  std::vector<std::array<unsigned char, 32>> digests;
+  std::vector<std::string> tokens;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     const absl::string_view token = absl::StripAsciiWhitespace(line);
@@ -77,16 +71,37 @@ absl::StatusOr<std::vector<std::array<unsigned char, 32>>> ReadTokenFile(
           TokenAuthenticator::kMaxTokenBytes,
           " printable ASCII characters without spaces"));
     }
-    digests.push_back(Sha256(token));
+    tokens.emplace_back(token);
   }
-  if (digests.empty()) {
+  if (tokens.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("token file ", path, " holds no token"));
   }
+  return tokens;
+}
+
+// Reads one token file: digests of its tokens.
+absl::StatusOr<std::vector<std::array<unsigned char, 32>>> ReadTokenFile(
+    const std::string& path) {
+  absl::StatusOr<std::vector<std::string>> tokens = ReadTokens(path);
+  if (!tokens.ok()) return tokens.status();
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH) != 0) {
+    spdlog::warn("token file {} is readable by every user (mode {:o})", path,
+                 st.st_mode & 0777);
+  }
+  std::vector<std::array<unsigned char, 32>> digests;
+  for (const std::string& token : *tokens) digests.push_back(Sha256(token));
   return digests;
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ReadFirstToken(const std::string& path) {
+  absl::StatusOr<std::vector<std::string>> tokens = ReadTokens(path);
+  if (!tokens.ok()) return tokens.status();
+  return tokens->front();
+}
 
 absl::StatusOr<TokenAuthenticator::TokenSets> TokenAuthenticator::ReadSets(
     const Options& options) {

@@ -80,6 +80,12 @@ class TokenAuthenticator {
   TokenSets sets_ ABSL_GUARDED_BY(mu_);
 };
 
+// The first token of a token file (the format above), for a client that
+// sends it: knnd's front sends it to its shards (shard_token_file).
+// INVALID_ARGUMENT naming the file (never the text) when it cannot be read
+// or holds no valid token.
+absl::StatusOr<std::string> ReadFirstToken(const std::string& path);
+
 }  // namespace knnd
 
 #endif  // KNND_RPC_TOKEN_AUTH_H_

@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 
 #include "absl/status/statusor.h"
@@ -25,6 +26,15 @@ bool UsesTls(const knnd::v1::ServerConfig& config);
 // does not match the certificate are FAILED_PRECONDITION naming the file.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const knnd::v1::ServerConfig& config);
+
+// The credentials knnd's front connects to its shards with: TLS checked
+// against shard_tls_ca_file, with shard_tls_cert_file / shard_tls_key_file
+// as its client certificate when set (files re-read every
+// tls_reload_interval_s); plaintext when shard_tls_ca_file is empty. The
+// files are parsed now: FAILED_PRECONDITION naming the field and file for
+// an unreadable file or a key that does not match its certificate.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
+MakeShardChannelCredentials(const knnd::v1::ServerConfig& config);
 
 }  // namespace knnd
 

@@ -75,7 +75,9 @@ bool Batcher::SameKey(const Running& a, const Running& b) {
   const SearchJob& y = *b.job;
   // The same pinned snapshot object: a batch never mixes index versions.
   return x.snapshot == y.snapshot && x.k == y.k && x.nprobe == y.nprobe &&
-         x.refine_factor == y.refine_factor && a.filter_hash == b.filter_hash &&
+         x.refine_factor == y.refine_factor &&
+         x.return_candidates == y.return_candidates &&
+         a.filter_hash == b.filter_hash &&
          x.allowed_ids == y.allowed_ids;
 }
 
@@ -249,11 +251,14 @@ void Batcher::Search(const std::vector<Unit>& batch) {
   const SearchJob& first = *live.front()->running->job;
   const int dim = first.snapshot->info().dim;
   const int k = first.k;
+  const int width = first.width();
+  const bool candidates = width != k;
   SearchArgs args;
   args.num_queries = rows;
   args.k = k;
   args.nprobe = first.nprobe;
   args.refine_factor = first.refine_factor;
+  args.return_candidates = candidates;
   absl::Duration rerank_time;
   args.rerank_time = &rerank_time;
   args.allowed_ids = first.allowed_ids;
@@ -261,16 +266,21 @@ void Batcher::Search(const std::vector<Unit>& batch) {
   // query matrix and their results scattered back.
   std::vector<float> queries;
   std::vector<float> distances;
+  std::vector<float> approx;
   std::vector<int64_t> ids;
   if (live.size() == 1) {
     const int64_t begin = live.front()->begin;
     args.queries = first.queries + begin * dim;
-    args.distances = first.distances + begin * k;
-    args.ids = first.ids + begin * k;
+    args.distances = first.distances + begin * width;
+    args.ids = first.ids + begin * width;
+    if (candidates) {
+      args.approx_distances = first.approx_distances + begin * width;
+    }
   } else {
     queries.resize(static_cast<size_t>(rows) * dim);
-    distances.resize(static_cast<size_t>(rows) * k);
-    ids.resize(static_cast<size_t>(rows) * k);
+    distances.resize(static_cast<size_t>(rows) * width);
+    ids.resize(static_cast<size_t>(rows) * width);
+    if (candidates) approx.resize(static_cast<size_t>(rows) * width);
     float* out = queries.data();
     for (const Unit* unit : live) {
       const SearchJob& job = *unit->running->job;
@@ -280,6 +290,7 @@ void Batcher::Search(const std::vector<Unit>& batch) {
     args.queries = queries.data();
     args.distances = distances.data();
     args.ids = ids.data();
+    if (candidates) args.approx_distances = approx.data();
   }
   const absl::Time search_start = absl::Now();
   const absl::Status status = first.snapshot->Search(args);
@@ -302,10 +313,14 @@ void Batcher::Search(const std::vector<Unit>& batch) {
     }
     if (live.size() > 1) {
       const SearchJob& job = *running.job;
-      const int64_t n = (unit->end - unit->begin) * k;
-      std::copy_n(distances.data() + row * k, n,
-                  job.distances + unit->begin * k);
-      std::copy_n(ids.data() + row * k, n, job.ids + unit->begin * k);
+      const int64_t n = (unit->end - unit->begin) * width;
+      std::copy_n(distances.data() + row * width, n,
+                  job.distances + unit->begin * width);
+      std::copy_n(ids.data() + row * width, n, job.ids + unit->begin * width);
+      if (candidates) {
+        std::copy_n(approx.data() + row * width, n,
+                    job.approx_distances + unit->begin * width);
+      }
     }
     row += unit->end - unit->begin;
   }

@@ -63,9 +63,18 @@ struct SearchJob {
   int k = 0;
   int nprobe = 1;
   int refine_factor = 0;             // 0: no exact re-ranking
+  // With refine_factor > 0: every candidate with both distances
+  // (SearchArgs::return_candidates); the buffers then hold
+  // num_queries * k * refine_factor entries.
+  bool return_candidates = false;
   std::vector<int64_t> allowed_ids;  // sorted ascending; empty: no filter
-  float* distances = nullptr;        // num_queries * k
-  int64_t* ids = nullptr;            // num_queries * k
+  float* distances = nullptr;        // num_queries * width()
+  int64_t* ids = nullptr;            // num_queries * width()
+  float* approx_distances = nullptr;  // with return_candidates
+  // Entries per query in the result buffers.
+  int width() const {
+    return return_candidates && refine_factor > 0 ? k * refine_factor : k;
+  }
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> is_cancelled;  // optional
   // Called exactly once, on a worker thread, after the last unit.

@@ -7,7 +7,9 @@
 #ifndef KNND_SERVING_INDEX_HOLDER_H_
 #define KNND_SERVING_INDEX_HOLDER_H_
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -24,16 +26,45 @@ class IndexHolder {
     return current_;
   }
 
-  // Makes `snapshot` the one new requests pin. Requests running on the
-  // previous one keep it alive until they finish.
-  void Publish(std::shared_ptr<const IndexSnapshot> snapshot) {
+  // Makes `snapshot` the one new requests pin, and `retained` (versions
+  // kept loaded after a swap, most recent first) the ones PinVersion() may
+  // also return. Requests running on the previous ones keep them alive
+  // until they finish.
+  void Publish(std::shared_ptr<const IndexSnapshot> snapshot,
+               std::vector<std::shared_ptr<const IndexSnapshot>> retained = {}) {
     {
       absl::MutexLock lock(&mu_);
       current_.swap(snapshot);
+      retained_.swap(retained);
       withdrawn_reason_ = absl::OkStatus();
     }
-    // `snapshot` now holds the previous version; if this was its last
-    // reference it is unmapped here, outside the lock.
+    // `snapshot` and `retained` now hold the previous ones; a last
+    // reference is unmapped here, outside the lock.
+  }
+
+  // The snapshot of `version` (> 0) while one serves: the serving one when
+  // it has that number, else a retained one; null when neither does.
+  // `serving_version` (optional) is set to the serving version (0: none).
+  std::shared_ptr<const IndexSnapshot> PinVersion(
+      int64_t version, int64_t* serving_version = nullptr) const {
+    absl::MutexLock lock(&mu_);
+    if (serving_version != nullptr) {
+      *serving_version = current_ == nullptr ? 0 : current_->info().version;
+    }
+    if (current_ == nullptr) return nullptr;
+    if (current_->info().version == version) return current_;
+    for (const auto& r : retained_) {
+      if (r->info().version == version) return r;
+    }
+    return nullptr;
+  }
+
+  // The retained versions' numbers, most recent first.
+  std::vector<int64_t> RetainedVersions() const {
+    absl::MutexLock lock(&mu_);
+    std::vector<int64_t> versions;
+    for (const auto& r : retained_) versions.push_back(r->info().version);
+    return versions;
   }
 
   // Stops serving the current snapshot: Pin() returns null and
@@ -58,6 +89,8 @@ class IndexHolder {
  private:
   mutable absl::Mutex mu_;
   std::shared_ptr<const IndexSnapshot> current_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<const IndexSnapshot>> retained_
+      ABSL_GUARDED_BY(mu_);
   absl::Status withdrawn_reason_ ABSL_GUARDED_BY(mu_);  // OK: none
 };
 

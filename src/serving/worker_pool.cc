@@ -47,7 +47,8 @@ absl::StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Create(
   const int n =
       options.num_threads > 0 ? options.num_threads : AvailableCores();
   std::unique_ptr<WorkerPool> pool(
-      new WorkerPool(options.omp_threads_per_worker, options.nice_increment));
+      new WorkerPool(options.omp_threads_per_worker, options.nice_increment,
+                     std::string(options.thread_name).substr(0, 15)));
   pool->threads_.reserve(n);
   for (int i = 0; i < n; ++i) {
     pool->threads_.emplace_back([p = pool.get()] { p->Run(); });
@@ -89,7 +90,7 @@ void WorkerPool::Run() {
   // The OpenMP thread count is a per-thread setting: it applies to parallel
   // regions this worker starts inside FAISS.
   ApplyThreadSettings();
-  pthread_setname_np(pthread_self(), "knnd-worker");
+  pthread_setname_np(pthread_self(), thread_name_.c_str());
   if (nice_increment_ > 0) {
     // On Linux a nice value belongs to the thread (PRIO_PROCESS with a
     // thread id); raising it needs no privilege.

@@ -15,7 +15,9 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -35,6 +37,8 @@ class WorkerPool {
     // inherited by the OpenMP threads it starts): the threads that are not
     // workers (gRPC's) then run first when the cores are full.
     int nice_increment = 0;
+    // The threads' name (as top -H shows; at most 15 characters).
+    const char* thread_name = "knnd-worker";
   };
 
   // The one range check of each option (the config check calls it too):
@@ -60,12 +64,15 @@ class WorkerPool {
   void ApplyThreadSettings() const;
 
  private:
-  WorkerPool(int omp_threads, int nice_increment)
-      : omp_threads_(omp_threads), nice_increment_(nice_increment) {}
+  WorkerPool(int omp_threads, int nice_increment, std::string thread_name)
+      : omp_threads_(omp_threads),
+        nice_increment_(nice_increment),
+        thread_name_(std::move(thread_name)) {}
   void Run();
 
   const int omp_threads_;
   const int nice_increment_;
+  const std::string thread_name_;
   std::vector<std::thread> threads_;
   mutable absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);

@@ -78,7 +78,9 @@ TEST(RerankMemory, EstimateCountsTheCandidateBuffers) {
   SearchShape shape{100, 10, 4, 0, 0};
   const int64_t plain = EstimateSearchBytes(info, shape);
   shape.refine_factor = 8;
-  EXPECT_EQ(EstimateSearchBytes(info, shape) - plain, 100 * 8 * 10 * 12);
+  // FAISS's 80 + 28 best, then the 80 kept: 12 bytes each per query.
+  EXPECT_EQ(EstimateSearchBytes(info, shape) - plain,
+            100 * (80 + 28 + 80) * 12);
 }
 
 }  // namespace

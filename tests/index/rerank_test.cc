@@ -225,5 +225,29 @@ TEST(RerankServer, BadVectorsFileServesTheIndexAlone) {
                     HasSubstr("index has dim=16")));
 }
 
+// Equal estimates are decided by id, missing candidates go last, and the
+// direction follows the metric: the rule that makes shards' candidates the
+// unsharded index's.
+TEST(KeepBestCandidates, TakesTheBestEstimatesTiesByIdMissingLast) {
+  const int64_t ids[] = {9, 4, -1, 7, 2, 5};
+  const float est[] = {1.0f, 2.0f, 0.0f, 1.0f, 2.0f, 3.0f};
+  int64_t out_ids[4];
+  float out_est[4];
+  KeepBestCandidates(Metric::kL2, ids, est, 1, 6, 4, out_ids, out_est);
+  EXPECT_THAT(out_ids, ::testing::ElementsAre(7, 9, 2, 4));
+  EXPECT_THAT(out_est, ::testing::ElementsAre(1.0f, 1.0f, 2.0f, 2.0f));
+  KeepBestCandidates(Metric::kInnerProduct, ids, est, 1, 6, 4, out_ids,
+                     out_est);
+  EXPECT_THAT(out_ids, ::testing::ElementsAre(5, 2, 4, 7));
+  // Two queries, three of three kept: the missing one last.
+  const int64_t two_ids[] = {3, -1, 1, -1, 8, 6};
+  const float two_est[] = {5.0f, 0.0f, 5.0f, 0.0f, 1.0f, 1.0f};
+  int64_t two_out[6];
+  float two_out_est[6];
+  KeepBestCandidates(Metric::kL2, two_ids, two_est, 2, 3, 3, two_out,
+                     two_out_est);
+  EXPECT_THAT(two_out, ::testing::ElementsAre(1, 3, -1, 6, 8, -1));
+}
+
 }  // namespace
 }  // namespace knnd

@@ -55,8 +55,9 @@ import unittest
 
 import numpy as np
 
-from knnd_harness import (Daemon, build_test_index, copy_client_sources,
-                          free_port, generate_stubs, unittest_main)
+from knnd_harness import (Daemon, LoopThread, build_test_index,
+                          copy_client_sources, free_port, generate_stubs,
+                          unittest_main)
 
 ARGS = None
 VENV_ENV = "KNND_CLIENT_TEST_VENV"    # set in the suite's run: its venv
@@ -270,25 +271,6 @@ def fork_and_call(call):
         report = f.read().decode()
     os.waitpid(pid, 0)
     return report
-
-
-class LoopThread:
-    """An asyncio event loop running in a thread of its own, so that one
-    synchronous test body can drive AsyncKnnClient as it drives KnnClient.
-    Timings are unaffected: the calling thread only waits."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coroutine):
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
-
-    def stop(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
 
 
 class ClientContract:

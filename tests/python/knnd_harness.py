@@ -278,3 +278,27 @@ def unittest_main(description, knnctl=False, add_arguments=None, setup=None):
     if setup:
         setup(args)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+class LoopThread:
+    """An asyncio event loop running in a thread of its own, so that one
+    synchronous test body can drive an asyncio client as it drives a
+    blocking one. Timings are unaffected: the calling thread only waits."""
+
+    def __init__(self):
+        import asyncio
+        import threading
+        self._asyncio = asyncio
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever,
+                                       daemon=True)
+        self.thread.start()
+
+    def run(self, coroutine):
+        return self._asyncio.run_coroutine_threadsafe(coroutine,
+                                                      self.loop).result()
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()

@@ -1,11 +1,23 @@
 // AdminService through an in-process server: its own listener, ReloadIndex
-// (refusals, pinning, unpinning) and ListVersions.
+// (refusals, pinning, unpinning) and ListVersions; and the service on a
+// listener of its own over an IndexManager whose reload the test holds,
+// for the limit on admin calls waiting or running.
 #include "knnd/rpc/admin_service.h"
+
+#include <chrono>
+#include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "knnd/lifecycle/index_manager.h"
+#include "knnd/monitoring/metrics.h"
+#include "knnd/rpc/token_auth.h"
+#include "knnd/serving/index_holder.h"
 #include "knnd/v1/admin_service.grpc.pb.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 #include "testing/test_util.h"
@@ -128,6 +140,108 @@ TEST(AdminService, ReportsRefusalsPinsAndListsVersions) {
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(reloaded.version(), 3);
   EXPECT_EQ(reloaded.pinned_version(), 0);
+}
+
+// kMaxAdminCalls calls waiting or running (a reload held in the index
+// manager's prepare step, the rest behind it): the next call of either
+// method is refused RESOURCE_EXHAUSTED naming the limit, without waiting;
+// once the reload is let go every held call is answered OK and the
+// service takes calls again.
+TEST(AdminService, CallsBeyondTheLimitAreRefusedAndTheHeldOnesAnswered) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(1)), 1);
+
+  Metrics::Options metrics_options;
+  metrics_options.listen_address = "127.0.0.1:0";
+  auto none = [] { return int64_t{0}; };
+  absl::StatusOr<std::unique_ptr<Metrics>> metrics =
+      Metrics::Create(metrics_options, {none, none, none, none});
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  IndexHolder holder;
+  absl::Notification held, release;
+  IndexManager::Options options;
+  options.index_path = dir;
+  options.prepare = [&](const IndexSnapshot& snapshot) {
+    if (snapshot.info().version == 2) {
+      held.Notify();
+      release.WaitForNotification();
+    }
+    return absl::OkStatus();
+  };
+  absl::StatusOr<std::unique_ptr<IndexManager>> manager =
+      IndexManager::Create(options, &holder, metrics->get());
+  ASSERT_TRUE(manager.ok()) << manager.status();
+  ASSERT_TRUE((*manager)->Reload().ok());
+  absl::StatusOr<std::unique_ptr<TokenAuthenticator>> auth =
+      TokenAuthenticator::Create({});
+  ASSERT_TRUE(auth.ok()) << auth.status();
+
+  AdminServiceImpl service(manager->get(), auth->get());
+  absl::StatusOr<Listener> listener =
+      knnd::testing::ServeOnLoopback(&service);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  auto admin = knnd::v1::AdminService::NewStub(knnd::testing::FreshChannel(
+      absl::StrCat("127.0.0.1:", listener->port)));
+
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(2)), 2);
+  constexpr int kLimit = AdminServiceImpl::kMaxAdminCalls;
+  std::vector<grpc::Status> statuses(kLimit);
+  std::vector<std::thread> callers;
+  callers.emplace_back([&] {
+    knnd::v1::ReloadIndexResponse reloaded;
+    statuses[0] = ReloadRpc(*admin, absl::nullopt, &reloaded);
+  });
+  held.WaitForNotification();
+  for (int i = 1; i < kLimit; ++i) {
+    callers.emplace_back([&, i] {
+      knnd::v1::ReloadIndexResponse reloaded;
+      statuses[i] = ReloadRpc(*admin, absl::nullopt, &reloaded);
+    });
+  }
+  // The callers' calls reach the service in their own time.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (service.calls_in_progress() < kLimit && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(service.calls_in_progress(), kLimit);
+
+  // Refused at once: with no limit these would wait behind the held
+  // reload and end DEADLINE_EXCEEDED.
+  auto soon = [] {
+    return std::chrono::system_clock::now() + std::chrono::seconds(10);
+  };
+  knnd::v1::ReloadIndexResponse reloaded;
+  grpc::Status refused;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(soon());
+    refused = admin->ReloadIndex(&context, {}, &reloaded);
+  }
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr(absl::StrCat("at most ", kLimit)));
+  knnd::v1::ListVersionsResponse listed;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(soon());
+    refused = admin->ListVersions(&context, {}, &listed);
+  }
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(service.calls_in_progress(), kLimit);
+
+  release.Notify();
+  for (std::thread& caller : callers) caller.join();
+  for (int i = 0; i < kLimit; ++i) {
+    EXPECT_TRUE(statuses[i].ok()) << i << ": " << statuses[i].error_message();
+  }
+  EXPECT_EQ(service.calls_in_progress(), 0);
+  EXPECT_EQ(holder.Pin()->info().version, 2);
+  grpc::ClientContext context;
+  grpc::Status status = admin->ListVersions(&context, {}, &listed);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(listed.serving_version(), 2);
+  listener->Close(absl::InfinitePast());
 }
 
 }  // namespace

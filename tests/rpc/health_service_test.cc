@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "knnd/rpc/call_hold.h"
 #include "knnd/rpc/listener.h"
+#include "testing/test_util.h"
 
 namespace knnd {
 namespace {
@@ -28,20 +29,16 @@ using ::testing::HasSubstr;
 struct HealthServer {
   explicit HealthServer(CallHold* hold = nullptr)
       : service({"knnd.v1.KnnService"}, hold) {
-    ListenerSpec spec;
-    spec.address = "127.0.0.1:0";
-    spec.credentials = grpc::InsecureServerCredentials();
-    spec.services.push_back(&service);
-    absl::StatusOr<Listener> listener = BuildListener(spec);
+    absl::StatusOr<Listener> listener =
+        knnd::testing::ServeOnLoopback(&service);
     EXPECT_TRUE(listener.ok()) << listener.status();
-    server = std::move(listener->server);
-    stub = Health::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(listener->port),
-        grpc::InsecureChannelCredentials()));
+    stub = Health::NewStub(knnd::testing::FreshChannel(
+        "127.0.0.1:" + std::to_string(listener->port)));
+    server = std::move(*listener);
   }
   ~HealthServer() {
     service.EndWatches();
-    ShutDownNow(server.get());
+    server.Close(absl::InfinitePast());
   }
 
   grpc::Status Check(const std::string& name, HealthCheckResponse* response) {
@@ -54,7 +51,7 @@ struct HealthServer {
   }
 
   HealthService service;
-  std::unique_ptr<grpc::Server> server;
+  Listener server;
   std::unique_ptr<Health::Stub> stub;
 };
 

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "knnd/config/config.h"
+#include "knnd/index/index_builder.h"
 #include "knnd/rpc/token_auth.h"
 #include "knnd/v1/admin_service.grpc.pb.h"
 #include "spdlog/sinks/ostream_sink.h"
@@ -530,6 +531,64 @@ TEST_F(SecurityTest, KnnctlSpeaksTlsAndTokens) {
   for (const char* token : {kSearchToken2, kAdminToken}) {
     EXPECT_THAT(out, Not(HasSubstr(token)));
   }
+}
+
+// A front of shards reaches shards that require mutual TLS and a token
+// with its shard_tls_* files and shard_token_file; with a CA that did not
+// sign the shards' certificates it never connects, and says which target.
+TEST_F(SecurityTest, FrontReachesShardsOverMutualTlsWithAToken) {
+  const std::string index = Path("fs.index");
+  knnd::testing::BuildSpec spec;
+  spec.n = 2000;
+  spec.d = 16;
+  spec.factory = "IVF16,PQ16x4fs";
+  knnd::testing::BuildIndex(index, spec);
+  ASSERT_TRUE(ShardIndexFile(index, 2, index, "test").ok());
+  std::vector<RunningServer> shards;
+  std::vector<std::string> targets;
+  for (int s = 0; s < 2; ++s) {
+    knnd::v1::ServerConfig config = TestConfig(ShardPath(index, s, 2));
+    config.set_tls_cert_file(Path("server1.pem"));
+    config.set_tls_key_file(Path("server1.key"));
+    config.set_tls_client_ca_file(Path("ca1.pem"));
+    config.set_search_token_file(Path("search.tokens"));
+    shards.push_back(StartServer(config));
+    targets.push_back(shards.back().address);  // 127.0.0.1: the IP SAN
+  }
+  WriteFile(Path("shard.token"), absl::StrCat(kSearchToken2, "\n"));
+  auto front_config = [&](const std::string& ca) {
+    knnd::v1::ServerConfig config = TestConfig("");
+    config.clear_index_path();
+    config.set_admin_listen_address("");
+    for (const std::string& t : targets) config.add_shard_targets(t);
+    config.set_shard_poll_interval_ms(100);
+    config.set_shard_tls_ca_file(Path(ca + ".pem"));
+    config.set_shard_tls_cert_file(Path("client1.pem"));
+    config.set_shard_tls_key_file(Path("client1.key"));
+    config.set_shard_token_file(Path("shard.token"));
+    return config;
+  };
+  RunningServer front = StartServer(front_config("ca1"));
+  const absl::Time end = absl::Now() + absl::Seconds(20);
+  grpc::Status info;
+  do {
+    info = Info(front.channel);
+    if (info.ok()) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  } while (absl::Now() < end);
+  ASSERT_TRUE(info.ok()) << info.error_message();
+  // The front's own port is plaintext and open; the shards see its token.
+  EXPECT_TRUE(Search(front.channel, "").ok());
+
+  RunningServer wrong_ca = StartServer(front_config("ca2"));
+  absl::SleepFor(absl::Milliseconds(500));
+  grpc::Status refused = Info(wrong_ca.channel);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(refused.error_message(), HasSubstr(targets[0]));
+
+  knnd::v1::ServerConfig half = front_config("ca1");
+  half.clear_shard_tls_key_file();
+  knnd::testing::ExpectConfigRefused(half, "go together");
 }
 
 }  // namespace

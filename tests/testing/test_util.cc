@@ -335,6 +335,16 @@ std::shared_ptr<grpc::Channel> FreshChannel(const std::string& address,
                                    args);
 }
 
+absl::StatusOr<Listener> ServeOnLoopback(AsyncService* service,
+                                         int queues) {
+  ListenerSpec spec;
+  spec.address = "127.0.0.1:0";
+  spec.credentials = grpc::InsecureServerCredentials();
+  spec.queues = queues;
+  spec.services.push_back(service);
+  return BuildListener(spec);
+}
+
 knnd::v1::SearchRequest MakeSearchRequest(const std::vector<float>& queries,
                                           int k) {
   knnd::v1::SearchRequest request;

@@ -23,6 +23,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "knnd/base/metric.h"
 #include "knnd/index/index_snapshot.h"
+#include "knnd/rpc/listener.h"
 #include "knnd/server.h"
 #include "knnd/storage/vectors_file.h"
 #include "knnd/v1/config.pb.h"
@@ -209,6 +210,12 @@ RunningServer StartServer(const knnd::v1::ServerConfig& config);
 // earlier failed connection (and its reconnect backoff) is shared with it.
 std::shared_ptr<grpc::Channel> FreshChannel(const std::string& address,
                                             grpc::ChannelArguments args = {});
+
+// `service` alone on a free 127.0.0.1 port, plaintext, from `queues`
+// completion queues (the listener's `port` says which port); its stub
+// connects through FreshChannel.
+absl::StatusOr<Listener> ServeOnLoopback(AsyncService* service,
+                                         int queues = 1);
 
 // A search of `queries` (row-major float vectors) for k neighbours.
 knnd::v1::SearchRequest MakeSearchRequest(const std::vector<float>& queries,

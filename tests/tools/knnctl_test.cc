@@ -30,6 +30,7 @@ namespace {
 
 using ::knnd::testing::FreePort;
 using ::knnd::testing::MakeData;
+using ::knnd::testing::ReadFile;
 using ::knnd::testing::ReferenceSearch;
 using ::knnd::testing::TempDir;
 using ::testing::HasSubstr;
@@ -136,10 +137,10 @@ TEST(Knnctl, ExitCodes) {
             1);
 }
 
-constexpr const char* kCommands[] = {"build",  "convert", "eval",
-                                     "tune",   "search",  "info",
-                                     "health", "publish", "reload",
-                                     "versions"};
+constexpr const char* kCommands[] = {"build",  "convert", "shard",
+                                     "eval",   "tune",    "search",
+                                     "info",   "health",  "publish",
+                                     "reload", "versions"};
 
 TEST(Knnctl, HelpListsEveryCommandAndExitsZero) {
   for (const char* help : {"--help", "help", "-h"}) {
@@ -397,6 +398,64 @@ TEST(Knnctl, KeepVectorsAndEvalSweepsRefineFactors) {
 // measured here independently (IndexSnapshot and a brute-force loop),
 // reaches 0.95. With --ids no vectors are kept (re-ranking needs row = id),
 // and asking for them too is refused.
+// `build --shards` and `build` followed by `shard` train the same
+// quantizers from the same seed, so they write the same shard files: the
+// index and vectors bytes are equal, and each sidecar names its part.
+TEST(Knnctl, BuildShardsAndShardWriteTheSameShards) {
+  TempDir dir;
+  WriteData(dir.path("base.npy"), 3000, 32, 31);
+  const std::string built = dir.path("built.index");
+  const std::string whole = dir.path("whole.index");
+  const std::string split = dir.path("split");
+  CommandResult a = Knnctl(absl::StrCat("build --input ", dir.path("base.npy"),
+                                        " --output ", built, " --shards 2"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_THAT(a.output, HasSubstr("(shard 1 of 2: ids [1500, 3000)"));
+  CommandResult b = Knnctl(absl::StrCat("build --input ", dir.path("base.npy"),
+                                        " --output ", whole));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  CommandResult c = Knnctl(
+      absl::StrCat("shard --index ", whole, " --shards 2 --output ", split));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_THAT(c.output, HasSubstr("with its .vectors"));
+  std::string build_id;
+  for (int s = 0; s < 2; ++s) {
+    const std::string x = absl::StrCat(built, ".shard-", s, "-of-2");
+    const std::string y = absl::StrCat(split, ".shard-", s, "-of-2");
+    EXPECT_EQ(ReadFile(x), ReadFile(y)) << s;
+    EXPECT_EQ(ReadFile(x + ".vectors"),
+              ReadFile(y + ".vectors")) << s;
+    EXPECT_FALSE(ReadFile(x + ".vectors").empty());
+    auto meta = ReadIndexMetadata(MetadataPath(x));
+    ASSERT_TRUE(meta.ok()) << meta.status();
+    EXPECT_EQ(meta->shard_id(), static_cast<uint32_t>(s));
+    EXPECT_EQ(meta->shard_count(), 2u);
+    EXPECT_EQ(meta->shard_first_id(), s * 1500);
+    EXPECT_EQ(meta->shard_end_id(), (s + 1) * 1500);
+    EXPECT_EQ(meta->ntotal(), 1500);
+    if (s == 0) build_id = meta->build_id();
+    EXPECT_EQ(meta->build_id(), build_id);
+    auto split_meta = ReadIndexMetadata(MetadataPath(y));
+    ASSERT_TRUE(split_meta.ok()) << split_meta.status();
+    EXPECT_NE(split_meta->build_id(), build_id);  // another split
+    EXPECT_THAT(split_meta->built_by(), HasSubstr("knnctl shard"));
+  }
+  // A shard is not split again; an 8-bit IVF-PQ index is not split.
+  CommandResult again = Knnctl(
+      absl::StrCat("shard --index ", built, ".shard-0-of-2 --shards 2"));
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_THAT(again.output, HasSubstr("is already shard 0 of 2"));
+  CommandResult pq8 = Knnctl(absl::StrCat("build --input ",
+                                          dir.path("base.npy"), " --output ",
+                                          built, " --recipe pq8 --shards 2"));
+  EXPECT_EQ(pq8.exit_code, 2);
+  EXPECT_THAT(pq8.output, HasSubstr("--shards needs the fastscan recipe"));
+  CommandResult many = Knnctl(
+      absl::StrCat("shard --index ", whole, " --shards 3001"));
+  EXPECT_EQ(many.exit_code, 2);
+  EXPECT_THAT(many.output, HasSubstr("--shards=3001 is outside [1, 256]"));
+}
+
 TEST(Knnctl, DefaultBuildIsFastScanWithVectorsAndTunesToGoodRecall) {
   TempDir dir;
   constexpr int64_t kBase = 4000;

@@ -8,19 +8,20 @@ cancels the RPC: knnd drops the work and counts the call CANCELLED.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import grpc
 import grpc.aio
 import numpy as np
 import numpy.typing as npt
 
-from knnd_client import _common
+from knnd_client import _common, sharding
 from knnd_client._common import RetryPolicy
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
 from knnd_client._generated.knnd.v1 import knn_service_pb2_grpc as pb_grpc
+from knnd_client.sharding import ShardedSearchResult, ShardVersions
 
-__all__ = ["AsyncKnnClient"]
+__all__ = ["AsyncKnnClient", "AsyncShardedKnnClient"]
 
 # Default bound on calls in flight per client: enough to keep the worker
 # pools of a few replicas busy (knnd coalesces small requests); more would
@@ -141,6 +142,187 @@ class AsyncKnnClient:
                     await asyncio.sleep(delay_s)
         finally:
             self._slots.release()
+
+
+class AsyncShardedKnnClient:
+    """asyncio client of an index split into shards: ShardedKnnClient's
+    arguments, results, errors, retries and version pinning, awaited; the
+    shards are asked at once (one task per shard) within one deadline.
+
+    Create it inside the event loop that uses it, as AsyncKnnClient.
+
+    targets, timeout_s, retry, credentials, bearer_token, options,
+      allow_partial: as ShardedKnnClient.
+    max_concurrent_calls: as AsyncKnnClient, counting a search of every
+      shard as one call (it holds one slot, and sends one request to each
+      shard).
+    """
+
+    def __init__(self, targets: Sequence[str], *, timeout_s: float = 2.0,
+                 retry: RetryPolicy = RetryPolicy(),
+                 credentials: Optional[grpc.ChannelCredentials] = None,
+                 bearer_token: Optional[str] = None,
+                 max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+                 options: Sequence[Tuple[str, Any]] = (),
+                 allow_partial: bool = False) -> None:
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "AsyncShardedKnnClient must be created inside a running "
+                "event loop (in a coroutine, e.g. FastAPI's lifespan): its "
+                "grpc.aio channels belong to that loop") from None
+        self._targets = sharding.targets_list(targets)
+        self._timeout_s = _common.positive_timeout_s("timeout_s", timeout_s)
+        self._retry = retry
+        self._metadata = _common.call_metadata(bearer_token)
+        self._allow_partial = bool(allow_partial)
+        self._max_concurrent_calls = _common.positive_int(
+            "max_concurrent_calls", max_concurrent_calls)
+        self._slots = asyncio.Semaphore(self._max_concurrent_calls)
+        self._fork_guard = _common.ForkGuard("AsyncShardedKnnClient")
+        self._versions = ShardVersions(len(self._targets))
+        self._channels: List[grpc.aio.Channel] = []
+        for target in self._targets:
+            channel_options = _common.channel_options(target, options)
+            self._channels.append(
+                grpc.aio.insecure_channel(target, channel_options)
+                if credentials is None else
+                grpc.aio.secure_channel(target, credentials, channel_options))
+        self._stubs = [pb_grpc.KnnServiceStub(c) for c in self._channels]
+
+    @property
+    def targets(self) -> List[str]:
+        """The shards' targets, in the order given."""
+        return list(self._targets)
+
+    @property
+    def versions(self) -> ShardVersions:
+        """As ShardedKnnClient.versions."""
+        return self._versions
+
+    async def search(self, queries: npt.NDArray[np.float32], k: int,
+                     nprobe: Optional[int] = None, *,
+                     allowed_ids: Optional[npt.ArrayLike] = None,
+                     refine_factor: Optional[int] = None,
+                     timeout_s: Optional[float] = None,
+                     allow_partial: Optional[bool] = None,
+                     ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """ShardedKnnClient.search, awaited. Cancelling the awaiting task
+        cancels every shard's RPC."""
+        result = await self.search_result(
+            queries, k, nprobe, allowed_ids=allowed_ids,
+            refine_factor=refine_factor, timeout_s=timeout_s,
+            allow_partial=allow_partial)
+        return result.ids, result.distances
+
+    async def search_result(self, queries: npt.NDArray[np.float32], k: int,
+                            nprobe: Optional[int] = None, *,
+                            allowed_ids: Optional[npt.ArrayLike] = None,
+                            refine_factor: Optional[int] = None,
+                            timeout_s: Optional[float] = None,
+                            allow_partial: Optional[bool] = None,
+                            ) -> ShardedSearchResult:
+        """ShardedKnnClient.search_result, awaited."""
+        request = _common.search_request(queries, k, nprobe, allowed_ids,
+                                         refine_factor)
+        self._check_loop()
+        scatter = sharding.SearchScatter(
+            self._targets, self._versions, self._retry,
+            self._call_timeout_s(timeout_s), request,
+            self._allow_partial if allow_partial is None else bool(allow_partial))
+        return cast(ShardedSearchResult, await self._run(scatter, "Search"))
+
+    async def info(self, timeout_s: Optional[float] = None
+                   ) -> List[pb.GetIndexInfoResponse]:
+        """ShardedKnnClient.info, awaited."""
+        self._check_loop()
+        scatter = sharding.InfoScatter(self._targets, self._versions,
+                                       self._retry,
+                                       self._call_timeout_s(timeout_s))
+        return cast(List[pb.GetIndexInfoResponse],
+                    await self._run(scatter, "GetIndexInfo"))
+
+    async def close(self, grace_s: Optional[float] = None) -> None:
+        """Closes every shard's channel, as AsyncKnnClient.close."""
+        if not self._fork_guard.forked():
+            await asyncio.gather(*(c.close(grace_s) for c in self._channels))
+
+    async def __aenter__(self) -> "AsyncShardedKnnClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _check_loop(self) -> None:
+        self._fork_guard.check()
+        if asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError(
+                "AsyncShardedKnnClient used from another event loop than the "
+                "one it was created in; create one client per loop")
+
+    def _call_timeout_s(self, timeout_s: Optional[float]) -> float:
+        return (self._timeout_s if timeout_s is None else
+                _common.positive_timeout_s("timeout_s", timeout_s))
+
+    async def _run(self, scatter: sharding.Scatter, method: str) -> Any:
+        """Rounds of the scatter in one of the client's slots, until it is
+        done or raises."""
+        if not await _acquire(self._slots, scatter.remaining_s()):
+            raise sharding.ShardedSearchError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                "deadline passed while waiting for one of the client's "
+                f"max_concurrent_calls={self._max_concurrent_calls} slots; "
+                "nothing was sent")
+        try:
+            while True:
+                await self._round(scatter, method)
+                step = scatter.next_step()
+                if isinstance(step, sharding.Done):
+                    return step.value
+                await asyncio.sleep(step.delay_s)
+        finally:
+            self._slots.release()
+
+    async def _round(self, scatter: sharding.Scatter, method: str) -> None:
+        """One task per shard; reports each outcome as it comes; stops
+        waiting at the deadline or once the outcome is decided, and cancels
+        the tasks left (also when the awaiting task is cancelled)."""
+        timeout_s = scatter.remaining_s()
+        tasks: Dict["asyncio.Future[Any]", int] = {}
+        for target, request in scatter.requests():
+            call = getattr(self._stubs[target], method)(
+                request, timeout=timeout_s, metadata=self._metadata)
+            tasks[asyncio.ensure_future(_awaited(call))] = target
+        pending = set(tasks)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(
+                    pending, timeout=scatter.remaining_s(),
+                    return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    for silent in sorted(tasks[t] for t in pending):
+                        scatter.no_answer(silent)
+                    return
+                for task in sorted(done, key=tasks.__getitem__):
+                    try:
+                        scatter.answered(tasks[task], task.result())
+                    except grpc.RpcError as error:
+                        scatter.failed(tasks[task], error)
+                    except asyncio.CancelledError:  # close() meanwhile
+                        scatter.failed(tasks[task], sharding.ShardedSearchError(
+                            grpc.StatusCode.CANCELLED, "the client was closed"))
+                if scatter.stop_early():
+                    return
+        finally:
+            for task in pending:
+                task.cancel()
+
+
+async def _awaited(call: Any) -> Any:
+    """Awaits a grpc.aio call in a task of its own: cancelling the task
+    cancels the RPC."""
+    return await call
 
 
 async def _acquire(slots: asyncio.Semaphore, timeout_s: float) -> bool:

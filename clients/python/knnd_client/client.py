@@ -10,19 +10,22 @@ contract.
 """
 from __future__ import annotations
 
+import queue
 import time
-from typing import Any, Callable, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import grpc
 import numpy as np
 import numpy.typing as npt
 
-from knnd_client import _common
+from knnd_client import _common, sharding
 from knnd_client._common import PUSHBACK_METADATA_KEY, RetryPolicy, pushback_ms
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
 from knnd_client._generated.knnd.v1 import knn_service_pb2_grpc as pb_grpc
+from knnd_client.sharding import ShardedSearchResult, ShardVersions
 
-__all__ = ["KnnClient", "RetryPolicy", "PUSHBACK_METADATA_KEY", "pushback_ms"]
+__all__ = ["KnnClient", "ShardedKnnClient", "RetryPolicy",
+           "PUSHBACK_METADATA_KEY", "pushback_ms"]
 
 
 class KnnClient:
@@ -129,3 +132,178 @@ class KnnClient:
                 if delay_s is None:
                     raise
                 time.sleep(delay_s)
+
+
+class ShardedKnnClient:
+    """Client of an index split into shards (`knnctl build --shards N`),
+    one knnd (or one Service of replicas) per shard: every search goes to
+    every shard at once and their answers are merged into the answer of
+    the unsharded index (docs/sharding.md, "The merge").
+
+    targets: one gRPC target per shard of the set, in any order; each may
+      resolve to several replicas of its shard ("dns:///knnd-shard-0...").
+    timeout_s, retry, credentials, bearer_token, options: as KnnClient, for
+      every shard. One deadline covers the whole scatter (every shard gets
+      what is left of it) and one RetryPolicy its retries: a round re-asks
+      only the shards that answered UNAVAILABLE or RESOURCE_EXHAUSTED.
+    allow_partial: False (the default): a shard's failure fails the call
+      with that shard's status code, the message naming its shard id and
+      target. True: answer from the shards that did answer
+      (search_result() says which are missing); fail only when none did.
+
+    Thread-safe, one per process, created after any fork, as KnnClient.
+    The serving version of every shard (ShardVersions) is shared by the
+    client's calls: each search pins the lowest of them, so that answers
+    never mix versions while the shards swap one by one.
+    """
+
+    def __init__(self, targets: Sequence[str], *, timeout_s: float = 2.0,
+                 retry: RetryPolicy = RetryPolicy(),
+                 credentials: Optional[grpc.ChannelCredentials] = None,
+                 bearer_token: Optional[str] = None,
+                 options: Sequence[Tuple[str, Any]] = (),
+                 allow_partial: bool = False) -> None:
+        self._targets = sharding.targets_list(targets)
+        self._timeout_s = _common.positive_timeout_s("timeout_s", timeout_s)
+        self._retry = retry
+        self._metadata = _common.call_metadata(bearer_token)
+        self._allow_partial = bool(allow_partial)
+        self._fork_guard = _common.ForkGuard("ShardedKnnClient")
+        self._versions = ShardVersions(len(self._targets))
+        self._channels: List[grpc.Channel] = []
+        for target in self._targets:
+            channel_options = _common.channel_options(target, options)
+            self._channels.append(
+                grpc.insecure_channel(target, channel_options)
+                if credentials is None else
+                grpc.secure_channel(target, credentials, channel_options))
+        self._stubs = [pb_grpc.KnnServiceStub(c) for c in self._channels]
+
+    @property
+    def targets(self) -> List[str]:
+        """The shards' targets, in the order given."""
+        return list(self._targets)
+
+    @property
+    def versions(self) -> ShardVersions:
+        """The serving version each shard last reported (for monitoring:
+        versions.set_version() is what the next search pins)."""
+        return self._versions
+
+    def search(self, queries: npt.NDArray[np.float32], k: int,
+               nprobe: Optional[int] = None, *,
+               allowed_ids: Optional[npt.ArrayLike] = None,
+               refine_factor: Optional[int] = None,
+               timeout_s: Optional[float] = None,
+               allow_partial: Optional[bool] = None,
+               ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """KnnClient.search over every shard: the same arguments, results
+        and argument errors; the unsharded index's (ids, distances).
+
+        allow_partial: None: the client's. With partial answers allowed the
+        arrays may come from fewer shards than the set has, which this
+        method does not say: use search_result() to know.
+
+        Raises a grpc.RpcError (ShardedSearchError) with a failing shard's
+        code, or FAILED_PRECONDITION when the answers are not one set's at
+        one version (docs/sharding.md, rule 4).
+        """
+        result = self.search_result(
+            queries, k, nprobe, allowed_ids=allowed_ids,
+            refine_factor=refine_factor, timeout_s=timeout_s,
+            allow_partial=allow_partial)
+        return result.ids, result.distances
+
+    def search_result(self, queries: npt.NDArray[np.float32], k: int,
+                      nprobe: Optional[int] = None, *,
+                      allowed_ids: Optional[npt.ArrayLike] = None,
+                      refine_factor: Optional[int] = None,
+                      timeout_s: Optional[float] = None,
+                      allow_partial: Optional[bool] = None,
+                      ) -> ShardedSearchResult:
+        """search() with where the answer came from: the index version and
+        build, and with allow_partial the shards that are missing."""
+        request = _common.search_request(queries, k, nprobe, allowed_ids,
+                                         refine_factor)
+        self._fork_guard.check()
+        scatter = sharding.SearchScatter(
+            self._targets, self._versions, self._retry,
+            self._call_timeout_s(timeout_s), request,
+            self._allow_partial if allow_partial is None else bool(allow_partial))
+        return cast(ShardedSearchResult, self._run(scatter, "Search"))
+
+    def info(self, timeout_s: Optional[float] = None
+             ) -> List[pb.GetIndexInfoResponse]:
+        """Every shard's GetIndexInfo, in the order of `targets`, after
+        checking that they are one set (one build_id, one shard per id);
+        each one's `shard` says which ids it holds and `version` what it
+        serves. Aggregates are the caller's: sum(i.ntotal for i in infos)
+        is the set's size. Every shard must answer. Also teaches the client
+        the shards' versions, so that a search after it is pinned from its
+        first request."""
+        self._fork_guard.check()
+        scatter = sharding.InfoScatter(self._targets, self._versions,
+                                       self._retry,
+                                       self._call_timeout_s(timeout_s))
+        return cast(List[pb.GetIndexInfoResponse],
+                    self._run(scatter, "GetIndexInfo"))
+
+    def close(self) -> None:
+        """Closes every shard's channel (as KnnClient.close)."""
+        if not self._fork_guard.forked():
+            for channel in self._channels:
+                channel.close()
+
+    def __enter__(self) -> "ShardedKnnClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call_timeout_s(self, timeout_s: Optional[float]) -> float:
+        return (self._timeout_s if timeout_s is None else
+                _common.positive_timeout_s("timeout_s", timeout_s))
+
+    def _run(self, scatter: sharding.Scatter, method: str) -> Any:
+        """Rounds of the scatter until it is done or raises."""
+        while True:
+            self._round(scatter, method)
+            step = scatter.next_step()
+            if isinstance(step, sharding.Done):
+                return step.value
+            time.sleep(step.delay_s)
+
+    def _round(self, scatter: sharding.Scatter, method: str) -> None:
+        """Sends one round's requests at once (grpc futures) and reports
+        each outcome as it comes; stops waiting at the deadline or as soon
+        as the outcome is decided, and cancels the calls left."""
+        timeout_s = scatter.remaining_s()
+        done: "queue.SimpleQueue[int]" = queue.SimpleQueue()
+        futures: Dict[int, Any] = {}
+        try:
+            for target, request in scatter.requests():
+                future = getattr(self._stubs[target], method).future(
+                    request, timeout=timeout_s, metadata=self._metadata)
+                futures[target] = future
+                future.add_done_callback(lambda _, t=target: done.put(t))
+            pending = set(futures)
+            while pending:
+                try:
+                    target = done.get(timeout=scatter.remaining_s())
+                except queue.Empty:
+                    for silent in sorted(pending):
+                        scatter.no_answer(silent)
+                    return
+                pending.discard(target)
+                try:
+                    scatter.answered(target, futures[target].result())
+                except grpc.RpcError as error:
+                    scatter.failed(target, error)
+                except grpc.FutureCancelledError:  # close() meanwhile
+                    scatter.failed(target, sharding.ShardedSearchError(
+                        grpc.StatusCode.CANCELLED, "the client was closed"))
+                if scatter.stop_early():
+                    return
+        finally:
+            for future in futures.values():
+                future.cancel()  # no-op for the calls that ended

@@ -23,6 +23,7 @@
 #include "knnd/base/metric.h"
 #include "knnd/faiss/vector_math.h"
 #include "knnd/index/index_builder.h"
+#include "knnd/index/index_sharding.h"
 #include "knnd/monitoring/build_info.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/vector_io.h"
@@ -49,6 +50,7 @@ struct BuildOptions {
   absl::optional<bool> keep_vectors;
   std::string vectors_dtype = "f32";
   int threads = 0;
+  int shards = 0;
 };
 
 // Reports progress of a long loop on stderr: a bar redrawn in place with
@@ -116,17 +118,17 @@ std::string DirectoryOf(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash + 1);
 }
 
-// Writes `x` (L2-normalised for cosine, as the index holds them) to `path`
-// in batches of `batch` rows.
-absl::Status WriteRawVectors(const Matrix& x, Metric metric,
-                             const std::string& path, VectorsDtype dtype,
-                             int64_t batch) {
+// Writes rows [first, end) of `x` (L2-normalised for cosine, as the index
+// holds them) to `path` in batches of `batch` rows.
+absl::Status WriteRawVectors(const Matrix& x, int64_t first, int64_t end,
+                             Metric metric, const std::string& path,
+                             VectorsDtype dtype, int64_t batch) {
   absl::StatusOr<std::unique_ptr<VectorsFileWriter>> writer =
       VectorsFileWriter::Create(path, x.dim, dtype);
   if (!writer.ok()) return writer.status();
   std::vector<float> normalized;
-  for (int64_t begin = 0; begin < x.rows; begin += batch) {
-    const int64_t n = std::min(batch, x.rows - begin);
+  for (int64_t begin = first; begin < end; begin += batch) {
+    const int64_t n = std::min(batch, end - begin);
     const float* rows = x.row(begin);
     if (metric == Metric::kCosine) {
       normalized.assign(rows, rows + n * x.dim);
@@ -198,6 +200,69 @@ absl::Status Train(IndexBuilder& b, const Matrix& x, int64_t train_rows,
   return b.Train(sample.data(), train_rows);
 }
 
+// The line build --shards and shard print for each shard written: its
+// file, part and size, and whether its vectors file is beside it.
+void PrintShardWritten(const std::string& path, const ShardSpec& shard) {
+  struct stat st;
+  stat(path.c_str(), &st);
+  const bool vectors = access(VectorsPath(path).c_str(), R_OK) == 0;
+  std::printf("wrote:    %s (shard %d of %d: ids [%lld, %lld), %.1f MiB%s)\n",
+              path.c_str(), shard.shard_id, shard.shard_count,
+              static_cast<long long>(shard.first_id),
+              static_cast<long long>(shard.end_id), MiB(st.st_size),
+              vectors ? ", with its .vectors" : "");
+}
+
+// --shards: the built index written as options.shards shards sharing its
+// quantizers (docs/sharding.md), each with its vectors file when kept.
+// Prints what it wrote; false (after printing why) on failure.
+bool WriteShards(const BuildOptions& options, const IndexBuilder& b,
+                 const Matrix& x, const std::vector<int64_t>& ids,
+                 Metric metric, VectorsDtype dtype, bool keep_vectors,
+                 int nprobe, const knnd::v1::IndexMetadata& metadata) {
+  std::vector<int64_t> sorted = ids;
+  if (sorted.empty()) {
+    sorted.resize(static_cast<size_t>(x.rows));
+    for (int64_t i = 0; i < x.rows; ++i) sorted[i] = i;
+  } else {
+    std::sort(sorted.begin(), sorted.end());
+  }
+  absl::StatusOr<std::vector<ShardSpec>> plan =
+      PlanShards(sorted, options.shards);
+  if (!plan.ok()) {
+    Fail(plan.status());
+    return false;
+  }
+  const std::string build_id = NewBuildId();
+  for (const ShardSpec& shard : *plan) {
+    const std::string path =
+        ShardPath(options.output, shard.shard_id, shard.shard_count);
+    const std::string vectors_path = VectorsPath(path);
+    // Ids are row numbers when vectors are kept: the shard's rows.
+    if (keep_vectors) {
+      if (absl::Status s =
+              WriteRawVectors(x, shard.first_id, shard.end_id, metric,
+                              vectors_path, dtype, options.add_batch);
+          !s.ok()) {
+        Fail(s);
+        return false;
+      }
+    } else {
+      unlink(vectors_path.c_str());
+    }
+    if (absl::Status s = b.WriteShard(path, nprobe, shard, build_id, metadata);
+        !s.ok()) {
+      Fail(s);
+      return false;
+    }
+    PrintShardWritten(path, shard);
+  }
+  std::printf("build id: %s (in every shard's sidecar)\n", build_id.c_str());
+  std::printf("next:     serve each shard with its own knnd and merge with "
+              "knnd --shard_targets (docs/sharding.md)\n");
+  return true;
+}
+
 int Build(const BuildOptions& options) {
   UseThreads(options.threads);
   const std::string& input = options.input;
@@ -224,6 +289,11 @@ int Build(const BuildOptions& options) {
         "needs the sequential ids of a build without --ids");
   }
   const bool keep_vectors = options.keep_vectors.value_or(options.ids.empty());
+  if (options.shards > 0 && options.factory.empty() &&
+      options.recipe != kFastScanRecipe) {
+    return Fail(absl::StrCat("--shards needs the ", kFastScanRecipe,
+                             " recipe: only FastScan indexes are split"));
+  }
   // Fail before reading and training, not after.
   if (access(DirectoryOf(output).c_str(), W_OK) != 0) {
     return Fail(absl::StrCat("cannot write into the directory of ", output,
@@ -315,12 +385,18 @@ int Build(const BuildOptions& options) {
       absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
   metadata.set_train_rows(train_rows);
   metadata.set_built_by(absl::StrCat("knnctl build: ", BuildInfoLine()));
+  if (options.shards > 0) {
+    return WriteShards(options, b, x, ids, *metric, *vectors_dtype,
+                       keep_vectors, nprobe, metadata)
+               ? kExitOk
+               : kExitError;
+  }
   // The vectors file goes in first; the index and then its sidecar follow,
   // and a loader takes a version as complete only with its sidecar.
   const std::string vectors_path = VectorsPath(output);
   if (keep_vectors) {
-    if (absl::Status s =
-            WriteRawVectors(x, *metric, vectors_path, *vectors_dtype, batch);
+    if (absl::Status s = WriteRawVectors(x, 0, x.rows, *metric, vectors_path,
+                                         *vectors_dtype, batch);
         !s.ok()) {
       return Fail(s);
     }
@@ -408,6 +484,12 @@ std::function<int()> DefineBuild(FlagSet& flags) {
             "Rows added per batch (bounds the temporary memory of add).");
   flags.Add("seed", &options->seed, "N",
             "Seed of the training sample and of k-means.");
+  flags.Add("shards", &options->shards, "N",
+            "Write N shards instead of one index: one coarse quantizer and "
+            "PQ trained on all rows, then OUTPUT.shard-S-of-N holding the "
+            "ids of range S (equal counts), each with its sidecar and "
+            "vectors; a merger of all N answers as the whole index "
+            "(docs/sharding.md). 0: one index. FastScan recipe only.");
   AddThreadsFlag(flags, &options->threads);
   return [options] { return Build(*options); };
 }
@@ -462,6 +544,56 @@ std::function<int()> DefineConvert(FlagSet& flags) {
             "cosine when the indexed vectors were L2-normalised (the file "
             "says inner product); default the file's metric.");
   return [options] { return Convert(*options); };
+}
+
+namespace {
+
+struct ShardOptions {
+  std::string index;
+  std::string output;
+  int shards = 0;
+};
+
+int Shard(const ShardOptions& options) {
+  if (options.index.empty() || options.shards <= 0) {
+    return Fail("shard needs --index INDEX and --shards N");
+  }
+  const std::string& output =
+      options.output.empty() ? options.index : options.output;
+  if (access(DirectoryOf(output).c_str(), W_OK) != 0) {
+    return Fail(absl::StrCat("cannot write into the directory of ", output,
+                             ": ", std::strerror(errno)));
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<ShardSpec>> plan =
+      ShardIndexFile(options.index, options.shards, output,
+                     absl::StrCat("knnctl shard: ", BuildInfoLine()));
+  if (!plan.ok()) return Fail(plan.status());
+  for (const ShardSpec& shard : *plan) {
+    PrintShardWritten(ShardPath(output, shard.shard_id, shard.shard_count),
+                      shard);
+  }
+  std::printf("split %s into %d shards in %.1f s; serve each with its own "
+              "knnd and merge with knnd --shard_targets (docs/sharding.md)\n",
+              options.index.c_str(), options.shards,
+              absl::ToDoubleSeconds(absl::Now() - start));
+  return kExitOk;
+}
+
+}  // namespace
+
+std::function<int()> DefineShard(FlagSet& flags) {
+  auto options = std::make_shared<ShardOptions>();
+  flags.Add("index", &options->index, "INDEX",
+            "knnd FastScan index file to split (with its sidecar and "
+            "vectors file, when it has them). Required.");
+  flags.Add("shards", &options->shards, "N",
+            "Number of shards, 1 to 256: shard S holds the S-th range of "
+            "ids (equal counts). Required.");
+  flags.Add("output", &options->output, "PATH",
+            "Shard S is written to PATH.shard-S-of-N (with .meta.json and "
+            ".vectors); default: the --index path.");
+  return [options] { return Shard(*options); };
 }
 
 }  // namespace knnd::knnctl

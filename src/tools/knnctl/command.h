@@ -40,6 +40,7 @@ struct Command {
 // build.cc: making index files.
 std::function<int()> DefineBuild(FlagSet& flags);
 std::function<int()> DefineConvert(FlagSet& flags);
+std::function<int()> DefineShard(FlagSet& flags);
 // eval.cc
 std::function<int()> DefineEval(FlagSet& flags);
 // tune.cc

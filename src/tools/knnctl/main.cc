@@ -22,6 +22,9 @@ constexpr Command kCommands[] = {
     {"convert",
      "a FastScan index written by FAISS into knnd's mappable layout",
      "--input FAISS_FILE --output INDEX [--metric cosine]", DefineConvert},
+    {"shard",
+     "splits an index into shards sharing its quantizers (docs/sharding.md)",
+     "--index INDEX --shards N [--output PATH]", DefineShard},
     {"eval", "recall and queries/s over a sweep of nprobe and refine_factor",
      "--index INDEX --queries FILE (--ground_truth FILE | --base FILE) "
      "[flags]",

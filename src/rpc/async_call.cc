@@ -1,0 +1,83 @@
+#include "knnd/rpc/async_call.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <string>
+
+namespace knnd {
+
+void CompletionQueueThreads::Add(
+    std::unique_ptr<grpc::ServerCompletionQueue> cq) {
+  queues_.push_back(std::move(cq));
+}
+
+void CompletionQueueThreads::Start(const char* name, int threads_per_queue) {
+  const std::string thread_name = std::string(name).substr(0, 15);
+  for (int i = 0; i < std::max(1, threads_per_queue); ++i) {
+    for (const auto& queue : queues_) {
+      grpc::ServerCompletionQueue* cq = queue.get();
+      threads_.emplace_back([cq, thread_name] {
+        pthread_setname_np(pthread_self(), thread_name.c_str());
+        void* tag = nullptr;
+        bool ok = false;
+        while (cq->Next(&tag, &ok)) {
+          TakeTag(tag);
+          static_cast<CqTag*>(tag)->Proceed(ok);
+        }
+      });
+    }
+  }
+}
+
+void CompletionQueueThreads::Shutdown() {
+  if (queues_.empty()) return;
+  calls_.AwaitNone();
+  for (const auto& queue : queues_) queue->Shutdown();
+  for (std::thread& thread : threads_) thread.join();
+  threads_.clear();
+  // Queues never started (no threads) hold nothing: nothing was posted.
+  for (const auto& queue : queues_) {
+    void* tag = nullptr;
+    bool ok = false;
+    while (queue->Next(&tag, &ok)) {
+      TakeTag(tag);
+      static_cast<CqTag*>(tag)->Proceed(ok);
+    }
+  }
+  queues_.clear();
+}
+
+UnaryCallBase::~UnaryCallBase() {
+  if (on_done_) on_done_();
+}
+
+void UnaryCallBase::OnCancel(std::function<void()> on_cancel) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!done_) {
+      on_cancel_ = std::move(on_cancel);
+      return;
+    }
+  }
+  if (cancelled()) on_cancel();
+}
+
+void UnaryCallBase::OnDone(std::function<void()> on_done) {
+  on_done_ = std::move(on_done);
+}
+
+void UnaryCallBase::Done() {
+  // gRPC's contract: IsCancelled() is valid once the done event is back.
+  const bool cancelled = context_.IsCancelled();
+  cancelled_.store(cancelled, std::memory_order_release);
+  std::function<void()> on_cancel;
+  {
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+    on_cancel = std::move(on_cancel_);
+  }
+  if (cancelled && on_cancel) on_cancel();
+}
+
+}  // namespace knnd

@@ -1,0 +1,393 @@
+#include "knnd/rpc/shard_front.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "knnd/index/index_sharding.h"
+#include "spdlog/spdlog.h"
+
+namespace knnd {
+
+using knnd::v1::GetIndexInfoResponse;
+
+// ---------------------------------------------------------------------------
+absl::StatusOr<std::unique_ptr<ShardFront>> ShardFront::Create(
+    const Options& options, AdmissionGate* gate, Metrics* metrics,
+    const TokenAuthenticator* auth, CallHold* hold,
+    std::function<void(bool)> serving_changed) {
+  if (options.targets.empty() ||
+      options.targets.size() > static_cast<size_t>(kMaxShards)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard_targets has ", options.targets.size(),
+                     " targets; 1 to ", kMaxShards, " are allowed"));
+  }
+  std::unique_ptr<ShardFront> front(new ShardFront(
+      options, gate, metrics, auth, hold, std::move(serving_changed)));
+  metrics->AddShardTargets(options.targets);
+  for (const std::string& target : options.targets) {
+    auto shard = std::make_unique<Shard>();
+    shard->target = target;
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(
+        options.max_shard_response_bytes, std::numeric_limits<int>::max())));
+    args.SetMaxSendMessageSize(-1);
+    // A target resolving to several replicas of its shard (a headless
+    // Service) spreads calls over all of them.
+    args.SetLoadBalancingPolicyName("round_robin");
+    // One channel per shard of its own, not one shared by equal targets.
+    args.SetInt("knnd.shard_index", static_cast<int>(front->shards_.size()));
+    shard->channel = grpc::CreateCustomChannel(
+        target,
+        options.credentials != nullptr ? options.credentials
+                                       : grpc::InsecureChannelCredentials(),
+        args);
+    shard->stub = knnd::v1::KnnService::NewStub(shard->channel);
+    front->shards_.push_back(std::move(shard));
+  }
+  return front;
+}
+
+struct ShardFront::LiveCalls {
+  absl::Mutex mu;
+  int live ABSL_GUARDED_BY(mu) = 0;
+};
+
+ShardFront::ShardFront(const Options& options, AdmissionGate* gate,
+                       Metrics* metrics, const TokenAuthenticator* auth,
+                       CallHold* hold,
+                       std::function<void(bool)> serving_changed)
+    : options_(options),
+      gate_(gate),
+      metrics_(metrics),
+      auth_(auth),
+      hold_(hold),
+      serving_changed_(std::move(serving_changed)),
+      service_(NewService(this)),
+      live_calls_(std::make_shared<LiveCalls>()),
+      ready_(absl::UnavailableError("the shards have not been polled yet")) {}
+
+ShardFront::~ShardFront() {
+  Stop();
+  absl::MutexLock lock(&live_calls_->mu);
+  live_calls_->mu.Await(absl::Condition(
+      +[](int* live) { return *live == 0; }, &live_calls_->live));
+}
+
+std::shared_ptr<ShardFront::LiveCalls> ShardFront::CallBegun() {
+  absl::MutexLock lock(&live_calls_->mu);
+  ++live_calls_->live;
+  return live_calls_;
+}
+
+void ShardFront::CallEnded(std::shared_ptr<LiveCalls> calls) {
+  absl::MutexLock lock(&calls->mu);
+  --calls->live;
+}
+
+AsyncService* ShardFront::service() { return service_.get(); }
+
+void ShardFront::AddShardToken(grpc::ClientContext& context,
+                               const std::string& token) {
+  if (!token.empty()) {
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+  }
+}
+
+void ShardFront::Start() {
+  if (poller_.joinable()) return;
+  poller_ = std::thread([this] { PollLoop(); });
+}
+
+void ShardFront::Stop() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (poller_.joinable()) poller_.join();
+}
+
+void ShardFront::PollLoop() {
+  do {
+    PollOnce();
+  } while (!stop_.WaitForNotificationWithTimeout(options_.poll_interval));
+}
+
+void ShardFront::PollOnce() {
+  const size_t n = shards_.size();
+  struct Poll {
+    grpc::ClientContext context;
+    GetIndexInfoResponse response;
+    grpc::Status status;
+  };
+  std::vector<Poll> polls(n);
+  // Shared with the callbacks: the last one's unlock runs on a gRPC thread
+  // and may still be inside the mutex when this thread, woken by it,
+  // returns; the count outlives both.
+  struct Done {
+    absl::Mutex mu;
+    size_t count ABSL_GUARDED_BY(mu) = 0;
+    size_t expected = 0;
+  };
+  auto done = std::make_shared<Done>();
+  done->expected = n;
+  const absl::Duration timeout =
+      std::min(std::max(options_.poll_interval, absl::Milliseconds(200)),
+               absl::Seconds(5));
+  for (size_t i = 0; i < n; ++i) {
+    Poll& poll = polls[i];
+    poll.context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    AddShardToken(poll.context, options_.shard_token);
+    shards_[i]->stub->async()->GetIndexInfo(
+        &poll.context, &empty_info_request_, &poll.response,
+        [&poll, done](grpc::Status status) {
+          poll.status = std::move(status);
+          absl::MutexLock lock(&done->mu);
+          ++done->count;
+        });
+  }
+  {
+    absl::MutexLock lock(&done->mu);
+    done->mu.Await(absl::Condition(
+        +[](Done* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu) {
+          return d->count == d->expected;
+        },
+        done.get()));
+  }
+  bool changed = false;
+  bool ready = false;
+  std::string why;
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < n; ++i) {
+      Shard& shard = *shards_[i];
+      if (polls[i].status.ok()) {
+        shard.polled = absl::OkStatus();
+        shard.info = std::move(polls[i].response);
+        shard.serving_version = shard.info.version();
+        if (shard.info.shard().shard_count() > 0) {
+          shard.shard_id = static_cast<int>(shard.info.shard().shard_id());
+        }
+      } else {
+        shard.polled = absl::Status(
+            static_cast<absl::StatusCode>(polls[i].status.error_code()),
+            polls[i].status.error_message());
+      }
+    }
+    UpdateReadiness();
+    for (size_t i = 0; i < n; ++i) {
+      const Shard& shard = *shards_[i];
+      metrics_->SetShardState(
+          static_cast<int>(i),
+          shard.polled.ok() && shard.info.shard().shard_count() == n,
+          shard.polled.ok() ? shard.info.version() : 0);
+    }
+    ready = ready_.ok();
+    why = std::string(ready_.message());
+    changed = ready != announced_ready_;
+    announced_ready_ = ready;
+  }
+  if (changed) {
+    if (ready) {
+      spdlog::info("all {} shards answer, build {}, version {}: SERVING", n,
+                   build_id(), set_version());
+    } else {
+      spdlog::warn("{}", why);
+    }
+    if (serving_changed_) serving_changed_(ready);
+  }
+}
+
+void ShardFront::UpdateReadiness() {
+  const size_t n = shards_.size();
+  std::vector<std::string> problems;
+  std::vector<int> owner(n, -1);
+  const Shard* first = nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    const Shard& shard = *shards_[i];
+    if (!shard.polled.ok()) {
+      problems.push_back(absl::StrCat("target ", shard.target, ": ",
+                                      shard.polled.message()));
+      continue;
+    }
+    const knnd::v1::ShardInfo& info = shard.info.shard();
+    if (info.shard_count() == 0) {
+      problems.push_back(absl::StrCat("target ", shard.target,
+                                      " serves a whole index, not a shard"));
+      continue;
+    }
+    if (info.shard_count() != n) {
+      problems.push_back(absl::StrCat("target ", shard.target, " is shard ",
+                                      info.shard_id(), " of ",
+                                      info.shard_count(), ", not of ", n));
+      continue;
+    }
+    if (owner[info.shard_id()] >= 0) {
+      problems.push_back(absl::StrCat(
+          "targets ", shards_[owner[info.shard_id()]]->target, " and ",
+          shard.target, " both serve shard ", info.shard_id()));
+      continue;
+    }
+    owner[info.shard_id()] = static_cast<int>(i);
+    if (first == nullptr) {
+      first = &shard;
+    } else if (shard.info.dim() != first->info.dim() ||
+               shard.info.metric() != first->info.metric()) {
+      problems.push_back(absl::StrCat(
+          "target ", shard.target, " (dim ", shard.info.dim(), ") and target ",
+          first->target, " (dim ", first->info.dim(),
+          ") are not shards of one index"));
+    }
+  }
+  if (problems.empty()) {
+    // Mid-rollout the shards serve different versions (and builds); what
+    // matters is that every one still has the set's version, serving or
+    // kept, and that those serving it are of one build. The polls' own
+    // versions: answers may have moved serving_version on since.
+    int64_t version = std::numeric_limits<int64_t>::max();
+    for (const auto& shard : shards_) {
+      version = std::min(version, shard->info.version());
+    }
+    const Shard* at_version = nullptr;
+    for (const auto& shard : shards_) {
+      const GetIndexInfoResponse& info = shard->info;
+      const bool kept =
+          std::find(info.retained_versions().begin(),
+                    info.retained_versions().end(),
+                    version) != info.retained_versions().end();
+      if (info.version() != version && !kept) {
+        problems.push_back(absl::StrCat(
+            "target ", shard->target, " serves version ", info.version(),
+            " and no longer has version ", version,
+            ", which other shards serve (keep_previous_versions keeps it "
+            "while the set rolls forward)"));
+      } else if (info.version() == version) {
+        if (at_version == nullptr) {
+          at_version = shard.get();
+        } else if (info.shard().build_id() !=
+                   at_version->info.shard().build_id()) {
+          problems.push_back(absl::StrCat(
+              "targets ", at_version->target, " and ", shard->target,
+              " serve version ", version, " of different builds (",
+              at_version->info.shard().build_id(), ", ",
+              info.shard().build_id(), ")"));
+        }
+      }
+    }
+  }
+  ready_ = problems.empty()
+               ? absl::OkStatus()
+               : absl::UnavailableError(absl::StrCat(
+                     "the shard set is not ready: ",
+                     absl::StrJoin(problems, "; ")));
+}
+
+void ShardFront::NoteServingVersion(size_t shard, int64_t version) {
+  absl::MutexLock lock(&mu_);
+  shards_[shard]->serving_version = version;
+}
+
+int64_t ShardFront::SetVersionLocked() const {
+  int64_t version = std::numeric_limits<int64_t>::max();
+  for (const auto& shard : shards_) {
+    if (shard->serving_version <= 0) return 0;
+    version = std::min(version, shard->serving_version);
+  }
+  return version;
+}
+
+int64_t ShardFront::set_version() const {
+  absl::MutexLock lock(&mu_);
+  return SetVersionLocked();
+}
+
+// A copy of its own, not a shared reference to ready_'s message: the
+// poller replaces ready_ while callers still hold what they were given,
+// and the shared count of an absl::Status lives in uninstrumented abseil.
+absl::Status ShardFront::ready() const {
+  absl::MutexLock lock(&mu_);
+  return absl::Status(ready_.code(), ready_.message());
+}
+
+int ShardFront::dim() const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& shard : shards_) {
+    if (shard->polled.ok()) return static_cast<int>(shard->info.dim());
+  }
+  return 0;
+}
+
+int ShardFront::default_refine_factor() const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& shard : shards_) {
+    if (shard->polled.ok()) {
+      return static_cast<int>(shard->info.default_refine_factor());
+    }
+  }
+  return 0;
+}
+
+std::string ShardFront::build_id() const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& shard : shards_) {
+    if (shard->polled.ok()) return shard->info.shard().build_id();
+  }
+  return "";
+}
+
+bool ShardFront::ShardIdOf(size_t shard, int* id) const {
+  absl::MutexLock lock(&mu_);
+  const Shard& s = *shards_[shard];
+  if (s.shard_id < 0) return false;
+  *id = s.shard_id;
+  return true;
+}
+
+absl::Status ShardFront::SetInfo(GetIndexInfoResponse* response) const {
+  absl::MutexLock lock(&mu_);
+  if (!ready_.ok()) return absl::Status(ready_.code(), ready_.message());
+  const GetIndexInfoResponse* first = nullptr;
+  int64_t ntotal = 0;
+  int64_t file_bytes = 0;
+  int64_t heap_bytes = 0;
+  int64_t end_id = 0;
+  std::vector<std::string> targets;
+  for (const auto& shard : shards_) {
+    const GetIndexInfoResponse& info = shard->info;
+    if (info.shard().shard_id() == 0) first = &info;
+    ntotal += info.ntotal();
+    file_bytes += info.file_bytes();
+    heap_bytes += info.heap_bytes();
+    end_id = std::max(end_id, info.shard().end_id());
+    targets.push_back(shard->target);
+  }
+  *response = *first;
+  response->clear_retained_versions();
+  response->set_ntotal(ntotal);
+  response->set_file_bytes(file_bytes);
+  response->set_heap_bytes(heap_bytes);
+  response->set_path(absl::StrCat("shards: ", absl::StrJoin(targets, ",")));
+  response->set_version(SetVersionLocked());
+  // The limits every shard accepts.
+  for (const auto& shard : shards_) {
+    const GetIndexInfoResponse& info = shard->info;
+    response->set_max_k(std::min(response->max_k(), info.max_k()));
+    response->set_max_nprobe(std::min(response->max_nprobe(), info.max_nprobe()));
+    response->set_max_queries_per_request(std::min(
+        response->max_queries_per_request(), info.max_queries_per_request()));
+    response->set_max_filter_ids(
+        std::min(response->max_filter_ids(), info.max_filter_ids()));
+    response->set_max_refine_factor(
+        std::min(response->max_refine_factor(), info.max_refine_factor()));
+    response->set_max_receive_message_bytes(std::min(
+        response->max_receive_message_bytes(), info.max_receive_message_bytes()));
+    response->set_has_vectors(response->has_vectors() && info.has_vectors());
+  }
+  knnd::v1::ShardInfo* set = response->mutable_shard();
+  set->set_shard_id(0);
+  set->set_shard_count(static_cast<uint32_t>(shards_.size()));
+  set->set_first_id(0);
+  set->set_end_id(end_id);
+  return absl::OkStatus();
+}
+
+}  // namespace knnd

@@ -1,0 +1,178 @@
+// ShardFront: knnd as the front of a sharded index (config shard_targets;
+// docs/sharding.md). It holds no index: every Search goes to every shard,
+// pinned to the newest version all of them serve, within the caller's
+// deadline, and their answers are merged (shard_merge.h) into the answer
+// of the unsharded index. Callers in any language then need no merging of
+// their own: they call the front as they would call one knnd.
+//
+// A poller asks every shard for its GetIndexInfo every poll_interval: the
+// front is ready (serving_changed(true): health SERVING) while every shard
+// answers, from one build, with distinct shard ids covering the set; the
+// answers also teach it each shard's serving version. Searches are taken
+// once any shard has answered a poll, ready or not, so that a caller who
+// allows partial results is served while a shard is down. Search answers teach it too, and
+// a shard that no longer has the pinned version says which it serves
+// (kServingVersionMetadata): the front then retries the call once with the
+// new set version while the deadline allows.
+//
+// Ownership: owns the shards' channels and the poller thread; borrows the
+// gate, metrics, authenticator and hold, which must outlive it.
+// Thread-safety: all methods are safe to call concurrently; Stop() before
+// destruction (the destructor calls it).
+#ifndef KNND_RPC_SHARD_FRONT_H_
+#define KNND_RPC_SHARD_FRONT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "knnd/monitoring/metrics.h"
+#include "knnd/rpc/async_call.h"
+#include "knnd/rpc/call_hold.h"
+#include "knnd/rpc/token_auth.h"
+#include "knnd/serving/admission_gate.h"
+#include "knnd/v1/knn_service.grpc.pb.h"
+
+namespace knnd {
+
+class ShardFront {
+ public:
+  struct Options {
+    // One gRPC target per shard, in any order.
+    std::vector<std::string> targets;
+    // Sent to every shard as "authorization: Bearer <token>"; empty: none.
+    std::string shard_token;
+    // How the front connects to the shards (transport_security.h's
+    // MakeShardChannelCredentials); null: plaintext.
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+    absl::Duration poll_interval = absl::Seconds(1);
+    // The deadline of a call whose caller set none (or one over a day).
+    absl::Duration default_deadline = absl::Seconds(30);
+    int retry_pushback_ms = 50;
+    // Largest answer accepted from one shard.
+    int64_t max_shard_response_bytes = int64_t{256} << 20;
+    absl::Duration slow_request = absl::Milliseconds(250);  // 0: no log
+  };
+
+  // Reads nothing and connects lazily: shards need not be up yet.
+  // INVALID_ARGUMENT for no targets or more than kMaxShards.
+  static absl::StatusOr<std::unique_ptr<ShardFront>> Create(
+      const Options& options, AdmissionGate* gate, Metrics* metrics,
+      const TokenAuthenticator* auth, CallHold* hold,
+      std::function<void(bool)> serving_changed);
+  ~ShardFront();
+
+  // The knnd.v1.KnnService the front serves.
+  AsyncService* service();
+
+  // Starts the poller (the first poll runs at once).
+  void Start();
+  // Stops the poller; waits for a poll in progress.
+  void Stop();
+
+  // Search calls begun and not yet answered; the destructor waits until
+  // there are none.
+  struct LiveCalls;
+  // Bracket every Search call (Call's constructor and its answer). The
+  // call keeps what CallBegun returns and hands it to CallEnded after its
+  // last use of the front: the count is shared, so that its mutex outlives
+  // the end of a call's unlock on a gRPC thread even when the destructor,
+  // woken by that unlock, has already returned.
+  std::shared_ptr<LiveCalls> CallBegun();
+  static void CallEnded(std::shared_ptr<LiveCalls> calls);
+
+  // The set's version: the lowest serving version of the shards (0 while
+  // one is unknown).
+  int64_t set_version() const;
+
+  // The last poll's verdict: OK while every shard answers, from one build,
+  // covering the set; else why not (UNAVAILABLE).
+  absl::Status ready() const;
+
+  // From the last poll: the index's dim and default refine_factor (0 while
+  // no shard answered), the set's build id.
+  int dim() const;
+  int default_refine_factor() const;
+  std::string build_id() const;
+  // The shard id target `shard` last reported; false while unknown.
+  bool ShardIdOf(size_t shard, int* id) const;
+  // GetIndexInfo of the set: shard 0's answer with the counts and sizes
+  // summed, the limits every shard accepts, the set's version, and `shard`
+  // describing the set; UNAVAILABLE (why) while not ready.
+  absl::Status SetInfo(knnd::v1::GetIndexInfoResponse* response) const;
+
+  struct Shard;   // one target's channel and what is known of it
+  class Call;     // one Search: scatter, gather, merge (shard_front_call.cc)
+  class Service;  // the KnnService handlers
+
+ private:
+  ShardFront(const Options& options, AdmissionGate* gate, Metrics* metrics,
+             const TokenAuthenticator* auth, CallHold* hold,
+             std::function<void(bool)> serving_changed);
+
+  // The KnnService handlers (shard_front_call.cc).
+  static std::unique_ptr<AsyncService> NewService(ShardFront* front);
+  // Adds "authorization: Bearer <token>" unless `token` is empty.
+  static void AddShardToken(grpc::ClientContext& context,
+                            const std::string& token);
+
+  void PollLoop();
+  // Asks every shard for its info in parallel, waits for all (each within
+  // the poll interval) and records the verdict.
+  void PollOnce();
+  // Records a shard's serving version (from an answer or a refusal).
+  void NoteServingVersion(size_t shard, int64_t version);
+  // Recomputes ready_ from the shards' last info; under mu_.
+  void UpdateReadiness() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t SetVersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  AdmissionGate* const gate_;
+  Metrics* const metrics_;
+  const TokenAuthenticator* const auth_;
+  CallHold* const hold_;
+  const std::function<void(bool)> serving_changed_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  const knnd::v1::GetIndexInfoRequest empty_info_request_;
+  std::unique_ptr<AsyncService> service_;
+
+  // Calls begun and not yet answered: the destructor waits for them, since
+  // their shards' answers arrive on gRPC's threads, which the server's
+  // shutdown does not wait for.
+  const std::shared_ptr<LiveCalls> live_calls_;
+
+  mutable absl::Mutex mu_;
+  absl::Status ready_ ABSL_GUARDED_BY(mu_);
+  bool announced_ready_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Notification stop_;
+  std::thread poller_;
+};
+
+struct ShardFront::Shard {
+  std::string target;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<knnd::v1::KnnService::Stub> stub;
+  // Guarded by ShardFront::mu_: the last poll's outcome, and the serving
+  // version last heard of (from a poll, an answer or a refusal).
+  absl::Status polled = absl::UnavailableError("not polled yet");
+  knnd::v1::GetIndexInfoResponse info;
+  int64_t serving_version = 0;
+  // The shard id it last reported (-1: never), kept while it is down so
+  // that errors still name it.
+  int shard_id = -1;
+};
+
+}  // namespace knnd
+
+#endif  // KNND_RPC_SHARD_FRONT_H_

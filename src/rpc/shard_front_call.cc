@@ -1,0 +1,379 @@
+// ShardFront's side of a Search (shard_front.h): the call that scatters it
+// to every shard, gathers the answers and merges them, and the
+// KnnService handlers that start it. The front's own state (shards,
+// poller, readiness) is in shard_front.cc.
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "knnd/rpc/knn_service.h"
+#include "knnd/rpc/shard_front.h"
+#include "knnd/rpc/shard_merge.h"
+#include "knnd/rpc/status_util.h"
+#include "spdlog/spdlog.h"
+
+namespace knnd {
+
+using knnd::v1::GetIndexInfoRequest;
+using knnd::v1::GetIndexInfoResponse;
+using knnd::v1::SearchRequest;
+using knnd::v1::SearchResponse;
+
+constexpr char kPushbackMetadata[] = "grpc-retry-pushback-ms";
+
+namespace {
+
+// "shard 2 (10.0.0.3:50051)", or "target T" while its shard id is unknown.
+std::string ShardName(const ShardFront::Shard& shard, bool known, int id) {
+  return known ? absl::StrCat("shard ", id, " (", shard.target, ")")
+               : absl::StrCat("target ", shard.target);
+}
+
+// A trailing metadata value of a finished client call, or "".
+std::string Trailing(const grpc::ClientContext& context, const char* key) {
+  const auto& trailing = context.GetServerTrailingMetadata();
+  auto it = trailing.find(key);
+  if (it == trailing.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// One Search: admitted by the gate, sent to every shard, gathered, merged.
+// Owned by its gRPC call (deleted when the call is).
+class ShardFront::Call final {
+ public:
+  using Unary = UnaryCall<SearchRequest, SearchResponse>;
+
+  Call(ShardFront* front, Unary* call)
+      : front_(front),
+        call_(call),
+        context_(call->context()),
+        request_(&call->request()),
+        response_(call->response()),
+        arrival_(absl::Now()),
+        live_(front_->CallBegun()) {
+    call_->OnDone([this] { delete this; });
+    call_->OnCancel([this] { OnCancel(); });
+  }
+
+  void Begin() {
+    if (absl::Status allowed =
+            front_->auth_->CheckCall(*context_, "/knnd.v1.KnnService/Search");
+        !allowed.ok()) {
+      Answer(allowed);
+      return;
+    }
+    // Not ready() (every shard up as one set): with a shard down a call
+    // that allows partial results is still answered, and any other fails
+    // naming the shard. Only a front that has heard of no shard refuses.
+    if (front_->dim() == 0) {
+      front_->metrics_->RecordRejection(RejectReason::kNotReady);
+      Answer(front_->ready());
+      return;
+    }
+    deadline_ = absl::FromChrono(context_->deadline());
+    if (deadline_ <= arrival_) {
+      front_->metrics_->RecordRejection(RejectReason::kDeadline);
+      Answer(absl::DeadlineExceededError(
+          "the deadline had passed when the request arrived"));
+      return;
+    }
+    if (deadline_ - arrival_ > absl::Hours(24)) {
+      deadline_ = arrival_ + front_->options_.default_deadline;
+    }
+    // The shards get a little less time than the caller, so that a shard
+    // that does not answer in time is known before the caller's deadline,
+    // and the call still ends with the others' merged answer (partial
+    // results) or an error naming that shard.
+    shard_deadline_ =
+        deadline_ - std::clamp((deadline_ - arrival_) / 10,
+                               absl::Milliseconds(2), absl::Milliseconds(100));
+    RejectReason refused = RejectReason::kQueueFull;
+    absl::StatusOr<AdmissionGate::Ticket> ticket = front_->gate_->TryAdmit(
+        EstimateQueries(), EstimateBytes(), &refused);
+    if (!ticket.ok()) {
+      if (absl::IsResourceExhausted(ticket.status())) {
+        context_->AddTrailingMetadata(
+            kPushbackMetadata,
+            std::to_string(front_->options_.retry_pushback_ms));
+      }
+      front_->metrics_->RecordRejection(refused);
+      if (refused == RejectReason::kDraining && front_->hold_ != nullptr &&
+          front_->hold_->Hold(deadline_, [this, status = ticket.status()] {
+            Answer(status);
+          })) {
+        return;
+      }
+      Answer(ticket.status());
+      return;
+    }
+    ticket_ = std::move(*ticket);
+    sub_request_ = *request_;
+    sub_request_.set_return_candidates(true);
+    sub_request_.clear_allow_partial_results();
+    // A caller may pin a version itself (then no retry moves it).
+    caller_pinned_ = request_->index_version() > 0;
+    Scatter(caller_pinned_ ? request_->index_version() : front_->set_version());
+  }
+
+  void OnCancel() {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    for (const auto& sub : subs_) sub->context.TryCancel();
+  }
+
+ private:
+  struct Sub {
+    grpc::ClientContext context;
+    SearchResponse response;
+    grpc::Status status;
+    absl::Time start;
+  };
+
+  // Rows of the request, for the gate (the shards check the request).
+  int64_t EstimateQueries() const {
+    const int64_t dim = std::max<int64_t>(1, front_->dim());
+    const int64_t values =
+        request_->vectors_size() > 0
+            ? request_->vectors_size()
+            : static_cast<int64_t>(request_->vectors_f32le().size() / 4);
+    return std::max<int64_t>(1, values / dim);
+  }
+
+  // The copy of the request sent to the shards and their answers, each up
+  // to refine_factor * k entries of 16 bytes (id, two distances) per row.
+  int64_t EstimateBytes() const {
+    const int64_t k = std::max(1, request_->k());
+    const int64_t refine = std::max<int64_t>(
+        1, request_->has_refine_factor() ? request_->refine_factor()
+                                         : front_->default_refine_factor());
+    return static_cast<int64_t>(request_->ByteSizeLong()) +
+           static_cast<int64_t>(front_->shards_.size()) * EstimateQueries() *
+               k * refine * 16;
+  }
+
+  // Sends the request to every shard, pinned to `version` (0: unpinned).
+  void Scatter(int64_t version) {
+    ++attempts_;
+    pinned_ = version;
+    if (version > 0) {
+      sub_request_.set_index_version(version);
+    } else {
+      sub_request_.clear_index_version();
+    }
+    const size_t n = front_->shards_.size();
+    std::vector<Sub*> started;
+    {
+      absl::MutexLock lock(&mu_);
+      subs_.clear();
+      for (size_t i = 0; i < n; ++i) subs_.push_back(std::make_unique<Sub>());
+      remaining_.store(static_cast<int>(n), std::memory_order_relaxed);
+      for (size_t i = 0; i < n; ++i) {
+        Sub* sub = subs_[i].get();
+        sub->context.set_deadline(absl::ToChronoTime(shard_deadline_));
+        AddShardToken(sub->context, front_->options_.shard_token);
+        if (cancelled_) sub->context.TryCancel();
+        started.push_back(sub);
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      Sub* sub = started[i];
+      sub->start = absl::Now();
+      front_->shards_[i]->stub->async()->Search(
+          &sub->context, &sub_request_, &sub->response,
+          [this, sub, i](grpc::Status status) {
+            front_->metrics_->RecordShardCall(
+                static_cast<int>(i),
+                static_cast<absl::StatusCode>(status.error_code()),
+                absl::Now() - sub->start);
+            sub->status = std::move(status);
+            if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+              Gather();
+            }
+          });
+    }
+  }
+
+  // Every shard has answered or failed: learn versions, retry once when
+  // the set's version moved, else merge or fail.
+  void Gather() {
+    const size_t n = front_->shards_.size();
+    bool refused_version = false;
+    std::vector<ShardAnswer> answers;
+    std::vector<size_t> failed;
+    for (size_t i = 0; i < n; ++i) {
+      const Sub& sub = *subs_[i];
+      if (sub.status.ok()) {
+        front_->NoteServingVersion(i, sub.response.serving_version());
+        answers.push_back({&sub.response, front_->shards_[i]->target});
+        continue;
+      }
+      failed.push_back(i);
+      int64_t serving = 0;
+      if (sub.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+          absl::SimpleAtoi(Trailing(sub.context, kServingVersionMetadata),
+                           &serving) &&
+          serving > 0) {
+        front_->NoteServingVersion(i, serving);
+        refused_version = true;
+      }
+    }
+    const bool mixed =
+        std::any_of(answers.begin(), answers.end(), [&](const ShardAnswer& a) {
+          return a.response->index_version() !=
+                 answers.front().response->index_version();
+        });
+    if ((refused_version || mixed) && !caller_pinned_ && attempts_ < 2 &&
+        absl::Now() < shard_deadline_) {
+      const int64_t version = front_->set_version();
+      if (version != pinned_ || mixed) {
+        Scatter(version);
+        return;
+      }
+    }
+    if (!failed.empty() &&
+        (!request_->allow_partial_results() || answers.empty())) {
+      Answer(FailureStatus(failed));
+      return;
+    }
+    if (absl::Status s =
+            CheckShardAnswers(answers, static_cast<int>(n), request_->k());
+        !s.ok()) {
+      Answer(s);
+      return;
+    }
+    MergeShardAnswers(answers, request_->k(), response_);
+    std::vector<bool> present(n, false);
+    for (const ShardAnswer& a : answers) present[a.response->shard().shard_id()] = true;
+    for (size_t id = 0; id < n; ++id) {
+      if (!present[id]) response_->add_missing_shards(static_cast<uint32_t>(id));
+    }
+    Answer(absl::OkStatus());
+  }
+
+  // The call's status when shards failed: the first failure's code, a
+  // message naming every failed shard; RESOURCE_EXHAUSTED carries the
+  // largest pushback a shard asked for.
+  absl::Status FailureStatus(const std::vector<size_t>& failed) {
+    std::vector<std::string> parts;
+    int64_t pushback = -1;
+    for (size_t i : failed) {
+      const Sub& sub = *subs_[i];
+      const Shard& shard = *front_->shards_[i];
+      int id = 0;
+      const bool known = front_->ShardIdOf(i, &id);
+      parts.push_back(absl::StrCat(ShardName(shard, known, id), ": ",
+                                   sub.status.error_message()));
+      int64_t ms = 0;
+      if (sub.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+          absl::SimpleAtoi(Trailing(sub.context, kPushbackMetadata), &ms)) {
+        pushback = std::max(pushback, ms);
+      }
+    }
+    const grpc::Status& first = subs_[failed.front()]->status;
+    if (first.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      context_->AddTrailingMetadata(
+          kPushbackMetadata,
+          std::to_string(pushback >= 0 ? pushback
+                                       : front_->options_.retry_pushback_ms));
+    }
+    return absl::Status(
+        static_cast<absl::StatusCode>(first.error_code()),
+        absl::StrCat(failed.size(), " of ", front_->shards_.size(),
+                     " shards failed: ", absl::StrJoin(parts, "; ")));
+  }
+
+  // Finishes the call; the last use of `this` (the call's end deletes it).
+  void Answer(const absl::Status& status) {
+    const absl::Duration total = absl::Now() - arrival_;
+    front_->metrics_->RecordRpc(Metrics::Rpc::kSearch, status.code(), total);
+    if (!status.ok() && spdlog::should_log(spdlog::level::debug)) {
+      spdlog::debug("Search from {} failed: {}", context_->peer(),
+                    status.ToString());
+    } else if (status.ok() &&
+               front_->options_.slow_request > absl::ZeroDuration() &&
+               total > front_->options_.slow_request) {
+      spdlog::warn("slow Search from {} over {} shards: {} ({} attempts)",
+                   context_->peer(), front_->shards_.size(),
+                   absl::FormatDuration(total), attempts_);
+    }
+    ticket_.Release();
+    std::shared_ptr<LiveCalls> live = std::move(live_);
+    call_->Finish(ToGrpcStatus(status));
+    // `this` may be gone now; the front stays until every call has ended.
+    CallEnded(std::move(live));
+  }
+
+  ShardFront* const front_;
+  Unary* const call_;
+  grpc::ServerContext* const context_;
+  const SearchRequest* const request_;
+  SearchResponse* const response_;
+  const absl::Time arrival_;
+  std::shared_ptr<LiveCalls> live_;
+  absl::Time deadline_;
+  absl::Time shard_deadline_;
+  AdmissionGate::Ticket ticket_;
+  SearchRequest sub_request_;
+  int attempts_ = 0;
+  int64_t pinned_ = 0;
+  bool caller_pinned_ = false;
+  std::atomic<int> remaining_{0};
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<Sub>> subs_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// ---------------------------------------------------------------------------
+class ShardFront::Service final : public AsyncService {
+ public:
+  using Async = knnd::v1::KnnService::AsyncService;
+  using InfoCall = UnaryCall<GetIndexInfoRequest, GetIndexInfoResponse>;
+
+  explicit Service(ShardFront* front)
+      : front_(front),
+        search_(&service_, &Async::RequestSearch,
+                [front](Call::Unary* call) { (new Call(front, call))->Begin(); }),
+        info_(&service_, &Async::RequestGetIndexInfo,
+              [this](InfoCall* call) { GetIndexInfo(call); }) {}
+
+  grpc::Service* grpc_service() override { return &service_; }
+  void Listen(const ServingQueue& queue) override {
+    search_.Listen(queue, 4);
+    info_.Listen(queue);
+  }
+
+ private:
+  void GetIndexInfo(InfoCall* call) {
+    // Counted as a live call too: the front's state it reads stays until
+    // the call has ended.
+    std::shared_ptr<LiveCalls> live = front_->CallBegun();
+    const absl::Time arrival = absl::Now();
+    absl::Status status = front_->auth_->CheckCall(
+        *call->context(), "/knnd.v1.KnnService/GetIndexInfo");
+    if (status.ok()) status = front_->SetInfo(call->response());
+    front_->metrics_->RecordRpc(Metrics::Rpc::kGetIndexInfo, status.code(),
+                                absl::Now() - arrival);
+    call->Finish(ToGrpcStatus(status));
+    CallEnded(std::move(live));
+  }
+
+  ShardFront* const front_;
+  Async service_;
+  UnaryMethod<Async, SearchRequest, SearchResponse> search_;
+  UnaryMethod<Async, GetIndexInfoRequest, GetIndexInfoResponse> info_;
+};
+
+std::unique_ptr<AsyncService> ShardFront::NewService(ShardFront* front) {
+  return std::make_unique<Service>(front);
+}
+
+}  // namespace knnd

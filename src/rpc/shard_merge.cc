@@ -1,0 +1,196 @@
+#include "knnd/rpc/shard_merge.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace knnd {
+namespace {
+
+using knnd::v1::SearchResponse;
+
+// "shard 1 (10.0.0.2:50051)".
+std::string Name(const ShardAnswer& a) {
+  return absl::StrCat("shard ", a.response->shard().shard_id(), " (",
+                      a.target, ")");
+}
+
+// The targets and values of a field that differs between answers.
+template <typename Get>
+absl::Status Disagree(const std::vector<ShardAnswer>& answers,
+                      const char* field, Get get) {
+  std::vector<std::string> parts;
+  for (const ShardAnswer& a : answers) {
+    parts.push_back(absl::StrCat(Name(a), ": ", get(*a.response)));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("the shards' answers disagree on ", field,
+                   ", so they cannot be merged: ", absl::StrJoin(parts, "; ")));
+}
+
+// One candidate of one query: (PQ estimate, exact distance, id); without
+// re-ranking both distances are the answer's.
+struct Entry {
+  float approx;
+  float exact;
+  int64_t id;
+};
+
+}  // namespace
+
+absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
+                               int shard_count, int k) {
+  if (answers.empty()) {
+    return absl::FailedPreconditionError("no shard answered");
+  }
+  for (const ShardAnswer& a : answers) {
+    if (!a.response->has_shard() || a.response->shard().shard_count() == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "target ", a.target,
+          " serves a whole index, not a shard (its sidecar has no "
+          "shard_count); give knnd --shard_targets the shards of one split "
+          "(knnctl build --shards, knnctl shard)"));
+    }
+  }
+  const SearchResponse& first = *answers.front().response;
+  auto differ = [&](auto get) {
+    return std::any_of(answers.begin(), answers.end(),
+                       [&](const ShardAnswer& a) {
+                         return get(*a.response) != get(first);
+                       });
+  };
+  auto build = [](const SearchResponse& r) { return r.shard().build_id(); };
+  if (differ(build)) return Disagree(answers, "build_id", build);
+  auto count = [](const SearchResponse& r) { return r.shard().shard_count(); };
+  if (differ(count) || first.shard().shard_count() !=
+                           static_cast<uint32_t>(shard_count)) {
+    return Disagree(answers,
+                    absl::StrCat("shard_count (", shard_count,
+                                 " targets are configured)")
+                        .c_str(),
+                    count);
+  }
+  std::vector<bool> seen(static_cast<size_t>(shard_count), false);
+  for (const ShardAnswer& a : answers) {
+    const uint32_t id = a.response->shard().shard_id();
+    if (id >= static_cast<uint32_t>(shard_count) || seen[id]) {
+      return Disagree(answers, "shard_id (each shard must appear once)",
+                      [](const SearchResponse& r) {
+                        return r.shard().shard_id();
+                      });
+    }
+    seen[id] = true;
+  }
+  auto version = [](const SearchResponse& r) { return r.index_version(); };
+  if (differ(version)) return Disagree(answers, "index_version", version);
+  auto metric = [](const SearchResponse& r) {
+    return knnd::v1::Metric_Name(r.metric());
+  };
+  if (differ(metric)) return Disagree(answers, "metric", metric);
+  auto queries = [](const SearchResponse& r) { return r.num_queries(); };
+  if (differ(queries)) return Disagree(answers, "num_queries", queries);
+  auto nprobe = [](const SearchResponse& r) { return r.nprobe(); };
+  if (differ(nprobe)) return Disagree(answers, "nprobe", nprobe);
+  auto refine_of = [](const SearchResponse& r) { return r.refine_factor(); };
+  if (differ(refine_of)) return Disagree(answers, "refine_factor", refine_of);
+  const int refine = static_cast<int>(first.refine_factor());
+  const int width = refine > 0 ? refine * k : k;
+  for (const ShardAnswer& a : answers) {
+    const SearchResponse& r = *a.response;
+    const int64_t n = static_cast<int64_t>(r.num_queries()) * width;
+    const bool sizes =
+        r.k() == width && r.ids_size() == n && r.distances_size() == n &&
+        r.approx_distances_size() == (refine > 0 ? n : 0);
+    if (!sizes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Name(a), " answered ", r.ids_size(), " ids, ", r.distances_size(),
+          " distances and ", r.approx_distances_size(), " estimates of width ",
+          r.k(), " for ", r.num_queries(), " queries; a shard answers ", width,
+          " per query", refine > 0 ? " with their estimates" : "",
+          " (k ", k, ", refine_factor ", refine, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
+                       SearchResponse* merged) {
+  const SearchResponse& first = *answers.front().response;
+  const bool ascending = first.metric() == knnd::v1::METRIC_L2;
+  const float pad = ascending ? std::numeric_limits<float>::infinity()
+                              : -std::numeric_limits<float>::infinity();
+  const int refine = static_cast<int>(first.refine_factor());
+  // With re-ranking every shard sent its refine * k candidates with both
+  // distances (CheckShardAnswers made sure).
+  const bool candidates = refine > 0;
+  const int64_t num_queries = first.num_queries();
+  merged->set_num_queries(first.num_queries());
+  merged->set_k(k);
+  merged->set_index_version(first.index_version());
+  int64_t serving = first.serving_version();
+  for (const ShardAnswer& a : answers) {
+    serving = std::min(serving, a.response->serving_version());
+  }
+  merged->set_serving_version(serving);
+  merged->set_metric(first.metric());
+  merged->set_nprobe(first.nprobe());
+  merged->set_refine_factor(first.refine_factor());
+  merged->mutable_ids()->Resize(static_cast<int>(num_queries * k), -1);
+  merged->mutable_distances()->Resize(static_cast<int>(num_queries * k), pad);
+  int64_t* out_ids = merged->mutable_ids()->mutable_data();
+  float* out_distances = merged->mutable_distances()->mutable_data();
+
+  auto better = [ascending](float a, float b) {
+    return ascending ? a < b : a > b;
+  };
+  auto by_approx = [&better](const Entry& a, const Entry& b) {
+    if (a.approx != b.approx) return better(a.approx, b.approx);
+    return a.id < b.id;
+  };
+  auto by_exact = [&better](const Entry& a, const Entry& b) {
+    if (a.exact != b.exact) return better(a.exact, b.exact);
+    return a.id < b.id;
+  };
+  std::vector<Entry> entries;
+  for (int64_t q = 0; q < num_queries; ++q) {
+    entries.clear();
+    for (const ShardAnswer& a : answers) {
+      const SearchResponse& r = *a.response;
+      const int width = r.k();
+      for (int j = 0; j < width; ++j) {
+        const int64_t at = q * width + j;
+        const int64_t id = r.ids(static_cast<int>(at));
+        if (id < 0) continue;
+        const float exact = r.distances(static_cast<int>(at));
+        entries.push_back(Entry{
+            candidates ? r.approx_distances(static_cast<int>(at)) : exact,
+            exact, id});
+      }
+    }
+    size_t keep;
+    if (candidates) {
+      // The unsharded index's candidates, then its re-ranking.
+      const size_t kc = std::min(entries.size(),
+                                 static_cast<size_t>(refine) * k);
+      std::partial_sort(entries.begin(), entries.begin() + kc, entries.end(),
+                        by_approx);
+      entries.resize(kc);
+      keep = std::min(kc, static_cast<size_t>(k));
+      std::partial_sort(entries.begin(), entries.begin() + keep,
+                        entries.end(), by_exact);
+    } else {
+      keep = std::min(entries.size(), static_cast<size_t>(k));
+      std::partial_sort(entries.begin(), entries.begin() + keep,
+                        entries.end(), by_exact);
+    }
+    for (size_t j = 0; j < keep; ++j) {
+      out_ids[q * k + j] = entries[j].id;
+      out_distances[q * k + j] = entries[j].exact;
+    }
+  }
+}
+
+}  // namespace knnd

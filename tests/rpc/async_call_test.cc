@@ -1,0 +1,195 @@
+// UnaryMethod / UnaryCall / CompletionQueueThreads (rpc/async_call.h) on a
+// loopback listener: answers from another thread, errors, cancellation
+// reaching the handler, every call deleted, and a listener closed with
+// calls still posted and one still open.
+#include "knnd/rpc/async_call.h"
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "knnd/rpc/listener.h"
+#include "testing/test_util.h"
+#include "knnd/v1/knn_service.grpc.pb.h"
+
+namespace knnd {
+namespace {
+
+using knnd::v1::GetIndexInfoRequest;
+using knnd::v1::GetIndexInfoResponse;
+using Async = knnd::v1::KnnService::AsyncService;
+using InfoCall = UnaryCall<GetIndexInfoRequest, GetIndexInfoResponse>;
+
+// GetIndexInfo served by a handler the test sets: it may answer at once,
+// or keep the call for the test to finish.
+class TestService final : public AsyncService {
+ public:
+  explicit TestService(std::function<void(InfoCall*)> handler)
+      : method_(&service_, &Async::RequestGetIndexInfo, std::move(handler)) {}
+  grpc::Service* grpc_service() override { return &service_; }
+  void Listen(const ServingQueue& queue) override {
+    method_.Listen(queue, 2);
+  }
+
+ private:
+  Async service_;
+  UnaryMethod<Async, GetIndexInfoRequest, GetIndexInfoResponse> method_;
+};
+
+struct Served {
+  explicit Served(std::function<void(InfoCall*)> handler, int queues = 2)
+      : service(std::move(handler)) {
+    absl::StatusOr<Listener> built =
+        knnd::testing::ServeOnLoopback(&service, queues);
+    EXPECT_TRUE(built.ok()) << built.status();
+    stub = knnd::v1::KnnService::NewStub(knnd::testing::FreshChannel(
+        "127.0.0.1:" + std::to_string(built->port)));
+    listener = std::move(*built);
+  }
+
+  grpc::Status Call(GetIndexInfoResponse* response,
+                    grpc::ClientContext* context = nullptr) {
+    grpc::ClientContext own;
+    if (context == nullptr) context = &own;
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(20));
+    return stub->GetIndexInfo(context, GetIndexInfoRequest(), response);
+  }
+
+  TestService service;
+  Listener listener;
+  std::unique_ptr<knnd::v1::KnnService::Stub> stub;
+};
+
+TEST(AsyncCall, AnswersFromTheHandlerThreadAndFromAnother) {
+  std::atomic<int> calls{0};
+  std::vector<std::thread> finishers;
+  absl::Mutex mu;
+  Served served([&](InfoCall* call) {
+    const int n = calls.fetch_add(1);
+    call->response()->set_dim(static_cast<uint32_t>(100 + n));
+    if (n % 2 == 0) {
+      call->Finish(grpc::Status::OK);  // on the queue's thread
+      return;
+    }
+    absl::MutexLock lock(&mu);
+    finishers.emplace_back([call] { call->Finish(grpc::Status::OK); });
+  });
+  std::vector<uint32_t> dims;
+  for (int i = 0; i < 6; ++i) {
+    GetIndexInfoResponse response;
+    const grpc::Status status = served.Call(&response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    dims.push_back(response.dim());
+  }
+  EXPECT_EQ(dims, (std::vector<uint32_t>{100, 101, 102, 103, 104, 105}));
+  served.listener.Close(absl::Now() + absl::Seconds(5));
+  for (std::thread& t : finishers) t.join();
+}
+
+TEST(AsyncCall, AnErrorStatusReachesTheClientWithoutTheResponse) {
+  Served served([](InfoCall* call) {
+    call->response()->set_dim(7);  // not sent with an error
+    call->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                              "index_version=3 is not loaded"));
+  });
+  GetIndexInfoResponse response;
+  const grpc::Status status = served.Call(&response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(status.error_message(), "index_version=3 is not loaded");
+  EXPECT_EQ(response.dim(), 0u);
+}
+
+// A client that cancels: the handler's OnCancel runs, cancelled() turns
+// true, and once the handler finishes the call is deleted (OnDone).
+TEST(AsyncCall, CancellationReachesTheHandlerAndTheCallIsDeleted) {
+  absl::Notification received, cancel_seen, deleted;
+  std::atomic<InfoCall*> held{nullptr};
+  Served served([&](InfoCall* call) {
+    call->OnDone([&] { deleted.Notify(); });
+    call->OnCancel([&] { cancel_seen.Notify(); });
+    held = call;
+    received.Notify();
+  });
+  grpc::ClientContext context;
+  std::thread client([&] {
+    GetIndexInfoResponse response;
+    EXPECT_EQ(served.Call(&response, &context).error_code(),
+              grpc::StatusCode::CANCELLED);
+  });
+  ASSERT_TRUE(received.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_FALSE(held.load()->cancelled());
+  EXPECT_FALSE(deleted.HasBeenNotified());
+  context.TryCancel();
+  ASSERT_TRUE(cancel_seen.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_TRUE(held.load()->cancelled());
+  EXPECT_FALSE(deleted.HasBeenNotified());  // not before its Finish
+  held.load()->Finish(grpc::Status::OK);
+  EXPECT_TRUE(deleted.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  client.join();
+}
+
+// A handler that sets OnCancel after the cancellation arrived has it run
+// at once.
+TEST(AsyncCall, OnCancelSetLateRunsAtOnce) {
+  absl::Notification received, deleted;
+  std::atomic<InfoCall*> held{nullptr};
+  Served served([&](InfoCall* call) {
+    call->OnDone([&] { deleted.Notify(); });
+    held = call;
+    received.Notify();
+  });
+  grpc::ClientContext context;
+  std::thread client([&] {
+    GetIndexInfoResponse response;
+    served.Call(&response, &context);
+  });
+  ASSERT_TRUE(received.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  context.TryCancel();
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (!held.load()->cancelled() && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(held.load()->cancelled());
+  bool ran = false;
+  held.load()->OnCancel([&] { ran = true; });
+  EXPECT_TRUE(ran);
+  held.load()->Finish(grpc::Status::OK);
+  EXPECT_TRUE(deleted.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  client.join();
+}
+
+// Closing with a call still open: gRPC cancels it at the deadline, the
+// handler's Finish (after that) still ends it, and Close returns with
+// every posted request given back.
+TEST(AsyncCall, CloseCancelsAnOpenCallAndReturnsOnceItIsFinished) {
+  absl::Notification received, deleted;
+  std::atomic<InfoCall*> held{nullptr};
+  auto served = std::make_unique<Served>([&](InfoCall* call) {
+    call->OnDone([&] { deleted.Notify(); });
+    call->OnCancel([call] { call->Finish(grpc::Status::CANCELLED); });
+    held = call;
+    received.Notify();
+  });
+  std::thread client([&] {
+    GetIndexInfoResponse response;
+    EXPECT_FALSE(served->Call(&response).ok());
+  });
+  ASSERT_TRUE(received.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  served->listener.Close(absl::Now() + absl::Milliseconds(100));
+  EXPECT_TRUE(deleted.HasBeenNotified());
+  EXPECT_FALSE(served->listener.open());
+  client.join();
+}
+
+}  // namespace
+}  // namespace knnd

@@ -1,0 +1,384 @@
+// knnd as the front of a sharded index, end to end in one process: an
+// index split with ShardIndexFile (knnctl shard's work), one Server per
+// shard, a front Server with shard_targets, and the unsharded index served
+// beside them as the reference (docs/sharding.md).
+#include "knnd/rpc/shard_front.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "knnd/config/config.h"
+#include "knnd/index/index_builder.h"
+#include "knnd/lifecycle/index_source.h"
+#include "knnd/storage/vectors_file.h"
+#include "testing/scrape_util.h"
+#include "testing/test_util.h"
+
+namespace knnd {
+namespace {
+
+using ::testing::HasSubstr;
+using knnd::testing::BuildIndex;
+using knnd::testing::BuildSpec;
+using knnd::testing::CallSearch;
+using knnd::testing::MakeData;
+using knnd::testing::MakeSearchRequest;
+using knnd::testing::RunningServer;
+using knnd::testing::StartServer;
+using knnd::testing::TempDir;
+using knnd::testing::TestConfig;
+using knnd::v1::SearchRequest;
+using knnd::v1::SearchResponse;
+
+constexpr int kShards = 3;
+constexpr int kDim = 32;
+
+BuildSpec Spec(uint32_t seed) {
+  BuildSpec spec;
+  spec.n = 3000;
+  spec.d = kDim;
+  spec.seed = seed;
+  // 32 sub-quantizers: codes of sub-quantizers 16 and up are repacked too.
+  spec.factory = "IVF32,PQ32x4fs";
+  spec.vectors = VectorsDtype::kFloat32;
+  return spec;
+}
+
+// The front's config over `targets`, polling every 100 ms.
+knnd::v1::ServerConfig FrontConfig(const std::vector<std::string>& targets) {
+  knnd::v1::ServerConfig config = TestConfig("");
+  config.clear_index_path();
+  for (const std::string& t : targets) config.add_shard_targets(t);
+  config.set_shard_poll_interval_ms(100);
+  config.set_admin_listen_address("");
+  return config;
+}
+
+// Waits (at most 20 s) until `front` reports the shard set ready.
+bool WaitReady(const RunningServer& front) {
+  const absl::Time end = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < end) {
+    grpc::ClientContext context;
+    knnd::v1::GetIndexInfoResponse info;
+    if (front.stub->GetIndexInfo(&context, {}, &info).ok()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+// Equal answers up to the order of equal distances: every distance equal,
+// and per query the ids at each distance the same, except at the row's
+// last distance, where the k-th place may take any of a tie.
+void ExpectSameAnswers(const SearchResponse& merged, const SearchResponse& whole,
+                       const std::string& what) {
+  ASSERT_EQ(merged.num_queries(), whole.num_queries()) << what;
+  ASSERT_EQ(merged.k(), whole.k()) << what;
+  ASSERT_EQ(merged.ids_size(), whole.ids_size()) << what;
+  const int k = whole.k();
+  int differing = 0;
+  for (uint32_t q = 0; q < whole.num_queries(); ++q) {
+    std::map<float, std::set<int64_t>> a;
+    std::map<float, std::set<int64_t>> b;
+    const float last = whole.distances(q * k + k - 1);
+    for (int j = 0; j < k; ++j) {
+      const int at = static_cast<int>(q * k + j);
+      EXPECT_EQ(merged.distances(at), whole.distances(at))
+          << what << ": query " << q << " rank " << j;
+      if (whole.distances(at) != last) {
+        a[merged.distances(at)].insert(merged.ids(at));
+        b[whole.distances(at)].insert(whole.ids(at));
+      }
+      differing += merged.ids(at) != whole.ids(at);
+    }
+    EXPECT_EQ(a, b) << what << ": query " << q;
+  }
+  // Ties reorder a few, never most.
+  EXPECT_LT(differing, merged.ids_size() / 10 + 1) << what;
+}
+
+class ShardFrontTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    index_ = tmp_->path("index.faiss");
+    base_ = new std::vector<float>(BuildIndex(index_, Spec(7)));
+    absl::StatusOr<std::vector<ShardSpec>> plan =
+        ShardIndexFile(index_, kShards, index_, "test");
+    ASSERT_TRUE(plan.ok()) << plan.status();
+  }
+  static void TearDownTestSuite() {
+    delete base_;
+    delete tmp_;
+  }
+
+  void SetUp() override {
+    whole_ = StartServer(TestConfig(index_));
+    for (int s = 0; s < kShards; ++s) {
+      shards_.push_back(StartServer(TestConfig(ShardPath(index_, s, kShards))));
+    }
+    // In another order than the shard ids: the front learns them.
+    front_ = StartServer(FrontConfig(
+        {shards_[2].address, shards_[0].address, shards_[1].address}));
+    ASSERT_TRUE(WaitReady(front_));
+  }
+
+  // The same search through the front and through the unsharded server.
+  void Compare(const SearchRequest& request, const std::string& what) {
+    SearchResponse merged;
+    SearchResponse whole;
+    grpc::Status a = CallSearch(*front_.stub, request, &merged);
+    grpc::Status b = CallSearch(*whole_.stub, request, &whole);
+    ASSERT_TRUE(a.ok()) << what << ": " << a.error_message();
+    ASSERT_TRUE(b.ok()) << what << ": " << b.error_message();
+    EXPECT_EQ(merged.refine_factor(), whole.refine_factor()) << what;
+    EXPECT_EQ(merged.nprobe(), whole.nprobe()) << what;
+    EXPECT_TRUE(merged.missing_shards().empty()) << what;
+    EXPECT_EQ(merged.approx_distances_size(), 0) << what;
+    ExpectSameAnswers(merged, whole, what);
+  }
+
+  static TempDir* tmp_;
+  static std::string index_;
+  static std::vector<float>* base_;
+  RunningServer whole_;
+  std::vector<RunningServer> shards_;
+  RunningServer front_;
+};
+
+TempDir* ShardFrontTest::tmp_ = nullptr;
+std::string ShardFrontTest::index_;
+std::vector<float>* ShardFrontTest::base_ = nullptr;
+
+TEST_F(ShardFrontTest, MergedAnswersEqualTheUnshardedIndex) {
+  const std::vector<float> queries = MakeData(100, kDim, 99);
+  const std::vector<float> one(queries.begin(), queries.begin() + kDim);
+  for (const std::vector<float>* q : {&one, &queries}) {
+    for (int refine : {0, 3}) {
+      for (bool filter : {false, true}) {
+        SearchRequest request = MakeSearchRequest(*q, 10);
+        request.set_nprobe(4);
+        request.set_refine_factor(static_cast<uint32_t>(refine));
+        if (filter) {
+          // Every third id, across all shards' ranges.
+          for (int64_t id = 0; id < 3000; id += 3) request.add_allowed_ids(id);
+        }
+        Compare(request, absl::StrCat(q->size() / kDim, " queries, refine ",
+                                      refine, filter ? ", filtered" : ""));
+      }
+    }
+  }
+}
+
+TEST_F(ShardFrontTest, ShardsSayWhichPartTheyHoldAndTheFrontDescribesTheSet) {
+  std::set<int64_t> firsts;
+  std::string build;
+  for (int s = 0; s < kShards; ++s) {
+    SearchResponse response;
+    ASSERT_TRUE(CallSearch(*shards_[s].stub,
+                           MakeSearchRequest(MakeData(1, kDim, 3), 5),
+                           &response)
+                    .ok());
+    EXPECT_EQ(response.shard().shard_id(), static_cast<uint32_t>(s));
+    EXPECT_EQ(response.shard().shard_count(), static_cast<uint32_t>(kShards));
+    EXPECT_EQ(response.shard().first_id(), s * 3000 / kShards);
+    EXPECT_EQ(response.shard().end_id(), (s + 1) * 3000 / kShards);
+    EXPECT_EQ(response.serving_version(), response.index_version());
+    for (int64_t id : response.ids()) {
+      EXPECT_GE(id, response.shard().first_id());
+      EXPECT_LT(id, response.shard().end_id());
+    }
+    if (s == 0) build = response.shard().build_id();
+    EXPECT_EQ(response.shard().build_id(), build);
+    EXPECT_FALSE(build.empty());
+  }
+  grpc::ClientContext context;
+  knnd::v1::GetIndexInfoResponse info;
+  ASSERT_TRUE(front_.stub->GetIndexInfo(&context, {}, &info).ok());
+  EXPECT_EQ(info.ntotal(), 3000);
+  EXPECT_EQ(info.dim(), static_cast<uint32_t>(kDim));
+  EXPECT_EQ(info.shard().shard_count(), static_cast<uint32_t>(kShards));
+  EXPECT_EQ(info.shard().build_id(), build);
+  EXPECT_TRUE(info.has_vectors());
+  EXPECT_THAT(info.path(), HasSubstr(shards_[1].address));
+}
+
+TEST_F(ShardFrontTest, AShardDownFailsTheCallOrGivesPartialResultsNamingIt) {
+  shards_[1].server.reset();  // shard 1 stops answering
+  SearchRequest request = MakeSearchRequest(MakeData(4, kDim, 5), 10);
+  SearchResponse response;
+  grpc::Status failed = CallSearch(*front_.stub, request, &response);
+  EXPECT_EQ(failed.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(failed.error_message(), HasSubstr("1 of 3 shards failed"));
+  EXPECT_THAT(failed.error_message(),
+              HasSubstr(absl::StrCat("shard 1 (", shards_[1].address, ")")));
+
+  request.set_allow_partial_results(true);
+  grpc::Status partial = CallSearch(*front_.stub, request, &response);
+  ASSERT_TRUE(partial.ok()) << partial.error_message();
+  EXPECT_THAT(response.missing_shards(), ::testing::ElementsAre(1u));
+  for (int64_t id : response.ids()) {
+    EXPECT_TRUE(id < 1000 || id >= 2000) << id;  // shard 1 held [1000, 2000)
+  }
+  // The front's metrics name the shard that fails and the ones that answer.
+  absl::SleepFor(absl::Milliseconds(300));  // a poll after the stop
+  const std::vector<knnd::testing::Sample> samples =
+      knnd::testing::Scrape(front_.server->metrics_port());
+  const std::string down = shards_[1].address;
+  const std::string up = shards_[0].address;
+  EXPECT_EQ(knnd::testing::FindSample(samples, "knnd_shard_calls_total",
+                                      {{"target", down}, {"grpc_code", "OK"}}),
+            0.0);
+  EXPECT_EQ(knnd::testing::FindSample(
+                samples, "knnd_shard_calls_total",
+                {{"target", down}, {"grpc_code", "UNAVAILABLE"}}),
+            2.0);
+  EXPECT_EQ(knnd::testing::FindSample(samples, "knnd_shard_calls_total",
+                                      {{"target", up}, {"grpc_code", "OK"}}),
+            2.0);
+  EXPECT_EQ(knnd::testing::FindSample(samples, "knnd_shard_call_seconds_count",
+                                      {{"target", up}}),
+            2.0);
+  EXPECT_EQ(knnd::testing::FindSample(samples, "knnd_shard_up",
+                                      {{"target", down}}),
+            0.0);
+  EXPECT_EQ(knnd::testing::FindSample(samples, "knnd_shard_up",
+                                      {{"target", up}}),
+            1.0);
+  EXPECT_EQ(knnd::testing::FindSample(samples, "knnd_shard_serving_version",
+                                      {{"target", up}}),
+            1.0);
+}
+
+TEST_F(ShardFrontTest, AWholeIndexAmongTheTargetsIsRefused) {
+  RunningServer mixed = StartServer(
+      FrontConfig({whole_.address, shards_[1].address, shards_[2].address}));
+  absl::SleepFor(absl::Milliseconds(500));  // several polls
+  grpc::ClientContext context;
+  knnd::v1::GetIndexInfoResponse info;
+  grpc::Status status = mixed.stub->GetIndexInfo(&context, {}, &info);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr(absl::StrCat("target ", whole_.address,
+                                     " serves a whole index, not a shard")));
+  // Alive (liveness) but not ready (readiness): restarting the front would
+  // not fix its shards.
+  using Health = grpc::health::v1::HealthCheckResponse;
+  EXPECT_EQ(knnd::testing::CheckHealth(mixed.channel, ""), Health::SERVING);
+  EXPECT_EQ(knnd::testing::CheckHealth(mixed.channel, "knnd.v1.KnnService"),
+            Health::NOT_SERVING);
+  EXPECT_EQ(knnd::testing::CheckHealth(front_.channel, "knnd.v1.KnnService"),
+            Health::SERVING);
+  SearchResponse response;
+  grpc::Status search = CallSearch(
+      *mixed.stub, MakeSearchRequest(MakeData(1, kDim, 5), 5), &response);
+  EXPECT_EQ(search.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(search.error_message(), HasSubstr("serves a whole index"));
+}
+
+// Shards swap versions one at a time (each its own versions directory);
+// the front keeps answering from the version all of them have, and serves
+// the new one only when every shard has it: no answer mixes versions.
+TEST(ShardFrontVersions, ANewVersionServesOnlyOnceEveryShardHasIt) {
+  TempDir tmp;
+  // Two builds of different data, each split into shards.
+  const std::string v1 = tmp.path("v1.faiss");
+  const std::string v2 = tmp.path("v2.faiss");
+  BuildIndex(v1, Spec(7));
+  BuildIndex(v2, Spec(8));
+  ASSERT_TRUE(ShardIndexFile(v1, kShards, v1, "test").ok());
+  ASSERT_TRUE(ShardIndexFile(v2, kShards, v2, "test").ok());
+  RunningServer whole1 = StartServer(TestConfig(v1));
+  RunningServer whole2 = StartServer(TestConfig(v2));
+  std::vector<RunningServer> shards;
+  std::vector<std::string> targets;
+  for (int s = 0; s < kShards; ++s) {
+    const std::string dir = tmp.path(absl::StrCat("shard-", s));
+    ASSERT_TRUE(PublishVersion(dir, ShardPath(v1, s, kShards)).ok());
+    knnd::v1::ServerConfig config = TestConfig(dir);
+    config.set_keep_previous_versions(s == 0 ? 1 : 0);
+    shards.push_back(StartServer(config));
+    targets.push_back(shards.back().address);
+  }
+  RunningServer front = StartServer(FrontConfig(targets));
+  ASSERT_TRUE(WaitReady(front));
+  const SearchRequest request = MakeSearchRequest(MakeData(20, kDim, 11), 10);
+  SearchResponse reference1;
+  SearchResponse reference2;
+  ASSERT_TRUE(CallSearch(*whole1.stub, request, &reference1).ok());
+  ASSERT_TRUE(CallSearch(*whole2.stub, request, &reference2).ok());
+  auto search = [&](SearchResponse* response) {
+    *response = SearchResponse();
+    return CallSearch(*front.stub, request, response);
+  };
+  SearchResponse response;
+  ASSERT_TRUE(search(&response).ok());
+  EXPECT_EQ(response.index_version(), 1);
+  ExpectSameAnswers(response, reference1, "version 1");
+
+  // A caller's own pin goes to every shard as it is.
+  SearchRequest pinned = request;
+  pinned.set_index_version(99);
+  SearchResponse refused_pin;
+  grpc::Status bad_pin = CallSearch(*front.stub, pinned, &refused_pin);
+  EXPECT_EQ(bad_pin.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(bad_pin.error_message(), HasSubstr("3 of 3 shards failed"));
+  EXPECT_THAT(bad_pin.error_message(),
+              HasSubstr("index_version=99 is not loaded here"));
+
+  // Shard 0 swaps to version 2 and keeps version 1: still version 1.
+  auto swap = [&](int s) {
+    const std::string dir = tmp.path(absl::StrCat("shard-", s));
+    ASSERT_TRUE(PublishVersion(dir, ShardPath(v2, s, kShards)).ok());
+    ASSERT_TRUE(shards[s].server->index_manager().Reload().ok());
+  };
+  swap(0);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(search(&response).ok());
+    EXPECT_EQ(response.index_version(), 1);
+    ExpectSameAnswers(response, reference1, "version 1 pinned");
+  }
+  // Shard 1 swaps and keeps nothing: the pinned version 1 is gone there, so
+  // calls fail (FAILED_PRECONDITION naming it) rather than mix versions.
+  swap(1);
+  grpc::Status refused = search(&response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("index_version=1 is not loaded here"));
+  // Once every shard serves version 2, the front serves it.
+  swap(2);
+  const absl::Time end = absl::Now() + absl::Seconds(20);
+  grpc::Status status;
+  do {
+    status = search(&response);
+    if (status.ok() && response.index_version() == 2) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  } while (absl::Now() < end);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.index_version(), 2);
+  ExpectSameAnswers(response, reference2, "version 2");
+}
+
+TEST(ShardFrontConfig, RefusesAnIndexBesideShardTargetsAndBadIntervals) {
+  knnd::v1::ServerConfig config = TestConfig("/some/index");
+  config.add_shard_targets("127.0.0.1:1");
+  knnd::testing::ExpectConfigRefused(config, "exclude each other");
+  config.clear_index_path();
+  config.add_shard_targets("");
+  knnd::testing::ExpectConfigRefused(config, "empty target");
+  config.clear_shard_targets();
+  config.add_shard_targets("127.0.0.1:1");
+  config.set_shard_poll_interval_ms(10);
+  knnd::testing::ExpectConfigRefused(config, "shard_poll_interval_ms=10");
+  config.set_shard_poll_interval_ms(100);
+  EXPECT_TRUE(ValidateConfig(config).ok());
+}
+
+}  // namespace
+}  // namespace knnd

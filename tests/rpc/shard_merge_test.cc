@@ -1,0 +1,166 @@
+#include "knnd/rpc/shard_merge.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace knnd {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using knnd::v1::SearchResponse;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// One shard's answer of one query: ids with their (exact) distances and,
+// for candidates, their PQ estimates.
+SearchResponse Answer(int shard_id, int count, std::vector<int64_t> ids,
+                      std::vector<float> distances,
+                      std::vector<float> approx = {},
+                      knnd::v1::Metric metric = knnd::v1::METRIC_L2,
+                      int refine = 0) {
+  SearchResponse r;
+  r.set_num_queries(1);
+  r.set_k(static_cast<int>(ids.size()));
+  r.set_index_version(3);
+  r.set_serving_version(3 + shard_id);
+  r.set_metric(metric);
+  r.set_nprobe(4);
+  r.set_refine_factor(static_cast<uint32_t>(refine));
+  for (int64_t id : ids) r.add_ids(id);
+  for (float d : distances) r.add_distances(d);
+  for (float a : approx) r.add_approx_distances(a);
+  r.mutable_shard()->set_shard_id(static_cast<uint32_t>(shard_id));
+  r.mutable_shard()->set_shard_count(static_cast<uint32_t>(count));
+  r.mutable_shard()->set_build_id("b1");
+  return r;
+}
+
+std::vector<ShardAnswer> Of(const std::vector<SearchResponse>& responses) {
+  std::vector<ShardAnswer> answers;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    answers.push_back({&responses[i], "t" + std::to_string(i)});
+  }
+  return answers;
+}
+
+TEST(MergeShardAnswers, L2TakesTheSmallestAscendingTiesByIdAndPads) {
+  const std::vector<SearchResponse> r = {
+      Answer(0, 2, {7, 3, -1}, {1.0f, 2.0f, kInf}),
+      Answer(1, 2, {2, 9, 11}, {0.5f, 2.0f, 3.0f})};
+  ASSERT_TRUE(CheckShardAnswers(Of(r), 2, 3).ok());
+  SearchResponse merged;
+  MergeShardAnswers(Of(r), 4, &merged);
+  EXPECT_THAT(merged.ids(), ElementsAre(2, 7, 3, 9));
+  EXPECT_THAT(merged.distances(), ElementsAre(0.5f, 1.0f, 2.0f, 2.0f));
+  EXPECT_EQ(merged.k(), 4);
+  EXPECT_EQ(merged.index_version(), 3);
+  EXPECT_EQ(merged.serving_version(), 3);  // the lowest
+
+  SearchResponse padded;
+  MergeShardAnswers(Of(r), 7, &padded);
+  EXPECT_THAT(padded.ids(), ElementsAre(2, 7, 3, 9, 11, -1, -1));
+  EXPECT_EQ(padded.distances(6), kInf);
+}
+
+TEST(MergeShardAnswers, InnerProductTakesTheLargestDescending) {
+  const std::vector<SearchResponse> r = {
+      Answer(0, 2, {1, 2}, {0.9f, 0.1f}, {}, knnd::v1::METRIC_INNER_PRODUCT),
+      Answer(1, 2, {5, -1}, {0.5f, -kInf}, {}, knnd::v1::METRIC_INNER_PRODUCT)};
+  SearchResponse merged;
+  MergeShardAnswers(Of(r), 4, &merged);
+  EXPECT_THAT(merged.ids(), ElementsAre(1, 5, 2, -1));
+  EXPECT_EQ(merged.distances(3), -kInf);
+}
+
+// With re-ranking the merge keeps the refine*k best PQ estimates over all
+// shards (what the unsharded index would re-rank) and then the k best
+// exact distances among them: id 8 has the best exact distance of all but
+// its estimate ranks it outside the unsharded candidates, so it is not
+// returned, as the unsharded index would not return it.
+TEST(MergeShardAnswers, RerankingReranksOnlyTheUnshardedCandidates) {
+  // k = 1, refine = 2: 2 candidates per shard, 2 kept over both.
+  const std::vector<SearchResponse> r = {
+      Answer(0, 2, {4, 8}, {3.0f, 0.1f}, {1.0f, 9.0f}, knnd::v1::METRIC_L2, 2),
+      Answer(1, 2, {6, 5}, {2.0f, 5.0f}, {1.5f, 2.5f}, knnd::v1::METRIC_L2,
+             2)};
+  ASSERT_TRUE(CheckShardAnswers(Of(r), 2, 1).ok());
+  SearchResponse merged;
+  MergeShardAnswers(Of(r), 1, &merged);
+  // Candidates by estimate: 4 (1.0), 6 (1.5); by exact distance 6 (2.0).
+  EXPECT_THAT(merged.ids(), ElementsAre(6));
+  EXPECT_THAT(merged.distances(), ElementsAre(2.0f));
+  EXPECT_EQ(merged.refine_factor(), 2u);
+}
+
+TEST(CheckShardAnswers, RefusesAnswersThatDoNotFormOneSet) {
+  {
+    std::vector<SearchResponse> r = {Answer(0, 2, {1}, {1}),
+                                     Answer(1, 2, {2}, {1})};
+    r[1].mutable_shard()->set_build_id("b2");
+    EXPECT_THAT(CheckShardAnswers(Of(r), 2, 1).message(),
+                HasSubstr("disagree on build_id"));
+  }
+  {
+    const std::vector<SearchResponse> r = {Answer(1, 2, {1}, {1}),
+                                           Answer(1, 2, {2}, {1})};
+    EXPECT_THAT(CheckShardAnswers(Of(r), 2, 1).message(),
+                HasSubstr("shard_id (each shard must appear once)"));
+  }
+  {
+    std::vector<SearchResponse> r = {Answer(0, 2, {1}, {1}),
+                                     Answer(1, 2, {2}, {1})};
+    r[1].set_index_version(4);
+    EXPECT_THAT(CheckShardAnswers(Of(r), 2, 1).message(),
+                HasSubstr("disagree on index_version"));
+  }
+  {
+    const std::vector<SearchResponse> r = {Answer(0, 3, {1}, {1}),
+                                           Answer(1, 3, {2}, {1})};
+    EXPECT_THAT(CheckShardAnswers(Of(r), 2, 1).message(),
+                HasSubstr("shard_count (2 targets are configured)"));
+  }
+  {
+    std::vector<SearchResponse> r = {Answer(0, 2, {1}, {1}),
+                                     Answer(1, 2, {2}, {1})};
+    r[0].clear_shard();
+    EXPECT_THAT(CheckShardAnswers(Of(r), 2, 1).message(),
+                HasSubstr("target t0 serves a whole index, not a shard"));
+  }
+  {
+    std::vector<SearchResponse> r = {Answer(0, 2, {1}, {1}),
+                                     Answer(1, 2, {2}, {1})};
+    r[1].set_refine_factor(3);
+    EXPECT_THAT(CheckShardAnswers(Of(r), 2, 1).message(),
+                HasSubstr("disagree on refine_factor"));
+  }
+  {
+    std::vector<SearchResponse> r = {Answer(0, 2, {1}, {1}),
+                                     Answer(1, 2, {2}, {1})};
+    r[1].add_ids(5);
+    EXPECT_THAT(CheckShardAnswers(Of(r), 2, 1).message(),
+                HasSubstr("answered 2 ids, 1 distances"));
+  }
+  {
+    // Re-ranked answers without their estimates cannot be merged as the
+    // unsharded index would: refused, not merged by exact distances.
+    const std::vector<SearchResponse> r = {
+        Answer(0, 2, {4, 8}, {3.0f, 0.1f}, {}, knnd::v1::METRIC_L2, 2),
+        Answer(1, 2, {6, 5}, {2.0f, 5.0f}, {}, knnd::v1::METRIC_L2, 2)};
+    EXPECT_THAT(CheckShardAnswers(Of(r), 2, 1).message(),
+                HasSubstr("a shard answers 2 per query with their estimates"));
+    // And a width that is not refine_factor * k is refused.
+    EXPECT_THAT(CheckShardAnswers(Of(r), 2, 2).message(),
+                HasSubstr("a shard answers 4 per query"));
+  }
+  // A subset (partial results) of one set is fine.
+  const std::vector<SearchResponse> one = {Answer(1, 2, {2}, {1})};
+  EXPECT_TRUE(CheckShardAnswers(Of(one), 2, 1).ok());
+}
+
+}  // namespace
+}  // namespace knnd
