@@ -279,6 +279,18 @@ def channel_options(target: str, options: Sequence[Tuple[str, Any]]
     return list(merged.items())
 
 
+def open_channel(api: Any, target: str,
+                 credentials: Optional[grpc.ChannelCredentials],
+                 options: Sequence[Tuple[str, Any]]) -> Any:
+    """A channel to `target` from `api`, the module grpc (a blocking
+    client's channel) or grpc.aio (an asyncio client's): plaintext without
+    `credentials`, else secured with them; channel_options() applied."""
+    arguments = channel_options(target, options)
+    if credentials is None:
+        return api.insecure_channel(target, arguments)
+    return api.secure_channel(target, credentials, arguments)
+
+
 def call_metadata(bearer_token: Optional[str]
                   ) -> Optional[Tuple[Tuple[str, str], ...]]:
     """The per-call metadata that carries `bearer_token`, checked against

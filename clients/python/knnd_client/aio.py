@@ -68,12 +68,8 @@ class AsyncKnnClient:
             "max_concurrent_calls", max_concurrent_calls)
         self._slots = asyncio.Semaphore(self._max_concurrent_calls)
         self._fork_guard = _common.ForkGuard("AsyncKnnClient")
-        channel_options = _common.channel_options(target, options)
-        if credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, channel_options)
-        else:
-            self._channel = grpc.aio.secure_channel(target, credentials,
-                                                    channel_options)
+        self._channel = _common.open_channel(grpc.aio, target, credentials,
+                                             options)
         self._stub = pb_grpc.KnnServiceStub(self._channel)
 
     async def search(self, queries: npt.NDArray[np.float32], k: int,
@@ -182,13 +178,9 @@ class AsyncShardedKnnClient:
         self._slots = asyncio.Semaphore(self._max_concurrent_calls)
         self._fork_guard = _common.ForkGuard("AsyncShardedKnnClient")
         self._versions = ShardVersions(len(self._targets))
-        self._channels: List[grpc.aio.Channel] = []
-        for target in self._targets:
-            channel_options = _common.channel_options(target, options)
-            self._channels.append(
-                grpc.aio.insecure_channel(target, channel_options)
-                if credentials is None else
-                grpc.aio.secure_channel(target, credentials, channel_options))
+        self._channels: List[grpc.aio.Channel] = [
+            _common.open_channel(grpc.aio, target, credentials, options)
+            for target in self._targets]
         self._stubs = [pb_grpc.KnnServiceStub(c) for c in self._channels]
 
     @property

@@ -55,12 +55,8 @@ class KnnClient:
         self._retry = retry
         self._metadata = _common.call_metadata(bearer_token)
         self._fork_guard = _common.ForkGuard("KnnClient")
-        channel_options = _common.channel_options(target, options)
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target, channel_options)
-        else:
-            self._channel = grpc.secure_channel(target, credentials,
-                                                channel_options)
+        self._channel = _common.open_channel(grpc, target, credentials,
+                                             options)
         self._stub = pb_grpc.KnnServiceStub(self._channel)
 
     def search(self, queries: npt.NDArray[np.float32], k: int,
@@ -170,13 +166,9 @@ class ShardedKnnClient:
         self._allow_partial = bool(allow_partial)
         self._fork_guard = _common.ForkGuard("ShardedKnnClient")
         self._versions = ShardVersions(len(self._targets))
-        self._channels: List[grpc.Channel] = []
-        for target in self._targets:
-            channel_options = _common.channel_options(target, options)
-            self._channels.append(
-                grpc.insecure_channel(target, channel_options)
-                if credentials is None else
-                grpc.secure_channel(target, credentials, channel_options))
+        self._channels: List[grpc.Channel] = [
+            _common.open_channel(grpc, target, credentials, options)
+            for target in self._targets]
         self._stubs = [pb_grpc.KnnServiceStub(c) for c in self._channels]
 
     @property
