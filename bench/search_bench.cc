@@ -59,6 +59,13 @@ ABSL_FLAG(std::string, queue_delays_us, "0,200,500,1000",
 ABSL_FLAG(std::string, queries, "",
           "Raw float32 query rows (--d values each); default: 4096 seeded "
           "rows (seed 2).");
+ABSL_FLAG(int, idle_us, 0,
+          "Microseconds each thread rests after each call, outside the "
+          "timed part: a server's gap between two requests at low load.");
+ABSL_FLAG(bool, idle_spin, false,
+          "Rest by spinning instead of sleeping (keeps the core awake, so a "
+          "difference between the two is the core's idle state, not the "
+          "gap itself).");
 ABSL_FLAG(std::string, threads, "1",
           "In-process case: thread counts; each thread runs its own search "
           "loop with one OpenMP thread (2 = both cores of this machine).");
@@ -120,6 +127,8 @@ struct Measured {
 template <typename Call>
 Measured Run(int threads, Call call) {
   const absl::Duration duration = absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  const absl::Duration idle = absl::Microseconds(absl::GetFlag(FLAGS_idle_us));
+  const bool spin = absl::GetFlag(FLAGS_idle_spin);
   std::vector<std::vector<double>> latencies(threads);
   std::atomic<int64_t> queries{0};
   const absl::Time start = absl::Now();
@@ -129,7 +138,15 @@ Measured Run(int threads, Call call) {
       for (int64_t i = 0; absl::Now() - start < duration; ++i) {
         const absl::Time t0 = absl::Now();
         queries += call(t, i);
-        latencies[t].push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+        const absl::Time t1 = absl::Now();
+        latencies[t].push_back(absl::ToDoubleMilliseconds(t1 - t0));
+        if (idle <= absl::ZeroDuration()) continue;
+        if (spin) {
+          while (absl::Now() - t1 < idle) {
+          }
+        } else {
+          absl::SleepFor(idle);
+        }
       }
     });
   }
