@@ -31,6 +31,9 @@ ABSL_FLAG(int, port, 50099, "Port on 127.0.0.1.");
 ABSL_FLAG(int, queues, 1, "Completion queues (knnd's: 1).");
 ABSL_FLAG(int, threads_per_queue, 0,
           "Threads draining each queue; 0: one per core, as knnd.");
+ABSL_FLAG(int, poll_us, 100,
+          "Microseconds a thread polls its queue after each event before it "
+          "sleeps, as knnd's grpc_poll_us (knnd's default: 100); 0: none.");
 ABSL_FLAG(int64_t, memory_quota_bytes, 0,
           "gRPC's ResourceQuota on the port, as knnd's grpc_memory_quota_bytes "
           "(knnd's default: half of memory_headroom_bytes); 0: none.");
@@ -111,6 +114,7 @@ int main(int argc, char** argv) {
   spec.threads_per_queue = absl::GetFlag(FLAGS_threads_per_queue) > 0
                                ? absl::GetFlag(FLAGS_threads_per_queue)
                                : knnd::AvailableCores();
+  spec.poll_us = absl::GetFlag(FLAGS_poll_us);
   spec.thread_name = "noop-grpc";
   if (absl::GetFlag(FLAGS_callback)) {
     spec.callback_services.push_back(&callback_service);

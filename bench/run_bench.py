@@ -114,8 +114,12 @@ class Server:
                 raise RuntimeError("knnd not SERVING in time")
         elif kind == "noop":
             self.started = time.time()
+            # Polls as knnd does by default (grpc_poll_us), so that the floor
+            # is measured the same way.
             self.proc = subprocess.Popen([f"{ARGS.build}/bench/noop_server", "--port",
-                                          str(self.port)], stdout=subprocess.PIPE,
+                                          str(self.port), "--poll_us",
+                                          proto_default("grpc_poll_us")],
+                                         stdout=subprocess.PIPE,
                                          stderr=subprocess.DEVNULL, text=True, env=env)
             assert self.proc.stdout.readline().strip() == "serving"
         else:
@@ -353,7 +357,8 @@ def case_paired(R):
         "threads; (d) = knnd p50 at 1 client - in-process mmap p50 (1 row, 1 thread; knnd "
         "serves the mmap'd index). The transport floor, in the same rounds: "
         "`bench/noop_server` (knnd's API on knnd's own listener: gRPC's asynchronous "
-        "API, one completion queue drained by a thread per core, as knnd; answering "
+        "API, one completion queue drained by a thread per core that polls it for "
+        f"{proto_default('grpc_poll_us')} us before sleeping, as knnd; answering "
         "num_queries x k results without searching) at 1 x 1 and 1 x 32. From it: "
         "knnd's own = (d) - no-op p50 (what knnd adds beyond FAISS and the transport); "
         "rpc CPU = CPU seconds of the no-op server and load_gen per request at 32 clients; "

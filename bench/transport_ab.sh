@@ -10,6 +10,10 @@
 #     bench/transport_ab.sh /tmp/old/build/knnd build/knnd
 #     bench/transport_ab.sh "build/knnd@enable_reflection: false" \
 #                           "build/knnd@enable_reflection: true"
+#   A BINARY named noop_server (the transport floor) takes CONFIG as its
+#   flags instead, separated by ';':
+#     bench/transport_ab.sh "build/bench/noop_server@--poll_us=0" \
+#                           "build/bench/noop_server@--poll_us=100"
 #   env: NPROBE (1) REFINE (0) CLIENTS ("1 32") SECONDS_PER_RUN (3)
 #        ROUNDS (3) BUILD (build) INDEX QUERIES
 # A small nprobe and no re-ranking keep FAISS's share small, so that what
@@ -22,7 +26,7 @@ QUERIES=${QUERIES:-/tmp/knnd_bench/queries_128.f32}
 NPROBE=${NPROBE:-1} REFINE=${REFINE:-0} CLIENTS=${CLIENTS:-1 32}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-3} ROUNDS=${ROUNDS:-3}
 [ -f "$INDEX" ] || { echo "no $INDEX: run make bench first" >&2; exit 1; }
-[ $# -ge 1 ] || { sed -n 2,17p "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n 2,21p "$0" >&2; exit 2; }
 work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
@@ -33,6 +37,13 @@ for i in "${!variants[@]}"; do
   binary=${variant%%@*}
   config=""
   [[ $variant == *@* ]] && config=${variant#*@}
+  if [[ $(basename "$binary") == noop_server ]]; then
+    IFS=';' read -r -a flags <<<"$config"
+    "$binary" --port $((base_port + i)) "${flags[@]}" >"$work/$i.log" 2>&1 &
+    pids+=($!)
+    echo "[$i] $variant"
+    continue
+  fi
   {
     printf 'listen_address: "127.0.0.1:%d"\n' $((base_port + i))
     printf 'metrics_listen_address: "127.0.0.1:0"\nadmin_listen_address: "127.0.0.1:0"\n'

@@ -175,6 +175,7 @@ absl::Status Server::Start() {
   // a 20% higher p99 at 32 clients).
   search.queues = 1;
   search.threads_per_queue = AvailableCores();
+  search.poll_us = static_cast<int>(config_.grpc_poll_us());
   search.thread_name = "knnd-grpc";
   search.services.push_back(front_ != nullptr ? front_->service()
                                               : service_.get());

@@ -160,6 +160,9 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
         "; must be 0 (half of memory_headroom_bytes) or between ",
         uint64_t{1} << 20, " and ", uint64_t{1} << 40));
   }
+  if (c.grpc_poll_us() > 10000) {
+    return out_of_range("grpc_poll_us", c.grpc_poll_us(), 0, 10000);
+  }
   if (c.max_connection_age_ms() > INT32_MAX) {
     return out_of_range("max_connection_age_ms", c.max_connection_age_ms(), 0,
                         INT32_MAX);

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
 namespace knnd {
 
 void CompletionQueueThreads::Add(
@@ -12,16 +15,45 @@ void CompletionQueueThreads::Add(
   queues_.push_back(std::move(cq));
 }
 
-void CompletionQueueThreads::Start(const char* name, int threads_per_queue) {
+namespace {
+
+// The next event of `cq`, polled for `poll` before blocking; false once the
+// queue is shut down and drained. With a zero deadline AsyncNext never
+// sleeps: it takes an event already on the queue or, when no other thread
+// is waiting in gRPC's poller, reads the sockets itself.
+bool NextEvent(grpc::ServerCompletionQueue* cq, absl::Duration poll,
+               void** tag, bool* ok) {
+  if (poll > absl::ZeroDuration()) {
+    const gpr_timespec zero = gpr_time_0(GPR_CLOCK_MONOTONIC);
+    const absl::Time until = absl::Now() + poll;
+    do {
+      switch (cq->AsyncNext(tag, ok, zero)) {
+        case grpc::CompletionQueue::GOT_EVENT:
+          return true;
+        case grpc::CompletionQueue::SHUTDOWN:
+          return false;
+        case grpc::CompletionQueue::TIMEOUT:
+          break;
+      }
+    } while (absl::Now() < until);
+  }
+  return cq->Next(tag, ok);
+}
+
+}  // namespace
+
+void CompletionQueueThreads::Start(const char* name, int threads_per_queue,
+                                   int poll_us) {
   const std::string thread_name = std::string(name).substr(0, 15);
+  const absl::Duration poll = absl::Microseconds(std::max(0, poll_us));
   for (int i = 0; i < std::max(1, threads_per_queue); ++i) {
     for (const auto& queue : queues_) {
       grpc::ServerCompletionQueue* cq = queue.get();
-      threads_.emplace_back([cq, thread_name] {
+      threads_.emplace_back([cq, thread_name, poll] {
         pthread_setname_np(pthread_self(), thread_name.c_str());
         void* tag = nullptr;
         bool ok = false;
-        while (cq->Next(&tag, &ok)) {
+        while (NextEvent(cq, poll, &tag, &ok)) {
           TakeTag(tag);
           static_cast<CqTag*>(tag)->Proceed(ok);
         }

@@ -165,8 +165,10 @@ class CompletionQueueThreads {
     return ServingQueue{queues_[i].get(), &calls_};
   }
   // `threads_per_queue` threads per queue, named `name` (15 characters at
-  // most are shown).
-  void Start(const char* name, int threads_per_queue = 1);
+  // most are shown). After each event a thread polls its queue for
+  // `poll_us` microseconds (0: none) before it blocks: an event arriving
+  // meanwhile is taken without a sleeping thread being woken for it.
+  void Start(const char* name, int threads_per_queue = 1, int poll_us = 0);
   // Waits for every call object to be gone (the server must be shut
   // down), shuts the queues down and joins their threads once every event
   // is drained. Idempotent.

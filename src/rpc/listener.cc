@@ -99,7 +99,7 @@ absl::StatusOr<Listener> BuildListener(const ListenerSpec& spec) {
       service->Listen(queues->queue(i));
     }
   }
-  queues->Start(spec.thread_name, spec.threads_per_queue);
+  queues->Start(spec.thread_name, spec.threads_per_queue, spec.poll_us);
   listener.queues = std::move(queues);
   return listener;
 }

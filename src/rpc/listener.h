@@ -51,6 +51,9 @@ struct ListenerSpec {
   // threads.
   int queues = 1;
   int threads_per_queue = 1;
+  // How long a thread polls its queue after each event before it sleeps
+  // (CompletionQueueThreads::Start); 0: it sleeps at once.
+  int poll_us = 0;
   // The name of those threads (at most 15 characters).
   const char* thread_name = "knnd-grpc";
   // At least one service, on the asynchronous API, or one on gRPC's

@@ -23,6 +23,20 @@ TEST(BatcherConfig, InlineMaxRowsAboveMaxBatchRowsIsRefused) {
       config, "inline_max_rows=17 is outside [0, 16]");
 }
 
+// The search port's polling before sleep: 100 us by default, 0 (off) and
+// up to 10 ms accepted, more refused with the field and its range.
+TEST(TransportConfig, GrpcPollUsIsBounded) {
+  knnd::v1::ServerConfig config = ::knnd::testing::TestConfig("p.index");
+  EXPECT_EQ(config.grpc_poll_us(), 100u);
+  config.set_grpc_poll_us(0);
+  EXPECT_TRUE(ValidateConfig(config).ok());
+  config.set_grpc_poll_us(10000);
+  EXPECT_TRUE(ValidateConfig(config).ok());
+  config.set_grpc_poll_us(10001);
+  ::knnd::testing::ExpectConfigRefused(
+      config, "grpc_poll_us=10001 is outside [0, 10000]");
+}
+
 // The shutdown's times: the delay and the grace are bounded, each refusal
 // naming the field and its range.
 TEST(ShutdownConfig, DelayAndGraceAreBounded) {

@@ -1,11 +1,14 @@
 // UnaryMethod / UnaryCall / CompletionQueueThreads (rpc/async_call.h) on a
 // loopback listener: answers from another thread, errors, cancellation
-// reaching the handler, every call deleted, and a listener closed with
-// calls still posted and one still open.
+// reaching the handler, every call deleted, a listener closed with calls
+// still posted and one still open, and threads that poll their queue
+// before sleeping (poll_us).
 #include "knnd/rpc/async_call.h"
 
 #include <atomic>
 #include <chrono>
+#include <dirent.h>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -46,10 +49,17 @@ class TestService final : public AsyncService {
 };
 
 struct Served {
-  explicit Served(std::function<void(InfoCall*)> handler, int queues = 2)
+  explicit Served(std::function<void(InfoCall*)> handler, int queues = 2,
+                  int poll_us = 0, const char* thread_name = "knnd-grpc")
       : service(std::move(handler)) {
-    absl::StatusOr<Listener> built =
-        knnd::testing::ServeOnLoopback(&service, queues);
+    ListenerSpec spec;
+    spec.address = "127.0.0.1:0";
+    spec.credentials = grpc::InsecureServerCredentials();
+    spec.queues = queues;
+    spec.poll_us = poll_us;
+    spec.thread_name = thread_name;
+    spec.services.push_back(&service);
+    absl::StatusOr<Listener> built = BuildListener(spec);
     EXPECT_TRUE(built.ok()) << built.status();
     stub = knnd::v1::KnnService::NewStub(knnd::testing::FreshChannel(
         "127.0.0.1:" + std::to_string(built->port)));
@@ -189,6 +199,65 @@ TEST(AsyncCall, CloseCancelsAnOpenCallAndReturnsOnceItIsFinished) {
   EXPECT_TRUE(deleted.HasBeenNotified());
   EXPECT_FALSE(served->listener.open());
   client.join();
+}
+
+// Voluntary context switches (the thread blocked) of this process's
+// threads named `name`, summed.
+int64_t VoluntarySwitches(const std::string& name) {
+  int64_t total = 0;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    const std::string task = std::string("/proc/self/task/") + entry->d_name;
+    std::string comm;
+    std::getline(std::ifstream(task + "/comm"), comm);
+    if (comm != name) continue;
+    std::ifstream status(task + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) {
+        total += std::stoll(line.substr(line.find(':') + 1));
+      }
+    }
+  }
+  closedir(dir);
+  return total;
+}
+
+// Sequential calls, each sent once the previous one is answered: a queue
+// thread that sleeps as soon as its events are handled blocks about once
+// per call or more (measured: 1.0-2.5; fewer on a busy machine, where the
+// next call can arrive before the thread sleeps), one that polls for 10 ms
+// after each event takes the next call while still polling and blocks
+// (almost) never (measured: 0-1 in 100 calls). Both answer every call and
+// shut down.
+TEST(AsyncCall, APollingThreadTakesTheNextCallWithoutSleeping) {
+  constexpr int kCalls = 100;
+  int64_t blocked[2] = {0, 0};
+  for (const int poll_us : {0, 10000}) {
+    const char* name = poll_us > 0 ? "test-polling" : "test-sleeping";
+    Served served(
+        [](InfoCall* call) {
+          call->response()->set_dim(3);
+          call->Finish(grpc::Status::OK);
+        },
+        /*queues=*/1, poll_us, name);
+    GetIndexInfoResponse response;
+    ASSERT_TRUE(served.Call(&response).ok());  // the connection is up
+    const int64_t before = VoluntarySwitches(name);
+    ASSERT_GE(before, 0);
+    for (int i = 0; i < kCalls; ++i) {
+      response.Clear();
+      const grpc::Status status = served.Call(&response);
+      ASSERT_TRUE(status.ok()) << status.error_message();
+      ASSERT_EQ(response.dim(), 3u);
+    }
+    blocked[poll_us > 0] = VoluntarySwitches(name) - before;
+    served.listener.Close(absl::Now() + absl::Seconds(5));
+    EXPECT_FALSE(served.listener.open());
+  }
+  EXPECT_GE(blocked[0], kCalls / 3) << "threads that do not poll";
+  EXPECT_LT(blocked[1], kCalls / 10) << "threads polling for 10 ms";
 }
 
 }  // namespace
