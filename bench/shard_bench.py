@@ -4,7 +4,7 @@
   /usr/bin/python3 bench/shard_bench.py [--build build] [--data fashion|synthetic]
       [--shards 1,2,4] [--seconds 4] [--rounds 3] [--nprobe N --refine_factor R]
       [--workers N] [--placement auto|netns|loopback] [--rebuild]
-      [--json FILE] [--work /tmp/knnd_shard_bench]
+      [--baseline KNND] [--json FILE] [--work /tmp/knnd_shard_bench]
 
 One index is built with `knnctl build`'s default recipe (FastScan with
 INDEX.vectors): Fashion-MNIST's 60,000 x 784 training images by default,
@@ -204,9 +204,9 @@ class Setup:
 DAEMONS = []
 
 
-def start_knnd(args, log, prefix=(), address=None):
+def start_knnd(args, log, prefix=(), address=None, binary=None):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    d = Daemon(f"{ARGS.bin}/knnd", [*args, "--log_level", "warn"],
+    d = Daemon(binary or f"{ARGS.bin}/knnd", [*args, "--log_level", "warn"],
                log_path=f"{ARGS.work}/logs/{log}.log", address=address,
                knnctl=f"{ARGS.bin}/knnctl", prefix=prefix, env=env)
     DAEMONS.append(d)
@@ -395,6 +395,9 @@ def main():
     p.add_argument("--m", type=int, default=0,
                    help="knnctl build --m (PQ sub-quantizers); 0: the recipe's")
     p.add_argument("--rebuild", action="store_true", help="build and shard the index anew")
+    p.add_argument("--baseline", default="",
+                   help="another knnd binary (e.g. an older build) run as a second front "
+                        "of each set of shards, measured in the same rounds")
     p.add_argument("--json", default="", help="write the raw figures here")
     p.add_argument("--skip-merge-bench", action="store_true")
     ARGS = p.parse_args()
@@ -512,6 +515,11 @@ def main():
             front = start_knnd(["--shard_targets=" + ",".join(x.address for x in shards)],
                                f"s{s}_front")
             setups.append(Setup(f"front, {s} shard{'s' if s > 1 else ''}", shards, front, s))
+            if ARGS.baseline:
+                front = start_knnd(["--shard_targets=" + ",".join(x.address for x in shards)],
+                                   f"s{s}_baseline_front", binary=ARGS.baseline)
+                setups.append(Setup(f"baseline front, {s} shard{'s' if s > 1 else ''}",
+                                    shards, front, s))
         wait_all(DAEMONS)
         print(f"[{len(DAEMONS)} knnd processes serving]", flush=True)
 
