@@ -30,7 +30,8 @@ The suite, in each venv:
     bearer tokens; max_connection_age_ms makes the server close
     connections (GOAWAY);
   - pypi route only: the LangChain vector store and retriever over a live
-    knnd, with a deterministic fake embedding.
+    knnd, and over two shards through the sharded clients, with a
+    deterministic fake embedding.
 
   client_test.py --knnd BUILD/knnd --knnctl BUILD/knnctl --source-dir . [unittest args]
 (unittest args, e.g. LiveKnndTest.test_tls_and_bearer_tokens, select tests of
@@ -1147,7 +1148,9 @@ class LiveKnndTest(unittest.TestCase):
 class LangChainTest(unittest.TestCase):
     """knnd_client.langchain.KnndVectorStore over a live knnd serving the
     deterministic fake embeddings of 1,500 texts (cosine index, raw vectors
-    kept for exact re-ranking), the docstore a dict keyed by vector id."""
+    kept for exact re-ranking), the docstore a dict keyed by vector id; and
+    over the same vectors split into two shards, each served by its knnd,
+    through the sharded clients."""
 
     DIM = 32
 
@@ -1180,9 +1183,29 @@ class LangChainTest(unittest.TestCase):
             raise RuntimeError("knnd did not start: " + cls.daemon.read_log())
         unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
         cls.unit = unit
+        # The same vectors as a FastScan index split into 2 shards, a knnd
+        # per shard, for the sharded clients.
+        subprocess.run([ARGS.knnctl, "build", "--input", base + ".npy",
+                        "--output", base + "_fs.index", "--metric", "cosine",
+                        "--factory", "IVF16,PQ16x4fs", "--keep_vectors"],
+                       check=True, capture_output=True)
+        subprocess.run([ARGS.knnctl, "shard", "--index", base + "_fs.index",
+                        "--shards", "2"], check=True, capture_output=True)
+        cls.shards = []
+        for i in range(2):
+            shard = Daemon(ARGS.knnd,
+                           ["--index", f"{base}_fs.index.shard-{i}-of-2"],
+                           log_path=os.path.join(cls.tmp.name, f"shard{i}.log"),
+                           knnctl=ARGS.knnctl)
+            cls.shards.append(shard)
+            if not shard.wait_serving(60):
+                cls.tearDownClass()
+                raise RuntimeError("shard knnd did not start: " + shard.read_log())
 
     @classmethod
     def tearDownClass(cls):
+        for shard in getattr(cls, "shards", []):
+            shard.stop(30)
         cls.daemon.stop(30)
         cls.tmp.cleanup()
 
@@ -1257,6 +1280,46 @@ class LangChainTest(unittest.TestCase):
         np.testing.assert_allclose([s for _, s in scored], [s for _, s in want],
                                    atol=1e-6)
         self.assertEqual(docs, [d for d, _ in want])
+        self.assertAlmostEqual(relevance[0][1], 1.0, places=4)
+
+    def test_sharded_clients_store(self):
+        """The store over the two shards, sync and asyncio: the documents
+        of the exact top-k (every list probed, 64 candidates re-ranked
+        exactly), cosine scores, and relevance from the shards' metric."""
+        from knnd_client import AsyncShardedKnnClient, ShardedKnnClient
+        from knnd_client.langchain import KnndVectorStore
+        targets = [shard.address for shard in self.shards]
+        client = ShardedKnnClient(targets, timeout_s=10)
+        self.addCleanup(client.close)
+        store = KnndVectorStore(client, self.embedding, self.docstore,
+                                nprobe=16, refine_factor=16)
+        for row in (7, 400, 1499):
+            with self.subTest(row=row):
+                want_ids, want_cosines = self.exact(row, 4)
+                scored = store.similarity_search_with_score(self.texts[row], k=4)
+                self.assertEqual([d for d, _ in scored],
+                                 [self.docstore[i] for i in want_ids])
+                np.testing.assert_allclose([s for _, s in scored], want_cosines,
+                                           atol=1e-4)
+        relevance = store.similarity_search_with_relevance_scores(self.texts[5], k=2)
+        self.assertAlmostEqual(relevance[0][1], 1.0, places=4)
+        docs = store.similarity_search(self.texts[7], k=3, allowed_ids=[10, 1400])
+        self.assertEqual(sorted(d.metadata["row"] for d in docs), [10, 1400])
+
+        async def main():
+            async with AsyncShardedKnnClient(targets) as aclient:
+                astore = KnndVectorStore(aclient, self.embedding, self.docstore,
+                                         nprobe=16, refine_factor=16)
+                with self.assertRaisesRegex(TypeError, "AsyncShardedKnnClient: "
+                                            "await the a\\* methods"):
+                    astore.similarity_search(self.texts[9])
+                docs = await astore.as_retriever(search_kwargs={"k": 4}).ainvoke(
+                    self.texts[9])
+                relevance = await astore.asimilarity_search_with_relevance_scores(
+                    self.texts[9], k=1)
+                return docs, relevance
+        docs, relevance = asyncio.run(main())
+        self.assertEqual(docs, [self.docstore[i] for i in self.exact(9, 4)[0]])
         self.assertAlmostEqual(relevance[0][1], 1.0, places=4)
 
     def test_docstores_lookup_and_missing_ids(self):

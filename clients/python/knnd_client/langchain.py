@@ -10,6 +10,10 @@
     docs = store.similarity_search("how do I rotate tokens?", k=4)
     retriever = store.as_retriever(search_kwargs={"k": 4, "nprobe": 16})
 
+An index split into shards is searched the same way through a
+ShardedKnnClient (or an AsyncShardedKnnClient) over the shards' targets:
+the store sees the merged answer of the whole index.
+
 knnd stores vectors and their int64 ids, nothing else: the texts live in a
 docstore the application owns (a dict, a SQLite table behind a Mapping, a
 LangChain BaseStore), keyed by the ids the index was built with
@@ -37,8 +41,8 @@ except ImportError as error:  # pragma: no cover - depends on the install
         "pip install 'knnd-client[langchain]'") from error
 
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
-from knnd_client.aio import AsyncKnnClient
-from knnd_client.client import KnnClient
+from knnd_client.aio import AsyncKnnClient, AsyncShardedKnnClient
+from knnd_client.client import KnnClient, ShardedKnnClient
 
 __all__ = ["KnndVectorStore"]
 
@@ -55,13 +59,21 @@ _SEARCH_KWARGS = ("nprobe", "refine_factor", "allowed_ids", "timeout_s")
 
 Docstore = Union[Mapping[int, Document], "BaseStore[str, Document]"]
 
+# The clients whose methods block (the store's sync methods use them) and
+# those to await (its a* methods).
+_SYNC_CLIENTS = (KnnClient, ShardedKnnClient)
+_ASYNC_CLIENTS = (AsyncKnnClient, AsyncShardedKnnClient)
+SyncClient = Union[KnnClient, ShardedKnnClient]
+AsyncClient = Union[AsyncKnnClient, AsyncShardedKnnClient]
+
 
 class KnndVectorStore(VectorStore):
     """A LangChain VectorStore over knnd.
 
-    client: a KnnClient (the sync methods; LangChain runs the a* methods in
-      a thread) or an AsyncKnnClient (the a* methods, natively; the sync
-      methods then raise TypeError, as they would block the loop).
+    client: a KnnClient or ShardedKnnClient (the sync methods; LangChain
+      runs the a* methods in a thread) or an AsyncKnnClient or
+      AsyncShardedKnnClient (the a* methods, natively; the sync methods
+      then raise TypeError, as they would block the loop).
     embedding: embeds queries; it must be the model (and normalisation)
       the index was built from, or the neighbours mean nothing.
     docstore: the documents by vector id: a Mapping[int, Document] (a dict,
@@ -76,16 +88,18 @@ class KnndVectorStore(VectorStore):
       assuming unit-length embeddings (see _relevance).
     """
 
-    def __init__(self, client: Union[KnnClient, AsyncKnnClient],
+    def __init__(self, client: Union[SyncClient, AsyncClient],
                  embedding: Embeddings, docstore: Docstore, *,
                  nprobe: Optional[int] = None,
                  refine_factor: Optional[int] = None,
                  timeout_s: Optional[float] = None,
                  relevance_score_fn: Optional[Callable[[float], float]] = None
                  ) -> None:
-        if not isinstance(client, (KnnClient, AsyncKnnClient)):
-            raise TypeError("client must be a knnd_client.KnnClient or "
-                            f"AsyncKnnClient, got {type(client).__name__}")
+        if not isinstance(client, _SYNC_CLIENTS + _ASYNC_CLIENTS):
+            raise TypeError(
+                "client must be a knnd_client KnnClient, ShardedKnnClient, "
+                "AsyncKnnClient or AsyncShardedKnnClient, got "
+                f"{type(client).__name__}")
         if not isinstance(embedding, Embeddings):
             raise TypeError("embedding must be a langchain_core Embeddings, "
                             f"got {type(embedding).__name__}")
@@ -136,7 +150,8 @@ class KnndVectorStore(VectorStore):
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
         if self._relevance_score_fn is None and self._metric is None:
-            self._metric = self._sync_client("similarity_search").info().metric
+            self._metric = _metric(
+                self._sync_client("similarity_search").info())
         return self._relevance
 
     # -- search, asyncio ---------------------------------------------------
@@ -149,7 +164,7 @@ class KnndVectorStore(VectorStore):
     async def asimilarity_search_by_vector(
             self, embedding: List[float], k: int = 4, **kwargs: Any
     ) -> List[Document]:
-        if isinstance(self._client, KnnClient):
+        if isinstance(self._client, _SYNC_CLIENTS):
             return await super().asimilarity_search_by_vector(
                 embedding, k, **kwargs)
         return [doc for doc, _ in await self._asearch(embedding, k, kwargs)]
@@ -157,7 +172,7 @@ class KnndVectorStore(VectorStore):
     async def asimilarity_search_with_score(
             self, query: str, k: int = 4, **kwargs: Any
     ) -> List[Tuple[Document, float]]:
-        if isinstance(self._client, KnnClient):
+        if isinstance(self._client, _SYNC_CLIENTS):
             return await super().asimilarity_search_with_score(
                 query, k, **kwargs)
         return await self._asearch(
@@ -166,12 +181,12 @@ class KnndVectorStore(VectorStore):
     async def _asimilarity_search_with_relevance_scores(
             self, query: str, k: int = 4, **kwargs: Any
     ) -> List[Tuple[Document, float]]:
-        if isinstance(self._client, KnnClient):
+        if isinstance(self._client, _SYNC_CLIENTS):
             return await super()._asimilarity_search_with_relevance_scores(
                 query, k, **kwargs)
         pairs = await self.asimilarity_search_with_score(query, k, **kwargs)
         if self._relevance_score_fn is None and self._metric is None:
-            self._metric = (await self._async_client().info()).metric
+            self._metric = _metric(await self._async_client().info())
         return [(doc, self._relevance(d)) for doc, d in pairs]
 
     # -- documents by id ---------------------------------------------------
@@ -230,16 +245,17 @@ class KnndVectorStore(VectorStore):
 
     # -- internals ---------------------------------------------------------
 
-    def _sync_client(self, method: str) -> KnnClient:
-        if not isinstance(self._client, KnnClient):
+    def _sync_client(self, method: str) -> SyncClient:
+        if not isinstance(self._client, _SYNC_CLIENTS):
             raise TypeError(
-                f"KnndVectorStore.{method} needs a KnnClient; this store has "
-                "an AsyncKnnClient: await the a* methods (asimilarity_search, "
-                "retriever.ainvoke) instead")
+                f"KnndVectorStore.{method} needs a KnnClient or "
+                f"ShardedKnnClient; this store has an "
+                f"{type(self._client).__name__}: await the a* methods "
+                "(asimilarity_search, retriever.ainvoke) instead")
         return self._client
 
-    def _async_client(self) -> AsyncKnnClient:
-        assert isinstance(self._client, AsyncKnnClient)  # callers checked
+    def _async_client(self) -> AsyncClient:
+        assert isinstance(self._client, _ASYNC_CLIENTS)  # callers checked
         return self._client
 
     def _search_arguments(self, k: int, kwargs: Dict[str, Any]
@@ -310,6 +326,13 @@ class KnndVectorStore(VectorStore):
         else:
             relevance = (1.0 + distance) / 2.0
         return min(max(relevance, 0.0), 1.0)
+
+
+def _metric(info: Union[pb.GetIndexInfoResponse,
+                        List[pb.GetIndexInfoResponse]]) -> int:
+    """The served metric, from a client's info(): one response, or one per
+    shard (a sharded client's, checked to be one set: one metric)."""
+    return info[0].metric if isinstance(info, list) else info.metric
 
 
 def _query_row(embedding: Sequence[float]) -> np.ndarray:
