@@ -512,14 +512,13 @@ def main():
         # whose port was taken meanwhile restarts on another).
         wait_all(DAEMONS)
         for s, shards in shard_daemons.items():
-            front = start_knnd(["--shard_targets=" + ",".join(x.address for x in shards)],
-                               f"s{s}_front")
-            setups.append(Setup(f"front, {s} shard{'s' if s > 1 else ''}", shards, front, s))
+            targets = "--shard_targets=" + ",".join(x.address for x in shards)
+            label = f"{s} shard{'s' if s > 1 else ''}"
+            front = start_knnd([targets], f"s{s}_front")
+            setups.append(Setup(f"front, {label}", shards, front, s))
             if ARGS.baseline:
-                front = start_knnd(["--shard_targets=" + ",".join(x.address for x in shards)],
-                                   f"s{s}_baseline_front", binary=ARGS.baseline)
-                setups.append(Setup(f"baseline front, {s} shard{'s' if s > 1 else ''}",
-                                    shards, front, s))
+                front = start_knnd([targets], f"s{s}_baseline_front", binary=ARGS.baseline)
+                setups.append(Setup(f"baseline front, {label}", shards, front, s))
         wait_all(DAEMONS)
         print(f"[{len(DAEMONS)} knnd processes serving]", flush=True)
 

@@ -52,14 +52,8 @@ struct Served {
   explicit Served(std::function<void(InfoCall*)> handler, int queues = 2,
                   int poll_us = 0, const char* thread_name = "knnd-grpc")
       : service(std::move(handler)) {
-    ListenerSpec spec;
-    spec.address = "127.0.0.1:0";
-    spec.credentials = grpc::InsecureServerCredentials();
-    spec.queues = queues;
-    spec.poll_us = poll_us;
-    spec.thread_name = thread_name;
-    spec.services.push_back(&service);
-    absl::StatusOr<Listener> built = BuildListener(spec);
+    absl::StatusOr<Listener> built = knnd::testing::ServeOnLoopback(
+        &service, queues, poll_us, thread_name);
     EXPECT_TRUE(built.ok()) << built.status();
     stub = knnd::v1::KnnService::NewStub(knnd::testing::FreshChannel(
         "127.0.0.1:" + std::to_string(built->port)));

@@ -212,10 +212,12 @@ std::shared_ptr<grpc::Channel> FreshChannel(const std::string& address,
                                             grpc::ChannelArguments args = {});
 
 // `service` alone on a free 127.0.0.1 port, plaintext, from `queues`
-// completion queues (the listener's `port` says which port); its stub
-// connects through FreshChannel.
+// completion queues (the listener's `port` says which port), their
+// threads named `thread_name` and polling `poll_us` after each event
+// (ListenerSpec); its stub connects through FreshChannel.
 absl::StatusOr<Listener> ServeOnLoopback(AsyncService* service,
-                                         int queues = 1);
+                                         int queues = 1, int poll_us = 0,
+                                         const char* thread_name = "knnd-grpc");
 
 // A search of `queries` (row-major float vectors) for k neighbours.
 knnd::v1::SearchRequest MakeSearchRequest(const std::vector<float>& queries,
