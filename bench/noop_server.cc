@@ -1,27 +1,41 @@
 // noop_server: knnd.v1.KnnService that answers Search without searching: the
 // transport floor of the benchmark. Same API and thread model as knnd
 // (knnd's own listener: gRPC's asynchronous API, one completion queue
-// drained by a thread per core, rpc/async_call.h; the same message sizes), and an answer
-// of the same size (num_queries x k ids and distances), so that what a
-// load_gen run measures against it is what gRPC, protobuf and the loopback
+// drained by a thread per core, rpc/async_call.h; the same message sizes), and
+// an answer of the same size (num_queries x k ids and distances), so that what
+// a load_gen run measures against it is what gRPC, protobuf and the loopback
 // cost a knnd request before and after FAISS. make bench sets knnd beside
 // it: knnd's p50 minus this one's and minus FAISS's is what knnd itself
 // adds.
 //
+// With --index it is the bare FAISS server instead: the same listener, and
+// each Search runs the index's search inline on the completion-queue thread
+// that took the call (knnd's IndexSnapshot, lists memory-mapped, as knnd
+// serves them), with none of knnd's gate, workers, limits, metrics or
+// logging. What knnd's p50 is above this one's is knnd's own cost, with
+// whatever a search costs inside any gRPC server (caches shared with the
+// network path, the core waking between requests) on both sides.
+//
 //   noop_server --port 50099    # prints "serving" once it listens
 //   noop_server --callback      # gRPC's callback API instead (comparison)
+//   noop_server --index x.index --nprobe 16   # the bare FAISS server
 //
 // Stops on SIGTERM or SIGINT.
 #include <signal.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "grpcpp/grpcpp.h"
+#include "knnd/faiss/faiss_runtime.h"
+#include "knnd/index/index_probe.h"
+#include "knnd/index/index_snapshot.h"
 #include "knnd/rpc/async_call.h"
 #include "knnd/rpc/listener.h"
 #include "knnd/serving/worker_pool.h"
@@ -40,6 +54,10 @@ ABSL_FLAG(int64_t, memory_quota_bytes, 0,
 ABSL_FLAG(bool, callback, false,
           "Serve on gRPC's callback API (knnd before its listeners moved to "
           "the asynchronous API) instead of knnd's listener.");
+ABSL_FLAG(std::string, index, "",
+          "Serve this index: search it inline on the gRPC thread (the bare "
+          "FAISS server); empty: answer without searching.");
+ABSL_FLAG(int, nprobe, 16, "nprobe where a request names none (--index).");
 
 namespace {
 
@@ -58,6 +76,65 @@ void Answer(const knnd::v1::SearchRequest& request,
   response->mutable_distances()->Resize(static_cast<int>(rows * k), 0.0f);
 }
 
+// The bare FAISS server's answer: the index's k nearest neighbours of each
+// row, searched on the calling thread. Bad input is answered with
+// INVALID_ARGUMENT (load_gen sends none).
+const knnd::IndexSnapshot* g_index = nullptr;
+
+grpc::Status SearchIndex(const knnd::v1::SearchRequest& request,
+                         knnd::v1::SearchResponse* response) {
+  const int64_t dim = g_index->info().dim;
+  const std::string& raw = request.vectors_f32le();
+  const int64_t values = request.vectors_size() > 0
+                             ? request.vectors_size()
+                             : static_cast<int64_t>(raw.size() / 4);
+  const int k = request.k();
+  if ((request.dim() != 0 && request.dim() != dim) || values == 0 ||
+      values % dim != 0 || k <= 0 || k > 1024) {
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        "dim must be the index's, vectors whole rows, k 1-1024");
+  }
+  const int64_t rows = values / dim;
+  // One OpenMP thread per search, as knnd's omp_threads_per_worker.
+  thread_local const bool one_thread =
+      (knnd::SetOpenMpThreadsOfThisThread(1), true);
+  (void)one_thread;
+  const float* queries = request.vectors().data();
+  thread_local std::vector<float> aligned;
+  if (request.vectors_size() == 0) {
+    aligned.resize(values);
+    std::memcpy(aligned.data(), raw.data(), values * 4);
+    queries = aligned.data();
+  }
+  response->mutable_ids()->Resize(static_cast<int>(rows * k), -1);
+  response->mutable_distances()->Resize(static_cast<int>(rows * k), 0.0f);
+  knnd::SearchArgs args;
+  args.queries = queries;
+  args.num_queries = rows;
+  args.k = k;
+  args.nprobe = request.nprobe() > 0 ? static_cast<int>(request.nprobe())
+                                     : absl::GetFlag(FLAGS_nprobe);
+  args.distances = response->mutable_distances()->mutable_data();
+  args.ids = response->mutable_ids()->mutable_data();
+  absl::Status status = g_index->Search(args);
+  if (!status.ok()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        std::string(status.message()));
+  }
+  response->set_num_queries(static_cast<uint32_t>(rows));
+  response->set_k(k);
+  response->set_nprobe(static_cast<uint32_t>(args.nprobe));
+  return grpc::Status::OK;
+}
+
+grpc::Status Respond(const knnd::v1::SearchRequest& request,
+                     knnd::v1::SearchResponse* response) {
+  if (g_index != nullptr) return SearchIndex(request, response);
+  Answer(request, response);
+  return grpc::Status::OK;
+}
+
 class CallbackNoop final : public knnd::v1::KnnService::CallbackService {
  public:
   grpc::ServerUnaryReactor* Search(
@@ -65,8 +142,7 @@ class CallbackNoop final : public knnd::v1::KnnService::CallbackService {
       const knnd::v1::SearchRequest* request,
       knnd::v1::SearchResponse* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    Answer(*request, response);
-    reactor->Finish(grpc::Status::OK);
+    reactor->Finish(Respond(*request, response));
     return reactor;
   }
 };
@@ -78,8 +154,7 @@ class AsyncNoop final : public knnd::AsyncService {
       : search_(&service_, &Async::RequestSearch,
                 [](knnd::UnaryCall<knnd::v1::SearchRequest,
                                    knnd::v1::SearchResponse>* call) {
-                  Answer(call->request(), call->response());
-                  call->Finish(grpc::Status::OK);
+                  call->Finish(Respond(call->request(), call->response()));
                 }) {}
   grpc::Service* grpc_service() override { return &service_; }
   void Listen(const knnd::ServingQueue& queue) override {
@@ -95,6 +170,7 @@ class AsyncNoop final : public knnd::AsyncService {
 }  // namespace
 
 int main(int argc, char** argv) {
+  knnd::RunIndexProbeIfAsked(argc, argv);
   absl::ParseCommandLine(argc, argv);
   // Blocked before gRPC starts its threads, so that sigwait takes them.
   sigset_t stop;
@@ -103,6 +179,17 @@ int main(int argc, char** argv) {
   sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
+  std::unique_ptr<knnd::IndexSnapshot> snapshot;
+  if (!absl::GetFlag(FLAGS_index).empty()) {
+    auto loaded = knnd::IndexSnapshot::Load(absl::GetFlag(FLAGS_index), {});
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "noop_server: %s\n",
+                   loaded.status().ToString().c_str());
+      return 1;
+    }
+    snapshot = std::move(*loaded);
+    g_index = snapshot.get();
+  }
   CallbackNoop callback_service;
   AsyncNoop async_service;
   knnd::ListenerSpec spec;

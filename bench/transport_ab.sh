@@ -14,6 +14,9 @@
 #   flags instead, separated by ';':
 #     bench/transport_ab.sh "build/bench/noop_server@--poll_us=0" \
 #                           "build/bench/noop_server@--poll_us=100"
+#   and with --index it is the bare FAISS server (searches inline):
+#     bench/transport_ab.sh build/knnd \
+#       "build/bench/noop_server@--index=$INDEX;--nprobe=16"
 #   env: NPROBE (1) REFINE (0) CLIENTS ("1 32") SECONDS_PER_RUN (3)
 #        ROUNDS (3) BUILD (build) INDEX QUERIES
 # A small nprobe and no re-ranking keep FAISS's share small, so that what
@@ -26,7 +29,7 @@ QUERIES=${QUERIES:-/tmp/knnd_bench/queries_128.f32}
 NPROBE=${NPROBE:-1} REFINE=${REFINE:-0} CLIENTS=${CLIENTS:-1 32}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-3} ROUNDS=${ROUNDS:-3}
 [ -f "$INDEX" ] || { echo "no $INDEX: run make bench first" >&2; exit 1; }
-[ $# -ge 1 ] || { sed -n 2,21p "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n 2,24p "$0" >&2; exit 2; }
 work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
@@ -39,7 +42,8 @@ for i in "${!variants[@]}"; do
   [[ $variant == *@* ]] && config=${variant#*@}
   if [[ $(basename "$binary") == noop_server ]]; then
     IFS=';' read -r -a flags <<<"$config"
-    "$binary" --port $((base_port + i)) "${flags[@]}" >"$work/$i.log" 2>&1 &
+    OMP_NUM_THREADS=1 "$binary" --port $((base_port + i)) "${flags[@]}" \
+      >"$work/$i.log" 2>&1 &
     pids+=($!)
     echo "[$i] $variant"
     continue
