@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""The floors make bench measures knnd against (bench/noop_server): the
+no-op server answers with results of the right shape and no search, and the
+bare FAISS server (`--index`) answers exactly what FAISS does on the same
+file. A floor that answered less than knnd would flatter knnd's share.
+
+  bench_floor_test.py --knnd BUILD/knnd --noop-server BUILD/bench/noop_server \
+      --source-dir . [unittest args]
+"""
+import os
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+from knnd_harness import (build_test_index, channel, free_port, generate_stubs,
+                          unittest_main)
+
+ARGS = None
+
+
+class Floor:
+    """A noop_server process on a free loopback port."""
+
+    def __init__(self, *flags):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [ARGS.noop_server, "--port", str(self.port), *flags],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, OMP_NUM_THREADS="1"))
+        line = self.proc.stdout.readline().strip()
+        if line != "serving":
+            self.proc.kill()
+            raise AssertionError(f"noop_server did not start: {line} "
+                                 f"{self.proc.stderr.read()}")
+        self.channel = channel(f"127.0.0.1:{self.port}")
+        self.search = self.channel.unary_unary(
+            "/knnd.v1.KnnService/Search",
+            request_serializer=pb.SearchRequest.SerializeToString,
+            response_deserializer=pb.SearchResponse.FromString)
+
+    def stop(self):
+        self.channel.close()
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+class BenchFloorTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import faiss
+        cls.tmp = tempfile.TemporaryDirectory()
+        generate_stubs(ARGS.source_dir, cls.tmp.name)
+        global grpc, pb
+        import grpc
+        from knnd.v1 import knn_service_pb2 as pb
+        cls.path = os.path.join(cls.tmp.name, "floor.index")
+        cls.xb = build_test_index(cls.path, seed=11)
+        cls.faiss_index = faiss.read_index(cls.path)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def serve(self, *flags):
+        floor = Floor(*flags)
+        self.addCleanup(floor.stop)
+        return floor
+
+    def test_bare_server_answers_as_faiss(self):
+        floor = self.serve("--index", self.path, "--nprobe", "6")
+        q = self.xb[:64] + 0.1
+        for nprobe in (1, 6, 32):
+            self.faiss_index.nprobe = nprobe
+            want_d, want_i = self.faiss_index.search(q, 10)
+            r = floor.search(pb.SearchRequest(
+                vectors_f32le=q.astype("<f4").tobytes(), k=10, nprobe=nprobe), timeout=10)
+            self.assertEqual((r.num_queries, r.k, r.nprobe), (64, 10, nprobe))
+            np.testing.assert_array_equal(np.array(r.ids).reshape(64, 10), want_i)
+            np.testing.assert_allclose(np.array(r.distances).reshape(64, 10), want_d,
+                                       rtol=1e-4, atol=1e-3)
+        # The packed-float form, and --nprobe where the request names none.
+        self.faiss_index.nprobe = 6
+        _, want_i = self.faiss_index.search(q[:1], 5)
+        r = floor.search(pb.SearchRequest(vectors=q[0].tolist(), dim=48, k=5), timeout=10)
+        self.assertEqual(list(r.ids), want_i[0].tolist())
+        self.assertEqual(r.nprobe, 6)
+
+    def test_bare_server_refuses_what_it_cannot_search(self):
+        floor = self.serve("--index", self.path)
+        for request in (pb.SearchRequest(vectors=[1.0] * 47, k=3),
+                        pb.SearchRequest(vectors=[1.0] * 48, dim=47, k=3),
+                        pb.SearchRequest(vectors=[1.0] * 48, k=0)):
+            with self.assertRaises(grpc.RpcError) as caught:
+                floor.search(request, timeout=10)
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        # Still serving after the refusals.
+        r = floor.search(pb.SearchRequest(vectors=self.xb[0].tolist(), k=1), timeout=10)
+        self.assertEqual(r.ids[0], 0)
+
+    def test_noop_server_answers_the_shape_without_searching(self):
+        floor = self.serve()
+        q = self.xb[:7]
+        r = floor.search(pb.SearchRequest(
+            vectors_f32le=q.astype("<f4").tobytes(), dim=48, k=4), timeout=10)
+        self.assertEqual((r.num_queries, r.k), (7, 4))
+        self.assertEqual(list(r.ids), [-1] * 28)
+        self.assertEqual(len(r.distances), 28)
+
+    def test_bare_server_refuses_a_missing_index(self):
+        proc = subprocess.run(
+            [ARGS.noop_server, "--port", str(free_port()), "--index",
+             os.path.join(self.tmp.name, "missing.index")],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("missing.index", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest_main(__doc__, add_arguments=lambda p: p.add_argument(
+        "--noop-server", required=True))
