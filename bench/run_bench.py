@@ -349,7 +349,8 @@ def paired_figures(m):
     f.update(bare_p50=b1["p50_ms"] * 1000, bare_32=b32["qps"],
              bare_own=b1["p50_ms"] * 1000 - f["mmap_p50"] - n1["p50_ms"] * 1000,
              over_bare=f["knnd_p50"] - b1["p50_ms"] * 1000,
-             single_bare=f["on_32"] / b32["qps"])
+             single_bare=f["on_32"] / b32["qps"],
+             bare_bound=b32["qps"] / f["inproc_1"] / f["single_bound"])
     return f
 
 
@@ -739,8 +740,7 @@ def targets(R):
         add(t4c.__doc__, v, f"median of {len(values)} interleaved rounds: {v:.2f}x (range "
             f"{min(values):.2f}x to {max(values):.2f}x): (c) {median('single'):.2f}x against "
             f"its bound {median('single_bound'):.2f}x; the bare FAISS server: "
-            f"{median('bare_32') / median('inproc_1') / median('single_bound'):.2f}x of the "
-            "bound", v >= 0.9)
+            f"{median('bare_bound'):.2f}x of its bound", v >= 0.9)
 
     def t4e():
         """32 single-query clients: >= 0.9x the bare FAISS server"""
