@@ -176,6 +176,12 @@ absl::Status Server::Start() {
   search.queues = 1;
   search.threads_per_queue = AvailableCores();
   search.poll_us = static_cast<int>(config_.grpc_poll_us());
+  // Only while every worker is idle: with searches queued or running on the
+  // workers (large requests, overload), a polling thread would take their
+  // cores (bench/RESULTS.md, "Polling only while the workers are idle").
+  search.may_poll = [pool = pool_.get()] {
+    return pool->idle_threads() == pool->num_threads();
+  };
   search.thread_name = "knnd-grpc";
   search.services.push_back(front_ != nullptr ? front_->service()
                                               : service_.get());

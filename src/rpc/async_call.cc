@@ -22,8 +22,8 @@ namespace {
 // sleeps: it takes an event already on the queue or, when no other thread
 // is waiting in gRPC's poller, reads the sockets itself.
 bool NextEvent(grpc::ServerCompletionQueue* cq, absl::Duration poll,
-               void** tag, bool* ok) {
-  if (poll > absl::ZeroDuration()) {
+               const std::function<bool()>& may_poll, void** tag, bool* ok) {
+  if (poll > absl::ZeroDuration() && (!may_poll || may_poll())) {
     const gpr_timespec zero = gpr_time_0(GPR_CLOCK_MONOTONIC);
     const absl::Time until = absl::Now() + poll;
     do {
@@ -43,17 +43,18 @@ bool NextEvent(grpc::ServerCompletionQueue* cq, absl::Duration poll,
 }  // namespace
 
 void CompletionQueueThreads::Start(const char* name, int threads_per_queue,
-                                   int poll_us) {
+                                   int poll_us,
+                                   std::function<bool()> may_poll) {
   const std::string thread_name = std::string(name).substr(0, 15);
   const absl::Duration poll = absl::Microseconds(std::max(0, poll_us));
   for (int i = 0; i < std::max(1, threads_per_queue); ++i) {
     for (const auto& queue : queues_) {
       grpc::ServerCompletionQueue* cq = queue.get();
-      threads_.emplace_back([cq, thread_name, poll] {
+      threads_.emplace_back([cq, thread_name, poll, may_poll] {
         pthread_setname_np(pthread_self(), thread_name.c_str());
         void* tag = nullptr;
         bool ok = false;
-        while (NextEvent(cq, poll, &tag, &ok)) {
+        while (NextEvent(cq, poll, may_poll, &tag, &ok)) {
           TakeTag(tag);
           static_cast<CqTag*>(tag)->Proceed(ok);
         }

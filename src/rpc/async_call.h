@@ -168,7 +168,10 @@ class CompletionQueueThreads {
   // most are shown). After each event a thread polls its queue for
   // `poll_us` microseconds (0: none) before it blocks: an event arriving
   // meanwhile is taken without a sleeping thread being woken for it.
-  void Start(const char* name, int threads_per_queue = 1, int poll_us = 0);
+  // With `may_poll`, a thread polls only when it returns true (asked after
+  // each event; it must be cheap and thread-safe).
+  void Start(const char* name, int threads_per_queue = 1, int poll_us = 0,
+             std::function<bool()> may_poll = nullptr);
   // Waits for every call object to be gone (the server must be shut
   // down), shuts the queues down and joins their threads once every event
   // is drained. Idempotent.

@@ -99,7 +99,8 @@ absl::StatusOr<Listener> BuildListener(const ListenerSpec& spec) {
       service->Listen(queues->queue(i));
     }
   }
-  queues->Start(spec.thread_name, spec.threads_per_queue, spec.poll_us);
+  queues->Start(spec.thread_name, spec.threads_per_queue, spec.poll_us,
+                spec.may_poll);
   listener.queues = std::move(queues);
   return listener;
 }

@@ -10,6 +10,7 @@
 #define KNND_RPC_LISTENER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,10 @@ struct ListenerSpec {
   // How long a thread polls its queue after each event before it sleeps
   // (CompletionQueueThreads::Start); 0: it sleeps at once.
   int poll_us = 0;
+  // When set, a thread polls only while this returns true (knnd: while
+  // every worker is idle, so that polling never takes a core from a
+  // search).
+  std::function<bool()> may_poll;
   // The name of those threads (at most 15 characters).
   const char* thread_name = "knnd-grpc";
   // At least one service, on the asynchronous API, or one on gRPC's

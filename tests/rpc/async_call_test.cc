@@ -50,10 +50,11 @@ class TestService final : public AsyncService {
 
 struct Served {
   explicit Served(std::function<void(InfoCall*)> handler, int queues = 2,
-                  int poll_us = 0, const char* thread_name = "knnd-grpc")
+                  int poll_us = 0, const char* thread_name = "knnd-grpc",
+                  std::function<bool()> may_poll = nullptr)
       : service(std::move(handler)) {
     absl::StatusOr<Listener> built = knnd::testing::ServeOnLoopback(
-        &service, queues, poll_us, thread_name);
+        &service, queues, poll_us, thread_name, std::move(may_poll));
     EXPECT_TRUE(built.ok()) << built.status();
     stub = knnd::v1::KnnService::NewStub(knnd::testing::FreshChannel(
         "127.0.0.1:" + std::to_string(built->port)));
@@ -223,22 +224,39 @@ int64_t VoluntarySwitches(const std::string& name) {
 // per call or more (measured: 1.0-2.5; fewer on a busy machine, where the
 // next call can arrive before the thread sleeps), one that polls for 10 ms
 // after each event takes the next call while still polling and blocks
-// (almost) never (measured: 0-1 in 100 calls). Both answer every call and
-// shut down.
+// (almost) never (measured: 0-1 in 100 calls). A thread whose may_poll
+// says no (knnd's while a worker is busy) sleeps at once, as one that does
+// not poll, and is asked after every event. All answer every call and shut
+// down.
 TEST(AsyncCall, APollingThreadTakesTheNextCallWithoutSleeping) {
   constexpr int kCalls = 100;
-  int64_t blocked[2] = {0, 0};
-  for (const int poll_us : {0, 10000}) {
-    const char* name = poll_us > 0 ? "test-polling" : "test-sleeping";
+  struct Case {
+    const char* name;
+    int poll_us;
+    bool may_poll;
+    int64_t blocked = -1;
+  };
+  Case cases[] = {{"test-sleeping", 0, true},
+                  {"test-polling", 10000, true},
+                  {"test-held", 10000, false}};
+  std::atomic<int> asked{0};
+  for (Case& c : cases) {
+    std::function<bool()> may_poll;
+    if (!c.may_poll) {
+      may_poll = [&asked] {
+        asked.fetch_add(1);
+        return false;
+      };
+    }
     Served served(
         [](InfoCall* call) {
           call->response()->set_dim(3);
           call->Finish(grpc::Status::OK);
         },
-        /*queues=*/1, poll_us, name);
+        /*queues=*/1, c.poll_us, c.name, std::move(may_poll));
     GetIndexInfoResponse response;
     ASSERT_TRUE(served.Call(&response).ok());  // the connection is up
-    const int64_t before = VoluntarySwitches(name);
+    const int64_t before = VoluntarySwitches(c.name);
     ASSERT_GE(before, 0);
     for (int i = 0; i < kCalls; ++i) {
       response.Clear();
@@ -246,12 +264,14 @@ TEST(AsyncCall, APollingThreadTakesTheNextCallWithoutSleeping) {
       ASSERT_TRUE(status.ok()) << status.error_message();
       ASSERT_EQ(response.dim(), 3u);
     }
-    blocked[poll_us > 0] = VoluntarySwitches(name) - before;
+    c.blocked = VoluntarySwitches(c.name) - before;
     served.listener.Close(absl::Now() + absl::Seconds(5));
     EXPECT_FALSE(served.listener.open());
   }
-  EXPECT_GE(blocked[0], kCalls / 3) << "threads that do not poll";
-  EXPECT_LT(blocked[1], kCalls / 10) << "threads polling for 10 ms";
+  EXPECT_GE(cases[0].blocked, kCalls / 3) << "threads that do not poll";
+  EXPECT_LT(cases[1].blocked, kCalls / 10) << "threads polling for 10 ms";
+  EXPECT_GE(cases[2].blocked, kCalls / 3) << "threads whose may_poll says no";
+  EXPECT_GE(asked.load(), kCalls) << "may_poll asked after each event";
 }
 
 }  // namespace

@@ -336,14 +336,15 @@ std::shared_ptr<grpc::Channel> FreshChannel(const std::string& address,
 }
 
 absl::StatusOr<Listener> ServeOnLoopback(AsyncService* service, int queues,
-                                         int poll_us,
-                                         const char* thread_name) {
+                                         int poll_us, const char* thread_name,
+                                         std::function<bool()> may_poll) {
   ListenerSpec spec;
   spec.address = "127.0.0.1:0";
   spec.credentials = grpc::InsecureServerCredentials();
   spec.queues = queues;
   spec.poll_us = poll_us;
   spec.thread_name = thread_name;
+  spec.may_poll = std::move(may_poll);
   spec.services.push_back(service);
   return BuildListener(spec);
 }

@@ -9,6 +9,7 @@
 #define KNND_TESTS_TEST_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -215,9 +216,10 @@ std::shared_ptr<grpc::Channel> FreshChannel(const std::string& address,
 // completion queues (the listener's `port` says which port), their
 // threads named `thread_name` and polling `poll_us` after each event
 // (ListenerSpec); its stub connects through FreshChannel.
-absl::StatusOr<Listener> ServeOnLoopback(AsyncService* service,
-                                         int queues = 1, int poll_us = 0,
-                                         const char* thread_name = "knnd-grpc");
+absl::StatusOr<Listener> ServeOnLoopback(
+    AsyncService* service, int queues = 1, int poll_us = 0,
+    const char* thread_name = "knnd-grpc",
+    std::function<bool()> may_poll = nullptr);
 
 // A search of `queries` (row-major float vectors) for k neighbours.
 knnd::v1::SearchRequest MakeSearchRequest(const std::vector<float>& queries,
