@@ -179,9 +179,7 @@ absl::Status Server::Start() {
   // Only while every worker is idle: with searches queued or running on the
   // workers (large requests, overload), a polling thread would take their
   // cores (bench/RESULTS.md, "Polling only while the workers are idle").
-  search.may_poll = [pool = pool_.get()] {
-    return pool->idle_threads() == pool->num_threads();
-  };
+  search.may_poll = [pool = pool_.get()] { return pool->all_idle(); };
   search.thread_name = "knnd-grpc";
   search.services.push_back(front_ != nullptr ? front_->service()
                                               : service_.get());

@@ -57,6 +57,9 @@ class WorkerPool {
   size_t queued() const;
   // Threads waiting for a task (a snapshot: it may change at once).
   int idle_threads() const { return idle_.load(std::memory_order_relaxed); }
+  // Every thread is waiting for a task: nothing runs on the workers (a
+  // snapshot). knnd's gRPC threads poll for the next call only then.
+  bool all_idle() const { return idle_threads() == num_threads(); }
   // Gives the calling thread the workers' per-thread settings (OpenMP's
   // thread count is one): each worker calls it when it starts, and so does
   // a caller that runs a search itself (Batcher's inline runs). The nice

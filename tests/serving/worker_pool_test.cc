@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "testing/test_util.h"
 
 namespace knnd {
@@ -63,6 +65,36 @@ TEST(WorkerPool, WorkersRunAtTheirNiceIncrement) {
   config.set_worker_nice(20);
   ::knnd::testing::ExpectConfigRefused(
       config, "worker_nice=20 is outside [0, 19]");
+}
+
+// all_idle(), which lets knnd's gRPC threads poll: true once every worker
+// waits for a task, false while one runs a task, true again after it.
+TEST(WorkerPool, AllIdleOnlyWhileNoTaskRuns) {
+  WorkerPool::Options options;
+  options.num_threads = 2;
+  absl::StatusOr<std::unique_ptr<WorkerPool>> created =
+      WorkerPool::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  WorkerPool& pool = **created;
+  auto wait_all_idle = [&pool] {
+    const absl::Time until = absl::Now() + absl::Seconds(30);
+    while (!pool.all_idle() && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return pool.all_idle();
+  };
+  ASSERT_TRUE(wait_all_idle()) << "workers started";
+  absl::Notification running;
+  absl::Notification release;
+  pool.Submit([&] {
+    running.Notify();
+    release.WaitForNotification();
+  });
+  running.WaitForNotification();
+  EXPECT_FALSE(pool.all_idle());
+  EXPECT_EQ(pool.idle_threads(), 1);
+  release.Notify();
+  EXPECT_TRUE(wait_all_idle()) << "the task ended";
 }
 
 }  // namespace
