@@ -61,13 +61,17 @@ ABSL_FLAG(int, nprobe, 16, "nprobe where a request names none (--index).");
 
 namespace {
 
+// The floats a request carries, in either of its two forms.
+int64_t QueryValues(const knnd::v1::SearchRequest& request) {
+  return request.vectors_size() > 0
+             ? request.vectors_size()
+             : static_cast<int64_t>(request.vectors_f32le().size() / 4);
+}
+
 // The answer: num_queries x k ids and distances, as knnd's.
 void Answer(const knnd::v1::SearchRequest& request,
             knnd::v1::SearchResponse* response) {
-  const int64_t values =
-      request.vectors_size() > 0
-          ? request.vectors_size()
-          : static_cast<int64_t>(request.vectors_f32le().size() / 4);
+  const int64_t values = QueryValues(request);
   const int64_t rows = request.dim() > 0 ? values / request.dim() : 0;
   const int k = std::max(0, request.k());
   response->set_num_queries(static_cast<uint32_t>(rows));
@@ -84,10 +88,7 @@ const knnd::IndexSnapshot* g_index = nullptr;
 grpc::Status SearchIndex(const knnd::v1::SearchRequest& request,
                          knnd::v1::SearchResponse* response) {
   const int64_t dim = g_index->info().dim;
-  const std::string& raw = request.vectors_f32le();
-  const int64_t values = request.vectors_size() > 0
-                             ? request.vectors_size()
-                             : static_cast<int64_t>(raw.size() / 4);
+  const int64_t values = QueryValues(request);
   const int k = request.k();
   if ((request.dim() != 0 && request.dim() != dim) || values == 0 ||
       values % dim != 0 || k <= 0 || k > 1024) {
@@ -104,7 +105,7 @@ grpc::Status SearchIndex(const knnd::v1::SearchRequest& request,
   thread_local std::vector<float> aligned;
   if (request.vectors_size() == 0) {
     aligned.resize(values);
-    std::memcpy(aligned.data(), raw.data(), values * 4);
+    std::memcpy(aligned.data(), request.vectors_f32le().data(), values * 4);
     queries = aligned.data();
   }
   response->mutable_ids()->Resize(static_cast<int>(rows * k), -1);
