@@ -39,10 +39,6 @@ std::string RetainedNote(const std::vector<int64_t>& retained) {
                                          absl::StrJoin(retained, ", "));
 }
 
-// Search requests kept posted on each queue: a burst of new calls is
-// matched without waiting for each to post its successor.
-constexpr int kPendingSearches = 4;
-
 }  // namespace
 
 KnnServiceImpl::KnnServiceImpl(const Options& options, IndexHolder* holder,
@@ -51,11 +47,10 @@ KnnServiceImpl::KnnServiceImpl(const Options& options, IndexHolder* holder,
                                const TokenAuthenticator* auth, CallHold* hold)
     : options_(options),
       holder_(holder),
-      gate_(gate),
       batcher_(batcher),
       metrics_(metrics),
       auth_(auth),
-      hold_(hold),
+      admission_({options.retry_pushback_ms}, gate, metrics, auth, hold),
       search_(&service_, &Async::RequestSearch,
               [this](SearchCall* call) { Search(call); }),
       info_(&service_, &Async::RequestGetIndexInfo,
@@ -67,158 +62,150 @@ void KnnServiceImpl::Listen(const ServingQueue& queue) {
 }
 
 void KnnServiceImpl::Search(SearchCall* call) {
-  grpc::ServerContext* const context = call->context();
-  const knnd::v1::SearchRequest* const request = &call->request();
-  knnd::v1::SearchResponse* const response = call->response();
   const absl::Time arrival = absl::Now();
-  auto finish = [&](const absl::Status& status) {
+  const SearchAdmission::Answer answer = AnswerFor(call, arrival);
+  if (!admission_.Authorize(*call->context(), answer)) return;
+  Pinned pinned;
+  RejectReason reason = RejectReason::kInvalid;
+  absl::StatusOr<ParsedSearch> parsed = PinAndParse(call, &pinned, &reason);
+  if (!parsed.ok()) return admission_.Refuse(reason, parsed.status(), answer);
+  const SearchShape shape = ShapeOf(*parsed);
+  absl::StatusOr<AdmissionGate::Ticket> ticket = admission_.Admit(
+      *call->context(), arrival, absl::FromChrono(call->context()->deadline()),
+      {parsed->num_queries,
+       EstimateSearchBytes(pinned.snapshot->info(), shape),
+       parsed->num_queries * std::max(parsed->nprobe, 1)},
+      answer);
+  if (!ticket.ok()) return;
+  batcher_->Submit(MakeJob(call, std::move(pinned), std::move(*parsed), shape,
+                           std::move(*ticket), arrival));
+}
+
+SearchAdmission::Answer KnnServiceImpl::AnswerFor(SearchCall* call,
+                                                  absl::Time arrival) const {
+  return [call, arrival, metrics = metrics_](const absl::Status& status) {
     // The peer and status strings are built only when debug logging is on
     // (refusals under overload take this path hundreds of times a second).
-    if (spdlog::should_log(spdlog::level::debug)) {
-      spdlog::debug("Search from {} failed: {}", context->peer(),
+    if (!status.ok() && spdlog::should_log(spdlog::level::debug)) {
+      spdlog::debug("Search from {} failed: {}", call->context()->peer(),
                     status.ToString());
     }
-    metrics_->RecordRpc(Metrics::Rpc::kSearch, status.code(),
-                        absl::Now() - arrival);
+    metrics->RecordRpc(Metrics::Rpc::kSearch, status.code(),
+                       absl::Now() - arrival);
     call->Finish(ToGrpcStatus(status));
   };
-  auto reject = [&](RejectReason reason, const absl::Status& status) {
-    metrics_->RecordRejection(reason);
-    finish(status);
-  };
-  if (absl::Status allowed =
-          auth_->CheckCall(*context, "/knnd.v1.KnnService/Search");
-      !allowed.ok()) {
-    return finish(allowed);
-  }
+}
 
-  // The version asked for (a merger of shards pins one), else the serving one.
-  const int64_t wanted_version = request->index_version();
-  if (wanted_version < 0) {
-    return reject(RejectReason::kInvalid,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "index_version=", wanted_version, " must be >= 0")));
+absl::StatusOr<ParsedSearch> KnnServiceImpl::PinAndParse(
+    SearchCall* call, Pinned* pinned, RejectReason* reason) const {
+  const knnd::v1::SearchRequest& request = call->request();
+  *reason = RejectReason::kInvalid;
+  // The version asked for (a merger of shards pins one), else the serving
+  // one.
+  const int64_t wanted = request.index_version();
+  if (wanted < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("index_version=", wanted, " must be >= 0"));
   }
-  int64_t serving_version = 0;
-  std::shared_ptr<const IndexSnapshot> snapshot =
-      wanted_version > 0 ? holder_->PinVersion(wanted_version, &serving_version)
+  pinned->snapshot = wanted > 0
+                         ? holder_->PinVersion(wanted, &pinned->serving_version)
                          : holder_->Pin();
-  if (snapshot == nullptr) {
-    if (wanted_version > 0 && serving_version > 0) {
-      context->AddTrailingMetadata(kServingVersionMetadata,
-                                   std::to_string(serving_version));
-      return reject(RejectReason::kInvalid,
-                    absl::FailedPreconditionError(absl::StrCat(
-                        "index_version=", wanted_version,
-                        " is not loaded here: version ", serving_version,
-                        " serves", RetainedNote(holder_->RetainedVersions()),
-                        " (keep_previous_versions keeps replaced versions "
-                        "loaded)")));
+  if (pinned->snapshot == nullptr) {
+    if (wanted > 0 && pinned->serving_version > 0) {
+      call->context()->AddTrailingMetadata(
+          kServingVersionMetadata, std::to_string(pinned->serving_version));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "index_version=", wanted, " is not loaded here: version ",
+          pinned->serving_version, " serves",
+          RetainedNote(holder_->RetainedVersions()),
+          " (keep_previous_versions keeps replaced versions loaded)"));
     }
-    return reject(RejectReason::kNotReady, holder_->NotServingStatus());
+    *reason = RejectReason::kNotReady;
+    return holder_->NotServingStatus();
   }
-  const IndexInfo& index = snapshot->info();
-  if (wanted_version == 0) serving_version = index.version;
-  absl::StatusOr<ParsedSearch> parsed =
-      ParseSearchRequest(*request, index, ResolveLimits(options_.limits, index));
-  if (!parsed.ok()) return reject(RejectReason::kInvalid, parsed.status());
+  const IndexInfo& index = pinned->snapshot->info();
+  if (wanted == 0) pinned->serving_version = index.version;
+  return ParseSearchRequest(request, index,
+                            ResolveLimits(options_.limits, index));
+}
 
-  const absl::Time deadline = absl::FromChrono(context->deadline());
-  if (deadline <= arrival) {
-    return reject(RejectReason::kDeadline,
-                  absl::DeadlineExceededError(
-                      "the deadline had passed when the request arrived"));
-  }
+SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed) const {
+  return SearchShape{parsed.num_queries,
+                     parsed.k,
+                     parsed.nprobe,
+                     static_cast<int64_t>(parsed.allowed_ids.size()),
+                     parsed.refine_factor,
+                     options_.max_batch_rows};
+}
 
-  SearchShape shape{parsed->num_queries, parsed->k, parsed->nprobe,
-                    static_cast<int64_t>(parsed->allowed_ids.size()),
-                    parsed->refine_factor, options_.max_batch_rows};
-  RejectReason refused = RejectReason::kQueueFull;  // set on failure
-  absl::StatusOr<AdmissionGate::Ticket> ticket = gate_->TryAdmitWork(
-      parsed->num_queries, EstimateSearchBytes(index, shape),
-      parsed->num_queries * std::max(parsed->nprobe, 1), &refused);
-  if (!ticket.ok()) {
-    if (absl::IsResourceExhausted(ticket.status())) {
-      context->AddTrailingMetadata("grpc-retry-pushback-ms",
-                                   std::to_string(options_.retry_pushback_ms));
-    }
-    if (refused == RejectReason::kDraining && hold_ != nullptr) {
-      Metrics* metrics = metrics_;
-      auto answer = [call, metrics, arrival, status = ticket.status()] {
-        metrics->RecordRpc(Metrics::Rpc::kSearch, status.code(),
-                           absl::Now() - arrival);
-        call->Finish(ToGrpcStatus(status));
-      };
-      if (hold_->Hold(deadline, answer)) {
-        metrics_->RecordRejection(refused);
-        return;
-      }
-    }
-    return reject(refused, ticket.status());
-  }
+std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
+    SearchCall* call, Pinned pinned, ParsedSearch parsed,
+    const SearchShape& shape, AdmissionGate::Ticket ticket,
+    absl::Time arrival) const {
+  const IndexInfo& index = pinned.snapshot->info();
+  auto job = std::make_unique<SearchJob>();
+  job->query_storage = std::move(parsed.aligned_copy);
+  job->queries = job->query_storage.empty() ? parsed.queries
+                                            : job->query_storage.data();
+  job->num_queries = parsed.num_queries;
+  job->k = parsed.k;
+  job->nprobe = parsed.nprobe;
+  job->refine_factor = parsed.refine_factor;
+  job->return_candidates =
+      call->request().return_candidates() && job->refine_factor > 0;
+  job->allowed_ids = std::move(parsed.allowed_ids);
 
-  const bool candidates =
-      request->return_candidates() && parsed->refine_factor > 0;
-  const int width =
-      candidates ? parsed->k * parsed->refine_factor : parsed->k;
-  const int64_t results = parsed->num_queries * width;
-  response->set_num_queries(static_cast<uint32_t>(parsed->num_queries));
+  // The answer's header, and its result arrays, which the search fills in
+  // place.
+  knnd::v1::SearchResponse* const response = call->response();
+  const int width = job->width();
+  const int results = static_cast<int>(job->num_queries * width);
+  response->set_num_queries(static_cast<uint32_t>(job->num_queries));
   response->set_k(width);
   response->set_index_version(index.version);
-  response->set_serving_version(serving_version);
+  response->set_serving_version(pinned.serving_version);
   response->set_metric(ToProto(index.metric));
-  response->set_nprobe(static_cast<uint32_t>(parsed->nprobe));
-  response->set_refine_factor(static_cast<uint32_t>(parsed->refine_factor));
+  response->set_nprobe(static_cast<uint32_t>(job->nprobe));
+  response->set_refine_factor(static_cast<uint32_t>(job->refine_factor));
   if (index.shard_count > 0) SetShard(index, response->mutable_shard());
-  response->mutable_ids()->Resize(static_cast<int>(results), -1);
-  response->mutable_distances()->Resize(static_cast<int>(results), 0.0f);
-  if (candidates) {
-    response->mutable_approx_distances()->Resize(static_cast<int>(results),
-                                                 0.0f);
-  }
-
-  auto job = std::make_unique<SearchJob>();
-  job->snapshot = std::move(snapshot);
-  job->query_storage = std::move(parsed->aligned_copy);
-  job->queries = job->query_storage.empty() ? parsed->queries
-                                            : job->query_storage.data();
-  job->num_queries = parsed->num_queries;
-  job->k = parsed->k;
-  job->nprobe = parsed->nprobe;
-  job->refine_factor = parsed->refine_factor;
-  job->return_candidates = candidates;
-  job->allowed_ids = std::move(parsed->allowed_ids);
+  response->mutable_ids()->Resize(results, -1);
+  response->mutable_distances()->Resize(results, 0.0f);
   job->ids = response->mutable_ids()->mutable_data();
   job->distances = response->mutable_distances()->mutable_data();
-  if (candidates) {
-    job->approx_distances = response->mutable_approx_distances()->mutable_data();
+  if (job->return_candidates) {
+    response->mutable_approx_distances()->Resize(results, 0.0f);
+    job->approx_distances =
+        response->mutable_approx_distances()->mutable_data();
   }
-  job->deadline = deadline;
+
+  job->snapshot = std::move(pinned.snapshot);
+  job->deadline = absl::FromChrono(call->context()->deadline());
   job->is_cancelled = [call] { return call->cancelled(); };
-  job->ticket = std::move(*ticket);
-  const absl::Duration slow = options_.slow_request;
-  job->on_done = [call, context, arrival, slow, shape, metrics = metrics_](
-                     const absl::Status& status, const JobTimes& times) {
+  job->ticket = std::move(ticket);
+  job->on_done = [call, arrival, shape, slow = options_.slow_request,
+                  metrics = metrics_](const absl::Status& status,
+                                      const JobTimes& times) {
     const absl::Duration total = absl::Now() - arrival;
     metrics->RecordSearchWork(shape.num_queries, times.queue, times.search);
     metrics->RecordRpc(Metrics::Rpc::kSearch, status.code(), total);
     if (!status.ok()) {
       if (spdlog::should_log(spdlog::level::debug)) {
-        spdlog::debug("Search from {} failed after {}: {}", context->peer(),
-                      absl::FormatDuration(total), status.ToString());
+        spdlog::debug("Search from {} failed after {}: {}",
+                      call->context()->peer(), absl::FormatDuration(total),
+                      status.ToString());
       }
     } else if (slow > absl::ZeroDuration() && total > slow) {
       spdlog::warn(
           "slow Search from {}: {} (queue {}, search {} in {} units), "
           "{} queries k={} nprobe={} refine_factor={} filter={}",
-          context->peer(), absl::FormatDuration(total),
+          call->context()->peer(), absl::FormatDuration(total),
           absl::FormatDuration(times.queue), absl::FormatDuration(times.search),
           times.units, shape.num_queries, shape.k, shape.nprobe,
           shape.refine_factor, shape.filter_ids);
     }
     call->Finish(ToGrpcStatus(status));
   };
-  batcher_->Submit(std::move(job));
+  return job;
 }
 
 void KnnServiceImpl::GetIndexInfo(InfoCall* call) {

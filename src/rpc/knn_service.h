@@ -1,17 +1,13 @@
-// KnnServiceImpl: the gRPC handlers of knnd.v1.KnnService. Thin by design:
-// pin the snapshot, parse and validate, admit through the gate, hand the job
-// to the Batcher, and map the outcome to a gRPC status. Handlers never
-// search, except a small request that finds a worker idle and nothing queued
-// (Batcher inline_max_rows); they return and the call finishes on the
-// thread that ran the search.
+// KnnServiceImpl: the gRPC handlers of knnd.v1.KnnService over the local
+// index. A Search is a few named steps: authorize, pin the snapshot (the
+// version asked for, else the serving one) and parse the request against
+// it, admit (search_admission.h: the deadline, the gate, refusals counted
+// and answered), then hand the job to the Batcher, which answers the call
+// when its last unit is done: on a worker thread, or on this one for a
+// small request that finds a worker idle and nothing queued (Batcher
+// inline_max_rows).
 //
 // Every call is counted in `metrics`, rejections by reason.
-//
-// Calls are first checked against `auth`'s bearer tokens.
-//
-// Once the gate drains (shutdown), new searches are refused UNAVAILABLE at
-// once; while `hold` is holding (the moments around GOAWAY) the refusal is
-// sent only when the hold lets go (see call_hold.h).
 //
 // Ownership: borrows the holder, gate, batcher, metrics, authenticator and
 // hold, which must outlive it.
@@ -26,10 +22,12 @@
 #include "knnd/serving/admission_gate.h"
 #include "knnd/serving/batcher.h"
 #include "knnd/serving/index_holder.h"
+#include "knnd/index/memory_model.h"
 #include "knnd/monitoring/metrics.h"
 #include "knnd/serving/search_request.h"
 #include "knnd/rpc/async_call.h"
 #include "knnd/rpc/call_hold.h"
+#include "knnd/rpc/search_admission.h"
 #include "knnd/rpc/token_auth.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 
@@ -70,13 +68,34 @@ class KnnServiceImpl final : public AsyncService {
  private:
   using Async = knnd::v1::KnnService::AsyncService;
 
+  // The snapshot a Search runs on, and the version serving when it was
+  // pinned.
+  struct Pinned {
+    std::shared_ptr<const IndexSnapshot> snapshot;
+    int64_t serving_version = 0;
+  };
+
+  // Records the RPC and finishes `call` with a status.
+  SearchAdmission::Answer AnswerFor(SearchCall* call, absl::Time arrival) const;
+  // Pins the snapshot the request asks for and validates the request
+  // against it; on failure `reason` says how the refusal is counted.
+  absl::StatusOr<ParsedSearch> PinAndParse(SearchCall* call, Pinned* pinned,
+                                           RejectReason* reason) const;
+  SearchShape ShapeOf(const ParsedSearch& parsed) const;
+  // The admitted job: the answer's header set and its result arrays sized
+  // for the search to fill in place; on_done answers the call.
+  std::unique_ptr<SearchJob> MakeJob(SearchCall* call, Pinned pinned,
+                                     ParsedSearch parsed,
+                                     const SearchShape& shape,
+                                     AdmissionGate::Ticket ticket,
+                                     absl::Time arrival) const;
+
   const Options options_;
   IndexHolder* const holder_;
-  AdmissionGate* const gate_;
   Batcher* const batcher_;
   Metrics* const metrics_;
   const TokenAuthenticator* const auth_;
-  CallHold* const hold_;
+  const SearchAdmission admission_;
   Async service_;
   UnaryMethod<Async, knnd::v1::SearchRequest, knnd::v1::SearchResponse>
       search_;

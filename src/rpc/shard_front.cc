@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "knnd/index/index_sharding.h"
+#include "knnd/rpc/shard_set.h"
 #include "spdlog/spdlog.h"
 
 namespace knnd {
@@ -60,10 +61,9 @@ ShardFront::ShardFront(const Options& options, AdmissionGate* gate,
                        CallHold* hold,
                        std::function<void(bool)> serving_changed)
     : options_(options),
-      gate_(gate),
       metrics_(metrics),
       auth_(auth),
-      hold_(hold),
+      admission_({options.retry_pushback_ms}, gate, metrics, auth, hold),
       serving_changed_(std::move(serving_changed)),
       service_(NewService(this)),
       live_calls_(std::make_shared<LiveCalls>()),
@@ -164,7 +164,9 @@ void ShardFront::PollOnce() {
         shard.polled = absl::OkStatus();
         shard.info = std::move(polls[i].response);
         shard.serving_version = shard.info.version();
-        if (shard.info.shard().shard_count() > 0) {
+        // Named in errors only, and only when it is one of the set's.
+        if (shard.info.shard().shard_id() < std::min<size_t>(
+                                                shard.info.shard().shard_count(), n)) {
           shard.shard_id = static_cast<int>(shard.info.shard().shard_id());
         }
       } else {
@@ -198,87 +200,12 @@ void ShardFront::PollOnce() {
 }
 
 void ShardFront::UpdateReadiness() {
-  const size_t n = shards_.size();
-  std::vector<std::string> problems;
-  std::vector<int> owner(n, -1);
-  const Shard* first = nullptr;
-  for (size_t i = 0; i < n; ++i) {
-    const Shard& shard = *shards_[i];
-    if (!shard.polled.ok()) {
-      problems.push_back(absl::StrCat("target ", shard.target, ": ",
-                                      shard.polled.message()));
-      continue;
-    }
-    const knnd::v1::ShardInfo& info = shard.info.shard();
-    if (info.shard_count() == 0) {
-      problems.push_back(absl::StrCat("target ", shard.target,
-                                      " serves a whole index, not a shard"));
-      continue;
-    }
-    if (info.shard_count() != n) {
-      problems.push_back(absl::StrCat("target ", shard.target, " is shard ",
-                                      info.shard_id(), " of ",
-                                      info.shard_count(), ", not of ", n));
-      continue;
-    }
-    if (owner[info.shard_id()] >= 0) {
-      problems.push_back(absl::StrCat(
-          "targets ", shards_[owner[info.shard_id()]]->target, " and ",
-          shard.target, " both serve shard ", info.shard_id()));
-      continue;
-    }
-    owner[info.shard_id()] = static_cast<int>(i);
-    if (first == nullptr) {
-      first = &shard;
-    } else if (shard.info.dim() != first->info.dim() ||
-               shard.info.metric() != first->info.metric()) {
-      problems.push_back(absl::StrCat(
-          "target ", shard.target, " (dim ", shard.info.dim(), ") and target ",
-          first->target, " (dim ", first->info.dim(),
-          ") are not shards of one index"));
-    }
+  std::vector<PolledShard> polled;
+  polled.reserve(shards_.size());
+  for (const auto& shard : shards_) {
+    polled.push_back({shard->target, &shard->polled, &shard->info});
   }
-  if (problems.empty()) {
-    // Mid-rollout the shards serve different versions (and builds); what
-    // matters is that every one still has the set's version, serving or
-    // kept, and that those serving it are of one build. The polls' own
-    // versions: answers may have moved serving_version on since.
-    int64_t version = std::numeric_limits<int64_t>::max();
-    for (const auto& shard : shards_) {
-      version = std::min(version, shard->info.version());
-    }
-    const Shard* at_version = nullptr;
-    for (const auto& shard : shards_) {
-      const GetIndexInfoResponse& info = shard->info;
-      const bool kept =
-          std::find(info.retained_versions().begin(),
-                    info.retained_versions().end(),
-                    version) != info.retained_versions().end();
-      if (info.version() != version && !kept) {
-        problems.push_back(absl::StrCat(
-            "target ", shard->target, " serves version ", info.version(),
-            " and no longer has version ", version,
-            ", which other shards serve (keep_previous_versions keeps it "
-            "while the set rolls forward)"));
-      } else if (info.version() == version) {
-        if (at_version == nullptr) {
-          at_version = shard.get();
-        } else if (info.shard().build_id() !=
-                   at_version->info.shard().build_id()) {
-          problems.push_back(absl::StrCat(
-              "targets ", at_version->target, " and ", shard->target,
-              " serve version ", version, " of different builds (",
-              at_version->info.shard().build_id(), ", ",
-              info.shard().build_id(), ")"));
-        }
-      }
-    }
-  }
-  ready_ = problems.empty()
-               ? absl::OkStatus()
-               : absl::UnavailableError(absl::StrCat(
-                     "the shard set is not ready: ",
-                     absl::StrJoin(problems, "; ")));
+  ready_ = CheckShardSet(polled);
 }
 
 void ShardFront::NoteServingVersion(size_t shard, int64_t version) {

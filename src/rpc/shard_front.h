@@ -40,6 +40,7 @@
 #include "knnd/monitoring/metrics.h"
 #include "knnd/rpc/async_call.h"
 #include "knnd/rpc/call_hold.h"
+#include "knnd/rpc/search_admission.h"
 #include "knnd/rpc/token_auth.h"
 #include "knnd/serving/admission_gate.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
@@ -138,10 +139,9 @@ class ShardFront {
   int64_t SetVersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
-  AdmissionGate* const gate_;
   Metrics* const metrics_;
   const TokenAuthenticator* const auth_;
-  CallHold* const hold_;
+  const SearchAdmission admission_;
   const std::function<void(bool)> serving_changed_;
   std::vector<std::unique_ptr<Shard>> shards_;
   const knnd::v1::GetIndexInfoRequest empty_info_request_;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "knnd/rpc/knn_service.h"
+#include "knnd/rpc/search_admission.h"
 #include "knnd/rpc/shard_front.h"
 #include "knnd/rpc/shard_merge.h"
 #include "knnd/rpc/status_util.h"
@@ -24,8 +25,6 @@ using knnd::v1::GetIndexInfoRequest;
 using knnd::v1::GetIndexInfoResponse;
 using knnd::v1::SearchRequest;
 using knnd::v1::SearchResponse;
-
-constexpr char kPushbackMetadata[] = "grpc-retry-pushback-ms";
 
 namespace {
 
@@ -65,30 +64,26 @@ class ShardFront::Call final {
   }
 
   void Begin() {
-    if (absl::Status allowed =
-            front_->auth_->CheckCall(*context_, "/knnd.v1.KnnService/Search");
-        !allowed.ok()) {
-      Answer(allowed);
-      return;
-    }
+    const SearchAdmission& admission = front_->admission_;
+    const SearchAdmission::Answer answer = [this](const absl::Status& status) {
+      Answer(status);
+    };
+    if (!admission.Authorize(*context_, answer)) return;
     // Not ready() (every shard up as one set): with a shard down a call
     // that allows partial results is still answered, and any other fails
     // naming the shard. Only a front that has heard of no shard refuses.
     if (front_->dim() == 0) {
-      front_->metrics_->RecordRejection(RejectReason::kNotReady);
-      Answer(front_->ready());
-      return;
+      return admission.Refuse(RejectReason::kNotReady, front_->ready(),
+                              answer);
     }
     deadline_ = absl::FromChrono(context_->deadline());
-    if (deadline_ <= arrival_) {
-      front_->metrics_->RecordRejection(RejectReason::kDeadline);
-      Answer(absl::DeadlineExceededError(
-          "the deadline had passed when the request arrived"));
-      return;
-    }
     if (deadline_ - arrival_ > absl::Hours(24)) {
       deadline_ = arrival_ + front_->options_.default_deadline;
     }
+    absl::StatusOr<AdmissionGate::Ticket> ticket = admission.Admit(
+        *context_, arrival_, deadline_, {EstimateQueries(), EstimateBytes(), 0},
+        answer);
+    if (!ticket.ok()) return;
     // The shards get a little less time than the caller, so that a shard
     // that does not answer in time is known before the caller's deadline,
     // and the call still ends with the others' merged answer (partial
@@ -96,25 +91,6 @@ class ShardFront::Call final {
     shard_deadline_ =
         deadline_ - std::clamp((deadline_ - arrival_) / 10,
                                absl::Milliseconds(2), absl::Milliseconds(100));
-    RejectReason refused = RejectReason::kQueueFull;
-    absl::StatusOr<AdmissionGate::Ticket> ticket = front_->gate_->TryAdmit(
-        EstimateQueries(), EstimateBytes(), &refused);
-    if (!ticket.ok()) {
-      if (absl::IsResourceExhausted(ticket.status())) {
-        context_->AddTrailingMetadata(
-            kPushbackMetadata,
-            std::to_string(front_->options_.retry_pushback_ms));
-      }
-      front_->metrics_->RecordRejection(refused);
-      if (refused == RejectReason::kDraining && front_->hold_ != nullptr &&
-          front_->hold_->Hold(deadline_, [this, status = ticket.status()] {
-            Answer(status);
-          })) {
-        return;
-      }
-      Answer(ticket.status());
-      return;
-    }
     ticket_ = std::move(*ticket);
     sub_request_ = *request_;
     sub_request_.set_return_candidates(true);
@@ -347,7 +323,7 @@ class ShardFront::Service final : public AsyncService {
 
   grpc::Service* grpc_service() override { return &service_; }
   void Listen(const ServingQueue& queue) override {
-    search_.Listen(queue, 4);
+    search_.Listen(queue, kPendingSearches);
     info_.Listen(queue);
   }
 

@@ -1,6 +1,7 @@
 #include "knnd/rpc/shard_merge.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -163,11 +164,13 @@ void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
       for (int j = 0; j < width; ++j) {
         const int64_t at = q * width + j;
         const int64_t id = r.ids(static_cast<int>(at));
-        if (id < 0) continue;
         const float exact = r.distances(static_cast<int>(at));
-        entries.push_back(Entry{
-            candidates ? r.approx_distances(static_cast<int>(at)) : exact,
-            exact, id});
+        const float approx =
+            candidates ? r.approx_distances(static_cast<int>(at)) : exact;
+        // A NaN orders nothing (the sorts below need a strict order), and
+        // no shard sends one for a found neighbour: a missing one.
+        if (id < 0 || std::isnan(exact) || std::isnan(approx)) continue;
+        entries.push_back(Entry{approx, exact, id});
       }
     }
     size_t keep;

@@ -39,8 +39,8 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
 // nprobe and refine_factor. Without re-ranking, the k best distances
 // (ascending for L2, descending otherwise; equal ones by ascending id);
 // with it, the refine_factor * k best PQ estimates over every shard, then
-// the k best exact distances among them. Pads with id -1 and +inf (L2) or
-// -inf.
+// the k best exact distances among them. An entry with id < 0 or a NaN
+// distance is a missing one. Pads with id -1 and +inf (L2) or -inf.
 void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
                        knnd::v1::SearchResponse* merged);
 

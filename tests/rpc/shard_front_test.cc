@@ -13,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "knnd/config/config.h"
 #include "knnd/index/index_builder.h"
@@ -280,6 +282,81 @@ TEST_F(ShardFrontTest, AWholeIndexAmongTheTargetsIsRefused) {
       *mixed.stub, MakeSearchRequest(MakeData(1, kDim, 5), 5), &response);
   EXPECT_EQ(search.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(search.error_message(), HasSubstr("serves a whole index"));
+}
+
+// A shard (or anything answering on its address) that reports a shard_id
+// outside the set, in its info and in its answers: the front must refuse
+// it by name, never index its tables with the value, and keep serving.
+class LyingShard final : public knnd::v1::KnnService::Service {
+ public:
+  LyingShard(knnd::v1::KnnService::Stub* real, uint32_t shard_id)
+      : real_(real), shard_id_(shard_id) {}
+
+  grpc::Status GetIndexInfo(grpc::ServerContext*,
+                            const knnd::v1::GetIndexInfoRequest* request,
+                            knnd::v1::GetIndexInfoResponse* response) override {
+    grpc::ClientContext context;
+    grpc::Status status = real_->GetIndexInfo(&context, *request, response);
+    response->mutable_shard()->set_shard_id(shard_id_);
+    return status;
+  }
+  grpc::Status Search(grpc::ServerContext*, const SearchRequest* request,
+                      SearchResponse* response) override {
+    grpc::ClientContext context;
+    grpc::Status status = real_->Search(&context, *request, response);
+    response->mutable_shard()->set_shard_id(shard_id_);
+    return status;
+  }
+
+ private:
+  knnd::v1::KnnService::Stub* const real_;
+  const uint32_t shard_id_;
+};
+
+TEST_F(ShardFrontTest, AShardReportingAnIdOutsideTheSetIsRefusedByName) {
+  for (uint32_t lie : {3u, 1000u, 4294967295u}) {
+    LyingShard liar(shards_[0].stub.get(), lie);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(&liar);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    ASSERT_NE(server, nullptr);
+    const std::string address = absl::StrCat("127.0.0.1:", port);
+    RunningServer front = StartServer(
+        FrontConfig({address, shards_[1].address, shards_[2].address}));
+    absl::SleepFor(absl::Milliseconds(400));  // several polls
+    grpc::ClientContext context;
+    knnd::v1::GetIndexInfoResponse info;
+    grpc::Status status = front.stub->GetIndexInfo(&context, {}, &info);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << lie;
+    EXPECT_THAT(status.error_message(),
+                HasSubstr(absl::StrCat("target ", address, " reports shard_id ",
+                                       lie, " of a set of 3, outside [0, 3)")));
+    // Its answers are refused too, also when partial results are allowed,
+    // and the front keeps answering every call.
+    for (bool partial : {false, true}) {
+      SearchRequest request = MakeSearchRequest(MakeData(4, kDim, 5), 5);
+      request.set_allow_partial_results(partial);
+      SearchResponse response;
+      grpc::Status search = CallSearch(*front.stub, request, &response);
+      EXPECT_EQ(search.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+          << lie << " partial " << partial << ": " << search.error_message();
+      EXPECT_THAT(search.error_message(), HasSubstr("shard_id"));
+    }
+    using Health = grpc::health::v1::HealthCheckResponse;
+    EXPECT_EQ(knnd::testing::CheckHealth(front.channel, ""), Health::SERVING);
+    EXPECT_EQ(knnd::testing::CheckHealth(front.channel, "knnd.v1.KnnService"),
+              Health::NOT_SERVING);
+    front.server.reset();
+    server->Shutdown();
+  }
+  // The honest front beside it serves throughout.
+  SearchResponse response;
+  EXPECT_TRUE(CallSearch(*front_.stub,
+                         MakeSearchRequest(MakeData(2, kDim, 6), 5), &response)
+                  .ok());
 }
 
 // Shards swap versions one at a time (each its own versions directory);

@@ -1,0 +1,59 @@
+#include "knnd/rpc/search_admission.h"
+
+#include <string>
+#include <utility>
+
+namespace knnd {
+
+SearchAdmission::SearchAdmission(const Options& options, AdmissionGate* gate,
+                                 Metrics* metrics,
+                                 const TokenAuthenticator* auth,
+                                 CallHold* hold)
+    : options_(options),
+      gate_(gate),
+      metrics_(metrics),
+      auth_(auth),
+      hold_(hold) {}
+
+bool SearchAdmission::Authorize(const grpc::ServerContext& context,
+                                const Answer& answer) const {
+  absl::Status allowed = auth_->CheckCall(context, kSearchMethod);
+  if (allowed.ok()) return true;
+  answer(allowed);
+  return false;
+}
+
+void SearchAdmission::Refuse(RejectReason reason, const absl::Status& status,
+                             const Answer& answer) const {
+  metrics_->RecordRejection(reason);
+  answer(status);
+}
+
+absl::StatusOr<AdmissionGate::Ticket> SearchAdmission::Admit(
+    grpc::ServerContext& context, absl::Time arrival, absl::Time deadline,
+    const Demand& demand, const Answer& answer) const {
+  if (deadline <= arrival) {
+    absl::Status late = absl::DeadlineExceededError(
+        "the deadline had passed when the request arrived");
+    Refuse(RejectReason::kDeadline, late, answer);
+    return late;
+  }
+  RejectReason refused = RejectReason::kQueueFull;  // set on failure
+  absl::StatusOr<AdmissionGate::Ticket> ticket = gate_->TryAdmitWork(
+      demand.queries, demand.bytes, demand.work_units, &refused);
+  if (ticket.ok()) return ticket;
+  if (absl::IsResourceExhausted(ticket.status())) {
+    context.AddTrailingMetadata(kPushbackMetadata,
+                                std::to_string(options_.retry_pushback_ms));
+  }
+  metrics_->RecordRejection(refused);
+  if (refused == RejectReason::kDraining && hold_ != nullptr &&
+      hold_->Hold(deadline,
+                  [answer, status = ticket.status()] { answer(status); })) {
+    return ticket.status();
+  }
+  answer(ticket.status());
+  return ticket.status();
+}
+
+}  // namespace knnd

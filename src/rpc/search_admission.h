@@ -1,0 +1,93 @@
+// SearchAdmission: the way into a Search, the same for both front doors
+// (KnnServiceImpl over a local index, ShardFront over shards): the caller's
+// token, then the door's own readiness and parsing, then the deadline on
+// arrival and the AdmissionGate. Every refusal is counted by reason,
+// answered through the door's `Answer` (which records the RPC and finishes
+// the call), and a gate full says when to retry (grpc-retry-pushback-ms);
+// a gate draining while `hold` holds keeps the answer until GOAWAY is out
+// (call_hold.h).
+//
+// Ownership: borrows the gate, metrics, authenticator and hold (optional),
+// which must outlive it.
+// Thread-safety: const methods, safe from any number of threads.
+#ifndef KNND_RPC_SEARCH_ADMISSION_H_
+#define KNND_RPC_SEARCH_ADMISSION_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/server_context.h"
+#include "knnd/monitoring/metrics.h"
+#include "knnd/rpc/call_hold.h"
+#include "knnd/rpc/token_auth.h"
+#include "knnd/serving/admission_gate.h"
+
+namespace knnd {
+
+// Search calls each front door keeps posted on every completion queue: a
+// burst of new calls is matched without waiting for each to post its
+// successor.
+inline constexpr int kPendingSearches = 4;
+
+// The trailing metadata with which a refusal for a full gate says how long
+// to wait before retrying, in milliseconds (gRPC's retry policy reads it).
+inline constexpr char kPushbackMetadata[] = "grpc-retry-pushback-ms";
+
+inline constexpr char kSearchMethod[] = "/knnd.v1.KnnService/Search";
+
+class SearchAdmission {
+ public:
+  struct Options {
+    // The pushback a refusal for a full gate asks for, in milliseconds.
+    int retry_pushback_ms = 50;
+  };
+
+  // Finishes the call with `status`; called at most once per call, maybe
+  // later and on another thread (a held refusal), so it must own what it
+  // needs.
+  using Answer = std::function<void(const absl::Status&)>;
+
+  // What a call asks of the gate.
+  struct Demand {
+    int64_t queries = 0;
+    int64_t bytes = 0;
+    int64_t work_units = 0;  // rows x nprobe; 0: not counted
+  };
+
+  SearchAdmission(const Options& options, AdmissionGate* gate,
+                  Metrics* metrics, const TokenAuthenticator* auth,
+                  CallHold* hold);
+
+  // The caller's bearer token for Search; on refusal answers it and
+  // returns false (not a rejection: as for every other RPC).
+  bool Authorize(const grpc::ServerContext& context,
+                 const Answer& answer) const;
+
+  // A refusal of the door's own (not ready, an invalid request): counted
+  // under `reason`, then answered.
+  void Refuse(RejectReason reason, const absl::Status& status,
+              const Answer& answer) const;
+
+  // The deadline on arrival, then the gate: the call's ticket, or, refused
+  // (deadline passed, gate full or draining), the call is answered (at
+  // once, or when the hold lets go of it) and the status returned.
+  absl::StatusOr<AdmissionGate::Ticket> Admit(grpc::ServerContext& context,
+                                              absl::Time arrival,
+                                              absl::Time deadline,
+                                              const Demand& demand,
+                                              const Answer& answer) const;
+
+ private:
+  const Options options_;
+  AdmissionGate* const gate_;
+  Metrics* const metrics_;
+  const TokenAuthenticator* const auth_;
+  CallHold* const hold_;
+};
+
+}  // namespace knnd
+
+#endif  // KNND_RPC_SEARCH_ADMISSION_H_

@@ -1,0 +1,165 @@
+// SearchAdmission: the steps both Search front doors share, each with what
+// the caller sees (status, pushback trailer) and what is counted.
+#include "knnd/rpc/search_admission.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "grpcpp/test/server_context_test_spouse.h"
+#include "gtest/gtest.h"
+#include "testing/scrape_util.h"
+#include "testing/test_util.h"
+
+namespace knnd {
+namespace {
+
+using knnd::testing::FindSample;
+using knnd::testing::Scrape;
+
+class SearchAdmissionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Metrics::Options options;
+    options.listen_address = "127.0.0.1:0";
+    auto none = [] { return int64_t{0}; };
+    absl::StatusOr<std::unique_ptr<Metrics>> metrics =
+        Metrics::Create(options, {none, none, none, none});
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    metrics_ = std::move(*metrics);
+    ASSERT_TRUE(metrics_->StartExposer().ok());
+    absl::StatusOr<std::unique_ptr<TokenAuthenticator>> auth =
+        TokenAuthenticator::Create({});
+    ASSERT_TRUE(auth.ok()) << auth.status();
+    auth_ = std::move(*auth);
+    AdmissionGate::Options gate;
+    gate.max_inflight_queries = 10;
+    gate_ = std::make_unique<AdmissionGate>(gate);
+    admission_ = std::make_unique<SearchAdmission>(
+        SearchAdmission::Options{77}, gate_.get(), metrics_.get(), auth_.get(),
+        &hold_);
+  }
+
+  // Records every answer given.
+  SearchAdmission::Answer Recorder() {
+    return [this](const absl::Status& status) { answers_.push_back(status); };
+  }
+
+  double Rejected(const std::string& reason) {
+    return FindSample(Scrape(metrics_->port()), "knnd_search_rejected_total",
+                      {{"reason", reason}})
+        .value_or(-1);
+  }
+
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<TokenAuthenticator> auth_;
+  std::unique_ptr<AdmissionGate> gate_;
+  CallHold hold_;
+  std::unique_ptr<SearchAdmission> admission_;
+  std::vector<absl::Status> answers_;
+};
+
+TEST_F(SearchAdmissionTest, AdmitsWithinTheGateWithoutAnswering) {
+  grpc::ServerContext context;
+  const absl::Time now = absl::Now();
+  absl::StatusOr<AdmissionGate::Ticket> ticket = admission_->Admit(
+      context, now, now + absl::Seconds(1), {4, 100, 0}, Recorder());
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  EXPECT_TRUE(answers_.empty());
+  EXPECT_EQ(gate_->queries_in_flight(), 4);
+  ticket->Release();
+  EXPECT_EQ(gate_->queries_in_flight(), 0);
+}
+
+TEST_F(SearchAdmissionTest, ADeadlinePassedOnArrivalIsRefusedWithoutTheGate) {
+  grpc::ServerContext context;
+  const absl::Time now = absl::Now();
+  absl::StatusOr<AdmissionGate::Ticket> ticket =
+      admission_->Admit(context, now, now, {4, 100, 0}, Recorder());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(ticket.status()));
+  ASSERT_EQ(answers_.size(), 1u);
+  EXPECT_EQ(answers_[0], ticket.status());
+  EXPECT_EQ(gate_->queries_in_flight(), 0);
+  EXPECT_EQ(Rejected("deadline"), 1);
+}
+
+TEST_F(SearchAdmissionTest, AFullGateAsksForThePushbackAndCountsTheRefusal) {
+  grpc::ServerContext context;
+  grpc::testing::ServerContextTestSpouse spouse(&context);
+  const absl::Time now = absl::Now();
+  absl::StatusOr<AdmissionGate::Ticket> held = admission_->Admit(
+      context, now, now + absl::Seconds(1), {10, 0, 0}, Recorder());
+  ASSERT_TRUE(held.ok());
+  absl::StatusOr<AdmissionGate::Ticket> refused = admission_->Admit(
+      context, now, now + absl::Seconds(1), {1, 0, 0}, Recorder());
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status()));
+  ASSERT_EQ(answers_.size(), 1u);
+  EXPECT_TRUE(absl::IsResourceExhausted(answers_[0]));
+  const auto trailing = spouse.GetTrailingMetadata();
+  ASSERT_EQ(trailing.count(kPushbackMetadata), 1u);
+  EXPECT_EQ(trailing.find(kPushbackMetadata)->second, "77");
+  EXPECT_EQ(Rejected("queue_full"), 1);
+}
+
+TEST_F(SearchAdmissionTest, ADrainingRefusalIsHeldUntilTheHoldLetsGo) {
+  gate_->StartDraining();
+  hold_.Start();
+  grpc::ServerContext context;
+  const absl::Time now = absl::Now();
+  absl::StatusOr<AdmissionGate::Ticket> ticket = admission_->Admit(
+      context, now, now + absl::Seconds(30), {1, 0, 0}, Recorder());
+  EXPECT_TRUE(absl::IsUnavailable(ticket.status()));
+  EXPECT_TRUE(answers_.empty());  // held
+  EXPECT_EQ(Rejected("draining"), 1);
+  hold_.Release();
+  ASSERT_EQ(answers_.size(), 1u);
+  EXPECT_TRUE(absl::IsUnavailable(answers_[0]));
+}
+
+TEST_F(SearchAdmissionTest, ADrainingRefusalIsAnsweredAtOnceWithoutAHold) {
+  gate_->StartDraining();
+  grpc::ServerContext context;
+  const absl::Time now = absl::Now();
+  absl::StatusOr<AdmissionGate::Ticket> ticket = admission_->Admit(
+      context, now, now + absl::Seconds(30), {1, 0, 0}, Recorder());
+  EXPECT_TRUE(absl::IsUnavailable(ticket.status()));
+  ASSERT_EQ(answers_.size(), 1u);
+}
+
+TEST_F(SearchAdmissionTest, RefuseCountsTheReasonAndAnswers) {
+  admission_->Refuse(RejectReason::kNotReady,
+                     absl::UnavailableError("loading"), Recorder());
+  ASSERT_EQ(answers_.size(), 1u);
+  EXPECT_EQ(answers_[0], absl::UnavailableError("loading"));
+  EXPECT_EQ(Rejected("not_ready"), 1);
+}
+
+TEST_F(SearchAdmissionTest, AnUnknownTokenIsAnsweredAndNotCountedAsARejection) {
+  knnd::testing::TempDir tmp;
+  const std::string tokens = tmp.path("tokens");
+  knnd::testing::WriteFile(tokens, "search-token-0123456789\n");
+  TokenAuthenticator::Options options;
+  options.search_token_file = tokens;
+  absl::StatusOr<std::unique_ptr<TokenAuthenticator>> auth =
+      TokenAuthenticator::Create(options);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  SearchAdmission admission({50}, gate_.get(), metrics_.get(), auth->get(),
+                            nullptr);
+  grpc::ServerContext context;
+  grpc::testing::ServerContextTestSpouse spouse(&context);
+  EXPECT_FALSE(admission.Authorize(context, Recorder()));
+  ASSERT_EQ(answers_.size(), 1u);
+  EXPECT_TRUE(absl::IsUnauthenticated(answers_[0]));
+  spouse.AddClientMetadata("authorization", "Bearer search-token-0123456789");
+  EXPECT_TRUE(admission.Authorize(context, Recorder()));
+  EXPECT_EQ(answers_.size(), 1u);
+  for (const char* reason : {"queue_full", "draining", "deadline", "invalid",
+                             "not_ready"}) {
+    EXPECT_EQ(Rejected(reason), 0) << reason;
+  }
+}
+
+}  // namespace
+}  // namespace knnd
