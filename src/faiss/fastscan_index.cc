@@ -16,7 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "knnd/faiss/fastscan_checks.h"
 #include "knnd/faiss/fastscan_format.h"
-#include "knnd/faiss/faiss_index.h"
+#include "knnd/faiss/fastscan_writer.h"
+#include "knnd/faiss/id_filter.h"
 #include "knnd/faiss/faiss_types.h"
 #include "knnd/faiss/mapped_block_lists.h"
 
@@ -224,6 +225,21 @@ absl::Status FastScanIndex::BuildPrecomputedTable() {
       static_cast<int64_t>(ivf_->precomputed_table.size() * sizeof(float));
   facts_.heap_bytes += facts_.precomputed_table_bytes;
   return absl::OkStatus();
+}
+
+absl::Status FastScanIndex::SearchUnpadded(const SearchArgs& args) const {
+  const IdFilter filter(args.allowed_ids);
+  FastScanSearchParams params;
+  params.k = args.k;
+  params.nprobe = args.nprobe;
+  if (!args.allowed_ids.empty()) params.filter = &filter;
+  return searcher_->Search(args.num_queries, args.queries, params,
+                           args.distances, args.ids);
+}
+
+absl::Status FastScanIndex::WritePart(const std::string& path,
+                                      int64_t first_id, int64_t end_id) const {
+  return WriteFastScanFilePart(*index_, path, IdRange{first_id, end_id});
 }
 
 }  // namespace knnd

@@ -1,7 +1,10 @@
 // FastScanIndex: one IVF-PQ FastScan index loaded from knnd's mappable
 // layout (fastscan_format.h), its inverted lists mapped read-only and
-// everything else on the heap. The FastScan half of FaissIndex
-// (faiss_index.h), which routes a file with the FastScan magic here.
+// everything else on the heap: the FastScan half of ServingIndex
+// (serving_index.h), which opens a file with the FastScan magic here, and
+// the index of `knnctl build`'s default recipe. Searched by knnd's own
+// FastScanSearcher (fastscan_search.h), with nprobe and the id filter per
+// call.
 //
 // Ownership: owns the mapping of the file and the faiss::Index read from its
 // blob, whose inverted lists are a MappedBlockLists over the mapping (no
@@ -22,6 +25,7 @@
 #include "knnd/faiss/fastscan_search.h"
 #include "knnd/faiss/index_facts.h"
 #include "knnd/faiss/mapped_file.h"
+#include "knnd/faiss/serving_index.h"
 
 namespace faiss {
 struct Index;
@@ -30,7 +34,7 @@ struct IndexIVFPQFastScan;
 
 namespace knnd {
 
-class FastScanIndex {
+class FastScanIndex final : public ServingIndex {
  public:
   // Maps `path` and validates it completely before anything is used: the
   // layout (ParseFastScanLayout), then the FAISS blob (an
@@ -43,36 +47,31 @@ class FastScanIndex {
   static absl::StatusOr<std::unique_ptr<FastScanIndex>> Open(
       const std::string& path);
 
-  ~FastScanIndex();
-  FastScanIndex(const FastScanIndex&) = delete;
-  FastScanIndex& operator=(const FastScanIndex&) = delete;
-
-  const IndexFacts& facts() const { return facts_; }
+  ~FastScanIndex() override;
 
   // The bytes BuildPrecomputedTable() would allocate: nlist * M * 16 floats
   // when codes are residuals of an L2 index (the table replaces per-query
   // residual tables), else 0.
-  int64_t PlannedTableBytes() const;
-  absl::Status BuildPrecomputedTable();
+  int64_t PlannedTableBytes() const override;
+  absl::Status BuildPrecomputedTable() override;
+  absl::Status WritePart(const std::string& path, int64_t first_id,
+                         int64_t end_id) const override;
 
-  absl::Status Search(int64_t n, const float* x,
-                      const FastScanSearchParams& params, float* distances,
-                      int64_t* labels) const {
-    return searcher_->Search(n, x, params, distances, labels);
-  }
-
+  // The searcher, for its own tests (empty filters, unpadded results).
+  const FastScanSearcher& searcher() const { return *searcher_; }
   // The FAISS index, for reference searches in tests (never mutate it: every
   // searching thread shares it).
   const faiss::Index& faiss_index() const { return *index_; }
 
  private:
   FastScanIndex() = default;
+  absl::Status SearchUnpadded(const SearchArgs& args) const override;
+  const faiss::Index& root() const override { return *index_; }
 
   std::shared_ptr<const MappedFile> file_;
   std::unique_ptr<faiss::Index> index_;
   faiss::IndexIVFPQFastScan* ivf_ = nullptr;  // owned by index_
   std::unique_ptr<FastScanSearcher> searcher_;
-  IndexFacts facts_;
 };
 
 }  // namespace knnd

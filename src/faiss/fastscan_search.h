@@ -1,6 +1,6 @@
 // FastScanSearcher: search of an IVF-PQ FastScan index (4-bit codes) with
 // per-call parameters (nprobe, id filter), const and safe to call from many
-// threads at once. Internal to src/faiss/ (FaissIndex::Search routes here).
+// threads at once. Internal to src/faiss/ (FastScanIndex, behind ServingIndex, routes here).
 #ifndef KNND_FAISS_FASTSCAN_SEARCH_H_
 #define KNND_FAISS_FASTSCAN_SEARCH_H_
 
@@ -37,7 +37,7 @@ struct FastScanSearchParams {
 // quantized tables and returns the best k among the allowed ids of the
 // probed lists (ties at the k-th distance broken by scan order).
 // A query with fewer than k candidates gets id -1 in the remaining slots,
-// with a distance that means nothing (FaissIndex::Search replaces it).
+// with a distance that means nothing (ServingIndex::Search replaces it).
 //
 // Ownership: borrows the index, which must outlive the searcher.
 // Thread-safety: Search() is const and keeps all its state on the calling

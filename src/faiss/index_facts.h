@@ -1,6 +1,6 @@
 // IndexFacts: what an index file itself says about the index it holds, for
 // both kinds knnd serves (a FAISS IVF-PQ file with its lists mapped, and
-// knnd's FastScan layout, fastscan_format.h). Filled by FaissIndex::Open().
+// knnd's FastScan layout, fastscan_format.h). Filled by ServingIndex::Open().
 #ifndef KNND_FAISS_INDEX_FACTS_H_
 #define KNND_FAISS_INDEX_FACTS_H_
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "knnd/faiss/faiss_index.h"
+#include "knnd/faiss/serving_index.h"
 #include "knnd/faiss/vector_math.h"
 #include "knnd/storage/atomic_file.h"
 #include "knnd/storage/index_metadata.h"
@@ -247,8 +247,8 @@ absl::StatusOr<std::vector<ShardSpec>> ShardIndexFile(
         absl::StrCat("the raw-vectors file of ", index_path,
                      " does not load: ", info.vectors_error));
   }
-  absl::StatusOr<std::unique_ptr<FaissIndex>> faiss =
-      FaissIndex::Open(index_path);
+  absl::StatusOr<std::unique_ptr<ServingIndex>> faiss =
+      ServingIndex::Open(index_path);
   if (!faiss.ok()) return faiss.status();
   const std::vector<int64_t> ids = (*faiss)->SortedIds();
   absl::StatusOr<std::vector<ShardSpec>> plan = PlanShards(ids, shards);

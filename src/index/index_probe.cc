@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "knnd/faiss/faiss_index.h"
+#include "knnd/faiss/serving_index.h"
 
 namespace knnd {
 namespace {
@@ -159,13 +159,14 @@ void RunIndexProbeIfAsked(int argc, char** argv) {
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
     signal(sig, SIG_DFL);
   }
-  absl::StatusOr<std::unique_ptr<FaissIndex>> index = FaissIndex::Open(argv[2]);
+  absl::StatusOr<std::unique_ptr<ServingIndex>> index =
+      ServingIndex::Open(argv[2]);
   absl::Status status = index.status();
   if (status.ok()) {
     std::vector<float> query(static_cast<size_t>((*index)->facts().dim), 0.0f);
     float distance;
     int64_t id;
-    FaissSearchArgs args;
+    SearchArgs args;
     args.queries = query.data();
     args.num_queries = 1;
     args.k = 1;

@@ -111,7 +111,7 @@ absl::StatusOr<std::unique_ptr<VectorsFile>> OpenVectors(
 
 }  // namespace
 
-IndexSnapshot::IndexSnapshot(std::unique_ptr<FaissIndex> faiss, IndexInfo info,
+IndexSnapshot::IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info,
                              std::unique_ptr<VectorsFile> vectors)
     : faiss_(std::move(faiss)),
       info_(std::move(info)),
@@ -138,7 +138,8 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   // Read without the precomputed table first (the lists are mapped, so this
   // allocates only centroids and codebooks), check the planned heap, then
   // build the table, the part that can be large.
-  absl::StatusOr<std::unique_ptr<FaissIndex>> faiss = FaissIndex::Open(path);
+  absl::StatusOr<std::unique_ptr<ServingIndex>> faiss =
+      ServingIndex::Open(path);
   if (!faiss.ok()) return faiss.status();
   const int64_t table_bytes =
       options.use_precomputed_table ? (*faiss)->PlannedTableBytes() : 0;
@@ -192,14 +193,9 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
         info_.vectors_error.empty() ? ""
                                     : absl::StrCat(": ", info_.vectors_error)));
   }
-  FaissSearchArgs call;
-  call.queries = args.queries;
-  call.num_queries = args.num_queries;
-  call.k = args.k;
-  call.nprobe = args.nprobe;
-  call.allowed_ids = args.allowed_ids;
-  call.distances = args.distances;
-  call.ids = args.ids;
+  // What the index itself searches: the request's queries (normalised for
+  // cosine) and, with re-ranking, its candidates into buffers of our own.
+  SearchArgs call = args;
   std::vector<float> normalized;
   if (info_.metric == Metric::kCosine) {
     // The indexed vectors were normalised at build time, so inner products

@@ -1,11 +1,11 @@
 // IndexSnapshot: one loaded, immutable version of an index: a FAISS IVF-PQ
 // file or a knnd FastScan file (4-bit IVF-PQ FastScan in knnd's mappable
-// layout, faiss/fastscan_format.h), both through faiss/faiss_index.h.
+// layout, faiss/fastscan_format.h), both through faiss/serving_index.h.
 //
 // The inverted lists (the bulk of the index) are memory-mapped read-only from
 // the file, so they live in the shared, reclaimable page cache; only the
 // coarse centroids, the PQ codebooks and the optional precomputed table are
-// on the heap. The FAISS objects are faiss/faiss_index.h's; the probe
+// on the heap. The index of either kind is faiss/serving_index.h's; the probe
 // process is index_probe.h's, exact re-ranking rerank.h's.
 //
 // With a raw-vectors file beside the index (vectors_file.h) it can re-rank
@@ -31,7 +31,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "knnd/base/metric.h"
-#include "knnd/faiss/faiss_index.h"
+#include "knnd/faiss/serving_index.h"
 #include "knnd/storage/vectors_file.h"
 
 namespace knnd {
@@ -117,31 +117,6 @@ struct LoadOptions {
   std::function<absl::Status(const IndexInfo& planned)> check_heap;
 };
 
-// One search call. Buffers are owned by the caller and must hold
-// num_queries * k entries.
-struct SearchArgs {
-  const float* queries = nullptr;  // num_queries * dim, row-major
-  int64_t num_queries = 0;
-  int k = 0;
-  int nprobe = 1;
-  // Sorted ascending; empty means no filter.
-  absl::Span<const int64_t> allowed_ids;
-  float* distances = nullptr;
-  int64_t* ids = nullptr;
-  // > 0: take refine_factor * k candidates from IVF-PQ and return the k
-  // best by exact distance over the raw vectors. Needs has_vectors.
-  int refine_factor = 0;
-  // With refine_factor > 0, for a merger of shards (docs/sharding.md): no
-  // re-ranking; `ids`, `distances` and `approx_distances` hold
-  // num_queries * k * refine_factor entries, every IVF-PQ candidate in the
-  // order of its PQ estimate (in approx_distances) with its exact distance
-  // (in distances).
-  bool return_candidates = false;
-  float* approx_distances = nullptr;
-  // Optional out: time spent computing exact distances (0 without refine).
-  absl::Duration* rerank_time = nullptr;
-};
-
 class IndexSnapshot {
  public:
   // Reads `path` with the inverted lists memory-mapped, checks that it is an
@@ -180,10 +155,10 @@ class IndexSnapshot {
   absl::Status VerifyChecksums(const std::atomic<bool>* cancel = nullptr) const;
 
  private:
-  IndexSnapshot(std::unique_ptr<FaissIndex> faiss, IndexInfo info,
+  IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info,
                 std::unique_ptr<VectorsFile> vectors);
 
-  std::unique_ptr<FaissIndex> faiss_;
+  std::unique_ptr<ServingIndex> faiss_;
   IndexInfo info_;
   std::unique_ptr<VectorsFile> vectors_;  // null without re-ranking
 };

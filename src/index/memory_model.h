@@ -71,7 +71,7 @@ struct SearchShape {
 //                              queries) + k * 4 (the handler's sort order)
 int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape);
 
-// PrecomputedTableBytes() (faiss/faiss_index.h) gives the IVF-PQ
+// PrecomputedTableBytes() (faiss/serving_index.h) gives the IVF-PQ
 // precomputed table's bytes.
 
 // The most heap an index holds while it loads: heap_bytes, or more when

@@ -145,36 +145,38 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   const IndexInfo& index = pinned.snapshot->info();
   auto job = std::make_unique<SearchJob>();
   job->query_storage = std::move(parsed.aligned_copy);
-  job->queries = job->query_storage.empty() ? parsed.queries
+  job->allowed_ids_storage = std::move(parsed.allowed_ids);
+  SearchArgs& args = job->args;
+  args.queries = job->query_storage.empty() ? parsed.queries
                                             : job->query_storage.data();
-  job->num_queries = parsed.num_queries;
-  job->k = parsed.k;
-  job->nprobe = parsed.nprobe;
-  job->refine_factor = parsed.refine_factor;
-  job->return_candidates =
-      call->request().return_candidates() && job->refine_factor > 0;
-  job->allowed_ids = std::move(parsed.allowed_ids);
+  args.num_queries = parsed.num_queries;
+  args.k = parsed.k;
+  args.nprobe = parsed.nprobe;
+  args.refine_factor = parsed.refine_factor;
+  args.return_candidates =
+      call->request().return_candidates() && args.refine_factor > 0;
+  args.allowed_ids = job->allowed_ids_storage;
 
   // The answer's header, and its result arrays, which the search fills in
   // place.
   knnd::v1::SearchResponse* const response = call->response();
-  const int width = job->width();
-  const int results = static_cast<int>(job->num_queries * width);
-  response->set_num_queries(static_cast<uint32_t>(job->num_queries));
+  const int width = ResultWidth(args);
+  const int results = static_cast<int>(args.num_queries * width);
+  response->set_num_queries(static_cast<uint32_t>(args.num_queries));
   response->set_k(width);
   response->set_index_version(index.version);
   response->set_serving_version(pinned.serving_version);
   response->set_metric(ToProto(index.metric));
-  response->set_nprobe(static_cast<uint32_t>(job->nprobe));
-  response->set_refine_factor(static_cast<uint32_t>(job->refine_factor));
+  response->set_nprobe(static_cast<uint32_t>(args.nprobe));
+  response->set_refine_factor(static_cast<uint32_t>(args.refine_factor));
   if (index.shard_count > 0) SetShard(index, response->mutable_shard());
   response->mutable_ids()->Resize(results, -1);
   response->mutable_distances()->Resize(results, 0.0f);
-  job->ids = response->mutable_ids()->mutable_data();
-  job->distances = response->mutable_distances()->mutable_data();
-  if (job->return_candidates) {
+  args.ids = response->mutable_ids()->mutable_data();
+  args.distances = response->mutable_distances()->mutable_data();
+  if (args.return_candidates) {
     response->mutable_approx_distances()->Resize(results, 0.0f);
-    job->approx_distances =
+    args.approx_distances =
         response->mutable_approx_distances()->mutable_data();
   }
 

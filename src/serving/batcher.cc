@@ -14,7 +14,7 @@ namespace knnd {
 struct Batcher::Running {
   explicit Running(std::unique_ptr<SearchJob> j, int units)
       : job(std::move(j)),
-        filter_hash(absl::Hash<std::vector<int64_t>>()(job->allowed_ids)),
+        filter_hash(absl::Hash<std::vector<int64_t>>()(job->allowed_ids_storage)),
         units_left(units),
         num_units(units) {}
 
@@ -71,18 +71,18 @@ Batcher::~Batcher() {
 }
 
 bool Batcher::SameKey(const Running& a, const Running& b) {
-  const SearchJob& x = *a.job;
-  const SearchJob& y = *b.job;
+  const SearchArgs& x = a.job->args;
+  const SearchArgs& y = b.job->args;
   // The same pinned snapshot object: a batch never mixes index versions.
-  return x.snapshot == y.snapshot && x.k == y.k && x.nprobe == y.nprobe &&
-         x.refine_factor == y.refine_factor &&
+  return a.job->snapshot == b.job->snapshot && x.k == y.k &&
+         x.nprobe == y.nprobe && x.refine_factor == y.refine_factor &&
          x.return_candidates == y.return_candidates &&
          a.filter_hash == b.filter_hash &&
-         x.allowed_ids == y.allowed_ids;
+         a.job->allowed_ids_storage == b.job->allowed_ids_storage;
 }
 
 void Batcher::Submit(std::unique_ptr<SearchJob> job) {
-  const int64_t rows = job->num_queries;
+  const int64_t rows = job->args.num_queries;
   const int64_t step = options_.max_batch_rows;
   const int units = static_cast<int>((rows + step - 1) / step);
   auto running = std::make_shared<Running>(std::move(job), units);
@@ -250,18 +250,13 @@ void Batcher::Search(const std::vector<Unit>& batch) {
 
   const SearchJob& first = *live.front()->running->job;
   const int dim = first.snapshot->info().dim;
-  const int k = first.k;
-  const int width = first.width();
-  const bool candidates = width != k;
-  SearchArgs args;
+  const int width = ResultWidth(first.args);
+  const bool candidates = width != first.args.k;
+  // The first job's search, over this batch's rows.
+  SearchArgs args = first.args;
   args.num_queries = rows;
-  args.k = k;
-  args.nprobe = first.nprobe;
-  args.refine_factor = first.refine_factor;
-  args.return_candidates = candidates;
   absl::Duration rerank_time;
   args.rerank_time = &rerank_time;
-  args.allowed_ids = first.allowed_ids;
   // One unit searches in place; several are gathered into one contiguous
   // query matrix and their results scattered back.
   std::vector<float> queries;
@@ -270,11 +265,11 @@ void Batcher::Search(const std::vector<Unit>& batch) {
   std::vector<int64_t> ids;
   if (live.size() == 1) {
     const int64_t begin = live.front()->begin;
-    args.queries = first.queries + begin * dim;
-    args.distances = first.distances + begin * width;
-    args.ids = first.ids + begin * width;
+    args.queries = first.args.queries + begin * dim;
+    args.distances = first.args.distances + begin * width;
+    args.ids = first.args.ids + begin * width;
     if (candidates) {
-      args.approx_distances = first.approx_distances + begin * width;
+      args.approx_distances = first.args.approx_distances + begin * width;
     }
   } else {
     queries.resize(static_cast<size_t>(rows) * dim);
@@ -284,8 +279,8 @@ void Batcher::Search(const std::vector<Unit>& batch) {
     float* out = queries.data();
     for (const Unit* unit : live) {
       const SearchJob& job = *unit->running->job;
-      out = std::copy(job.queries + unit->begin * dim,
-                      job.queries + unit->end * dim, out);
+      out = std::copy(job.args.queries + unit->begin * dim,
+                      job.args.queries + unit->end * dim, out);
     }
     args.queries = queries.data();
     args.distances = distances.data();
@@ -295,7 +290,7 @@ void Batcher::Search(const std::vector<Unit>& batch) {
   const absl::Time search_start = absl::Now();
   const absl::Status status = first.snapshot->Search(args);
   if (gate_ != nullptr && status.ok()) {
-    gate_->RecordWork(rows * std::max(first.nprobe, 1),
+    gate_->RecordWork(rows * std::max(first.args.nprobe, 1),
                       absl::Now() - search_start);
   }
   if (metrics_ != nullptr) {
@@ -315,11 +310,12 @@ void Batcher::Search(const std::vector<Unit>& batch) {
       const SearchJob& job = *running.job;
       const int64_t n = (unit->end - unit->begin) * width;
       std::copy_n(distances.data() + row * width, n,
-                  job.distances + unit->begin * width);
-      std::copy_n(ids.data() + row * width, n, job.ids + unit->begin * width);
+                  job.args.distances + unit->begin * width);
+      std::copy_n(ids.data() + row * width, n,
+                  job.args.ids + unit->begin * width);
       if (candidates) {
         std::copy_n(approx.data() + row * width, n,
-                    job.approx_distances + unit->begin * width);
+                    job.args.approx_distances + unit->begin * width);
       }
     }
     row += unit->end - unit->begin;

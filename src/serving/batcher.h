@@ -57,24 +57,12 @@ struct JobTimes {
 // One admitted Search call. Pointers must stay valid until on_done ran.
 struct SearchJob {
   std::shared_ptr<const IndexSnapshot> snapshot;  // pinned for the job's life
-  const float* queries = nullptr;    // num_queries * dim, row-major
-  std::vector<float> query_storage;  // owns `queries` when it is a copy
-  int64_t num_queries = 0;
-  int k = 0;
-  int nprobe = 1;
-  int refine_factor = 0;             // 0: no exact re-ranking
-  // With refine_factor > 0: every candidate with both distances
-  // (SearchArgs::return_candidates); the buffers then hold
-  // num_queries * k * refine_factor entries.
-  bool return_candidates = false;
-  std::vector<int64_t> allowed_ids;  // sorted ascending; empty: no filter
-  float* distances = nullptr;        // num_queries * width()
-  int64_t* ids = nullptr;            // num_queries * width()
-  float* approx_distances = nullptr;  // with return_candidates
-  // Entries per query in the result buffers.
-  int width() const {
-    return return_candidates && refine_factor > 0 ? k * refine_factor : k;
-  }
+  // The whole request's search (search_args.h): its queries, parameters and
+  // result buffers of num_queries * ResultWidth(args) entries; the Batcher
+  // searches it in units of rows. allowed_ids views `allowed_ids_storage`.
+  SearchArgs args;
+  std::vector<float> query_storage;  // owns args.queries when it is a copy
+  std::vector<int64_t> allowed_ids_storage;  // sorted ascending
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> is_cancelled;  // optional
   // Called exactly once, on a worker thread, after the last unit.

@@ -136,7 +136,7 @@ class FastScanSearchTest : public ::testing::TestWithParam<Config> {
   absl::Status Search(const std::vector<float>& queries, int64_t q0,
                       int64_t n, const FastScanSearchParams& p,
                       std::vector<float>& d, std::vector<int64_t>& l) const {
-    return built_->mapped->Search(n, queries.data() + q0 * kDim, p,
+    return built_->mapped->searcher().Search(n, queries.data() + q0 * kDim, p,
                                   d.data() + q0 * p.k, l.data() + q0 * p.k);
   }
 
@@ -334,17 +334,17 @@ TEST_P(FastScanSearchTest, InvalidArgumentsAreRefused) {
   FastScanSearchParams p;
   p.k = 0;
   EXPECT_TRUE(absl::IsInvalidArgument(
-      index.Search(1, queries_.data(), p, d.data(), l.data())));
+      index.searcher().Search(1, queries_.data(), p, d.data(), l.data())));
   p.k = 10;
   p.nprobe = 0;
   EXPECT_TRUE(absl::IsInvalidArgument(
-      index.Search(1, queries_.data(), p, d.data(), l.data())));
+      index.searcher().Search(1, queries_.data(), p, d.data(), l.data())));
   p.nprobe = 1;
   EXPECT_TRUE(absl::IsInvalidArgument(
-      index.Search(-1, queries_.data(), p, d.data(), l.data())));
+      index.searcher().Search(-1, queries_.data(), p, d.data(), l.data())));
   EXPECT_TRUE(absl::IsInvalidArgument(
-      index.Search(1, nullptr, p, d.data(), l.data())));
-  EXPECT_TRUE(index.Search(0, nullptr, p, nullptr, nullptr).ok());
+      index.searcher().Search(1, nullptr, p, d.data(), l.data())));
+  EXPECT_TRUE(index.searcher().Search(0, nullptr, p, nullptr, nullptr).ok());
 }
 
 // More than (capacity + k) / 2 candidates tied at quantized distance 0 (here
@@ -389,7 +389,7 @@ TEST(FastScanTies, ManyCopiesOfTheQueryGiveKDistinctCopies) {
       std::vector<float> dist(k);
       std::vector<int64_t> ids(k);
       ASSERT_TRUE(
-          (*mapped)->Search(1, v.data(), p, dist.data(), ids.data()).ok());
+          (*mapped)->searcher().Search(1, v.data(), p, dist.data(), ids.data()).ok());
       const std::set<int64_t> distinct(ids.begin(), ids.end());
       EXPECT_EQ(distinct.size(), static_cast<size_t>(k))
           << metric << " k " << k;

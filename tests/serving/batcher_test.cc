@@ -102,14 +102,14 @@ class BatcherTest : public ::testing::Test {
                                  std::vector<int64_t>* ids) {
     auto job = std::make_unique<SearchJob>();
     job->snapshot = snapshot_;
-    job->queries = q.data();
-    job->num_queries = static_cast<int64_t>(q.size()) / spec_.d;
-    job->k = k;
-    job->nprobe = 4;
-    d->assign(job->num_queries * k, -7.0f);
-    ids->assign(job->num_queries * k, -7);
-    job->distances = d->data();
-    job->ids = ids->data();
+    job->args.queries = q.data();
+    job->args.num_queries = static_cast<int64_t>(q.size()) / spec_.d;
+    job->args.k = k;
+    job->args.nprobe = 4;
+    d->assign(job->args.num_queries * k, -7.0f);
+    ids->assign(job->args.num_queries * k, -7);
+    job->args.distances = d->data();
+    job->args.ids = ids->data();
     return job;
   }
 
@@ -141,8 +141,8 @@ class BatcherTest : public ::testing::Test {
   // asks (the per-request truth).
   static std::vector<int64_t> SearchAlone(const Request& r,
                                           const SearchJob& job) {
-    return SearchSnapshot(*job.snapshot, r.queries, job.k, job.nprobe, 0,
-                          job.allowed_ids)
+    return SearchSnapshot(*job.snapshot, r.queries, job.args.k,
+                          job.args.nprobe, 0, job.allowed_ids_storage)
         .ids;
   }
 
@@ -272,8 +272,9 @@ TEST_F(BatcherTest, CoalescedResultsEqualPerRequestSearches) {
     Request& r = requests[i];
     r.queries = MakeData(1 + i % 3, spec_.d, 100 + i);
     auto job = Job(r.queries, i % 2 == 0 ? 5 : 10, &r.distances, &r.ids);
-    job->nprobe = (i / 2) % 2 == 0 ? 2 : 4;
-    job->allowed_ids = filters[(i / 4) % filters.size()];
+    job->args.nprobe = (i / 2) % 2 == 0 ? 2 : 4;
+    job->allowed_ids_storage = filters[(i / 4) % filters.size()];
+    job->args.allowed_ids = job->allowed_ids_storage;
     r.want_ids = SearchAlone(r, *job);
     job->on_done = [&r](const absl::Status& s, const JobTimes&) {
       r.status = s;
@@ -328,9 +329,11 @@ TEST_F(BatcherTest, RequestsWithDifferentKeysAreNeverMerged) {
     };
     jobs.push_back(std::move(job));
   }
-  jobs[3]->nprobe = 8;
-  jobs[4]->allowed_ids = {1, 2, 3};
-  jobs[5]->allowed_ids = {1, 2, 4};
+  jobs[3]->args.nprobe = 8;
+  jobs[4]->allowed_ids_storage = {1, 2, 3};
+  jobs[4]->args.allowed_ids = jobs[4]->allowed_ids_storage;
+  jobs[5]->allowed_ids_storage = {1, 2, 4};
+  jobs[5]->args.allowed_ids = jobs[5]->allowed_ids_storage;
   jobs[6]->snapshot = other_snapshot;  // another version of the same file
 
   auto release = BlockWorkers();
@@ -536,13 +539,13 @@ TEST(Rerank, BatcherKeepsRefineFactorsApart) {
     ids[i].resize(3 * kK);
     auto job = std::make_unique<SearchJob>();
     job->snapshot = snapshot;
-    job->queries = queries[i].data();
-    job->num_queries = 3;
-    job->k = kK;
-    job->nprobe = 2;
-    job->refine_factor = refine;
-    job->distances = distances[i].data();
-    job->ids = ids[i].data();
+    job->args.queries = queries[i].data();
+    job->args.num_queries = 3;
+    job->args.k = kK;
+    job->args.nprobe = 2;
+    job->args.refine_factor = refine;
+    job->args.distances = distances[i].data();
+    job->args.ids = ids[i].data();
     job->on_done = [&done, i](const absl::Status& s, const JobTimes&) {
       EXPECT_TRUE(s.ok()) << s;
       done[i].Notify();

@@ -1,4 +1,4 @@
-#include "knnd/faiss/faiss_index.h"
+#include "knnd/faiss/ivfpq_index.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,9 +10,6 @@
 #include <faiss/invlists/OnDiskInvertedLists.h>
 
 #include "absl/strings/str_cat.h"
-#include "knnd/faiss/fastscan_format.h"
-#include "knnd/faiss/fastscan_index.h"
-#include "knnd/faiss/fastscan_writer.h"
 #include "knnd/faiss/faiss_types.h"
 #include "knnd/faiss/id_filter.h"
 #include "knnd/faiss/ivfpq_checks.h"
@@ -22,15 +19,6 @@ namespace knnd {
 using faiss_types::CatchFaiss;
 using faiss_types::CorruptIndexFile;
 using faiss_types::TypeOf;
-
-// Either kind of index: `fastscan` for a knnd FastScan file, else the FAISS
-// IVF-PQ objects.
-struct FaissIndex::Objects {
-  std::unique_ptr<FastScanIndex> fastscan;
-  std::unique_ptr<faiss::Index> root;
-  const faiss::IndexPreTransform* pre = nullptr;  // null without transform
-  faiss::IndexIVFPQ* ivfpq = nullptr;             // owned by root
-};
 
 namespace {
 
@@ -56,10 +44,17 @@ bool StartsWithFaissFastScan(const std::string& path) {
                             kFaissFastScanFourcc);
 }
 
+// What IvfPqIndex::Open reads: the FAISS objects of the file.
+struct Read {
+  std::unique_ptr<faiss::Index> root;
+  const faiss::IndexPreTransform* pre = nullptr;
+  faiss::IndexIVFPQ* ivfpq = nullptr;  // owned by root
+};
+
 // Reads a FAISS IVF-PQ file (lists mapped, no precomputed table) and checks
 // it; fills `objects` and `facts`.
 absl::Status ReadAndCheck(const std::string& path, int64_t file_bytes,
-                          FaissIndex::Objects& objects, IndexFacts& facts) {
+                          Read& objects, IndexFacts& facts) {
   facts.path = path;
   facts.file_bytes = file_bytes;
   // Caught before FAISS's reader copies every list of it onto the heap.
@@ -130,48 +125,25 @@ absl::Status ReadAndCheck(const std::string& path, int64_t file_bytes,
 
 }  // namespace
 
-int64_t PrecomputedTableBytes(int64_t nlist, int pq_m, int pq_nbits) {
-  return nlist * pq_m * (int64_t{1} << pq_nbits) *
-         static_cast<int64_t>(sizeof(float));
-}
+IvfPqIndex::IvfPqIndex() = default;
+IvfPqIndex::~IvfPqIndex() = default;
 
-FaissIndex::FaissIndex(std::unique_ptr<Objects> objects, IndexFacts facts)
-    : objects_(std::move(objects)), facts_(std::move(facts)) {}
-
-FaissIndex::~FaissIndex() = default;
-
-absl::StatusOr<std::unique_ptr<FaissIndex>> FaissIndex::Open(
-    const std::string& path) {
-  int64_t file_bytes = 0;
-  if (absl::Status s = faiss_types::StatIndexFile(path, file_bytes); !s.ok()) {
+absl::StatusOr<std::unique_ptr<IvfPqIndex>> IvfPqIndex::Open(
+    const std::string& path, int64_t file_bytes) {
+  Read read;
+  std::unique_ptr<IvfPqIndex> index(new IvfPqIndex());
+  if (absl::Status s = ReadAndCheck(path, file_bytes, read, index->facts_);
+      !s.ok()) {
     return s;
   }
-  auto objects = std::make_unique<Objects>();
-  IndexFacts facts;
-  if (IsFastScanFile(path)) {
-    absl::StatusOr<std::unique_ptr<FastScanIndex>> fastscan =
-        FastScanIndex::Open(path);
-    if (!fastscan.ok()) return fastscan.status();
-    facts = (*fastscan)->facts();
-    objects->fastscan = std::move(*fastscan);
-  } else if (absl::Status s = ReadAndCheck(path, file_bytes, *objects, facts);
-             !s.ok()) {
-    return s;
-  }
-  return std::unique_ptr<FaissIndex>(
-      new FaissIndex(std::move(objects), std::move(facts)));
+  index->root_ = std::move(read.root);
+  index->pre_ = read.pre;
+  index->ivfpq_ = read.ivfpq;
+  return index;
 }
 
-// For IVF-PQ, the bytes FAISS 1.7.3's IndexIVFPQ::precompute_table()
-// allocates: a table only for residual encoding with an L2 coarse
-// quantizer, of nlist * M * ksub floats, skipped above
-// faiss::precomputed_table_max_bytes (and smaller for a multi-index
-// quantizer, counted here as the plain size).
-int64_t FaissIndex::PlannedTableBytes() const {
-  if (objects_->fastscan != nullptr) {
-    return objects_->fastscan->PlannedTableBytes();
-  }
-  const faiss::IndexIVFPQ& ivfpq = *objects_->ivfpq;
+int64_t IvfPqIndex::PlannedTableBytes() const {
+  const faiss::IndexIVFPQ& ivfpq = *ivfpq_;
   if (!ivfpq.by_residual || ivfpq.quantizer == nullptr ||
       ivfpq.quantizer->metric_type == faiss::METRIC_INNER_PRODUCT) {
     return 0;
@@ -185,91 +157,45 @@ int64_t FaissIndex::PlannedTableBytes() const {
   return bytes;
 }
 
-absl::Status FaissIndex::BuildPrecomputedTable() {
-  if (objects_->fastscan != nullptr) {
-    absl::Status s = objects_->fastscan->BuildPrecomputedTable();
-    if (s.ok()) facts_ = objects_->fastscan->facts();
-    return s;
-  }
+absl::Status IvfPqIndex::BuildPrecomputedTable() {
   if (PlannedTableBytes() == 0) return absl::OkStatus();
-  faiss::IndexIVFPQ& ivfpq = *objects_->ivfpq;
   if (absl::Status s = CatchFaiss(
           absl::StatusCode::kResourceExhausted,
           absl::StrCat("cannot build the precomputed table of index file ",
                        facts_.path),
-          [&] { ivfpq.precompute_table(); });
+          [&] { ivfpq_->precompute_table(); });
       !s.ok()) {
     return s;
   }
   facts_.precomputed_table_bytes =
-      static_cast<int64_t>(ivfpq.precomputed_table.size() * sizeof(float));
+      static_cast<int64_t>(ivfpq_->precomputed_table.size() * sizeof(float));
   facts_.heap_bytes += facts_.precomputed_table_bytes;
   return absl::OkStatus();
 }
 
-absl::Status FaissIndex::Search(const FaissSearchArgs& args) const {
+absl::Status IvfPqIndex::SearchUnpadded(const SearchArgs& args) const {
   IdFilter filter(args.allowed_ids);  // SearchParameters takes it non-const
-  absl::Status status;
-  if (objects_->fastscan != nullptr) {
-    FastScanSearchParams params;
-    params.k = args.k;
-    params.nprobe = args.nprobe;
-    if (!args.allowed_ids.empty()) params.filter = &filter;
-    status = objects_->fastscan->Search(args.num_queries, args.queries, params,
-                                        args.distances, args.ids);
-  } else {
-    status = CatchFaiss(absl::StatusCode::kInternal, "FAISS search failed", [&] {
-      const float* x = args.queries;
-      std::unique_ptr<const float[]> transformed;
-      if (objects_->pre != nullptr) {
-        x = objects_->pre->apply_chain(args.num_queries, args.queries);
-        if (x != args.queries) transformed.reset(x);
-      }
-      faiss::SearchParametersIVF params;
-      params.nprobe = static_cast<size_t>(args.nprobe);
-      if (!args.allowed_ids.empty()) params.sel = &filter;
-      objects_->ivfpq->search(args.num_queries, x, args.k, args.distances,
-                              args.ids, &params);
-    });
-  }
-  if (!status.ok()) return status;
-  const float pad = MissingDistance(facts_.metric);
-  const int64_t n = args.num_queries * args.k;
-  for (int64_t i = 0; i < n; ++i) {
-    if (args.ids[i] < 0) args.distances[i] = pad;
-  }
-  return absl::OkStatus();
+  return CatchFaiss(absl::StatusCode::kInternal, "FAISS search failed", [&] {
+    const float* x = args.queries;
+    std::unique_ptr<const float[]> transformed;
+    if (pre_ != nullptr) {
+      x = pre_->apply_chain(args.num_queries, args.queries);
+      if (x != args.queries) transformed.reset(x);
+    }
+    faiss::SearchParametersIVF params;
+    params.nprobe = static_cast<size_t>(args.nprobe);
+    if (!args.allowed_ids.empty()) params.sel = &filter;
+    ivfpq_->search(args.num_queries, x, args.k, args.distances, args.ids,
+                   &params);
+  });
 }
 
-std::vector<int64_t> FaissIndex::SortedIds() const {
-  const faiss::Index& root = objects_->fastscan != nullptr
-                                 ? objects_->fastscan->faiss_index()
-                                 : *objects_->root;
-  faiss_types::IndexLayers layers;
-  faiss_types::SplitLayers(root, layers);  // checked when opened
-  const auto& ivf = dynamic_cast<const faiss::IndexIVF&>(*layers.inner);
-  std::vector<int64_t> ids;
-  ids.reserve(static_cast<size_t>(ivf.ntotal));
-  for (size_t l = 0; l < ivf.nlist; ++l) {
-    const size_t n = ivf.invlists->list_size(l);
-    if (n == 0) continue;
-    faiss::InvertedLists::ScopedIds list_ids(ivf.invlists, l);
-    ids.insert(ids.end(), list_ids.get(), list_ids.get() + n);
-  }
-  std::sort(ids.begin(), ids.end());
-  return ids;
-}
-
-absl::Status FaissIndex::WritePart(const std::string& path, int64_t first_id,
-                                   int64_t end_id) const {
-  if (objects_->fastscan == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot split ", facts_.path, ": it is an 8-bit IVF-PQ index (",
-        facts_.index_type, "); only FastScan indexes (knnctl build's "
-        "default recipe) are split into shards"));
-  }
-  return WriteFastScanFilePart(objects_->fastscan->faiss_index(), path,
-                               IdRange{first_id, end_id});
+absl::Status IvfPqIndex::WritePart(const std::string&, int64_t,
+                                   int64_t) const {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cannot split ", facts_.path, ": it is an 8-bit IVF-PQ index (",
+      facts_.index_type, "); only FastScan indexes (knnctl build's "
+      "default recipe) are split into shards"));
 }
 
 }  // namespace knnd

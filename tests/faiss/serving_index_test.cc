@@ -1,7 +1,7 @@
-// FaissIndex on knnd FastScan files: told apart by the magic, described by
+// ServingIndex on knnd FastScan files: told apart by the magic, described by
 // the same facts, searched through the same call; FastScan files written by
 // FAISS itself are refused with the way out.
-#include "knnd/faiss/faiss_index.h"
+#include "knnd/faiss/serving_index.h"
 
 #include <cstdint>
 #include <limits>
@@ -11,6 +11,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "knnd/faiss/fastscan_index.h"
+#include "knnd/faiss/ivfpq_index.h"
 #include "testing/fastscan_util.h"
 
 namespace knnd {
@@ -31,8 +33,8 @@ TEST(MemoryModel, PrecomputedTableIsNlistTimesMTimesKsubFloats) {
   EXPECT_EQ(PrecomputedTableBytes(1024, 16, 4), int64_t{1024} * 16 * 16 * 4);
 }
 
-std::unique_ptr<FaissIndex> MustOpen(const std::string& path) {
-  auto opened = FaissIndex::Open(path);
+std::unique_ptr<ServingIndex> MustOpen(const std::string& path) {
+  auto opened = ServingIndex::Open(path);
   EXPECT_TRUE(opened.ok()) << opened.status();
   return opened.ok() ? std::move(*opened) : nullptr;
 }
@@ -47,13 +49,35 @@ IndexSpec FastScanSpec(const std::string& factory) {
 
 // `spec` written by FAISS, converted to knnd's FastScan file in `tmp` and
 // opened.
-std::unique_ptr<FaissIndex> OpenConverted(const TempDir& tmp,
-                                          const IndexSpec& spec) {
+std::unique_ptr<ServingIndex> OpenConverted(const TempDir& tmp,
+                                            const IndexSpec& spec) {
   WriteFastScanIndex(tmp.path("f.faiss"), tmp.path("f.index"), spec);
   return MustOpen(tmp.path("f.index"));
 }
 
-TEST(FaissIndexFastScan, ReportsStructureAndMemory) {
+// Each kind of file opens as its own implementation, told by its first
+// bytes: knnd's FastScan layout, or a FAISS IVF-PQ file.
+TEST(ServingIndex, OpensEachKindAsItsImplementation) {
+  TempDir tmp;
+  std::unique_ptr<ServingIndex> fastscan =
+      OpenConverted(tmp, FastScanSpec("IVF16,PQ8x4fs"));
+  ASSERT_NE(fastscan, nullptr);
+  EXPECT_NE(dynamic_cast<const FastScanIndex*>(fastscan.get()), nullptr);
+  EXPECT_TRUE(fastscan->facts().fastscan);
+  IndexSpec spec;
+  spec.n = 2000;
+  spec.factory = "IVF16,PQ8";
+  WriteIndex(tmp.path("ivfpq.index"), spec);
+  std::unique_ptr<ServingIndex> ivfpq = MustOpen(tmp.path("ivfpq.index"));
+  ASSERT_NE(ivfpq, nullptr);
+  EXPECT_NE(dynamic_cast<const IvfPqIndex*>(ivfpq.get()), nullptr);
+  EXPECT_FALSE(ivfpq->facts().fastscan);
+  EXPECT_EQ(ivfpq->facts().index_type, "IVF16,PQ8");
+  EXPECT_THAT(ivfpq->WritePart(tmp.path("part.index"), 0, 10).message(),
+              HasSubstr("only FastScan indexes"));
+}
+
+TEST(ServingIndexFastScan, ReportsStructureAndMemory) {
   TempDir tmp;
   auto index = OpenConverted(tmp, FastScanSpec("IVF32,PQ16x4fs"));
   ASSERT_NE(index, nullptr);
@@ -84,7 +108,7 @@ TEST(FaissIndexFastScan, ReportsStructureAndMemory) {
   EXPECT_EQ(index->PlannedTableBytes(), 0);
 }
 
-TEST(FaissIndexFastScan, ResidualCodesBuildTheirTableOnlyWhenAsked) {
+TEST(ServingIndexFastScan, ResidualCodesBuildTheirTableOnlyWhenAsked) {
   TempDir tmp;
   auto index = OpenConverted(tmp, FastScanSpec("IVF32,PQ16x4fsr"));
   ASSERT_NE(index, nullptr);
@@ -99,7 +123,7 @@ TEST(FaissIndexFastScan, ResidualCodesBuildTheirTableOnlyWhenAsked) {
   EXPECT_EQ(index->facts().heap_bytes, heap + table);
 }
 
-TEST(FaissIndexFastScan, NamesThePreTransform) {
+TEST(ServingIndexFastScan, NamesThePreTransform) {
   TempDir tmp;
   auto index = OpenConverted(tmp, FastScanSpec("PCA30,IVF16,PQ15x4fs"));
   ASSERT_NE(index, nullptr);
@@ -110,11 +134,11 @@ TEST(FaissIndexFastScan, NamesThePreTransform) {
   EXPECT_EQ(index->facts().code_size_bytes, 8);  // 15 rounded up to 16 / 2
 }
 
-TEST(FaissIndexFastScan, FastScanWrittenByFaissIsRefusedWithTheWayOut) {
+TEST(ServingIndexFastScan, FastScanWrittenByFaissIsRefusedWithTheWayOut) {
   TempDir tmp;
   for (const std::string factory : {"IVF32,PQ8x4fs", "PCA16,IVF32,PQ8x4fs"}) {
     WriteIndex(tmp.path("plain.index"), FastScanSpec(factory));
-    auto opened = FaissIndex::Open(tmp.path("plain.index"));
+    auto opened = ServingIndex::Open(tmp.path("plain.index"));
     ASSERT_FALSE(opened.ok()) << factory;
     EXPECT_EQ(opened.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(opened.status().message(), HasSubstr(tmp.path("plain.index")));
@@ -122,7 +146,7 @@ TEST(FaissIndexFastScan, FastScanWrittenByFaissIsRefusedWithTheWayOut) {
   }
 }
 
-TEST(FaissIndexFastScan, MissingNeighboursAreMinusOneWithTheMetricsPad) {
+TEST(ServingIndexFastScan, MissingNeighboursAreMinusOneWithTheMetricsPad) {
   TempDir tmp;
   for (bool inner_product : {false, true}) {
     IndexSpec spec = FastScanSpec("IVF32,PQ16x4fs");
@@ -134,7 +158,7 @@ TEST(FaissIndexFastScan, MissingNeighboursAreMinusOneWithTheMetricsPad) {
     const int k = 10;
     std::vector<float> d(3 * k);
     std::vector<int64_t> ids(3 * k);
-    FaissSearchArgs args;
+    SearchArgs args;
     args.queries = queries.data();
     args.num_queries = 3;
     args.k = k;

@@ -1,0 +1,54 @@
+// SearchArgs: one search call, the one argument struct of the search path:
+// the request handler fills it for a whole request (SearchJob::args), the
+// Batcher for each batch it runs, IndexSnapshot::Search reads all of it and
+// passes it on to ServingIndex::Search, which reads the fields of the first
+// group (the re-ranking ones are the snapshot's).
+//
+// Thread-safety: a plain value; the buffers it points to belong to the
+// caller.
+#ifndef KNND_FAISS_SEARCH_ARGS_H_
+#define KNND_FAISS_SEARCH_ARGS_H_
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace knnd {
+
+// Buffers are owned by the caller and hold num_queries * k entries
+// (num_queries * k * refine_factor with return_candidates).
+struct SearchArgs {
+  const float* queries = nullptr;  // num_queries * dim, row-major
+  int64_t num_queries = 0;
+  int k = 0;
+  int nprobe = 1;
+  // Sorted ascending; empty means no filter.
+  absl::Span<const int64_t> allowed_ids;
+  float* distances = nullptr;
+  int64_t* ids = nullptr;
+  // > 0: take refine_factor * k candidates from IVF-PQ and return the k
+  // best by exact distance over the raw vectors. Needs has_vectors.
+  int refine_factor = 0;
+  // With refine_factor > 0, for a merger of shards (docs/sharding.md): no
+  // re-ranking; `ids`, `distances` and `approx_distances` hold
+  // num_queries * k * refine_factor entries, every IVF-PQ candidate in the
+  // order of its PQ estimate (in approx_distances) with its exact distance
+  // (in distances).
+  bool return_candidates = false;
+  float* approx_distances = nullptr;
+  // Optional out: time spent computing exact distances (0 without refine).
+  absl::Duration* rerank_time = nullptr;
+};
+
+// Entries per query in the result buffers: k, or with re-ranking and
+// return_candidates every candidate, k * refine_factor.
+inline int ResultWidth(const SearchArgs& args) {
+  return args.return_candidates && args.refine_factor > 0
+             ? args.k * args.refine_factor
+             : args.k;
+}
+
+}  // namespace knnd
+
+#endif  // KNND_FAISS_SEARCH_ARGS_H_
