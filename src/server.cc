@@ -105,16 +105,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   manager_options.serving_changed = [s](bool serving) {
     s->OnServingChanged(serving);
   };
-  manager_options.load.check_heap = [s](const IndexInfo& info) {
-    return s->memory_budget_->CheckHeap(info);
-  };
-  manager_options.prepare = [s](const IndexSnapshot& snapshot) {
-    absl::Status status = s->preparation_->Prepare(snapshot);
-    if (status.ok()) s->memory_budget_->SetByteBudgetFor(snapshot.info());
-    return status;
-  };
   absl::StatusOr<std::unique_ptr<IndexManager>> manager = IndexManager::Create(
-      manager_options, &s->holder_, s->metrics_.get());
+      manager_options, &s->holder_, s->metrics_.get(),
+      {s->memory_budget_.get(), s->preparation_.get()});
   if (!manager.ok()) return manager.status();
   s->index_manager_ = std::move(*manager);
   if (!config.admin_listen_address().empty()) {

@@ -50,9 +50,9 @@ MemoryBudget::Options MemoryBudgetOptionsFrom(
     const knnd::v1::ServerConfig& config);
 VersionPreparation::Options PreparationOptionsFrom(
     const knnd::v1::ServerConfig& config);
-// Without the callbacks (serving_changed, check_heap, prepare), which the
-// server connects; `config` must have passed ValidateConfig (checksum_check
-// is then known).
+// Without serving_changed, the one up-call the server connects (the memory
+// budget and the version preparation are IndexManager::Parts); `config`
+// must have passed ValidateConfig (checksum_check is then known).
 IndexManager::Options IndexManagerOptionsFrom(
     const knnd::v1::ServerConfig& config);
 // The search port's limits. `byte_budget` is the admission gate's budget

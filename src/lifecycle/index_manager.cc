@@ -35,7 +35,8 @@ void LogServed(const IndexInfo& info) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<IndexManager>> IndexManager::Create(
-    const Options& options, IndexHolder* holder, Metrics* metrics) {
+    const Options& options, IndexHolder* holder, Metrics* metrics,
+    Parts parts) {
   if (options.index_path.empty()) {
     return absl::InvalidArgumentError("no index path to serve");
   }
@@ -50,7 +51,7 @@ absl::StatusOr<std::unique_ptr<IndexManager>> IndexManager::Create(
                      " is negative"));
   }
   std::unique_ptr<IndexManager> manager(
-      new IndexManager(options, holder, metrics));
+      new IndexManager(options, holder, metrics, parts));
   manager->thread_ = std::thread([m = manager.get()] { m->Run(); });
   return manager;
 }
@@ -166,6 +167,12 @@ void IndexManager::Publish(std::shared_ptr<const IndexSnapshot> snapshot) {
   // One step for both, so that a request pinning the version just replaced
   // (a merger of shards does) always finds it, serving or retained.
   holder_->Publish(std::move(snapshot), std::move(retained));
+  // The byte budget of the version now serving (a loaded one, or a
+  // retained one republished), set after it serves: until then requests
+  // run on the one it replaced.
+  if (parts_.budget != nullptr) {
+    parts_.budget->SetByteBudgetFor(published.info());
+  }
   metrics_->SetIndexServing(true);
   if (options_.serving_changed) options_.serving_changed(true);
 }
@@ -272,6 +279,12 @@ absl::Status IndexManager::LoadAndPublish(const IndexVersion& target) {
             shape_.dim == 0 && !verifier_.started();
   }
   LoadOptions load = options_.load;
+  if (parts_.budget != nullptr && !load.check_heap) {
+    MemoryBudget* budget = parts_.budget;
+    load.check_heap = [budget](const IndexInfo& planned) {
+      return budget->CheckHeap(planned);
+    };
+  }
   load.version = target.version;
   load.verify_checksum =
       options_.checksum_check != ChecksumCheck::kOff && !defer;
@@ -291,6 +304,11 @@ absl::Status IndexManager::LoadAndPublish(const IndexVersion& target) {
         "its metric ", MetricName(info.metric), " differs from metric ",
         MetricName(*expected.metric),
         " of the index served since start-up; distances would change meaning"));
+  }
+  if (parts_.preparation != nullptr) {
+    if (absl::Status s = parts_.preparation->Prepare(*snapshot); !s.ok()) {
+      return s;
+    }
   }
   if (options_.prepare) {
     if (absl::Status s = options_.prepare(*snapshot); !s.ok()) return s;

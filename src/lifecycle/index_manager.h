@@ -20,6 +20,12 @@
 // With N = 0 (the default) a replaced version is unmapped when its last
 // request ends.
 //
+// A swap drives the server's parts it is given (Parts): the memory budget
+// checks a version's heap before the load allocates it and, once the
+// version serves, sets the gate's byte budget for it; the version
+// preparation warms it up and runs the canary before it is published. The
+// server connects only serving_changed (health).
+//
 // Triggers: Reload() / ReloadVersion() return the outcome (admin RPC, tests,
 // start-up); RequestReload() only wakes the manager's thread (SIGHUP, which
 // must not block the signal loop); the same thread scans a versions
@@ -70,8 +76,10 @@
 #include "knnd/lifecycle/index_source.h"
 #include "knnd/lifecycle/retained_versions.h"
 #include "knnd/lifecycle/version_policy.h"
+#include "knnd/lifecycle/version_preparation.h"
 #include "knnd/monitoring/metrics.h"
 #include "knnd/serving/index_holder.h"
+#include "knnd/serving/memory_budget.h"
 
 namespace knnd {
 
@@ -86,8 +94,9 @@ class IndexManager {
     // Time between scans of a versions directory for a newer version; zero
     // means no polling (a plain file is never polled).
     absl::Duration poll_interval = absl::ZeroDuration();
-    // Runs on a loaded, checked version before it is published, e.g. the
-    // server's warm-up queries; an error refuses the version. May be empty.
+    // Runs on a loaded, checked version after Parts::preparation and before
+    // it is published; an error refuses the version. May be empty (knnd
+    // sets none; a test holds a load here).
     std::function<absl::Status(const IndexSnapshot&)> prepare;
     // Previous versions kept loaded for an immediate rollback (see above).
     int keep_previous_versions = 0;
@@ -119,8 +128,22 @@ class IndexManager {
     std::string refused_reason;
   };
 
+  // The parts of the server a swap drives, each optional (null) and
+  // borrowed (they must outlive the manager). `Parts{}` is none.
+  struct Parts {
+    // Before a version's heap is allocated: whether it fits beside the one
+    // serving (MemoryBudget::CheckHeap, as LoadOptions::check_heap); after
+    // every publish, the gate's byte budget for the version now serving
+    // (MemoryBudget::SetByteBudgetFor).
+    MemoryBudget* budget;
+    // Before publishing: warm-up queries and the canary; a failure refuses
+    // the version.
+    const VersionPreparation* preparation;
+  };
+
   static absl::StatusOr<std::unique_ptr<IndexManager>> Create(
-      const Options& options, IndexHolder* holder, Metrics* metrics);
+      const Options& options, IndexHolder* holder, Metrics* metrics,
+      Parts parts = {});
   ~IndexManager();
   IndexManager(const IndexManager&) = delete;
   IndexManager& operator=(const IndexManager&) = delete;
@@ -168,9 +191,11 @@ class IndexManager {
     absl::optional<Metric> metric;
   };
 
-  IndexManager(const Options& options, IndexHolder* holder, Metrics* metrics)
+  IndexManager(const Options& options, IndexHolder* holder, Metrics* metrics,
+               Parts parts)
       : options_(options), source_(options.index_path), holder_(holder),
-        metrics_(metrics), retained_(options.keep_previous_versions) {}
+        metrics_(metrics), parts_(parts),
+        retained_(options.keep_previous_versions) {}
 
   // Reload() and ReloadVersion(): decides with the version policy, then
   // carries the decision out.
@@ -189,6 +214,7 @@ class IndexManager {
   const IndexSource source_;
   IndexHolder* const holder_;
   Metrics* const metrics_;
+  const Parts parts_;
 
   mutable absl::Mutex mu_;
   ReloadState reload_ ABSL_GUARDED_BY(mu_);

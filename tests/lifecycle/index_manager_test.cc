@@ -427,3 +427,102 @@ TEST(IndexManager, AnonymousMemoryReturnsAfterASwap) {
 
 }  // namespace
 }  // namespace knnd
+
+namespace knnd {
+namespace {
+
+// A manager over the versions in `dir`, driving `parts`, with metrics that
+// serve no port.
+struct ManagerWithParts {
+  std::unique_ptr<Metrics> metrics;
+  IndexHolder holder;
+  std::unique_ptr<IndexManager> manager;
+};
+
+void StartManager(const std::string& dir, IndexManager::Parts parts,
+                  ManagerWithParts& out) {
+  Metrics::Options metrics_options;
+  metrics_options.listen_address = "127.0.0.1:0";
+  auto none = [] { return int64_t{0}; };
+  absl::StatusOr<std::unique_ptr<Metrics>> metrics =
+      Metrics::Create(metrics_options, {none, none, none, none});
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  out.metrics = std::move(*metrics);
+  IndexManager::Options options;
+  options.index_path = dir;
+  options.keep_previous_versions = 1;
+  options.load.probe_in_subprocess = false;
+  absl::StatusOr<std::unique_ptr<IndexManager>> manager = IndexManager::Create(
+      options, &out.holder, out.metrics.get(), parts);
+  ASSERT_TRUE(manager.ok()) << manager.status();
+  out.manager = std::move(*manager);
+}
+
+MemoryBudget::Options BudgetOptions(int64_t limit_bytes) {
+  MemoryBudget::Options options;
+  options.configured_limit_bytes = limit_bytes;
+  options.headroom_bytes = 0;
+  return options;
+}
+
+// The swap drives the memory budget it is given: the gate's byte budget is
+// set once a version serves, for that version, a retained one republished
+// by a rollback included.
+TEST(IndexManagerParts, TheByteBudgetFollowsTheServingVersion) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(1)), 1);
+  AdmissionGate gate(AdmissionGate::Options{});
+  ManagerWithParts m;
+  std::unique_ptr<MemoryBudget> budget =
+      MemoryBudget::Create(BudgetOptions(int64_t{1} << 30), &gate, &m.holder);
+  StartManager(dir, {budget.get(), nullptr}, m);
+  ASSERT_EQ(gate.max_inflight_bytes(), 0);  // nothing serves: unset
+
+  // What the budget sets for the version serving, computed on a gate of
+  // its own.
+  auto expected = [&] {
+    AdmissionGate reference(AdmissionGate::Options{});
+    MemoryBudget::Create(BudgetOptions(int64_t{1} << 30), &reference,
+                         &m.holder)
+        ->SetByteBudgetFor(m.holder.Pin()->info());
+    return reference.max_inflight_bytes();
+  };
+  ASSERT_TRUE(m.manager->Reload().ok());
+  EXPECT_GT(gate.max_inflight_bytes(), 0);
+  EXPECT_EQ(gate.max_inflight_bytes(), expected());
+
+  // A larger version 2, then a rollback to the retained version 1.
+  IndexSpec big = VersionSpec(2);
+  big.n *= 4;
+  ASSERT_EQ(PublishIndex(tmp, dir, big), 2);
+  ASSERT_TRUE(m.manager->Reload().ok());
+  EXPECT_EQ(m.holder.Pin()->info().version, 2);
+  EXPECT_EQ(gate.max_inflight_bytes(), expected());
+  gate.SetMaxInflightBytes(1);  // so that the rollback must set it again
+  absl::StatusOr<IndexManager::Outcome> back = m.manager->ReloadVersion(1);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->loaded);  // republished from the retained versions
+  EXPECT_EQ(m.holder.Pin()->info().version, 1);
+  EXPECT_EQ(gate.max_inflight_bytes(), expected());
+}
+
+// A version whose heap does not fit the limit is refused before its heap is
+// allocated, and nothing is published.
+TEST(IndexManagerParts, AVersionBeyondTheMemoryLimitIsRefused) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(1)), 1);
+  AdmissionGate gate(AdmissionGate::Options{});
+  ManagerWithParts m;
+  std::unique_ptr<MemoryBudget> budget =
+      MemoryBudget::Create(BudgetOptions(4096), &gate, &m.holder);
+  StartManager(dir, {budget.get(), nullptr}, m);
+  absl::StatusOr<IndexManager::Outcome> served = m.manager->Reload();
+  EXPECT_TRUE(absl::IsResourceExhausted(served.status())) << served.status();
+  EXPECT_EQ(m.holder.Pin(), nullptr);
+  EXPECT_EQ(gate.max_inflight_bytes(), 0);
+}
+
+}  // namespace
+}  // namespace knnd
