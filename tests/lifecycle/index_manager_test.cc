@@ -441,13 +441,8 @@ struct ManagerWithParts {
 
 void StartManager(const std::string& dir, IndexManager::Parts parts,
                   ManagerWithParts& out) {
-  Metrics::Options metrics_options;
-  metrics_options.listen_address = "127.0.0.1:0";
-  auto none = [] { return int64_t{0}; };
-  absl::StatusOr<std::unique_ptr<Metrics>> metrics =
-      Metrics::Create(metrics_options, {none, none, none, none});
-  ASSERT_TRUE(metrics.ok()) << metrics.status();
-  out.metrics = std::move(*metrics);
+  out.metrics = knnd::testing::TestMetrics();
+  ASSERT_NE(out.metrics, nullptr);
   IndexManager::Options options;
   options.index_path = dir;
   options.keep_previous_versions = 1;

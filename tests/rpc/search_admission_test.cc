@@ -2,6 +2,7 @@
 // the caller sees (status, pushback trailer) and what is counted.
 #include "knnd/rpc/search_admission.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,17 +20,22 @@ namespace {
 using knnd::testing::FindSample;
 using knnd::testing::Scrape;
 
+constexpr const char* kReasons[] = {"queue_full", "draining", "deadline",
+                                    "invalid", "not_ready"};
+
 class SearchAdmissionTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    Metrics::Options options;
-    options.listen_address = "127.0.0.1:0";
-    auto none = [] { return int64_t{0}; };
-    absl::StatusOr<std::unique_ptr<Metrics>> metrics =
-        Metrics::Create(options, {none, none, none, none});
-    ASSERT_TRUE(metrics.ok()) << metrics.status();
-    metrics_ = std::move(*metrics);
+  // One exposer for the suite (stopping one takes a while): each test reads
+  // what its own calls added to the counters.
+  static void SetUpTestSuite() {
+    metrics_ = knnd::testing::TestMetrics().release();
+    ASSERT_NE(metrics_, nullptr);
     ASSERT_TRUE(metrics_->StartExposer().ok());
+  }
+  static void TearDownTestSuite() { delete metrics_; }
+
+  void SetUp() override {
+    for (const char* reason : kReasons) before_[reason] = Count(reason);
     absl::StatusOr<std::unique_ptr<TokenAuthenticator>> auth =
         TokenAuthenticator::Create({});
     ASSERT_TRUE(auth.ok()) << auth.status();
@@ -38,7 +44,7 @@ class SearchAdmissionTest : public ::testing::Test {
     gate.max_inflight_queries = 10;
     gate_ = std::make_unique<AdmissionGate>(gate);
     admission_ = std::make_unique<SearchAdmission>(
-        SearchAdmission::Options{77}, gate_.get(), metrics_.get(), auth_.get(),
+        SearchAdmission::Options{77}, gate_.get(), metrics_, auth_.get(),
         &hold_);
   }
 
@@ -47,19 +53,26 @@ class SearchAdmissionTest : public ::testing::Test {
     return [this](const absl::Status& status) { answers_.push_back(status); };
   }
 
-  double Rejected(const std::string& reason) {
+  static double Count(const std::string& reason) {
     return FindSample(Scrape(metrics_->port()), "knnd_search_rejected_total",
                       {{"reason", reason}})
         .value_or(-1);
   }
+  // Refusals counted under `reason` since the test began.
+  double Rejected(const std::string& reason) {
+    return Count(reason) - before_[reason];
+  }
 
-  std::unique_ptr<Metrics> metrics_;
+  static Metrics* metrics_;
+  std::map<std::string, double> before_;
   std::unique_ptr<TokenAuthenticator> auth_;
   std::unique_ptr<AdmissionGate> gate_;
   CallHold hold_;
   std::unique_ptr<SearchAdmission> admission_;
   std::vector<absl::Status> answers_;
 };
+
+Metrics* SearchAdmissionTest::metrics_ = nullptr;
 
 TEST_F(SearchAdmissionTest, AdmitsWithinTheGateWithoutAnswering) {
   grpc::ServerContext context;
@@ -145,7 +158,7 @@ TEST_F(SearchAdmissionTest, AnUnknownTokenIsAnsweredAndNotCountedAsARejection) {
   absl::StatusOr<std::unique_ptr<TokenAuthenticator>> auth =
       TokenAuthenticator::Create(options);
   ASSERT_TRUE(auth.ok()) << auth.status();
-  SearchAdmission admission({50}, gate_.get(), metrics_.get(), auth->get(),
+  SearchAdmission admission({50}, gate_.get(), metrics_, auth->get(),
                             nullptr);
   grpc::ServerContext context;
   grpc::testing::ServerContextTestSpouse spouse(&context);
@@ -155,8 +168,7 @@ TEST_F(SearchAdmissionTest, AnUnknownTokenIsAnsweredAndNotCountedAsARejection) {
   spouse.AddClientMetadata("authorization", "Bearer search-token-0123456789");
   EXPECT_TRUE(admission.Authorize(context, Recorder()));
   EXPECT_EQ(answers_.size(), 1u);
-  for (const char* reason : {"queue_full", "draining", "deadline", "invalid",
-                             "not_ready"}) {
+  for (const char* reason : kReasons) {
     EXPECT_EQ(Rejected(reason), 0) << reason;
   }
 }

@@ -389,4 +389,14 @@ void ExpectConfigRefused(const knnd::v1::ServerConfig& config,
   EXPECT_NE(refused.message().find(why), absl::string_view::npos) << refused;
 }
 
+std::unique_ptr<Metrics> TestMetrics() {
+  Metrics::Options options;
+  options.listen_address = "127.0.0.1:0";
+  auto none = [] { return int64_t{0}; };
+  absl::StatusOr<std::unique_ptr<Metrics>> metrics =
+      Metrics::Create(options, {none, none, none, none});
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  return metrics.ok() ? std::move(*metrics) : nullptr;
+}
+
 }  // namespace knnd::testing

@@ -24,6 +24,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "knnd/base/metric.h"
 #include "knnd/index/index_snapshot.h"
+#include "knnd/monitoring/metrics.h"
 #include "knnd/rpc/listener.h"
 #include "knnd/server.h"
 #include "knnd/storage/vectors_file.h"
@@ -184,6 +185,10 @@ void FlipByteFromEnd(const std::string& path, int64_t offset);
 int RunCommand(const std::string& command, std::string* output);
 
 // ---- an in-process server ----
+
+// Metrics for a component under test: every load reading 0, /metrics on a
+// free loopback port once StartExposer() is called.
+std::unique_ptr<Metrics> TestMetrics();
 
 // A free TCP port on 127.0.0.1 (bound then released; racy only in theory).
 int FreePort();
