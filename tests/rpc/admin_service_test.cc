@@ -27,6 +27,7 @@ namespace knnd {
 namespace {
 
 using ::knnd::testing::AdminStub;
+using ::knnd::testing::IdleMetrics;
 using ::knnd::testing::IndexSpec;
 using ::knnd::testing::PublishIndex;
 using ::knnd::testing::Reloads;
@@ -152,12 +153,8 @@ TEST(AdminService, CallsBeyondTheLimitAreRefusedAndTheHeldOnesAnswered) {
   const std::string dir = tmp.path("versions");
   ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(1)), 1);
 
-  Metrics::Options metrics_options;
-  metrics_options.listen_address = "127.0.0.1:0";
-  auto none = [] { return int64_t{0}; };
-  absl::StatusOr<std::unique_ptr<Metrics>> metrics =
-      Metrics::Create(metrics_options, {none, none, none, none});
-  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  std::unique_ptr<Metrics> metrics = IdleMetrics();
+  ASSERT_NE(metrics, nullptr);
   IndexHolder holder;
   absl::Notification held, release;
   IndexManager::Options options;
@@ -170,7 +167,7 @@ TEST(AdminService, CallsBeyondTheLimitAreRefusedAndTheHeldOnesAnswered) {
     return absl::OkStatus();
   };
   absl::StatusOr<std::unique_ptr<IndexManager>> manager =
-      IndexManager::Create(options, &holder, metrics->get());
+      IndexManager::Create(options, &holder, metrics.get());
   ASSERT_TRUE(manager.ok()) << manager.status();
   ASSERT_TRUE((*manager)->Reload().ok());
   absl::StatusOr<std::unique_ptr<TokenAuthenticator>> auth =

@@ -24,6 +24,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "knnd/base/metric.h"
 #include "knnd/index/index_snapshot.h"
+#include "knnd/monitoring/metrics.h"
 #include "knnd/rpc/listener.h"
 #include "knnd/server.h"
 #include "knnd/storage/vectors_file.h"
@@ -187,6 +188,10 @@ int RunCommand(const std::string& command, std::string* output);
 
 // A free TCP port on 127.0.0.1 (bound then released; racy only in theory).
 int FreePort();
+
+// Metrics for components tested without a server: every load reading 0,
+// /metrics (when started) on a free port.
+std::unique_ptr<Metrics> IdleMetrics();
 
 // A config for an in-process server on a free loopback port.
 knnd::v1::ServerConfig TestConfig(const std::string& index_path);
