@@ -2,6 +2,10 @@
 // where config fields are mapped to the components' own names and units.
 // Server (server.cc) only wires what these return; ValidateConfig calls the
 // components' own ValidateOptions on them, so each range is checked once.
+// config.proto's defaults are the production defaults, and every Options
+// struct defaults to what an empty ServerConfig gives here
+// (server_options_test checks each field), so that a component a test
+// builds from its own defaults runs as it does in knnd.
 //
 // Thread-safety: pure functions.
 #ifndef KNND_CONFIG_SERVER_OPTIONS_H_

@@ -102,7 +102,7 @@ class IndexManager {
     int keep_previous_versions = 0;
     // When checksums are verified (see above).
     enum class ChecksumCheck { kBeforeServing, kBackground, kOff };
-    ChecksumCheck checksum_check = ChecksumCheck::kBeforeServing;
+    ChecksumCheck checksum_check = ChecksumCheck::kBackground;
     // Called with true after a version is published and with false after
     // the serving one is withdrawn, on the thread that did it. May be empty.
     std::function<void(bool serving)> serving_changed;

@@ -29,9 +29,9 @@ class VersionPreparation {
  public:
   struct Options {
     // Seeded random queries run before publishing; 0: none.
-    int warmup_queries = 64;
+    int warmup_queries = 16;
     // nprobe of the warm-up queries; 0: the default nprobe requests get.
-    int warmup_nprobe = 0;
+    int warmup_nprobe = 1;
     // The request limits, for the default nprobe and refine_factor.
     LimitsConfig limits;
     // Canary: queries (empty: no canary), optional ground truth, k and the

@@ -43,6 +43,8 @@ AdminServiceImpl::AdminServiceImpl(IndexManager* manager,
       }) {
   WorkerPool::Options options;
   options.num_threads = 2;
+  // They wait on the index manager; not searches to yield to gRPC's threads.
+  options.nice_increment = 0;
   options.thread_name = "knnd-admin-call";
   absl::StatusOr<std::unique_ptr<WorkerPool>> threads =
       WorkerPool::Create(options);

@@ -67,7 +67,7 @@ void CallHold::AnswerDueCalls() {
       for (const Held& h : held_) next = std::min(next, h.answer_by);
       // mu_ is held whenever absl::Mutex evaluates the condition.
       auto released_or_new = [this, n = held_.size()]()
-                                 ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                                    return state_ == State::kReleased ||
                                           held_.size() != n;
                                  };

@@ -148,8 +148,7 @@ class ShardFront::Call final {
     const size_t n = front_->shards_.size();
     std::vector<Sub*> started;
     {
-      absl::MutexLock lock(&mu_);
-      subs_.clear();
+      absl::MutexLock lock(&mu_);  // subs_ is empty (Gather took the last)
       for (size_t i = 0; i < n; ++i) subs_.push_back(std::make_unique<Sub>());
       remaining_.store(static_cast<int>(n), std::memory_order_relaxed);
       for (size_t i = 0; i < n; ++i) {
@@ -181,12 +180,20 @@ class ShardFront::Call final {
   // Every shard has answered or failed: learn versions, retry once when
   // the set's version moved, else merge or fail.
   void Gather() {
+    // The round's calls, taken out of subs_ (which OnCancel reads): every
+    // callback has run, so nothing else touches them any more, and a retry
+    // fills subs_ with the next round's.
+    std::vector<std::unique_ptr<Sub>> subs;
+    {
+      absl::MutexLock lock(&mu_);
+      subs.swap(subs_);
+    }
     const size_t n = front_->shards_.size();
     bool refused_version = false;
     std::vector<ShardAnswer> answers;
     std::vector<size_t> failed;
     for (size_t i = 0; i < n; ++i) {
-      const Sub& sub = *subs_[i];
+      const Sub& sub = *subs[i];
       if (sub.status.ok()) {
         front_->NoteServingVersion(i, sub.response.serving_version());
         answers.push_back({&sub.response, front_->shards_[i]->target});
@@ -217,7 +224,7 @@ class ShardFront::Call final {
     }
     if (!failed.empty() &&
         (!request_->allow_partial_results() || answers.empty())) {
-      Answer(FailureStatus(failed));
+      Answer(FailureStatus(subs, failed));
       return;
     }
     if (absl::Status s =
@@ -238,11 +245,12 @@ class ShardFront::Call final {
   // The call's status when shards failed: the first failure's code, a
   // message naming every failed shard; RESOURCE_EXHAUSTED carries the
   // largest pushback a shard asked for.
-  absl::Status FailureStatus(const std::vector<size_t>& failed) {
+  absl::Status FailureStatus(const std::vector<std::unique_ptr<Sub>>& subs,
+                             const std::vector<size_t>& failed) {
     std::vector<std::string> parts;
     int64_t pushback = -1;
     for (size_t i : failed) {
-      const Sub& sub = *subs_[i];
+      const Sub& sub = *subs[i];
       const Shard& shard = *front_->shards_[i];
       int id = 0;
       const bool known = front_->ShardIdOf(i, &id);
@@ -254,7 +262,7 @@ class ShardFront::Call final {
         pushback = std::max(pushback, ms);
       }
     }
-    const grpc::Status& first = subs_[failed.front()]->status;
+    const grpc::Status& first = subs[failed.front()]->status;
     if (first.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
       context_->AddTrailingMetadata(
           kPushbackMetadata,

@@ -32,7 +32,7 @@ class AdmissionGate {
     int64_t max_inflight_queries = 4096;
     // Estimated bytes admitted at once. 0: unbounded. Changed later with
     // SetMaxInflightBytes() (the budget follows the served index's heap).
-    int64_t max_inflight_bytes = 0;
+    int64_t max_inflight_bytes = int64_t{1} << 30;
     // Longest estimated wait for the workers a new request may face: the
     // work in flight / num_workers. 0: unbounded. Nothing is refused for it
     // before the first RecordWork, nor while nothing is in flight.

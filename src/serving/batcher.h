@@ -88,7 +88,7 @@ class Batcher {
     // saves the hand-off to the worker (a thread wake-up) at low load. The
     // number of searches running at once, inline or on workers, stays at
     // most the pool's thread count. 0: never inline.
-    int inline_max_rows = 0;
+    int inline_max_rows = 8;
   };
 
   // The one range check of each option (the config check calls it too):

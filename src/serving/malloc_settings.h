@@ -9,8 +9,10 @@
 namespace knnd {
 
 struct MallocSettings {
-  int arena_max = 0;                 // M_ARENA_MAX; 0: glibc's default
-  int64_t mmap_threshold_bytes = 0;  // M_MMAP_THRESHOLD; 0: glibc's dynamic one
+  // M_ARENA_MAX; 0: glibc's default.
+  int arena_max = 2;
+  // M_MMAP_THRESHOLD; 0: glibc's dynamic one.
+  int64_t mmap_threshold_bytes = 1 << 20;
 };
 
 // Applies `settings` (a failed mallopt is logged, not fatal), sets the trim

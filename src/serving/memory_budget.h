@@ -32,7 +32,7 @@ class MemoryBudget {
     int64_t headroom_bytes = 128 << 20;
     // max_inflight_bytes as configured, and whether the config set it (then
     // the budget stays fixed at it).
-    int64_t max_inflight_bytes = 0;
+    int64_t max_inflight_bytes = int64_t{1} << 30;
     bool max_inflight_bytes_configured = false;
     int inflight_bytes_limit_percent = 50;
     bool use_precomputed_table = true;  // for the log line only

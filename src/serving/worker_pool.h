@@ -36,7 +36,7 @@ class WorkerPool {
     // Added to the process's nice value for each worker thread (0 to 19;
     // inherited by the OpenMP threads it starts): the threads that are not
     // workers (gRPC's) then run first when the cores are full.
-    int nice_increment = 0;
+    int nice_increment = 10;
     // The threads' name (as top -H shows; at most 15 characters).
     const char* thread_name = "knnd-worker";
   };

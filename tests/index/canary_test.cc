@@ -1,8 +1,11 @@
 // The canary check of a new version before it is published (recall against
-// the serving version or a ground truth), through an in-process server.
+// the serving version or a ground truth): CheckCanary itself, and through an
+// in-process server.
 #include "knnd/index/canary.h"
 
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -21,6 +24,7 @@ namespace {
 using ::knnd::testing::AdminStub;
 using ::knnd::testing::IndexSpec;
 using ::knnd::testing::kDim;
+using ::knnd::testing::LoadSnapshot;
 using ::knnd::testing::MakeData;
 using ::knnd::testing::PublishIndex;
 using ::knnd::testing::Reloads;
@@ -80,6 +84,55 @@ TEST(Canary, RefusesAVersionThatLosesTheServingVersionsNeighbours) {
               HasSubstr("below canary_min_recall = 0.3000"));
   EXPECT_EQ(ServedVersion(s), 2);
   EXPECT_EQ(Reloads(s, "failed"), 1);
+}
+
+// CheckCanary itself, with the defaults (k 10, min_recall 0.5) and the
+// candidate searched at nprobe nlist, as exhaustively as the reference: the
+// same file loaded again recalls everything; the same vectors under other
+// ids recall nothing and are refused, naming both numbers; without a
+// reference or with another dim there is nothing to check against.
+TEST(Canary, CheckCanaryComparesWithTheServingVersion) {
+  TempDir tmp;
+  IndexSpec base = VersionSpec(1);
+  base.first_id = 0;
+  WriteIndex(tmp.path("base.index"), base);
+  IndexSpec shuffled = base;
+  shuffled.first_id = 500000;
+  WriteIndex(tmp.path("shuffled.index"), shuffled);
+  std::unique_ptr<IndexSnapshot> serving = LoadSnapshot(tmp.path("base.index"));
+  std::unique_ptr<IndexSnapshot> same = LoadSnapshot(tmp.path("base.index"));
+  std::unique_ptr<IndexSnapshot> wrong_ids =
+      LoadSnapshot(tmp.path("shuffled.index"));
+  ASSERT_TRUE(serving && same && wrong_ids);
+
+  CanarySet set;
+  set.queries.rows = 50;
+  set.queries.dim = kDim;
+  set.queries.values = MakeData(50, kDim, 99);
+  CanaryOptions options;
+  options.nprobe = static_cast<int>(serving->info().nlist);
+  const CanaryRunner here = [](std::function<absl::Status()> search) {
+    return search();
+  };
+
+  absl::StatusOr<double> recall =
+      CheckCanary(set, *same, serving.get(), options, here);
+  ASSERT_TRUE(recall.ok()) << recall.status();
+  EXPECT_DOUBLE_EQ(*recall, 1.0);
+
+  recall = CheckCanary(set, *wrong_ids, serving.get(), options, here);
+  EXPECT_TRUE(absl::IsFailedPrecondition(recall.status())) << recall.status();
+  EXPECT_THAT(recall.status().message(),
+              HasSubstr("canary recall@10 = 0.0000 over 50 queries"));
+  EXPECT_THAT(recall.status().message(),
+              HasSubstr("below canary_min_recall = 0.5000"));
+
+  recall = CheckCanary(set, *same, nullptr, options, here);
+  EXPECT_THAT(recall.status().message(),
+              HasSubstr("needs a ground truth or a version serving"));
+  set.queries.dim = kDim + 1;
+  recall = CheckCanary(set, *same, serving.get(), options, here);
+  EXPECT_THAT(recall.status().message(), HasSubstr("canary queries have dim="));
 }
 
 // Writes the exact top-k neighbours of `queries` among `base` as .ivecs.

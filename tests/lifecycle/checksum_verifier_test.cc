@@ -1,13 +1,18 @@
-// The background checksum check (checksum_check "background") through an
-// in-process server: the first version serves at once and is withdrawn when
-// its files turn out changed; later versions are verified before serving.
+// The background checksum check (checksum_check "background"): the verifier
+// itself, and through an in-process server, where the first version serves
+// at once and is withdrawn when its files turn out changed, and later
+// versions are verified before serving.
 #include "knnd/lifecycle/checksum_verifier.h"
 
+#include <memory>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "knnd/lifecycle/index_manager.h"
 #include "testing/test_util.h"
@@ -18,6 +23,7 @@ namespace {
 
 using ::knnd::testing::ChecksumState;
 using ::knnd::testing::FlipByteFromEnd;
+using ::knnd::testing::LoadSnapshot;
 using ::knnd::testing::PublishIndex;
 using ::knnd::testing::Request;
 using ::knnd::testing::RunningServer;
@@ -118,6 +124,51 @@ TEST(ChecksumVerifier, VerifiesHotSwapsFirst) {
   EXPECT_THAT(outcome.status().message(), HasSubstr("still serving version 1"));
   EXPECT_EQ(ServedVersion(s), 1);
   EXPECT_EQ(Health(s), HealthCheckResponse::SERVING);
+}
+
+// ChecksumVerifier itself, on versions loaded without their files read
+// whole: none started is done at once; a started check reads the files on
+// a thread of its own and hands its outcome to the callback there: OK for
+// an unchanged file, DATA_LOSS naming the file for a changed one.
+TEST(ChecksumVerifier, ReadsTheFilesOnItsOwnThread) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(1)), 1);
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(2)), 2);
+  FlipByteFromEnd(dir + "/2/index.faiss", 4);
+  LoadOptions unread;
+  unread.verify_checksum = false;
+
+  ChecksumVerifier none;
+  EXPECT_FALSE(none.started());
+  none.AwaitRead();
+  EXPECT_TRUE(none.AwaitDone(absl::Now()).ok());
+
+  for (int64_t version : {1, 2}) {
+    const std::string path = absl::StrCat(dir, "/", version, "/index.faiss");
+    std::shared_ptr<const IndexSnapshot> snapshot = LoadSnapshot(path, unread);
+    ASSERT_NE(snapshot, nullptr) << path;
+    ChecksumVerifier verifier;
+    absl::Status outcome = absl::UnknownError("no callback");
+    std::thread::id ran_on;
+    verifier.Start(snapshot, [&](const absl::Status& status) {
+      outcome = status;
+      ran_on = std::this_thread::get_id();
+    });
+    EXPECT_TRUE(verifier.started());
+    const absl::Status done =
+        verifier.AwaitDone(absl::Now() + absl::Seconds(60));
+    verifier.AwaitRead();
+    EXPECT_EQ(done, outcome);
+    EXPECT_NE(ran_on, std::this_thread::get_id());
+    if (version == 1) {
+      EXPECT_TRUE(done.ok()) << done;
+    } else {
+      EXPECT_EQ(done.code(), absl::StatusCode::kDataLoss) << done;
+      EXPECT_THAT(done.message(), HasSubstr(path));
+      EXPECT_THAT(done.message(), HasSubstr("CRC-32"));
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// IndexManager through an in-process server: hot swaps under load,
-// refusals, pinning and rollback, retention, reload triggers, the checksum
-// check before serving or off, and memory given back after a swap.
+// IndexManager on its own with the production defaults, and through an
+// in-process server: hot swaps under load, refusals, pinning and rollback,
+// retention, reload triggers, the checksum check before serving or off,
+// and memory given back after a swap.
 #include "knnd/lifecycle/index_manager.h"
 
 #include <atomic>
@@ -30,6 +31,7 @@ namespace fs = std::filesystem;
 using ::knnd::testing::AdminStub;
 using ::knnd::testing::ChecksumState;
 using ::knnd::testing::FlipByteFromEnd;
+using ::knnd::testing::IdleMetrics;
 using ::knnd::testing::IndexSpec;
 using ::knnd::testing::kDim;
 using ::knnd::testing::kVersionIdStride;
@@ -76,6 +78,49 @@ bool Mapped(const std::string& path) {
     }
   }
   return false;
+}
+
+// IndexManager::Create with the production defaults (only the path set):
+// bad options are refused naming them; Reload() serves the highest
+// complete version through the holder, verifying its checksums in the
+// background (the start-up default), and says what it did; a second
+// Reload() finds it served.
+TEST(IndexManager, CreatedWithTheDefaultsServesTheNewestVersion) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(1)), 1);
+  ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(2)), 2);
+  std::unique_ptr<Metrics> metrics = IdleMetrics();
+  ASSERT_NE(metrics, nullptr);
+  IndexHolder holder;
+
+  IndexManager::Options options;
+  EXPECT_THAT(
+      IndexManager::Create(options, &holder, metrics.get()).status().message(),
+      HasSubstr("no index path"));
+  options.index_path = dir;
+  absl::StatusOr<std::unique_ptr<IndexManager>> manager =
+      IndexManager::Create(options, &holder, metrics.get());
+  ASSERT_TRUE(manager.ok()) << manager.status();
+  EXPECT_EQ(holder.Pin(), nullptr) << "Create loads nothing";
+
+  absl::StatusOr<IndexManager::Outcome> outcome = (*manager)->Reload();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->version, 2);
+  EXPECT_TRUE(outcome->loaded);
+  EXPECT_EQ(outcome->previous_version, 0);
+  EXPECT_EQ(outcome->path, dir + "/2/index.faiss");
+  std::shared_ptr<const IndexSnapshot> serving = holder.Pin();
+  ASSERT_NE(serving, nullptr);
+  EXPECT_EQ(serving->info().version, 2);
+  EXPECT_TRUE(
+      (*manager)->AwaitBackgroundCheck(absl::Now() + absl::Seconds(60)).ok());
+
+  outcome = (*manager)->Reload();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->version, 2);
+  EXPECT_FALSE(outcome->loaded);
+  EXPECT_EQ(outcome->previous_version, 2);
 }
 
 // Clients search without pause while versions are published and swapped in:
@@ -441,7 +486,7 @@ struct ManagerWithParts {
 
 void StartManager(const std::string& dir, IndexManager::Parts parts,
                   ManagerWithParts& out) {
-  out.metrics = knnd::testing::TestMetrics();
+  out.metrics = knnd::testing::IdleMetrics();
   ASSERT_NE(out.metrics, nullptr);
   IndexManager::Options options;
   options.index_path = dir;

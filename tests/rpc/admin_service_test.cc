@@ -27,6 +27,7 @@ namespace knnd {
 namespace {
 
 using ::knnd::testing::AdminStub;
+using ::knnd::testing::IdleMetrics;
 using ::knnd::testing::IndexSpec;
 using ::knnd::testing::PublishIndex;
 using ::knnd::testing::Reloads;
@@ -152,7 +153,7 @@ TEST(AdminService, CallsBeyondTheLimitAreRefusedAndTheHeldOnesAnswered) {
   const std::string dir = tmp.path("versions");
   ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(1)), 1);
 
-  std::unique_ptr<Metrics> metrics = knnd::testing::TestMetrics();
+  std::unique_ptr<Metrics> metrics = IdleMetrics();
   ASSERT_NE(metrics, nullptr);
   IndexHolder holder;
   absl::Notification held, release;

@@ -28,7 +28,7 @@ class SearchAdmissionTest : public ::testing::Test {
   // One exposer for the suite (stopping one takes a while): each test reads
   // what its own calls added to the counters.
   static void SetUpTestSuite() {
-    metrics_ = knnd::testing::TestMetrics().release();
+    metrics_ = knnd::testing::IdleMetrics().release();
     ASSERT_NE(metrics_, nullptr);
     ASSERT_TRUE(metrics_->StartExposer().ok());
   }

@@ -198,8 +198,6 @@ TEST(AdmissionGate, HeldBytesStayWithinTheBudgetWhileItChanges) {
   std::atomic<int64_t> peak{0};
   std::atomic<int64_t> admitted{0};
   std::atomic<int64_t> refused{0};
-  std::atomic<bool> low{false};
-  std::atomic<int64_t> over_low{0};
   std::vector<std::thread> clients;
   for (int t = 0; t < 8; ++t) {
     clients.emplace_back([&, t] {

@@ -4,6 +4,7 @@
 // results of a search of each request alone.
 #include "knnd/serving/batcher.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -33,17 +34,31 @@ using ::knnd::testing::SearchSnapshot;
 using ::knnd::testing::TempDir;
 using ::knnd::testing::WriteIndex;
 
-// Holds every worker of a pool in a task until Notify(). Destroying it
-// releases them and waits until each has left the task, so that no worker
-// still touches the notification when it goes.
+// The production defaults with units of at most `rows` rows (and
+// inline_max_rows within them, as the config check requires).
+Batcher::Options UnitsOf(int rows) {
+  Batcher::Options options;
+  options.max_batch_rows = rows;
+  options.inline_max_rows = std::min(options.inline_max_rows, rows);
+  return options;
+}
+
+// Holds every worker of a pool in a task until Notify(); constructed once
+// every worker is in it, so that no worker is idle (nothing submitted then
+// runs inline). Destroying it releases them and waits until each has left
+// the task, so that no worker still touches the notification when it goes.
 class WorkerBlock {
  public:
   explicit WorkerBlock(WorkerPool* pool) : left_(pool->num_threads()) {
     for (int i = 0; i < pool->num_threads(); ++i) {
       pool->Submit([this] {
+        entered_.fetch_add(1);
         release_.WaitForNotification();
         left_.fetch_sub(1);
       });
+    }
+    while (entered_.load() < pool->num_threads()) {
+      absl::SleepFor(absl::Milliseconds(1));
     }
   }
   ~WorkerBlock() {
@@ -56,6 +71,7 @@ class WorkerBlock {
 
  private:
   absl::Notification release_;
+  std::atomic<int> entered_{0};
   std::atomic<int> left_;
 };
 
@@ -168,7 +184,7 @@ class BatcherTest : public ::testing::Test {
 };
 
 TEST_F(BatcherTest, SplitsLargeRequestsIntoUnitsWithTheSameResults) {
-  auto batcher = Batcher::Create({7}, pool_.get());
+  auto batcher = Batcher::Create(UnitsOf(7), pool_.get());
   ASSERT_TRUE(batcher.ok());
   std::vector<float> q = MakeData(50, spec_.d, 4);
   std::vector<float> d;
@@ -183,7 +199,7 @@ TEST_F(BatcherTest, SplitsLargeRequestsIntoUnitsWithTheSameResults) {
 }
 
 TEST_F(BatcherTest, ExpiredDeadlineIsNotSearched) {
-  auto batcher = Batcher::Create({256}, pool_.get());
+  auto batcher = Batcher::Create(Batcher::Options(), pool_.get());
   ASSERT_TRUE(batcher.ok());
   std::vector<float> q = MakeData(3, spec_.d, 4);
   std::vector<float> d;
@@ -196,7 +212,7 @@ TEST_F(BatcherTest, ExpiredDeadlineIsNotSearched) {
 }
 
 TEST_F(BatcherTest, CancelledRequestIsDropped) {
-  auto batcher = Batcher::Create({2}, pool_.get());
+  auto batcher = Batcher::Create(UnitsOf(2), pool_.get());
   ASSERT_TRUE(batcher.ok());
   std::vector<float> q = MakeData(6, spec_.d, 4);
   std::vector<float> d;
@@ -209,7 +225,7 @@ TEST_F(BatcherTest, CancelledRequestIsDropped) {
 }
 
 TEST_F(BatcherTest, TicketIsReleasedAfterCompletion) {
-  auto batcher = Batcher::Create({4}, pool_.get());
+  auto batcher = Batcher::Create(UnitsOf(4), pool_.get());
   ASSERT_TRUE(batcher.ok());
   AdmissionGate gate({100, 0});
   std::vector<float> q = MakeData(10, spec_.d, 4);
@@ -231,7 +247,7 @@ TEST_F(BatcherTest, SearchTimeIsMeasuredForTheGatesQueueTimeBound) {
   options.max_inflight_queries = 100000;
   options.max_queue_time = absl::Hours(1);
   AdmissionGate gate(options);
-  auto batcher = Batcher::Create({4}, pool_.get(), nullptr, &gate);
+  auto batcher = Batcher::Create(UnitsOf(4), pool_.get(), nullptr, &gate);
   ASSERT_TRUE(batcher.ok());
   {
     auto before = gate.TryAdmitWork(1, 0, 1000000);
@@ -310,7 +326,8 @@ TEST_F(BatcherTest, CoalescedResultsEqualPerRequestSearches) {
 
 TEST_F(BatcherTest, RequestsWithDifferentKeysAreNeverMerged) {
   auto metrics = StartMetrics();
-  auto batcher = Batcher::Create({256}, pool_.get(), metrics.get());
+  auto batcher =
+      Batcher::Create(Batcher::Options(), pool_.get(), metrics.get());
   ASSERT_TRUE(batcher.ok());
   std::shared_ptr<const IndexSnapshot> other_snapshot =
       LoadSnapshot(tmp_.path("b.index"));
@@ -355,7 +372,8 @@ TEST_F(BatcherTest, ExpiredRequestInABatchIsNotSearchedButItsNeighboursAre) {
   ASSERT_TRUE(pool.ok());
   pool_ = std::move(*pool);
   auto metrics = StartMetrics();
-  auto batcher = Batcher::Create({256}, pool_.get(), metrics.get());
+  auto batcher =
+      Batcher::Create(Batcher::Options(), pool_.get(), metrics.get());
   ASSERT_TRUE(batcher.ok());
   std::vector<Request> requests(3);
   std::vector<std::unique_ptr<SearchJob>> jobs;
@@ -386,7 +404,8 @@ TEST_F(BatcherTest, ExpiredRequestInABatchIsNotSearchedButItsNeighboursAre) {
 TEST_F(BatcherTest, CoalescingLeavesNoWorkerIdleBesideTheQueue) {
   ASSERT_EQ(pool_->num_threads(), 3);
   auto metrics = StartMetrics();
-  auto batcher = Batcher::Create({256}, pool_.get(), metrics.get());
+  auto batcher =
+      Batcher::Create(Batcher::Options(), pool_.get(), metrics.get());
   ASSERT_TRUE(batcher.ok());
   std::vector<Request> requests(6);
   auto release = BlockWorkers();
@@ -434,7 +453,6 @@ TEST_F(BatcherTest, SmallRequestsRunInlineOnlyWhileAWorkerIsIdle) {
   EXPECT_EQ(large.ids, large.want_ids);
 
   auto release = BlockWorkers();
-  while (pool_->idle_threads() > 0) absl::SleepFor(absl::Milliseconds(1));
   Request queued;
   (*batcher)->Submit(Tracked(queued, 1, 702));
   EXPECT_FALSE(queued.done.HasBeenNotified())
@@ -450,6 +468,9 @@ TEST_F(BatcherTest, ConcurrentSingleQueriesAreCoalescedWithAQueueDelay) {
   Batcher::Options options;
   options.max_batch_rows = 8;  // full batches end the wait early
   options.max_queue_delay_us = 20000;
+  // Searched inline beside an idle worker, a request is never queued to be
+  // coalesced: this test is of the queue.
+  options.inline_max_rows = 0;
   auto metrics = StartMetrics();
   auto batcher = Batcher::Create(options, pool_.get(), metrics.get());
   ASSERT_TRUE(batcher.ok());

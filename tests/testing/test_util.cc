@@ -294,6 +294,16 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+std::unique_ptr<Metrics> IdleMetrics() {
+  Metrics::Options options;
+  options.listen_address = "127.0.0.1:0";
+  auto none = [] { return int64_t{0}; };
+  absl::StatusOr<std::unique_ptr<Metrics>> metrics =
+      Metrics::Create(options, {none, none, none, none});
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  return metrics.ok() ? std::move(*metrics) : nullptr;
+}
+
 knnd::v1::ServerConfig TestConfig(const std::string& index_path) {
   knnd::v1::ServerConfig config;
   config.set_index_path(index_path);
@@ -387,16 +397,6 @@ void ExpectConfigRefused(const knnd::v1::ServerConfig& config,
   const absl::Status refused = ValidateConfig(config);
   EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
   EXPECT_NE(refused.message().find(why), absl::string_view::npos) << refused;
-}
-
-std::unique_ptr<Metrics> TestMetrics() {
-  Metrics::Options options;
-  options.listen_address = "127.0.0.1:0";
-  auto none = [] { return int64_t{0}; };
-  absl::StatusOr<std::unique_ptr<Metrics>> metrics =
-      Metrics::Create(options, {none, none, none, none});
-  EXPECT_TRUE(metrics.ok()) << metrics.status();
-  return metrics.ok() ? std::move(*metrics) : nullptr;
 }
 
 }  // namespace knnd::testing

@@ -186,12 +186,12 @@ int RunCommand(const std::string& command, std::string* output);
 
 // ---- an in-process server ----
 
-// Metrics for a component under test: every load reading 0, /metrics on a
-// free loopback port once StartExposer() is called.
-std::unique_ptr<Metrics> TestMetrics();
-
 // A free TCP port on 127.0.0.1 (bound then released; racy only in theory).
 int FreePort();
+
+// Metrics for components tested without a server: every load reading 0,
+// /metrics (when started) on a free port.
+std::unique_ptr<Metrics> IdleMetrics();
 
 // A config for an in-process server on a free loopback port.
 knnd::v1::ServerConfig TestConfig(const std::string& index_path);
