@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "knnd/index/memory_model.h"
 #include "knnd/serving/search_request.h"
+#include "knnd/rpc/result_fields.h"
 #include "knnd/rpc/status_util.h"
 #include "spdlog/spdlog.h"
 
@@ -170,12 +171,8 @@ void KnnServiceImpl::Search(SearchCall* call) {
   response->set_nprobe(static_cast<uint32_t>(parsed->nprobe));
   response->set_refine_factor(static_cast<uint32_t>(parsed->refine_factor));
   if (index.shard_count > 0) SetShard(index, response->mutable_shard());
-  response->mutable_ids()->Resize(static_cast<int>(results), -1);
-  response->mutable_distances()->Resize(static_cast<int>(results), 0.0f);
-  if (candidates) {
-    response->mutable_approx_distances()->Resize(static_cast<int>(results),
-                                                 0.0f);
-  }
+  const ResultBuffers out = ResizeResults(
+      results, candidates, request->results_as_bytes(), 0.0f, response);
 
   auto job = std::make_unique<SearchJob>();
   job->snapshot = std::move(snapshot);
@@ -188,11 +185,9 @@ void KnnServiceImpl::Search(SearchCall* call) {
   job->refine_factor = parsed->refine_factor;
   job->return_candidates = candidates;
   job->allowed_ids = std::move(parsed->allowed_ids);
-  job->ids = response->mutable_ids()->mutable_data();
-  job->distances = response->mutable_distances()->mutable_data();
-  if (candidates) {
-    job->approx_distances = response->mutable_approx_distances()->mutable_data();
-  }
+  job->ids = out.ids;
+  job->distances = out.distances;
+  job->approx_distances = out.approx_distances;
   job->deadline = deadline;
   job->is_cancelled = [call] { return call->cancelled(); };
   job->ticket = std::move(*ticket);
