@@ -40,7 +40,8 @@ PROTO = "knnd/v1/knn_service.proto"
 # package, so installing the client cannot shadow anything else.
 GENERATED_PACKAGE = "knnd_client._generated"
 
-# Tested ranges (tests/python/client_test.py runs both install routes):
+# Tested ranges (tests/python/client_install_test.py makes both install
+# routes, the other client_*_test.py scripts run in each):
 # Debian 12's python3-numpy 1.24.2 and PyPI's newest 2.x.
 NUMPY_REQUIREMENT = "numpy>=1.24,<3"
 # Stubs without a version check (grpc_python_plugin before 1.63, as

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "knnd/index/memory_model.h"
 #include "knnd/serving/search_request.h"
+#include "knnd/rpc/result_fields.h"
 #include "knnd/rpc/status_util.h"
 #include "spdlog/spdlog.h"
 
@@ -170,15 +171,12 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   response->set_nprobe(static_cast<uint32_t>(args.nprobe));
   response->set_refine_factor(static_cast<uint32_t>(args.refine_factor));
   if (index.shard_count > 0) SetShard(index, response->mutable_shard());
-  response->mutable_ids()->Resize(results, -1);
-  response->mutable_distances()->Resize(results, 0.0f);
-  args.ids = response->mutable_ids()->mutable_data();
-  args.distances = response->mutable_distances()->mutable_data();
-  if (args.return_candidates) {
-    response->mutable_approx_distances()->Resize(results, 0.0f);
-    args.approx_distances =
-        response->mutable_approx_distances()->mutable_data();
-  }
+  const ResultBuffers out =
+      ResizeResults(results, args.return_candidates,
+                    call->request().results_as_bytes(), 0.0f, response);
+  args.ids = out.ids;
+  args.distances = out.distances;
+  args.approx_distances = out.approx_distances;
 
   job->snapshot = std::move(pinned.snapshot);
   job->deadline = absl::FromChrono(call->context()->deadline());

@@ -95,6 +95,10 @@ class ShardFront::Call final {
     sub_request_ = *request_;
     sub_request_.set_return_candidates(true);
     sub_request_.clear_allow_partial_results();
+    // The shards' results come as bytes (no varint coding on either side);
+    // a shard too old to know the flag answers with the repeated fields,
+    // which the merge reads as well.
+    sub_request_.set_results_as_bytes(true);
     // A caller may pin a version itself (then no retry moves it).
     caller_pinned_ = request_->index_version() > 0;
     Scatter(caller_pinned_ ? request_->index_version() : front_->set_version());
@@ -233,7 +237,8 @@ class ShardFront::Call final {
       Answer(s);
       return;
     }
-    MergeShardAnswers(answers, request_->k(), response_);
+    MergeShardAnswers(answers, request_->k(), request_->results_as_bytes(),
+                      response_);
     std::vector<bool> present(n, false);
     for (const ShardAnswer& a : answers) present[a.response->shard().shard_id()] = true;
     for (size_t id = 0; id < n; ++id) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "knnd/rpc/result_fields.h"
 
 namespace knnd {
 namespace {
@@ -101,15 +102,24 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
   const int width = refine > 0 ? refine * k : k;
   for (const ShardAnswer& a : answers) {
     const SearchResponse& r = *a.response;
+    const ResultColumns columns = ReadResults(r);
+    if (columns.ids.size() < 0 || columns.distances.size() < 0 ||
+        columns.approx_distances.size() < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Name(a), " answered a bytes result field (ids_i64le, "
+          "distances_f32le or approx_distances_f32le) that does not hold a "
+          "whole number of values"));
+    }
     const int64_t n = static_cast<int64_t>(r.num_queries()) * width;
-    const bool sizes =
-        r.k() == width && r.ids_size() == n && r.distances_size() == n &&
-        r.approx_distances_size() == (refine > 0 ? n : 0);
+    const bool sizes = r.k() == width && columns.ids.size() == n &&
+                       columns.distances.size() == n &&
+                       columns.approx_distances.size() == (refine > 0 ? n : 0);
     if (!sizes) {
       return absl::FailedPreconditionError(absl::StrCat(
-          Name(a), " answered ", r.ids_size(), " ids, ", r.distances_size(),
-          " distances and ", r.approx_distances_size(), " estimates of width ",
-          r.k(), " for ", r.num_queries(), " queries; a shard answers ", width,
+          Name(a), " answered ", columns.ids.size(), " ids, ",
+          columns.distances.size(), " distances and ",
+          columns.approx_distances.size(), " estimates of width ", r.k(),
+          " for ", r.num_queries(), " queries; a shard answers ", width,
           " per query", refine > 0 ? " with their estimates" : "",
           " (k ", k, ", refine_factor ", refine, ")"));
     }
@@ -118,7 +128,7 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
 }
 
 void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
-                       SearchResponse* merged) {
+                       bool as_bytes, SearchResponse* merged) {
   const SearchResponse& first = *answers.front().response;
   const bool ascending = first.metric() == knnd::v1::METRIC_L2;
   const float pad = ascending ? std::numeric_limits<float>::infinity()
@@ -139,10 +149,11 @@ void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
   merged->set_metric(first.metric());
   merged->set_nprobe(first.nprobe());
   merged->set_refine_factor(first.refine_factor());
-  merged->mutable_ids()->Resize(static_cast<int>(num_queries * k), -1);
-  merged->mutable_distances()->Resize(static_cast<int>(num_queries * k), pad);
-  int64_t* out_ids = merged->mutable_ids()->mutable_data();
-  float* out_distances = merged->mutable_distances()->mutable_data();
+  const ResultBuffers out = ResizeResults(num_queries * k, /*candidates=*/false,
+                                         as_bytes, pad, merged);
+  std::vector<ResultColumns> columns;
+  columns.reserve(answers.size());
+  for (const ShardAnswer& a : answers) columns.push_back(ReadResults(*a.response));
 
   auto better = [ascending](float a, float b) {
     return ascending ? a < b : a > b;
@@ -158,15 +169,14 @@ void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
   std::vector<Entry> entries;
   for (int64_t q = 0; q < num_queries; ++q) {
     entries.clear();
-    for (const ShardAnswer& a : answers) {
-      const SearchResponse& r = *a.response;
-      const int width = r.k();
+    for (size_t s = 0; s < answers.size(); ++s) {
+      const ResultColumns& c = columns[s];
+      const int width = answers[s].response->k();
       for (int j = 0; j < width; ++j) {
         const int64_t at = q * width + j;
-        const int64_t id = r.ids(static_cast<int>(at));
-        const float exact = r.distances(static_cast<int>(at));
-        const float approx =
-            candidates ? r.approx_distances(static_cast<int>(at)) : exact;
+        const int64_t id = c.ids[at];
+        const float exact = c.distances[at];
+        const float approx = candidates ? c.approx_distances[at] : exact;
         // A NaN orders nothing (the sorts below need a strict order), and
         // no shard sends one for a found neighbour: a missing one.
         if (id < 0 || std::isnan(exact) || std::isnan(approx)) continue;
@@ -190,8 +200,8 @@ void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
                         entries.end(), by_exact);
     }
     for (size_t j = 0; j < keep; ++j) {
-      out_ids[q * k + j] = entries[j].id;
-      out_distances[q * k + j] = entries[j].exact;
+      out.ids[q * k + j] = entries[j].id;
+      out.distances[q * k + j] = entries[j].exact;
     }
   }
 }

@@ -40,9 +40,12 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
 // (ascending for L2, descending otherwise; equal ones by ascending id);
 // with it, the refine_factor * k best PQ estimates over every shard, then
 // the k best exact distances among them. An entry with id < 0 or a NaN
-// distance is a missing one. Pads with id -1 and +inf (L2) or -inf.
+// distance is a missing one. Pads with id -1 and +inf (L2) or -inf. The
+// answers' results may come in either form (result_fields.h); `merged`
+// holds them as bytes fields when `as_bytes` (the caller's
+// results_as_bytes), else as repeated fields.
 void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
-                       knnd::v1::SearchResponse* merged);
+                       bool as_bytes, knnd::v1::SearchResponse* merged);
 
 }  // namespace knnd
 

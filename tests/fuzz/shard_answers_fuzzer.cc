@@ -15,6 +15,7 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include "knnd/rpc/result_fields.h"
 #include "knnd/rpc/shard_merge.h"
 #include "knnd/rpc/shard_set.h"
 #include "knnd/v1/knn_service.pb.h"
@@ -37,6 +38,21 @@ float AnyFloat(FuzzedDataProvider& in) {
 uint32_t SmallOrAny(FuzzedDataProvider& in, uint32_t small) {
   return in.ConsumeBool() ? in.ConsumeIntegralInRange<uint32_t>(0, small)
                           : in.ConsumeIntegral<uint32_t>();
+}
+
+// The answer's results as the bytes fields a results_as_bytes request gets.
+void MoveToBytes(SearchResponse& r) {
+  r.set_ids_i64le(std::string(reinterpret_cast<const char*>(r.ids().data()),
+                              r.ids_size() * sizeof(int64_t)));
+  r.set_distances_f32le(
+      std::string(reinterpret_cast<const char*>(r.distances().data()),
+                  r.distances_size() * sizeof(float)));
+  r.set_approx_distances_f32le(
+      std::string(reinterpret_cast<const char*>(r.approx_distances().data()),
+                  r.approx_distances_size() * sizeof(float)));
+  r.clear_ids();
+  r.clear_distances();
+  r.clear_approx_distances();
 }
 
 void CheckSet(FuzzedDataProvider& in, size_t n) {
@@ -90,23 +106,26 @@ void MergeAnswers(FuzzedDataProvider& in, size_t n) {
       r.add_distances(AnyFloat(in));
       if (refine > 0) r.add_approx_distances(AnyFloat(in));
     }
+    if (in.ConsumeBool()) MoveToBytes(r);
     answers.push_back({&r, "t" + std::to_string(i)});
   }
   if (!knnd::CheckShardAnswers(answers, static_cast<int>(n), k).ok()) return;
   SearchResponse merged;
-  knnd::MergeShardAnswers(answers, k, &merged);
+  knnd::MergeShardAnswers(answers, k, in.ConsumeBool(), &merged);
   const int64_t q_count = responses.front().num_queries();
-  if (merged.ids_size() != q_count * k || merged.distances_size() != q_count * k) {
+  const knnd::ResultColumns out = knnd::ReadResults(merged);
+  if (out.ids.size() != q_count * k || out.distances.size() != q_count * k) {
     std::abort();
   }
   for (int64_t q = 0; q < q_count; ++q) {
     for (int j = 0; j < k; ++j) {
-      const int64_t id = merged.ids(static_cast<int>(q * k + j));
+      const int64_t id = out.ids[q * k + j];
       if (id == -1) continue;
       bool sent = false;
       for (const SearchResponse& r : responses) {
+        const knnd::ResultColumns sent_ids = knnd::ReadResults(r);
         for (uint32_t c = 0; c < r.k(); ++c) {
-          sent |= r.ids(static_cast<int>(q * r.k() + c)) == id;
+          sent |= sent_ids.ids[q * r.k() + c] == id;
         }
       }
       if (!sent) std::abort();

@@ -173,7 +173,7 @@ def make_fake_shard_class():
 
         def __init__(self, first, end, shard_id, shard_count=3,
                      build_id=BUILD, metric=pb.METRIC_L2, serving=V,
-                     retained=(), whole=False):
+                     retained=(), whole=False, port=0):
             self.first, self.end = first, end
             self.shard_id, self.shard_count = shard_id, shard_count
             self.build_id, self.metric, self.whole = build_id, metric, whole
@@ -189,7 +189,7 @@ def make_fake_shard_class():
             self.lock = threading.Lock()
             self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(8))
             pb_grpc.add_KnnServiceServicer_to_server(self, self.server)
-            self.port = self.server.add_insecure_port("127.0.0.1:0")
+            self.port = self.server.add_insecure_port(f"127.0.0.1:{port}")
             self.address = f"127.0.0.1:{self.port}"
             self.server.start()
 
@@ -277,6 +277,13 @@ def make_fake_shard_class():
                 refine_factor=refine, serving_version=serving)
             if refine and request.return_candidates:
                 response.approx_distances.extend(approx.ravel().tolist())
+            if request.results_as_bytes:  # as knnd answers the flag
+                response.ids_i64le = out_ids.astype("<i8").tobytes()
+                response.distances_f32le = distances.astype("<f4").tobytes()
+                response.approx_distances_f32le = np.asarray(
+                    response.approx_distances, "<f4").tobytes()
+                for field in ("ids", "distances", "approx_distances"):
+                    response.ClearField(field)
             if not self.whole:
                 response.shard.CopyFrom(self._info())
             return response
@@ -358,6 +365,24 @@ class MergeUnitTest(unittest.TestCase):
         self.assertFalse(sharding.shard_request(caller, None).HasField(
             "index_version"))
         self.assertFalse(caller.return_candidates, "the caller's was changed")
+
+    def test_answers_merge_alike_in_either_result_form(self):
+        # Shards answer results_as_bytes in the bytes fields; a knnd older
+        # than the flag, in the repeated fields: both are merged.
+        from knnd_client import sharding
+        from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
+        repeated = pb.SearchResponse(num_queries=1, k=2, ids=[3, 1],
+                                     distances=[0.5, 1.0],
+                                     metric=pb.METRIC_L2)
+        packed = pb.SearchResponse(
+            num_queries=1, k=2, metric=pb.METRIC_L2,
+            ids_i64le=np.array([2, 9], "<i8").tobytes(),
+            distances_f32le=np.array([0.7, 2.0], "<f4").tobytes())
+        ids, distances = sharding.merge_answers([repeated, packed], 1, 3)
+        self.assertEqual(ids.tolist(), [[3, 2, 1]])
+        np.testing.assert_array_equal(
+            distances, np.array([[0.5, 0.7, 1.0]], np.float32))
+        self.assertEqual((ids.dtype, distances.dtype), (np.int64, np.float32))
 
     def test_shard_versions(self):
         import grpc
@@ -804,6 +829,33 @@ class ShardedContract:
                             call()
                         self.assertEqual(err.exception.code(),
                                          grpc.StatusCode.FAILED_PRECONDITION)
+
+    def test_a_restarted_shard_is_asked_again_within_a_second(self):
+        # A shard down for some seconds, then serving again on its
+        # address: the client's channel tries to connect at most a second
+        # apart (_common.RECONNECT_BACKOFF_OPTIONS), so calls succeed
+        # again within about a second, not after gRPC's default backoff.
+        fakes = self.shards()
+        client = self.client(fakes, timeout_s=0.5)
+        qs = queries(1)
+        client.search(qs, 5)
+        down = fakes[1]
+        down.stop()
+        end = time.monotonic() + 5
+        while time.monotonic() < end:  # an API worker keeps calling
+            with self.assertRaises(self.grpc.RpcError):
+                client.search(qs, 5)
+            time.sleep(0.1)
+        restarted = self.FakeShard(down.first, down.end, 1, port=down.port)
+        self.addCleanup(restarted.stop)
+        serving = time.monotonic()
+        while True:
+            try:
+                client.search(qs, 5)
+                break
+            except self.grpc.RpcError:
+                time.sleep(0.02)
+        self.assertLess(time.monotonic() - serving, 2.0)
 
     def wait_for(self, condition, message, timeout_s=5):
         end = time.monotonic() + timeout_s

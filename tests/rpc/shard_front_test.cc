@@ -5,6 +5,7 @@
 #include "knnd/rpc/shard_front.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 #include <string>
@@ -174,6 +175,57 @@ TEST_F(ShardFrontTest, MergedAnswersEqualTheUnshardedIndex) {
         Compare(request, absl::StrCat(q->size() / kDim, " queries, refine ",
                                       refine, filter ? ", filtered" : ""));
       }
+    }
+  }
+}
+
+// A bytes field's values, in order (the host is little-endian).
+template <typename T>
+std::vector<T> DecodeValues(const std::string& bytes) {
+  std::vector<T> values(bytes.size() / sizeof(T));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(T));
+  return values;
+}
+
+template <typename T>
+std::vector<T> Values(const google::protobuf::RepeatedField<T>& field) {
+  return std::vector<T>(field.begin(), field.end());
+}
+
+// results_as_bytes: a shard (with its candidates' estimates), the whole
+// index and the front (which asks its shards for bytes in every case)
+// answer in the bytes fields what they answer in the repeated ones.
+TEST_F(ShardFrontTest, BytesResultsHoldWhatTheRepeatedFieldsHold) {
+  const std::vector<float> queries = MakeData(20, kDim, 41);
+  for (const RunningServer* server : {&shards_[0], &whole_, &front_}) {
+    for (int refine : {0, 3}) {
+      const std::string what =
+          absl::StrCat(server->address, " refine ", refine);
+      SearchRequest request = MakeSearchRequest(queries, 10);
+      request.set_nprobe(4);
+      request.set_refine_factor(static_cast<uint32_t>(refine));
+      request.set_return_candidates(server == &shards_[0]);
+      SearchResponse repeated;
+      ASSERT_TRUE(CallSearch(*server->stub, request, &repeated).ok()) << what;
+      request.set_results_as_bytes(true);
+      SearchResponse bytes;
+      ASSERT_TRUE(CallSearch(*server->stub, request, &bytes).ok()) << what;
+      EXPECT_EQ(DecodeValues<int64_t>(bytes.ids_i64le()),
+                Values(repeated.ids()))
+          << what;
+      EXPECT_EQ(DecodeValues<float>(bytes.distances_f32le()),
+                Values(repeated.distances()))
+          << what;
+      EXPECT_EQ(DecodeValues<float>(bytes.approx_distances_f32le()),
+                Values(repeated.approx_distances()))
+          << what;
+      EXPECT_EQ(bytes.ids_size() + bytes.distances_size() +
+                    bytes.approx_distances_size(),
+                0)
+          << what;
+      EXPECT_TRUE(repeated.ids_i64le().empty()) << what;
+      EXPECT_EQ(repeated.ids_size(), 20 * repeated.k()) << what;
+      EXPECT_EQ(bytes.k(), repeated.k()) << what;
     }
   }
 }

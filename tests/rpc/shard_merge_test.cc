@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -40,6 +41,22 @@ SearchResponse Answer(int shard_id, int count, std::vector<int64_t> ids,
   return r;
 }
 
+// `r` with its results moved to the bytes fields (results_as_bytes).
+SearchResponse AsBytes(SearchResponse r) {
+  r.set_ids_i64le(std::string(reinterpret_cast<const char*>(r.ids().data()),
+                              r.ids_size() * sizeof(int64_t)));
+  r.set_distances_f32le(
+      std::string(reinterpret_cast<const char*>(r.distances().data()),
+                  r.distances_size() * sizeof(float)));
+  r.set_approx_distances_f32le(
+      std::string(reinterpret_cast<const char*>(r.approx_distances().data()),
+                  r.approx_distances_size() * sizeof(float)));
+  r.clear_ids();
+  r.clear_distances();
+  r.clear_approx_distances();
+  return r;
+}
+
 std::vector<ShardAnswer> Of(const std::vector<SearchResponse>& responses) {
   std::vector<ShardAnswer> answers;
   for (size_t i = 0; i < responses.size(); ++i) {
@@ -54,7 +71,7 @@ TEST(MergeShardAnswers, L2TakesTheSmallestAscendingTiesByIdAndPads) {
       Answer(1, 2, {2, 9, 11}, {0.5f, 2.0f, 3.0f})};
   ASSERT_TRUE(CheckShardAnswers(Of(r), 2, 3).ok());
   SearchResponse merged;
-  MergeShardAnswers(Of(r), 4, &merged);
+  MergeShardAnswers(Of(r), 4, /*as_bytes=*/false, &merged);
   EXPECT_THAT(merged.ids(), ElementsAre(2, 7, 3, 9));
   EXPECT_THAT(merged.distances(), ElementsAre(0.5f, 1.0f, 2.0f, 2.0f));
   EXPECT_EQ(merged.k(), 4);
@@ -62,7 +79,7 @@ TEST(MergeShardAnswers, L2TakesTheSmallestAscendingTiesByIdAndPads) {
   EXPECT_EQ(merged.serving_version(), 3);  // the lowest
 
   SearchResponse padded;
-  MergeShardAnswers(Of(r), 7, &padded);
+  MergeShardAnswers(Of(r), 7, /*as_bytes=*/false, &padded);
   EXPECT_THAT(padded.ids(), ElementsAre(2, 7, 3, 9, 11, -1, -1));
   EXPECT_EQ(padded.distances(6), kInf);
 }
@@ -72,7 +89,7 @@ TEST(MergeShardAnswers, InnerProductTakesTheLargestDescending) {
       Answer(0, 2, {1, 2}, {0.9f, 0.1f}, {}, knnd::v1::METRIC_INNER_PRODUCT),
       Answer(1, 2, {5, -1}, {0.5f, -kInf}, {}, knnd::v1::METRIC_INNER_PRODUCT)};
   SearchResponse merged;
-  MergeShardAnswers(Of(r), 4, &merged);
+  MergeShardAnswers(Of(r), 4, /*as_bytes=*/false, &merged);
   EXPECT_THAT(merged.ids(), ElementsAre(1, 5, 2, -1));
   EXPECT_EQ(merged.distances(3), -kInf);
 }
@@ -90,11 +107,33 @@ TEST(MergeShardAnswers, RerankingReranksOnlyTheUnshardedCandidates) {
              2)};
   ASSERT_TRUE(CheckShardAnswers(Of(r), 2, 1).ok());
   SearchResponse merged;
-  MergeShardAnswers(Of(r), 1, &merged);
+  MergeShardAnswers(Of(r), 1, /*as_bytes=*/false, &merged);
   // Candidates by estimate: 4 (1.0), 6 (1.5); by exact distance 6 (2.0).
   EXPECT_THAT(merged.ids(), ElementsAre(6));
   EXPECT_THAT(merged.distances(), ElementsAre(2.0f));
   EXPECT_EQ(merged.refine_factor(), 2u);
+}
+
+// Shards asked for bytes answer with them, or (older ones) with the
+// repeated fields: the merge reads both, and writes the form asked for.
+TEST(MergeShardAnswers, ReadsAndWritesTheBytesForm) {
+  const std::vector<SearchResponse> repeated = {
+      Answer(0, 2, {4, 8}, {3.0f, 0.1f}, {1.0f, 9.0f}, knnd::v1::METRIC_L2, 2),
+      Answer(1, 2, {6, 5}, {2.0f, 5.0f}, {1.5f, 2.5f}, knnd::v1::METRIC_L2,
+             2)};
+  const std::vector<SearchResponse> mixed = {AsBytes(repeated[0]),
+                                             repeated[1]};
+  ASSERT_TRUE(CheckShardAnswers(Of(mixed), 2, 1).ok());
+  SearchResponse want;
+  MergeShardAnswers(Of(repeated), 1, /*as_bytes=*/false, &want);
+  SearchResponse from_mixed;
+  MergeShardAnswers(Of(mixed), 1, /*as_bytes=*/false, &from_mixed);
+  EXPECT_EQ(from_mixed.SerializeAsString(), want.SerializeAsString());
+
+  SearchResponse as_bytes;
+  MergeShardAnswers(Of(mixed), 1, /*as_bytes=*/true, &as_bytes);
+  EXPECT_EQ(as_bytes.ids_size() + as_bytes.distances_size(), 0);
+  EXPECT_EQ(as_bytes.SerializeAsString(), AsBytes(want).SerializeAsString());
 }
 
 TEST(CheckShardAnswers, RefusesAnswersThatDoNotFormOneSet) {
@@ -144,6 +183,13 @@ TEST(CheckShardAnswers, RefusesAnswersThatDoNotFormOneSet) {
     r[1].add_ids(5);
     EXPECT_THAT(CheckShardAnswers(Of(r), 2, 1).message(),
                 HasSubstr("answered 2 ids, 1 distances"));
+  }
+  {
+    std::vector<SearchResponse> r = {AsBytes(Answer(0, 2, {1}, {1})),
+                                     Answer(1, 2, {2}, {1})};
+    r[0].mutable_ids_i64le()->push_back('\0');
+    EXPECT_THAT(CheckShardAnswers(Of(r), 2, 1).message(),
+                HasSubstr("does not hold a whole number of values"));
   }
   {
     // Re-ranked answers without their estimates cannot be merged as the

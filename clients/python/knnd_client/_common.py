@@ -3,6 +3,13 @@ request and the result arrays, channel options, bearer tokens, the retry
 decisions (deadline, attempts, backoff, grpc-retry-pushback-ms) and the
 fork guard.
 
+The path of a call that succeeds at once is kept short, since it runs in
+every API worker for every query: the request is sent as bytes built from
+a serialized head cached per (dim, k, nprobe, refine_factor) and the query
+bytes (no message built per call), results come back as bytes fields
+(results_as_bytes) read with numpy.frombuffer, and retry state is made only
+after a first failure.
+
 Only the I/O differs between the two clients (a blocking call and
 time.sleep, or an awaited call and asyncio.sleep); every decision about a
 call is made here, once, so that the two cannot drift apart.
@@ -10,12 +17,14 @@ call is made here, once, so that the two cannot drift apart.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
 import numbers
 import os
 import random
+import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -32,6 +41,11 @@ LOG = logging.getLogger("knnd_client")
 PUSHBACK_METADATA_KEY = "grpc-retry-pushback-ms"
 
 _RETRYABLE = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
+
+_BIG_ENDIAN = sys.byteorder == "big"
+
+# The method the clients call with a serialized SearchRequest.
+SEARCH_METHOD = "/knnd.v1.KnnService/Search"
 
 # Target schemes whose resolver can return several addresses: a Kubernetes
 # headless Service behind "dns:///", or a static "ipv4:a:p,b:p" list. Calls
@@ -136,17 +150,19 @@ class Attempts:
     """The retry state of one logical call: one deadline over every attempt
     and wait, the attempt count and the current backoff.
 
-    The clients' loops are: try `remaining_s()`; on an RpcError ask
+    The clients make one after a first attempt failed (a call that succeeds
+    at once needs none); their loops are: on an RpcError ask
     `delay_before_retry_s(error)`; None means raise it, a number means
-    sleep that long and try again."""
+    sleep that long and try again within `remaining_s()`. `what` names the
+    call in the log."""
 
-    def __init__(self, policy: RetryPolicy, timeout_s: float,
-                 request: Any) -> None:
+    def __init__(self, policy: RetryPolicy, deadline: float,
+                 what: str) -> None:
         self._policy = policy
-        self._deadline = time.monotonic() + timeout_s
+        self._deadline = deadline
         self._backoff_s = policy.initial_backoff_s
         self._attempt = 1
-        self._what = type(request).__name__
+        self._what = what
 
     def remaining_s(self) -> float:
         """Seconds left before the call's deadline (0 once it has passed)."""
@@ -191,16 +207,20 @@ def positive_int(name: str, value: Any, minimum: int = 1) -> int:
     return number
 
 
-def query_matrix(queries: Any) -> npt.NDArray[np.float32]:
-    """`queries` as a C-contiguous little-endian float32 matrix, or a
-    TypeError / ValueError that says what is wrong and how to fix it."""
+def query_bytes(queries: Any) -> Tuple[bytes, int, int]:
+    """`queries` as row-major little-endian float32 bytes (vectors_f32le),
+    with its (num_queries, dim), or a TypeError / ValueError that says what
+    is wrong and how to fix it. Few numpy calls on the way: each costs
+    microseconds beside a gRPC call, whose work evicts numpy's from the
+    caches."""
     if not isinstance(queries, np.ndarray):
         raise TypeError(
             "queries must be a numpy.ndarray of dtype float32 and shape "
             f"(num_queries, dim), got {type(queries).__name__}")
-    if queries.dtype.kind != "f" or queries.dtype.itemsize != 4:
+    dtype = queries.dtype
+    if dtype.kind != "f" or dtype.itemsize != 4:
         raise TypeError(
-            f"queries must have dtype float32, got {queries.dtype}; convert "
+            f"queries must have dtype float32, got {dtype}; convert "
             "with queries.astype(numpy.float32)")
     if queries.ndim != 2:
         hint = ("; one vector is queries.reshape(1, -1)"
@@ -208,15 +228,19 @@ def query_matrix(queries: Any) -> npt.NDArray[np.float32]:
         raise ValueError(
             f"queries must be 2-D (num_queries, dim), got shape "
             f"{queries.shape}{hint}")
-    if queries.shape[0] == 0 or queries.shape[1] == 0:
+    rows, dim = queries.shape
+    if rows == 0 or dim == 0:
         raise ValueError(f"queries has shape {queries.shape}: no values")
-    finite = np.isfinite(queries)
-    if not finite.all():
-        row, col = np.argwhere(~finite)[0]
+    # One reduction: a NaN or an infinity, and only they, make the sum
+    # NaN or infinite (float64 does not overflow on float32 values).
+    if not math.isfinite(queries.sum(dtype=np.float64)):
+        row, col = np.argwhere(~np.isfinite(queries))[0]
         raise ValueError(
             f"queries[{row}, {col}] is {queries[row, col]}: every value must "
             "be finite")
-    return np.ascontiguousarray(queries, dtype="<f4")
+    if dtype.byteorder == ">" or (dtype.byteorder == "=" and _BIG_ENDIAN):
+        return queries.astype("<f4").tobytes(), rows, dim
+    return queries.tobytes(), rows, dim  # row-major whatever the strides
 
 
 def id_list(ids: npt.ArrayLike) -> npt.NDArray[np.int64]:
@@ -228,36 +252,148 @@ def id_list(ids: npt.ArrayLike) -> npt.NDArray[np.int64]:
     return array.astype(np.int64, copy=False)
 
 
+def _search_head(dim: int, k: Any, nprobe: Any, refine_factor: Any
+                 ) -> pb.SearchRequest:
+    """A SearchRequest with every field of a search() call but the vectors
+    and the allow-list, its arguments checked."""
+    head = pb.SearchRequest(dim=dim, k=positive_int("k", k),
+                            results_as_bytes=True)
+    if nprobe is not None:
+        head.nprobe = positive_int("nprobe", nprobe)
+    if refine_factor is not None:
+        head.refine_factor = positive_int("refine_factor", refine_factor,
+                                          minimum=0)
+    return head
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _cached_head(dim: int, k: Any, nprobe: Any, refine_factor: Any) -> bytes:
+    # typed: keyed by the arguments' types too, so that k=True is not
+    # taken for k=1 (and still raises). An API worker uses a few keys.
+    return _search_head(dim, k, nprobe, refine_factor).SerializeToString()
+
+
+def _serialized_head(dim: int, k: Any, nprobe: Any,
+                     refine_factor: Any) -> bytes:
+    """_search_head() serialized, from the cache when the arguments are
+    hashable; the checks name any argument that is not."""
+    try:
+        return _cached_head(dim, k, nprobe, refine_factor)
+    except TypeError:
+        return _search_head(dim, k, nprobe, refine_factor).SerializeToString()
+
+
+# SearchRequest.vectors_f32le is field 2, length-delimited: tag (2 << 3) | 2.
+_VECTORS_TAG = bytes([(2 << 3) | 2])
+
+
+def _varint(value: int) -> bytes:
+    """`value` (>= 0) as a protobuf base-128 varint."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def search_request(queries: Any, k: Any, nprobe: Any, allowed_ids: Any,
                    refine_factor: Any) -> pb.SearchRequest:
     """The SearchRequest of one search() call, every argument checked
-    before any RPC (TypeError / ValueError naming the argument)."""
-    matrix = query_matrix(queries)
-    request = pb.SearchRequest(vectors_f32le=matrix.tobytes(),
-                               dim=matrix.shape[1], k=positive_int("k", k))
-    if nprobe is not None:
-        request.nprobe = positive_int("nprobe", nprobe)
-    if refine_factor is not None:
-        request.refine_factor = positive_int("refine_factor", refine_factor,
-                                             minimum=0)
+    before any RPC (TypeError / ValueError naming the argument); it asks
+    for the results as bytes (results_as_bytes)."""
+    vectors, _, dim = query_bytes(queries)
+    request = _search_head(dim, k, nprobe, refine_factor)
+    request.vectors_f32le = vectors
     if allowed_ids is not None:
         request.allowed_ids.extend(id_list(allowed_ids).tolist())
     return request
 
 
-def search_result(request: pb.SearchRequest, response: pb.SearchResponse
+def serialized_search_request(queries: Any, k: Any, nprobe: Any,
+                              allowed_ids: Any, refine_factor: Any
+                              ) -> Tuple[bytes, Tuple[int, int]]:
+    """search_request() serialized, and the (num_queries, k) shape its
+    answer must have. Without an allow-list no message is built: the
+    serialized head of (dim, k, nprobe, refine_factor), cached, followed by
+    the vectors field (fields may come in any order on the wire)."""
+    if allowed_ids is not None:
+        request = search_request(queries, k, nprobe, allowed_ids,
+                                 refine_factor)
+        return request.SerializeToString(), (
+            len(request.vectors_f32le) // (4 * request.dim), request.k)
+    vectors, rows, dim = query_bytes(queries)
+    head = _serialized_head(dim, k, nprobe, refine_factor)
+    return (b"".join((head, _VECTORS_TAG, _varint(len(vectors)), vectors)),
+            (rows, int(k)))
+
+
+# Each result column: its bytes field (results_as_bytes), the wire dtype
+# of that field, its values' size and the dtype of the array handed to
+# the caller.
+_RESULT_COLUMNS = {
+    "ids": ("ids_i64le", np.dtype("<i8"), 8, np.int64),
+    "distances": ("distances_f32le", np.dtype("<f4"), 4, np.float32),
+    "approx_distances": ("approx_distances_f32le", np.dtype("<f4"), 4,
+                         np.float32),
+}
+
+
+def result_column(response: pb.SearchResponse, name: str,
+                  rows: int = -1, columns: int = -1) -> npt.NDArray[Any]:
+    """One result column of `response` ("ids", "distances" or
+    "approx_distances") as a writable array of shape (rows, columns), or
+    1-D by default: from its bytes field when that is set, else from the
+    repeated field (a knnd older than results_as_bytes, which ignores the
+    flag). RuntimeError when the values do not fill that shape."""
+    field, wire, size, dtype = _RESULT_COLUMNS[name]
+    packed = getattr(response, field)
+    if packed:
+        count, partial = divmod(len(packed), size)
+        if not partial and (rows < 0 or count == rows * columns):
+            # Over a bytearray (one copy, no numpy call but this one):
+            # writable, as an array made from the repeated field is.
+            return np.ndarray((count,) if rows < 0 else (rows, columns),
+                              wire, bytearray(packed))
+        got = f"{len(packed)} bytes of {field}"
+    else:
+        values = np.array(getattr(response, name), dtype=dtype)
+        if rows < 0:
+            return values
+        if values.size == rows * columns:
+            return values.reshape(rows, columns)
+        got = f"{values.size} {name}"
+    raise RuntimeError(f"knnd answered {got} for {rows}x{columns} results")
+
+
+def search_result(response: pb.SearchResponse, shape: Tuple[int, int]
                   ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-    """(ids, distances) of `response` as (num_queries, k) arrays, after
-    checking that they answer `request` (a proxy or a server bug must not
-    hand back rows of another shape)."""
-    shape = (len(request.vectors_f32le) // (4 * request.dim), request.k)
+    """(ids, distances) of `response` as arrays of `shape` (num_queries,
+    k), after checking that they answer that request (a proxy or a server
+    bug must not hand back rows of another shape)."""
     if response.num_queries != shape[0] or response.k != shape[1]:
         raise RuntimeError(
             f"knnd answered {response.num_queries}x{response.k} results "
             f"for {shape[0]} queries at k={shape[1]}")
-    ids = np.array(response.ids, dtype=np.int64).reshape(shape)
-    distances = np.array(response.distances, dtype=np.float32).reshape(shape)
-    return ids, distances
+    return (result_column(response, "ids", *shape),
+            result_column(response, "distances", *shape))
+
+
+# How soon a channel connects again to a knnd it lost (a restart, a
+# rollout). gRPC's defaults wait 1 s after the first failed attempt, then
+# 1.6 times longer each time up to 120 s: after a 30 s outage, clients
+# found knnd 13-18 s after it served again. Here the waits start at
+# 100 ms and stop growing at 1 s (gRPC adds +-20% jitter), so a client is
+# back within about a second of knnd serving, whatever the outage's
+# length, for one connection attempt a second while knnd is down.
+# min_reconnect_backoff_ms is gRPC's minimum connect timeout: an attempt
+# that hangs (the address of a pod that is gone) is abandoned after 1 s
+# instead of 20 s.
+RECONNECT_BACKOFF_OPTIONS = {
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 1000,
+    "grpc.max_reconnect_backoff_ms": 1000,
+}
 
 
 def channel_options(target: str, options: Sequence[Tuple[str, Any]]
@@ -269,6 +405,7 @@ def channel_options(target: str, options: Sequence[Tuple[str, Any]]
         # for a batch of 4096 queries at k=100. knnd bounds requests.
         "grpc.max_receive_message_length": -1,
         "grpc.max_send_message_length": -1,
+        **RECONNECT_BACKOFF_OPTIONS,
     }
     if target.startswith(_MULTI_ADDRESS_SCHEMES):
         # In the default service config rather than grpc.lb_policy_name: a
@@ -287,8 +424,23 @@ def open_channel(api: Any, target: str,
     `credentials`, else secured with them; channel_options() applied."""
     arguments = channel_options(target, options)
     if credentials is None:
-        return api.insecure_channel(target, arguments)
-    return api.secure_channel(target, credentials, arguments)
+        channel = api.insecure_channel(target, arguments)
+    else:
+        channel = api.secure_channel(target, credentials, arguments)
+    if api is grpc:
+        # A blocking channel of grpcio before its EventEngine (Debian's
+        # 1.51) makes progress on a reconnection only while something
+        # polls it: a call in flight or a connectivity watcher. Calls that
+        # fail at once while knnd is down poll too briefly, and a client
+        # answered 4-5 s after knnd served again, whatever the backoff. The
+        # watcher (one thread per channel, waking every 0.2 s) keeps the
+        # attempts going; grpc.aio channels have a poller of their own.
+        channel.subscribe(_ignore_connectivity, try_to_connect=False)
+    return channel
+
+
+def _ignore_connectivity(state: grpc.ChannelConnectivity) -> None:
+    """The connectivity watcher's callback (open_channel): nothing to do."""
 
 
 def call_metadata(bearer_token: Optional[str]

@@ -8,6 +8,7 @@ cancels the RPC: knnd drops the work and counts the call CANCELLED.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import grpc
@@ -71,6 +72,10 @@ class AsyncKnnClient:
         self._channel = _common.open_channel(grpc.aio, target, credentials,
                                              options)
         self._stub = pb_grpc.KnnServiceStub(self._channel)
+        # Search takes the request already serialized (see _common).
+        self._search = self._channel.unary_unary(
+            _common.SEARCH_METHOD,
+            response_deserializer=pb.SearchResponse.FromString)
 
     async def search(self, queries: npt.NDArray[np.float32], k: int,
                      nprobe: Optional[int] = None, *,
@@ -82,17 +87,19 @@ class AsyncKnnClient:
         results and errors of KnnClient.search (grpc.aio.AioRpcError is a
         grpc.RpcError). The arguments are checked before the call waits for
         a slot, so a bad one raises at once."""
-        request = _common.search_request(queries, k, nprobe, allowed_ids,
-                                         refine_factor)
-        response = await self._call(self._stub.Search, request, timeout_s)
-        return _common.search_result(request, response)
+        request, shape = _common.serialized_search_request(
+            queries, k, nprobe, allowed_ids, refine_factor)
+        return _common.search_result(
+            await self._call(self._search, request, timeout_s, "Search"),
+            shape)
 
     async def info(self, timeout_s: Optional[float] = None
                    ) -> pb.GetIndexInfoResponse:
         """The served index and the server's limits, as KnnClient.info."""
         return cast(pb.GetIndexInfoResponse,
                     await self._call(self._stub.GetIndexInfo,
-                                     pb.GetIndexInfoRequest(), timeout_s))
+                                     pb.GetIndexInfoRequest(), timeout_s,
+                                     "GetIndexInfo"))
 
     async def close(self, grace_s: Optional[float] = None) -> None:
         """Closes the channel: with `grace_s`, calls in progress get that
@@ -107,7 +114,7 @@ class AsyncKnnClient:
         await self.close()
 
     async def _call(self, method: Callable[..., Any], request: Any,
-                    timeout_s: Optional[float]) -> Any:
+                    timeout_s: Optional[float], what: str) -> Any:
         """Awaits `method` within one deadline, retrying per the
         RetryPolicy, in one of the client's slots."""
         self._fork_guard.check()
@@ -115,10 +122,10 @@ class AsyncKnnClient:
             raise RuntimeError(
                 "AsyncKnnClient used from another event loop than the one it "
                 "was created in; create one client per loop")
-        attempts = _common.Attempts(
-            self._retry, self._timeout_s if timeout_s is None else
-            _common.positive_timeout_s("timeout_s", timeout_s), request)
-        if not await _acquire(self._slots, attempts.remaining_s()):
+        timeout_s = (self._timeout_s if timeout_s is None else
+                     _common.positive_timeout_s("timeout_s", timeout_s))
+        deadline = time.monotonic() + timeout_s
+        if not await _acquire(self._slots, timeout_s):
             raise grpc.aio.AioRpcError(
                 grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(),
                 grpc.aio.Metadata(),
@@ -126,16 +133,24 @@ class AsyncKnnClient:
                 f"client's max_concurrent_calls={self._max_concurrent_calls}"
                 " slots; nothing was sent")
         try:
+            try:
+                return await method(
+                    request, timeout=max(deadline - time.monotonic(), 0.0),
+                    metadata=self._metadata)
+            except grpc.aio.AioRpcError as error:
+                failed = error
+            attempts = _common.Attempts(self._retry, deadline, what)
             while True:
+                delay_s = attempts.delay_before_retry_s(failed)
+                if delay_s is None:
+                    raise failed
+                await asyncio.sleep(delay_s)
                 try:
                     return await method(request,
                                         timeout=attempts.remaining_s(),
                                         metadata=self._metadata)
                 except grpc.aio.AioRpcError as error:
-                    delay_s = attempts.delay_before_retry_s(error)
-                    if delay_s is None:
-                        raise
-                    await asyncio.sleep(delay_s)
+                    failed = error
         finally:
             self._slots.release()
 

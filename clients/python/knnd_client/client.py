@@ -58,6 +58,10 @@ class KnnClient:
         self._channel = _common.open_channel(grpc, target, credentials,
                                              options)
         self._stub = pb_grpc.KnnServiceStub(self._channel)
+        # Search takes the request already serialized (see _common).
+        self._search = self._channel.unary_unary(
+            _common.SEARCH_METHOD,
+            response_deserializer=pb.SearchResponse.FromString)
 
     def search(self, queries: npt.NDArray[np.float32], k: int,
                nprobe: Optional[int] = None, *,
@@ -87,17 +91,18 @@ class KnnClient:
         grpc.RpcError when the server refuses (INVALID_ARGUMENT names the
         field and limit) or the deadline passes (DEADLINE_EXCEEDED).
         """
-        request = _common.search_request(queries, k, nprobe, allowed_ids,
-                                         refine_factor)
-        response = self._call(self._stub.Search, request, timeout_s)
-        return _common.search_result(request, response)
+        request, shape = _common.serialized_search_request(
+            queries, k, nprobe, allowed_ids, refine_factor)
+        return _common.search_result(
+            self._call(self._search, request, timeout_s, "Search"), shape)
 
     def info(self, timeout_s: Optional[float] = None) -> pb.GetIndexInfoResponse:
         """The served index (dim, metric, ntotal, ...) and the server's limits
         (max_k, max_queries_per_request, ...)."""
         return cast(pb.GetIndexInfoResponse,
                     self._call(self._stub.GetIndexInfo,
-                               pb.GetIndexInfoRequest(), timeout_s))
+                               pb.GetIndexInfoRequest(), timeout_s,
+                               "GetIndexInfo"))
 
     def close(self) -> None:
         """Closes the channel; calls in progress end with CANCELLED. In a
@@ -113,21 +118,27 @@ class KnnClient:
         self.close()
 
     def _call(self, method: Callable[..., Any], request: Any,
-              timeout_s: Optional[float]) -> Any:
+              timeout_s: Optional[float], what: str) -> Any:
         """Calls `method` within one deadline, retrying per the RetryPolicy."""
         self._fork_guard.check()
-        attempts = _common.Attempts(
-            self._retry, self._timeout_s if timeout_s is None else
-            _common.positive_timeout_s("timeout_s", timeout_s), request)
+        timeout_s = (self._timeout_s if timeout_s is None else
+                     _common.positive_timeout_s("timeout_s", timeout_s))
+        deadline = time.monotonic() + timeout_s
+        try:
+            return method(request, timeout=timeout_s, metadata=self._metadata)
+        except grpc.RpcError as error:
+            failed = error
+        attempts = _common.Attempts(self._retry, deadline, what)
         while True:
+            delay_s = attempts.delay_before_retry_s(failed)
+            if delay_s is None:
+                raise failed
+            time.sleep(delay_s)
             try:
                 return method(request, timeout=attempts.remaining_s(),
                               metadata=self._metadata)
             except grpc.RpcError as error:
-                delay_s = attempts.delay_before_retry_s(error)
-                if delay_s is None:
-                    raise
-                time.sleep(delay_s)
+                failed = error
 
 
 class ShardedKnnClient:

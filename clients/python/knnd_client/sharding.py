@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import (Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple,
                     Union)
 
@@ -225,15 +226,15 @@ def merge_answers(answers: Sequence[pb.SearchResponse], num_queries: int,
     width)."""
     metric, refine_factor = answers[0].metric, answers[0].refine_factor
 
-    def side_by_side(field: str, dtype: Any) -> npt.NDArray[Any]:
+    def side_by_side(column: str) -> npt.NDArray[Any]:
         return np.concatenate(
-            [np.array(getattr(a, field), dtype=dtype).reshape(num_queries, -1)
+            [_common.result_column(a, column).reshape(num_queries, -1)
              for a in answers], axis=1)
-    ids = side_by_side("ids", np.int64)
-    distances = side_by_side("distances", np.float32)
+    ids = side_by_side("ids")
+    distances = side_by_side("distances")
     if refine_factor == 0:
         return merge_top_k(ids, distances, k, metric)
-    return merge_candidates(ids, side_by_side("approx_distances", np.float32),
+    return merge_candidates(ids, side_by_side("approx_distances"),
                             distances, k, refine_factor, metric)
 
 
@@ -410,9 +411,12 @@ def check_answers(targets: Sequence[str], versions: ShardVersions,
     width = request.k * (first.refine_factor or 1)
     for i, a in sorted(answers.items()):
         cells = num_queries * width
+        ids = _common.result_column(a, "ids")
         shape_ok = (a.num_queries == num_queries and a.k == width
-                    and len(a.ids) == cells and len(a.distances) == cells)
-        if shape_ok and first.refine_factor and len(a.approx_distances) != cells:
+                    and ids.size == cells
+                    and _common.result_column(a, "distances").size == cells)
+        if shape_ok and first.refine_factor and _common.result_column(
+                a, "approx_distances").size != cells:
             raise ShardedSearchError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"{name(i)} re-ranked without returning its candidates' "
@@ -422,7 +426,7 @@ def check_answers(targets: Sequence[str], versions: ShardVersions,
             raise ShardedSearchError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"{name(i)} answered {a.num_queries}x{a.k} results "
-                f"({len(a.ids)} ids) for {num_queries} queries at "
+                f"({ids.size} ids) for {num_queries} queries at "
                 f"{width} per query")
     return first.index_version, build_id
 
@@ -480,7 +484,8 @@ class Scatter:
         self.targets = targets
         self.versions = versions
         self._policy = policy
-        self._attempts = _common.Attempts(policy, timeout_s, request)
+        self._attempts = _common.Attempts(
+            policy, time.monotonic() + timeout_s, type(request).__name__)
         self._allow_partial = allow_partial
         self.answers: Dict[int, Any] = {}
         self._errors: Dict[int, BaseException] = {}    # of this round

@@ -1,0 +1,116 @@
+#!/usr/bin/python3
+"""knnd-client's shared call path (knnd_client/_common.py), installed in
+each route's venv (client_testing.py), without a server:
+  - the serialized request of the single-target clients (a cached head and
+    the vectors field) parses as the SearchRequest message built field by
+    field, for every argument combination, byte order and layout;
+  - results are read from the bytes fields (results_as_bytes) or, from a
+    knnd that ignores the flag, the repeated fields, into writable arrays
+    of the caller's dtypes; answers of the wrong size are refused;
+  - the channel options carry the reconnect backoff, and `options=`
+    replaces any of them.
+
+  client_common_test.py --knnd BUILD/knnd --knnctl BUILD/knnctl \\
+      --source-dir . --venvs BUILD/tests/python_client_venvs
+"""
+import unittest
+
+import numpy as np
+
+import client_testing
+
+ARGS = None
+
+
+class RequestTest(unittest.TestCase):
+    def test_serialized_request_is_the_message(self):
+        from knnd_client import _common
+        from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
+        q = np.random.default_rng(3).standard_normal((5, 7)).astype(np.float32)
+        for queries in (q, q.astype(">f4"), np.asfortranarray(q), q[::2],
+                        np.tile(q, (60, 1))):
+            for k, nprobe, refine, allowed in ((3, None, None, None),
+                                               (10, 8, 0, None),
+                                               (1, 2, 4, [5, 1, 9])):
+                with self.subTest(shape=queries.shape, k=k, nprobe=nprobe,
+                                  refine=refine, allowed=allowed):
+                    wire, shape = _common.serialized_search_request(
+                        queries, k, nprobe, allowed, refine)
+                    want = _common.search_request(queries, k, nprobe,
+                                                  allowed, refine)
+                    self.assertEqual(pb.SearchRequest.FromString(wire), want)
+                    self.assertEqual(shape, (queries.shape[0], k))
+                    self.assertTrue(want.results_as_bytes)
+                    np.testing.assert_array_equal(
+                        np.frombuffer(want.vectors_f32le, "<f4").reshape(
+                            queries.shape), queries)
+
+    def test_cached_heads_still_check_the_arguments(self):
+        from knnd_client import _common
+        q = np.ones((1, 4), np.float32)
+        _common.serialized_search_request(q, 1, None, None, None)
+        for k, error in ((True, "k must be an int, got bool"),
+                         (1.0, "k must be an int, got float"),
+                         ([1], "k must be an int, got list")):
+            with self.assertRaisesRegex(TypeError, error):
+                _common.serialized_search_request(q, k, None, None, None)
+
+
+class ResultTest(unittest.TestCase):
+    def answer(self, packed):
+        from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
+        ids, distances = np.array([4, -1, 7, 2]), np.array([.5, 1, 2, 3])
+        if packed:
+            return pb.SearchResponse(
+                num_queries=2, k=2, ids_i64le=ids.astype("<i8").tobytes(),
+                distances_f32le=distances.astype("<f4").tobytes())
+        return pb.SearchResponse(num_queries=2, k=2, ids=ids.tolist(),
+                                 distances=distances.tolist())
+
+    def test_either_form_reads_as_writable_arrays(self):
+        from knnd_client import _common
+        for packed in (True, False):
+            with self.subTest(packed=packed):
+                ids, distances = _common.search_result(self.answer(packed),
+                                                       (2, 2))
+                self.assertEqual(ids.tolist(), [[4, -1], [7, 2]])
+                self.assertEqual(distances.tolist(), [[.5, 1], [2, 3]])
+                self.assertEqual((ids.dtype, distances.dtype),
+                                 (np.int64, np.float32))
+                ids[0, 1] = 0  # the caller's to change
+                self.assertTrue(distances.flags.writeable)
+
+    def test_answers_of_the_wrong_size_are_refused(self):
+        from knnd_client import _common
+        for packed in (True, False):
+            answer = self.answer(packed)
+            with self.assertRaisesRegex(RuntimeError, "2x2 results for 1 "
+                                        "queries at k=2"):
+                _common.search_result(answer, (1, 2))
+            answer.num_queries, answer.k = 1, 3
+            with self.assertRaisesRegex(RuntimeError, "for 1x3 results"):
+                _common.search_result(answer, (1, 3))
+        answer = self.answer(True)
+        answer.ids_i64le += b"\0"
+        with self.assertRaisesRegex(RuntimeError, "33 bytes of ids_i64le"):
+            _common.search_result(answer, (2, 2))
+
+
+class ChannelOptionsTest(unittest.TestCase):
+    def test_reconnect_backoff_is_set_and_can_be_replaced(self):
+        from knnd_client import _common
+        options = dict(_common.channel_options("dns:///knnd:50051", ()))
+        self.assertEqual(
+            {key: options[key] for key in _common.RECONNECT_BACKOFF_OPTIONS},
+            {"grpc.initial_reconnect_backoff_ms": 100,
+             "grpc.min_reconnect_backoff_ms": 1000,
+             "grpc.max_reconnect_backoff_ms": 1000})
+        self.assertIn("grpc.service_config", options)
+        mine = dict(_common.channel_options(
+            "knnd:50051", [("grpc.max_reconnect_backoff_ms", 5000)]))
+        self.assertEqual(mine["grpc.max_reconnect_backoff_ms"], 5000)
+        self.assertNotIn("grpc.service_config", mine)
+
+
+if __name__ == "__main__":
+    client_testing.main(__doc__)
