@@ -2,28 +2,26 @@
 """Own ids against row ids on Fashion-MNIST, measured in one run
 (bench/RESULTS.md, "Own ids").
 
-  /usr/bin/python3 bench/own_ids_bench.py --build build [--nq 2000] [--rounds 5]
+  /usr/bin/python3 bench/own_ids_bench.py --build build [--nq 5000] \\
+      [--rounds 5]
 
 1. knnctl build (the default recipe, IVF256,PQ196x4fs with INDEX.vectors)
    three times over the same 60,000 training images: with row ids, with
    --ids 7*row+3 and with --ids of seeded random 63-bit ids. The three index
    files must be byte for byte the same (the lists hold rows); the two
    own-id builds add INDEX.ids.
-2. knnctl tune --dry_run on each (knnd's own search path in process: one
-   OpenMP thread, one query per call, exact neighbours from INDEX.vectors
-   translated through the id table) over the first --nq test images, at
-   every (nprobe, refine_factor) of --nprobes x --refine_factors, in
-   --rounds rounds whose order of the three builds rotates, so that a
-   noisy machine slows each alike.
-Prints a Markdown table: recall@10 of each build and the median queries/s,
-with the own-id builds' ratios to row ids, and each own-id build's
-geometric mean ratio over all settings.
+2. build/bench/own_ids_bench over the three (knnd's IndexSnapshot in one
+   process, one thread, one query per call, the first --nq test images):
+   recall@10 in each index's own ids and queries/s at every --settings
+   (nprobe:refine_factor), the indexes taking turns every --chunk queries
+   in a rotating order, so that other load on the machine slows each alike.
+3. knnctl tune (default sweep, --target_recall 0.95, --dry_run) on each:
+   the setting it would record and the recall it measured there.
+Prints the bench's Markdown table and the tune lines.
 """
 import argparse
 import os
 import platform
-import re
-import statistics
 import subprocess
 import tempfile
 import time
@@ -42,24 +40,14 @@ def cpu_model():
     return platform.processor()
 
 
-def tune_rows(output):
-    """{(nprobe, refine): (recall@10, queries/s)} of a tune's table."""
-    rows = {}
-    for line in output.splitlines():
-        m = re.match(r"\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s*$", line)
-        if m:
-            rows[(int(m[1]), int(m[2]))] = (float(m[3]), float(m[4]))
-    return rows
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build", default="build",
                         help="CMake build directory holding knnctl")
-    parser.add_argument("--nq", type=int, default=2000)
+    parser.add_argument("--nq", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--nprobes", default="8,16,32")
-    parser.add_argument("--refine_factors", default="0,4,8")
+    parser.add_argument("--chunk", type=int, default=50)
+    parser.add_argument("--settings", default="8:0,8:4,16:0,16:4,16:8,32:8")
     parser.add_argument("--workdir", default="",
                         help="keep the indexes here (default: a temporary "
                              "directory, removed)")
@@ -92,58 +80,33 @@ def main():
             cmd += ["--ids", ids_path]
         start = time.time()
         subprocess.run(cmd, check=True, capture_output=True, env=env)
-        print(f"built {name}: {path} in {time.time() - start:.0f} s")
+        print(f"built {name}: {path} in {time.time() - start:.0f} s",
+              flush=True)
         paths[name] = path
     with open(paths["row ids"], "rb") as f:
         reference = f.read()
     for name, path in paths.items():
         with open(path, "rb") as f:
             assert f.read() == reference, f"{name}: index differs from row ids"
-    print("the three index files are identical (lists of rows)")
-
-    measured = {name: {} for name in variants}
-    names = list(variants)
-    for r in range(args.rounds):
-        order = names[r % 3:] + names[:r % 3]
-        for name in order:
-            out = subprocess.run(
-                [knnctl, "tune", "--index", paths[name], "--queries", test,
-                 "--limit", str(args.nq), "--nprobes", args.nprobes,
-                 "--refine_factors", args.refine_factors,
-                 "--target_recall", "1.0", "--dry_run"],
-                check=True, capture_output=True, text=True, env=env).stdout
-            for setting, value in tune_rows(out).items():
-                measured[name].setdefault(setting, []).append(value)
-        print(f"round {r + 1} of {args.rounds} done")
+    print("the three index files are identical (lists of rows)", flush=True)
 
     print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-          f"{cpu_model()}, {os.cpu_count()} cores; {args.nq} test queries, "
-          f"k=10, 1 thread, 1 query per call, median of {args.rounds} "
-          "rounds\n")
-    own = names[1:]
-    print("| nprobe | refine | recall@10 " + " / ".join(names)
-          + " | q/s row ids | " + " | ".join(f"q/s {n} (ratio)" for n in own)
-          + " |")
-    print("|---|---|---|---|" + "---|" * len(own))
-    for setting in sorted(measured[names[0]]):
-        recalls = [measured[n][setting][0][0] for n in names]
-        qps = {n: statistics.median(v[1] for v in measured[n][setting])
-               for n in names}
-        base = qps[names[0]]
-        cells = [f"{qps[n]:,.0f} ({qps[n] / base:.3f})" for n in own]
-        print(f"| {setting[0]} | {setting[1]} | "
-              + " / ".join(f"{r:.4f}" for r in recalls)
-              + f" | {base:,.0f} | " + " | ".join(cells) + " |")
-    # One figure per build: the geometric mean of its ratios over every
-    # setting (each setting's noise averages out across settings).
-    for n in own:
-        ratios = [statistics.median(v[1] for v in measured[n][s])
-                  / statistics.median(v[1] for v in measured[names[0]][s])
-                  for s in measured[names[0]]]
-        mean = float(np.exp(np.mean(np.log(ratios))))
-        print(f"\n{n}: queries/s {mean:.3f}x row ids (geometric mean over "
-              f"{len(ratios)} settings; range {min(ratios):.3f} to "
-              f"{max(ratios):.3f})")
+          f"{cpu_model()}, {os.cpu_count()} cores\n", flush=True)
+    subprocess.run(
+        [os.path.join(args.build, "bench", "own_ids_bench"),
+         "--indexes", ",".join(paths.values()), "--queries", test,
+         "--limit", str(args.nq), "--rounds", str(args.rounds),
+         "--chunk", str(args.chunk), "--settings", args.settings],
+        check=True, env=env)
+    print(flush=True)
+    for name, path in paths.items():
+        out = subprocess.run(
+            [knnctl, "tune", "--index", path, "--queries", test, "--limit",
+             str(args.nq), "--target_recall", "0.95", "--dry_run"],
+            check=True, capture_output=True, text=True, env=env).stdout
+        chosen = [line for line in out.splitlines()
+                  if line.startswith(("tuned", "target"))]
+        print(f"knnctl tune, {name}: {chosen[0] if chosen else out}")
     if tmp:
         tmp.cleanup()
 

@@ -129,7 +129,8 @@ absl::StatusOr<std::unique_ptr<IdTable>> IdTable::Open(
         "id table ", path, " has count=", header.count,
         " rows but the index has ntotal=", expect_count));
   }
-  const int64_t expect_size = kIdTableHeaderBytes + kBytesPerRow * expect_count;
+  const int64_t expect_size =
+      kIdTableHeaderBytes + kBytesPerRow * expect_count;
   if (size != expect_size) {
     return bad(absl::StrFormat(
         "size %d bytes, expected header %d + count %d * %d bytes = %d; the "
