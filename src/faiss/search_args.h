@@ -23,7 +23,9 @@ struct SearchArgs {
   int64_t num_queries = 0;
   int k = 0;
   int nprobe = 1;
-  // Sorted ascending; empty means no filter.
+  // Sorted ascending; empty means no filter. Ids as answers carry them
+  // (with an id table, the user's ids: IndexSnapshot translates them to
+  // the list ids ServingIndex searches).
   absl::Span<const int64_t> allowed_ids;
   float* distances = nullptr;
   int64_t* ids = nullptr;

@@ -8,6 +8,7 @@
 #include "knnd/faiss/serving_index.h"
 #include "knnd/faiss/vector_math.h"
 #include "knnd/storage/atomic_file.h"
+#include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/vectors_file.h"
 
@@ -253,6 +254,15 @@ absl::StatusOr<std::vector<ShardSpec>> ShardIndexFile(
   const std::vector<int64_t> ids = (*faiss)->SortedIds();
   absl::StatusOr<std::vector<ShardSpec>> plan = PlanShards(ids, shards);
   if (!plan.ok()) return plan.status();
+  // With own ids the lists hold rows, so the plan splits rows, and each
+  // shard gets the ids of its rows.
+  std::unique_ptr<IdTable> id_table;
+  if (info.has_id_table) {
+    absl::StatusOr<std::unique_ptr<IdTable>> opened = IdTable::Open(
+        info.id_table_path, info.ntotal, /*verify_checksum=*/false);
+    if (!opened.ok()) return opened.status();
+    id_table = std::move(*opened);
+  }
   std::unique_ptr<VectorsFile> vectors;
   if (info.has_vectors) {
     absl::StatusOr<std::unique_ptr<VectorsFile>> opened = VectorsFile::Open(
@@ -266,8 +276,21 @@ absl::StatusOr<std::vector<ShardSpec>> ShardIndexFile(
   metadata.set_built_by(built_by);
   for (const ShardSpec& shard : *plan) {
     const std::string path = ShardPath(out_path, shard.shard_id, shards);
-    // Row i of the source's vectors is id i (knnctl build writes them only
-    // for row-number ids), so the shard's rows are its ids.
+    // Row i of the source's vectors holds list id i (knnctl build writes
+    // them for lists of row numbers), so the shard's rows are its list ids.
+    if (id_table != nullptr) {
+      std::vector<int64_t> slice;
+      for (int64_t row = shard.first_id; row < shard.end_id; ++row) {
+        slice.push_back(id_table->IdOf(row));
+      }
+      if (absl::Status s =
+              WriteIdTable(IdTablePath(path), slice, info.id_table_path);
+          !s.ok()) {
+        return s;
+      }
+    } else {
+      std::remove(IdTablePath(path).c_str());  // of an earlier split
+    }
     if (vectors != nullptr) {
       if (absl::Status s = WriteVectorRows(*vectors, shard.first_id,
                                            shard.end_id, VectorsPath(path));

@@ -50,6 +50,13 @@ absl::StatusOr<std::vector<int64_t>> ExactNeighbors(const Matrix& base,
   return ids;
 }
 
+void RowsToAnswerIds(const IndexSnapshot& snapshot,
+                     std::vector<int64_t>& rows) {
+  for (int64_t& row : rows) {
+    if (row >= 0) row = snapshot.IdOfRow(row);
+  }
+}
+
 double RecallAt(absl::Span<const int64_t> results, int results_k,
                 absl::Span<const int64_t> truth, int truth_k, int r) {
   const int64_t n = static_cast<int64_t>(truth.size()) / truth_k;

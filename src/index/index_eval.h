@@ -24,6 +24,11 @@ absl::StatusOr<std::vector<int64_t>> ExactNeighbors(const Matrix& base,
                                                     const Matrix& queries,
                                                     int k, Metric metric);
 
+// `rows` (rows of the indexed vectors, as ExactNeighbors() gives them; -1
+// for none) turned in place into the ids `snapshot` answers with
+// (IndexSnapshot::IdOfRow), so that own ids score as row ids do.
+void RowsToAnswerIds(const IndexSnapshot& snapshot, std::vector<int64_t>& rows);
+
 // R-recall@R, as ann-benchmarks reports it: the mean over queries of
 // |first R results ∩ first R true neighbours| / R. `results` has
 // `results_k` ids per query and `truth` `truth_k`; both must be >= r.

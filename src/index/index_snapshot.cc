@@ -57,6 +57,7 @@ absl::Status ApplyMetadata(const std::string& path, bool verify_checksum,
   info.target_recall = meta->target_recall();
   info.tuned_recall = meta->tuned_recall();
   info.build_id = meta->build_id();
+  info.has_id_table = meta->id_table();
   if (meta->shard_count() > 0) {
     if (meta->shard_id() >= meta->shard_count() ||
         meta->shard_first_id() < 0 ||
@@ -109,13 +110,35 @@ absl::StatusOr<std::unique_ptr<VectorsFile>> OpenVectors(
   return vectors;
 }
 
+// Opens IdTablePath(path) when the sidecar asked for one (info.has_id_table)
+// and fills in its path and size; null without one.
+absl::StatusOr<std::unique_ptr<IdTable>> OpenIdTable(
+    const std::string& path, bool verify_checksum, IndexInfo& info) {
+  if (!info.has_id_table) return nullptr;
+  absl::StatusOr<std::unique_ptr<IdTable>> table =
+      IdTable::Open(IdTablePath(path), info.ntotal, verify_checksum);
+  if (!table.ok()) {
+    return absl::Status(
+        table.status().code(),
+        absl::StrCat(table.status().message(), " (", MetadataPath(path),
+                     " says the index holds rows of its own ids, which "
+                     "only the id table translates)"));
+  }
+  info.id_table_path = (*table)->path();
+  info.id_table_file_bytes = (*table)->file_bytes();
+  return table;
+}
+
 }  // namespace
 
 IndexSnapshot::IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info,
-                             std::unique_ptr<VectorsFile> vectors)
+                             std::unique_ptr<VectorsFile> vectors,
+                             std::unique_ptr<IdTable> id_table)
     : faiss_(std::move(faiss)),
       info_(std::move(info)),
-      vectors_(std::move(vectors)) {}
+      vectors_(std::move(vectors)),
+      id_table_(std::move(id_table)),
+      list_ids_(info_.shard_first_id, info_.ntotal, id_table_.get()) {}
 
 IndexSnapshot::~IndexSnapshot() {
   faiss_.reset();
@@ -159,14 +182,18 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
       !s.ok()) {
     return s;
   }
+  absl::StatusOr<std::unique_ptr<IdTable>> id_table =
+      OpenIdTable(path, options.verify_checksum, info);
+  if (!id_table.ok()) return id_table.status();
   absl::StatusOr<std::unique_ptr<VectorsFile>> vectors =
       OpenVectors(path, options, info);
   if (!vectors.ok()) return vectors.status();
   info.version = options.version;
   info.load_time = absl::Now();
   info.load_duration = info.load_time - start;
-  return std::unique_ptr<IndexSnapshot>(new IndexSnapshot(
-      std::move(*faiss), std::move(info), std::move(*vectors)));
+  return std::unique_ptr<IndexSnapshot>(
+      new IndexSnapshot(std::move(*faiss), std::move(info),
+                        std::move(*vectors), std::move(*id_table)));
 }
 
 absl::Status IndexSnapshot::VerifyChecksums(
@@ -179,6 +206,9 @@ absl::Status IndexSnapshot::VerifyChecksums(
         !s.ok()) {
       return s;
     }
+  }
+  if (id_table_ != nullptr) {
+    if (absl::Status s = id_table_->VerifyChecksum(cancel); !s.ok()) return s;
   }
   if (vectors_ != nullptr) return vectors_->VerifyChecksum(cancel);
   return absl::OkStatus();
@@ -194,8 +224,14 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
                                     : absl::StrCat(": ", info_.vectors_error)));
   }
   // What the index itself searches: the request's queries (normalised for
-  // cosine) and, with re-ranking, its candidates into buffers of our own.
+  // cosine) and its allow-list in list ids and, with re-ranking, its
+  // candidates into buffers of our own.
   SearchArgs call = args;
+  std::vector<int64_t> allowed_list_ids;
+  if (list_ids_.has_table() && !args.allowed_ids.empty()) {
+    allowed_list_ids = list_ids_.ListIdsOf(args.allowed_ids);
+    call.allowed_ids = allowed_list_ids;
+  }
   std::vector<float> normalized;
   if (info_.metric == Metric::kCosine) {
     // The indexed vectors were normalised at build time, so inner products
@@ -206,7 +242,11 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
     NormalizeRows(normalized.data(), args.num_queries, info_.dim);
     call.queries = normalized.data();
   }
-  if (args.refine_factor <= 0) return faiss_->Search(call);
+  if (args.refine_factor <= 0) {
+    if (absl::Status s = faiss_->Search(call); !s.ok()) return s;
+    list_ids_.ToAnswerIds(args.num_queries, args.k, args.distances, args.ids);
+    return absl::OkStatus();
+  }
 
   // The kc best estimates, ties by id (rerank.h), from FAISS's kf best
   // (memory_model.h counts these buffers).
@@ -224,10 +264,9 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
     // Every candidate with both distances, for a merger of shards.
     KeepBestCandidates(info_.metric, fetched_ids.data(),
                        fetched_distances.data(), args.num_queries, kf, kc,
-                       args.ids, args.approx_distances);
-    ExactCandidateDistances(*vectors_, info_.metric, call.queries,
-                            args.num_queries, kc, args.ids, args.distances,
-                            info_.shard_first_id);
+                       args.ids, args.approx_distances, list_ids_);
+    ExactCandidateDistances(*vectors_, list_ids_, info_.metric, call.queries,
+                            args.num_queries, kc, args.ids, args.distances);
     const float pad = MissingDistance(info_.metric);
     for (int64_t i = 0; i < args.num_queries * kc; ++i) {
       if (args.ids[i] < 0) args.approx_distances[i] = pad;
@@ -238,10 +277,11 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
     std::vector<int64_t> candidate_ids(n);
     KeepBestCandidates(info_.metric, fetched_ids.data(),
                        fetched_distances.data(), args.num_queries, kf, kc,
-                       candidate_ids.data(), candidate_distances.data());
-    RerankExact(*vectors_, info_.metric, call.queries, args.num_queries, kc,
-                candidate_ids.data(), args.k, args.distances, args.ids,
-                info_.shard_first_id);
+                       candidate_ids.data(), candidate_distances.data(),
+                       list_ids_);
+    RerankExact(*vectors_, list_ids_, info_.metric, call.queries,
+                args.num_queries, kc, candidate_ids.data(), args.k,
+                args.distances, args.ids);
   }
   if (args.rerank_time != nullptr) *args.rerank_time = absl::Now() - start;
   return absl::OkStatus();

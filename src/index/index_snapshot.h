@@ -32,6 +32,8 @@
 #include "absl/types/span.h"
 #include "knnd/base/metric.h"
 #include "knnd/faiss/serving_index.h"
+#include "knnd/index/list_ids.h"
+#include "knnd/storage/id_table.h"
 #include "knnd/storage/vectors_file.h"
 
 namespace knnd {
@@ -61,7 +63,8 @@ struct IndexInfo : IndexFacts {
   double tuned_recall = 0;
   // The sidecar's build id, and when the index is one shard of a set
   // (index_sharding.h) its number, the set's size (0: a whole index) and
-  // the ids it holds, [shard_first_id, shard_end_id).
+  // the ids it holds, [shard_first_id, shard_end_id) (with an id table:
+  // the rows of the whole index it holds).
   std::string build_id;
   int shard_id = 0;
   int shard_count = 0;
@@ -75,6 +78,12 @@ struct IndexInfo : IndexFacts {
   std::string vectors_dtype;  // "f32" or "f16"
   int64_t vectors_file_bytes = 0;
   std::string vectors_error;
+  // The id table (id_table.h) of an index built with its user's own ids
+  // (the sidecar's id_table): loaded whenever the sidecar asks for it,
+  // since without it answers would be row numbers.
+  bool has_id_table = false;
+  std::string id_table_path;
+  int64_t id_table_file_bytes = 0;
 };
 
 // What Load() does with the raw-vectors file VectorsPath(path).
@@ -104,7 +113,8 @@ struct LoadOptions {
   // When the file has a metadata sidecar, read the whole file once to check
   // its CRC-32 against the sidecar's (one sequential read of the file), so
   // that a file changed after it was built is refused instead of served.
-  // Also checks the vectors file's payload CRC-32 against its header.
+  // Also checks the payload CRC-32 of the vectors file and of the id
+  // table against their headers.
   // Without it, IndexSnapshot::VerifyChecksums() does the same later.
   bool verify_checksum = true;
   VectorsPolicy vectors = VectorsPolicy::kOptional;
@@ -124,7 +134,8 @@ class IndexSnapshot {
   // such as OPQ) whose every inverted list lies inside the file, and turns
   // list prefetch threads off.
   // A metadata sidecar (MetadataPath(path)), when present, must match the
-  // file: checksum, dim, ntotal and metric.
+  // file: checksum, dim, ntotal and metric; when it says id_table, the id
+  // table IdTablePath(path) must load with ntotal rows.
   // A missing, truncated, corrupt or unsupported file is an error whose
   // message says what is wrong; never a crash.
   static absl::StatusOr<std::unique_ptr<IndexSnapshot>> Load(
@@ -136,8 +147,15 @@ class IndexSnapshot {
 
   const IndexInfo& info() const { return info_; }
 
+  // The id answers carry for the index's `row`-th vector (0 <= row <
+  // ntotal, the order it was built in): the id table's, else the row (plus
+  // a shard's first id).
+  int64_t IdOfRow(int64_t row) const { return list_ids_.IdOfRow(row); }
+
   // k-NN search; with metric cosine the queries are L2-normalised first
-  // (on a copy). Results of each query are sorted closest first; missing
+  // (on a copy). With an id table, allowed_ids are translated to rows
+  // before the search and the answers (candidates too) back to ids after
+  // it, equal distances ordered by id. Results of each query are sorted closest first; missing
   // neighbours are id -1 with distance +inf (L2) or -inf (inner product).
   // With refine_factor > 0 the distances are exact (squared L2, inner
   // product or cosine), computed from the memory-mapped raw vectors.
@@ -147,20 +165,23 @@ class IndexSnapshot {
   absl::Status Search(const SearchArgs& args) const;
 
   // The checks Load() skips without verify_checksum: the index file's size
-  // and CRC-32 against its sidecar (when it has one) and the vectors file's
-  // payload CRC-32 against its header (when one is loaded); each reads its
-  // whole file once. DATA_LOSS naming the file and both values on a
+  // and CRC-32 against its sidecar (when it has one) and the payload CRC-32
+  // of the vectors file and of the id table against their headers (when
+  // loaded); each reads its whole file once. DATA_LOSS naming the file and both values on a
   // mismatch; CANCELLED when `cancel` turned true during a read. Safe to
   // call while searches run.
   absl::Status VerifyChecksums(const std::atomic<bool>* cancel = nullptr) const;
 
  private:
   IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info,
-                std::unique_ptr<VectorsFile> vectors);
+                std::unique_ptr<VectorsFile> vectors,
+                std::unique_ptr<IdTable> id_table);
 
   std::unique_ptr<ServingIndex> faiss_;
   IndexInfo info_;
   std::unique_ptr<VectorsFile> vectors_;  // null without re-ranking
+  std::unique_ptr<IdTable> id_table_;     // null: list ids are the ids
+  ListIds list_ids_;                      // borrows id_table_
 };
 
 }  // namespace knnd

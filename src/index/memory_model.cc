@@ -68,6 +68,8 @@ int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape) {
               2 * d * 4);
   }
   bytes += shape.filter_ids * 16;
+  // With an id table every call translates the allow-list into rows.
+  if (index.has_id_table) bytes += calls * shape.filter_ids * 8;
   if (shape.refine_factor > 0) {
     // FAISS's kc + slack best and the kc kept (rerank.h), 12 bytes each.
     const int kc = static_cast<int>(shape.refine_factor * k);

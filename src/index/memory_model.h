@@ -9,7 +9,9 @@
 //             + a fixed base (code, gRPC, thread stacks, allocator slack)
 //   file-backed (page cache, reclaimable) = the mapped inverted lists
 //             (IVF-PQ: codes + ids; FastScan: codes in 32-vector blocks,
-//             padded, + ids)
+//             padded, + ids), the raw vectors for re-ranking
+//             (ntotal * d * 4 or 2), and with own ids the id table
+//             (ntotal * 24: row -> id, sorted ids, their rows)
 //
 // Thread-safety: pure functions.
 #ifndef KNND_INDEX_MEMORY_MODEL_H_
@@ -44,7 +46,9 @@ struct SearchShape {
 //                              nq * min(nlist, 1024) * 4 (FAISS computes it
 //                              for calls of >= 20 rows) + nlist * 4 norms
 //   allow-list                 filter_ids * 8 * 2 (message + sorted copy;
-//                              the search borrows the sorted copy)
+//                              the search borrows the sorted copy), and
+//                              with an id table filter_ids * 8 per FAISS
+//                              call (the allowed ids' rows)
 //   re-ranking candidates      nq * refine_factor * k * (8 + 4)
 // and the search's own buffers, by kind of index. IVF-PQ (FAISS's search):
 //   FAISS result heaps         nq * k * 12 while a unit runs

@@ -17,19 +17,12 @@ float RowDistance(const VectorsFile& vectors, Metric metric,
                        static_cast<size_t>(vectors.dim()));
 }
 
-// The row of `id`, or -1 when the file has none.
-int64_t RowOf(const VectorsFile& vectors, int64_t id, int64_t first_id) {
-  if (id < 0) return -1;
-  const int64_t row = id - first_id;
-  return row >= 0 && row < vectors.count() ? row : -1;
-}
-
 }  // namespace
 
-void RerankExact(const VectorsFile& vectors, Metric metric,
-                 const float* queries, int64_t num_queries, int kc,
-                 const int64_t* candidates, int k, float* distances,
-                 int64_t* ids, int64_t first_id) {
+void RerankExact(const VectorsFile& vectors, const ListIds& list_ids,
+                 Metric metric, const float* queries, int64_t num_queries,
+                 int kc, const int64_t* candidates, int k, float* distances,
+                 int64_t* ids) {
   const bool ascending = SmallerIsCloser(metric);
   const float pad = MissingDistance(metric);
   const int dim = vectors.dim();
@@ -47,11 +40,11 @@ void RerankExact(const VectorsFile& vectors, Metric metric,
     const float* query = queries + q * dim;
     scored.clear();
     for (int j = 0; j < kc; ++j) {
-      const int64_t id = candidates[q * kc + j];
-      const int64_t row = RowOf(vectors, id, first_id);
+      const int64_t row = list_ids.RowOf(candidates[q * kc + j]);
       if (row < 0) continue;
       scored.emplace_back(
-          RowDistance(vectors, metric, query, row, scratch.data()), id);
+          RowDistance(vectors, metric, query, row, scratch.data()),
+          list_ids.IdOfRow(row));
     }
     const size_t keep = std::min(scored.size(), static_cast<size_t>(k));
     std::partial_sort(scored.begin(), scored.begin() + keep, scored.end(),
@@ -66,7 +59,8 @@ void RerankExact(const VectorsFile& vectors, Metric metric,
 
 void KeepBestCandidates(Metric metric, const int64_t* ids,
                         const float* estimates, int64_t num_queries, int kf,
-                        int kc, int64_t* out_ids, float* out_estimates) {
+                        int kc, int64_t* out_ids, float* out_estimates,
+                        const ListIds& list_ids) {
   const bool ascending = SmallerIsCloser(metric);
   std::vector<int> order(static_cast<size_t>(kf));
   for (int64_t q = 0; q < num_queries; ++q) {
@@ -77,7 +71,7 @@ void KeepBestCandidates(Metric metric, const int64_t* ids,
         order.begin(), order.begin() + kc, order.end(), [&](int a, int b) {
           if ((qi[a] < 0) != (qi[b] < 0)) return qi[b] < 0;
           if (qe[a] != qe[b]) return ascending ? qe[a] < qe[b] : qe[a] > qe[b];
-          return qi[a] < qi[b];
+          return list_ids.IdOf(qi[a]) < list_ids.IdOf(qi[b]);
         });
     for (int j = 0; j < kc; ++j) {
       out_ids[q * kc + j] = qi[order[j]];
@@ -86,10 +80,10 @@ void KeepBestCandidates(Metric metric, const int64_t* ids,
   }
 }
 
-void ExactCandidateDistances(const VectorsFile& vectors, Metric metric,
+void ExactCandidateDistances(const VectorsFile& vectors,
+                             const ListIds& list_ids, Metric metric,
                              const float* queries, int64_t num_queries, int kc,
-                             int64_t* candidates, float* distances,
-                             int64_t first_id) {
+                             int64_t* candidates, float* distances) {
   const float pad = MissingDistance(metric);
   const int dim = vectors.dim();
   std::vector<float> scratch(static_cast<size_t>(dim));
@@ -97,8 +91,8 @@ void ExactCandidateDistances(const VectorsFile& vectors, Metric metric,
     const float* query = queries + q * dim;
     for (int j = 0; j < kc; ++j) {
       int64_t& id = candidates[q * kc + j];
-      const int64_t row = RowOf(vectors, id, first_id);
-      if (row < 0) id = -1;
+      const int64_t row = list_ids.RowOf(id);
+      id = row < 0 ? -1 : list_ids.IdOfRow(row);
       distances[q * kc + j] =
           row < 0 ? pad
                   : RowDistance(vectors, metric, query, row, scratch.data());

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "knnd/base/metric.h"
+#include "knnd/index/list_ids.h"
 #include "knnd/storage/vectors_file.h"
 
 namespace knnd {
@@ -23,34 +24,36 @@ namespace knnd {
 // more than the slack tie at the kc-th place.
 inline int CandidateSlack(int kc) { return kc / 4 + 8; }
 
-// Per query, the `kc` best of `kf` (id, estimate) pairs by estimate
+// Per query, the `kc` best of `kf` (list id, estimate) pairs by estimate
 // (ascending when SmallerIsCloser(metric)), equal estimates by ascending
-// id, missing ones (id -1) last, into out_ids / out_estimates (kc per
-// query).
+// id (list_ids.IdOf: the id answers carry), missing ones (-1) last, into
+// out_ids / out_estimates (kc list ids per query).
 void KeepBestCandidates(Metric metric, const int64_t* ids,
                         const float* estimates, int64_t num_queries, int kf,
-                        int kc, int64_t* out_ids, float* out_estimates);
+                        int kc, int64_t* out_ids, float* out_estimates,
+                        const ListIds& list_ids = ListIds());
 
-// Re-ranks `kc` candidates per query (ids -1 and ids outside the file are
-// missing ones) into the k best by exact distance (squared L2, or inner
-// product, which is the cosine for normalised vectors), closest first,
-// ties by id; pads with id -1 and MissingDistance(metric). `queries` are
-// num_queries rows of vectors.dim() floats, already normalised for cosine.
-// Row id - first_id of `vectors` holds id (first_id: a shard's first id,
-// 0 for a whole index).
-void RerankExact(const VectorsFile& vectors, Metric metric,
-                 const float* queries, int64_t num_queries, int kc,
-                 const int64_t* candidates, int k, float* distances,
-                 int64_t* ids, int64_t first_id = 0);
+// Re-ranks `kc` candidates per query (list ids; -1 and those outside the
+// index are missing ones) into the k best by exact distance (squared L2,
+// or inner product, which is the cosine for normalised vectors), closest
+// first, ties by id; writes their ids (list_ids.IdOf) and pads with id -1
+// and MissingDistance(metric). `queries` are num_queries rows of
+// vectors.dim() floats, already normalised for cosine. Row
+// list_ids.RowOf(l) of `vectors` holds list id l.
+void RerankExact(const VectorsFile& vectors, const ListIds& list_ids,
+                 Metric metric, const float* queries, int64_t num_queries,
+                 int kc, const int64_t* candidates, int k, float* distances,
+                 int64_t* ids);
 
 // The exact distance of each of `kc` candidates per query, in their order
 // (no re-ranking): what a shard returns to a merger (docs/sharding.md).
-// A missing candidate (id -1, or outside the file) gets id -1 and
-// MissingDistance(metric), in `ids` and `distances` alike.
-void ExactCandidateDistances(const VectorsFile& vectors, Metric metric,
+// The candidates (list ids) are replaced by their ids; a missing one (-1,
+// or outside the index) gets id -1 and MissingDistance(metric), in
+// `candidates` and `distances` alike.
+void ExactCandidateDistances(const VectorsFile& vectors,
+                             const ListIds& list_ids, Metric metric,
                              const float* queries, int64_t num_queries, int kc,
-                             int64_t* candidates, float* distances,
-                             int64_t first_id = 0);
+                             int64_t* candidates, float* distances);
 
 }  // namespace knnd
 

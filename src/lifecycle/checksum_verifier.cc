@@ -24,9 +24,10 @@ void ChecksumVerifier::Start(std::shared_ptr<const IndexSnapshot> snapshot,
   spdlog::info("index version {} serves before its checksums are "
                "verified; reading {} in the background to verify them",
                info.version,
-               info.has_vectors
-                   ? absl::StrCat(info.path, " and ", info.vectors_path)
-                   : info.path);
+               absl::StrCat(info.path,
+                            info.has_vectors ? " and " + info.vectors_path : "",
+                            info.has_id_table ? " and " + info.id_table_path
+                                              : ""));
   absl::MutexLock lock(&mu_);
   started_ = true;
   thread_ = std::thread(

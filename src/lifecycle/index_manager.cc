@@ -30,6 +30,10 @@ void LogServed(const IndexInfo& info) {
     spdlog::warn("serving {} without re-ranking: {}", info.path,
                  info.vectors_error);
   }
+  if (info.has_id_table) {
+    spdlog::info("own ids: id table {} ({:.1f} MiB mapped)", info.id_table_path,
+                 MiB(info.id_table_file_bytes));
+  }
 }
 
 }  // namespace
@@ -315,7 +319,8 @@ absl::Status IndexManager::LoadAndPublish(const IndexVersion& target) {
   }
   LogServed(info);
   metrics_->SetIndexInfo(info);
-  const bool checkable = info.has_metadata || info.has_vectors;
+  const bool checkable =
+      info.has_metadata || info.has_vectors || info.has_id_table;
   const Metrics::ChecksumState checksum =
       !checkable             ? Metrics::ChecksumState::kUnchecked
       : defer                ? Metrics::ChecksumState::kPending

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "knnd/storage/atomic_file.h"
+#include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/index/index_snapshot.h"
 
@@ -176,15 +177,16 @@ absl::StatusOr<IndexVersion> PublishVersion(const std::string& dir,
       return absl::UnavailableError(absl::StrCat(
           "cannot copy ", index_file, " to ", staged, ": ", ec.message()));
     }
-    // The raw vectors for re-ranking travel with their index, and must
-    // match it.
-    const std::string vectors = VectorsPath(index_file);
-    const bool has_vectors = Exists(vectors);
-    if (has_vectors) {
-      fs::copy_file(vectors, VectorsPath(staged), ec);
+    // The raw vectors for re-ranking and the id table travel with their
+    // index, and must match it.
+    const bool has_vectors = Exists(VectorsPath(index_file));
+    for (const auto& companion : {VectorsPath, IdTablePath}) {
+      const std::string file = companion(index_file);
+      if (!Exists(file)) continue;
+      fs::copy_file(file, companion(staged), ec);
       if (ec) {
-        return absl::UnavailableError(absl::StrCat(
-            "cannot copy ", vectors, ": ", ec.message()));
+        return absl::UnavailableError(
+            absl::StrCat("cannot copy ", file, ": ", ec.message()));
       }
     }
     const std::string sidecar = MetadataPath(index_file);

@@ -225,6 +225,11 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
       "knnd_index_vectors_file_size_bytes",
       "Size of the raw-vectors file used for exact re-ranking, in bytes; 0 "
       "when the index is served without one.");
+  m->id_table_file_size_ = index_gauge(
+      "knnd_index_id_table_file_size_bytes",
+      "Size of the id table (INDEX.ids) of an index built with its own ids, "
+      "mapped read-only (file-backed memory), in bytes; 0 when the index's "
+      "lists hold the ids themselves.");
   m->index_serving_ = index_gauge(
       "knnd_index_serving",
       "1 while an index version serves searches; 0 before the first one and "
@@ -292,6 +297,7 @@ void Metrics::SetIndexInfo(const IndexInfo& info) {
     spdlog::warn("index residency metrics unavailable: {}", s.ToString());
   }
   vectors_file_size_->Set(static_cast<double>(info.vectors_file_bytes));
+  id_table_file_size_->Set(static_cast<double>(info.id_table_file_bytes));
   if (absl::Status s = process_->TrackVectorsFile(info.vectors_path);
       !s.ok()) {
     spdlog::warn("vectors residency metrics unavailable: {}", s.ToString());

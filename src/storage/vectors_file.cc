@@ -5,7 +5,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,8 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/types/optional.h"
 #include "knnd/storage/atomic_file.h"
+#include "knnd/storage/payload_crc32.h"
 
 namespace knnd {
 namespace {
@@ -36,24 +35,6 @@ struct Header {
 static_assert(sizeof(Header) == kVectorsHeaderBytes, "header is 64 bytes");
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the vectors file is read in place as little-endian");
-
-// zlib's crc32 takes uInt lengths: feed it in 64 MiB pieces, checking
-// `cancel` (when given) between them; nullopt when it turned true.
-absl::optional<unsigned long> Crc32(unsigned long crc, const void* data,
-                                    size_t bytes,
-                                    const std::atomic<bool>* cancel = nullptr) {
-  const auto* p = static_cast<const Bytef*>(data);
-  while (bytes > 0) {
-    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
-      return absl::nullopt;
-    }
-    const size_t n = std::min<size_t>(bytes, size_t{64} << 20);
-    crc = crc32(crc, p, static_cast<uInt>(n));
-    p += n;
-    bytes -= n;
-  }
-  return crc;
-}
 
 bool WriteAll(FILE* file, const void* data, size_t bytes) {
   return std::fwrite(data, 1, bytes, file) == bytes;
@@ -112,7 +93,7 @@ absl::StatusOr<std::unique_ptr<VectorsFileWriter>> VectorsFileWriter::Create(
   }
   std::unique_ptr<VectorsFileWriter> writer(
       new VectorsFileWriter(path, temp, file, dim, dtype));
-  writer->crc_ = crc32(0L, Z_NULL, 0);
+  writer->crc_ = InitialCrc32();
   return writer;
 }
 
@@ -139,7 +120,7 @@ absl::Status VectorsFileWriter::Append(const float* vectors, int64_t rows) {
     return absl::DataLossError(
         absl::StrCat("cannot write ", temp_, ": ", strerror(errno)));
   }
-  crc_ = *Crc32(crc_, data, bytes);
+  crc_ = *ExtendCrc32(crc_, data, bytes);
   rows_ += rows;
   return absl::OkStatus();
 }
@@ -277,21 +258,9 @@ absl::StatusOr<std::unique_ptr<VectorsFile>> VectorsFile::Open(
 
 absl::Status VectorsFile::VerifyChecksum(
     const std::atomic<bool>* cancel) const {
-  const absl::optional<unsigned long> crc =
-      Crc32(crc32(0L, Z_NULL, 0), rows_,
-            static_cast<size_t>(count_ * row_bytes_), cancel);
-  if (!crc.has_value()) {
-    return absl::CancelledError(
-        absl::StrCat("the checksum of vectors file ", path_,
-                     " was cancelled"));
-  }
-  if (static_cast<uint32_t>(*crc) != header_crc32_) {
-    return absl::DataLossError(absl::StrFormat(
-        "vectors file %s is corrupt: payload CRC-32 is %08x but the header "
-        "records %08x",
-        path_, static_cast<uint32_t>(*crc), header_crc32_));
-  }
-  return absl::OkStatus();
+  return VerifyPayloadCrc32(absl::StrCat("vectors file ", path_), rows_,
+                            static_cast<size_t>(count_ * row_bytes_),
+                            header_crc32_, cancel);
 }
 
 VectorsFile::~VectorsFile() {

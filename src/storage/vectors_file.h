@@ -1,6 +1,7 @@
 // The raw-vectors file of an index (INDEX + ".vectors"): the exact vectors,
-// row i holding the vector whose id is i (the ids the index returns), used
-// to re-rank IVF-PQ candidates by their exact distance. Written by
+// row i holding the index's i-th vector (whose id is i, or with an id table
+// the table's id of row i: id_table.h), used to re-rank IVF-PQ candidates
+// by their exact distance. Written by
 // `knnctl build --keep_vectors`, memory-mapped read-only by knnd, so the
 // vectors live in the shared, reclaimable page cache and never on the heap.
 //

@@ -1,7 +1,8 @@
 // IndexSnapshot: answers equal FAISS's on the same file, what it reports,
 // the files it refuses (unsupported, truncated, corrupt, a sidecar of
 // another index) without crashing, the heap check before the heavy part of
-// loading, and the raw-vectors file it maps beside the index.
+// loading, the raw-vectors file it maps beside the index, and the id table
+// of an index built with its own ids.
 #include "knnd/index/index_snapshot.h"
 
 #include <sys/wait.h>
@@ -11,7 +12,10 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <iterator>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -20,6 +24,7 @@
 #include <faiss/index_io.h>
 
 #include "knnd/lifecycle/index_source.h"
+#include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/vectors_file.h"
 #include "testing/test_util.h"
@@ -35,6 +40,7 @@ using ::knnd::testing::LoadSnapshot;
 using ::knnd::testing::MakeData;
 using ::knnd::testing::PokeByte;
 using ::knnd::testing::ReadFile;
+using ::knnd::testing::ReferenceDistance;
 using ::knnd::testing::ReferenceSearch;
 using ::knnd::testing::SearchResults;
 using ::knnd::testing::SearchSnapshot;
@@ -479,6 +485,270 @@ TEST_F(BadVectorsFileTest, PublishCarriesTheVectorsAndChecksThem) {
   auto refused = PublishVersion(tmp_.path("versions"), tmp_.path("x.index"));
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.status().message(), HasSubstr("truncated"));
+}
+
+// ---- own ids: the id table beside the index ----
+
+// Seeded distinct 63-bit ids, in no order.
+std::vector<int64_t> HashIds(int64_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int64_t& id : ids) id = static_cast<int64_t>(rng() >> 1);
+  return ids;
+}
+
+// One build with row ids and the same build with own ids (HashIds), each
+// with its raw vectors: the lists of the two are the same, so every answer
+// of the second must be the first's translated by the id table.
+class OwnIdsSnapshotTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    BuildSpec spec;
+    spec.n = 3000;
+    spec.factory = GetParam();
+    spec.vectors = VectorsDtype::kFloat32;
+    base_ = BuildIndex(tmp_.path("rows.index"), spec);
+    ids_ = HashIds(spec.n, 3);
+    spec.ids = ids_;
+    BuildIndex(tmp_.path("own.index"), spec);
+    rows_ = LoadSnapshot(tmp_.path("rows.index"));
+    own_ = LoadSnapshot(tmp_.path("own.index"));
+    ASSERT_NE(rows_, nullptr);
+    ASSERT_NE(own_, nullptr);
+  }
+
+  // Per query, the (distance, id) pairs of `got` equal those of `rows`
+  // with ids translated (equal distances may order ids differently), and
+  // `got` orders equal distances by id, missing ones last. With
+  // re-ranking (`refined`) the candidates are the best PQ estimates with
+  // equal ones taken by id, not by row: 4-bit estimates tie often, so a
+  // few places may hold another candidate; each distance must then still
+  // be the exact distance of the id's vector.
+  void ExpectTranslated(const SearchResults& rows, const SearchResults& got,
+                        int k, const std::vector<float>& queries,
+                        bool refined, const std::string& what) {
+    ASSERT_EQ(rows.ids.size(), got.ids.size());
+    std::map<int64_t, int64_t> row_of;
+    for (size_t row = 0; row < ids_.size(); ++row) row_of[ids_[row]] = row;
+    int64_t differing = 0;
+    for (size_t q = 0; q * k < got.ids.size(); ++q) {
+      std::multiset<std::pair<float, int64_t>> want, have;
+      for (int j = 0; j < k; ++j) {
+        const size_t at = q * k + j;
+        const int64_t row = rows.ids[at];
+        want.insert({rows.distances[at], row < 0 ? -1 : ids_[row]});
+        have.insert({got.distances[at], got.ids[at]});
+        if (j > 0 && got.distances[at] == got.distances[at - 1] &&
+            got.ids[at] >= 0) {
+          EXPECT_LT(got.ids[at - 1], got.ids[at]) << what << " query " << q;
+        }
+        if (refined && got.ids[at] >= 0) {
+          ASSERT_EQ(row_of.count(got.ids[at]), 1u) << what;
+          const double exact = ReferenceDistance(
+              Metric::kL2, &queries[q * 32],
+              &base_[row_of[got.ids[at]] * 32], 32);
+          EXPECT_NEAR(got.distances[at], exact, 1e-3 * exact) << what;
+        }
+      }
+      if (!refined) {
+        EXPECT_EQ(have, want) << what << " query " << q;
+      }
+      std::vector<std::pair<float, int64_t>> missing;
+      std::set_difference(want.begin(), want.end(), have.begin(), have.end(),
+                          std::back_inserter(missing));
+      differing += static_cast<int64_t>(missing.size());
+    }
+    EXPECT_LE(differing, static_cast<int64_t>(got.ids.size()) / 50) << what;
+  }
+
+  TempDir tmp_;
+  std::vector<float> base_;
+  std::vector<int64_t> ids_;
+  std::unique_ptr<IndexSnapshot> rows_;
+  std::unique_ptr<IndexSnapshot> own_;
+};
+
+TEST_P(OwnIdsSnapshotTest, LoadsTheIdTableAndReportsIt) {
+  const IndexInfo& info = own_->info();
+  EXPECT_TRUE(info.has_id_table);
+  EXPECT_EQ(info.id_table_path, IdTablePath(tmp_.path("own.index")));
+  EXPECT_EQ(info.id_table_file_bytes, 64 + 24 * 3000);
+  EXPECT_TRUE(info.has_vectors);
+  EXPECT_FALSE(rows_->info().has_id_table);
+  EXPECT_EQ(own_->IdOfRow(17), ids_[17]);
+  EXPECT_EQ(rows_->IdOfRow(17), 17);
+}
+
+TEST_P(OwnIdsSnapshotTest, AnswersAreTheRowIdAnswersInOwnIds) {
+  const std::vector<float> queries = MakeData(50, 32, 99);
+  for (int refine : {0, 4}) {
+    for (int nprobe : {1, 8}) {
+      const std::string what =
+          absl::StrCat("nprobe ", nprobe, " refine ", refine);
+      ExpectTranslated(SearchSnapshot(*rows_, queries, 10, nprobe, refine),
+                       SearchSnapshot(*own_, queries, 10, nprobe, refine), 10,
+                       queries, refine > 0, what);
+    }
+  }
+}
+
+TEST_P(OwnIdsSnapshotTest, AllowedIdsAreTheUsersIds) {
+  const std::vector<float> queries = MakeData(20, 32, 98);
+  // Rows 0, 7, 14, ... by their own ids, plus ids no row holds.
+  std::vector<int64_t> allowed_rows;
+  std::vector<int64_t> allowed_ids;
+  for (int64_t row = 0; row < 3000; row += 7) {
+    allowed_rows.push_back(row);
+    allowed_ids.push_back(ids_[row]);
+    allowed_ids.push_back(ids_[row] ^ 1);
+  }
+  std::sort(allowed_ids.begin(), allowed_ids.end());
+  const std::set<int64_t> allowed(allowed_ids.begin(), allowed_ids.end());
+  for (int refine : {0, 4}) {
+    const SearchResults got =
+        SearchSnapshot(*own_, queries, 10, 8, refine, allowed_ids);
+    for (int64_t id : got.ids) {
+      EXPECT_TRUE(id == -1 || allowed.count(id) == 1) << id;
+    }
+    ExpectTranslated(
+        SearchSnapshot(*rows_, queries, 10, 8, refine, allowed_rows), got, 10,
+        queries, refine > 0, absl::StrCat("filtered, refine ", refine));
+  }
+  // Only ids the index does not hold: nothing matches, every place padded.
+  const std::vector<int64_t> unknown = {ids_[0] ^ 1, ids_[1] ^ 1};
+  std::vector<int64_t> sorted_unknown = unknown;
+  std::sort(sorted_unknown.begin(), sorted_unknown.end());
+  for (int refine : {0, 4}) {
+    const SearchResults none =
+        SearchSnapshot(*own_, queries, 10, 8, refine, sorted_unknown);
+    EXPECT_EQ(std::count(none.ids.begin(), none.ids.end(), -1),
+              static_cast<long>(none.ids.size()));
+  }
+}
+
+// What a shard returns to a merger: every candidate in own ids, with both
+// distances, the best estimates first, equal estimates by id.
+TEST_P(OwnIdsSnapshotTest, ReturnCandidatesAreInOwnIdsOrderedByEstimateThenId) {
+  const std::vector<float> queries = MakeData(30, 32, 97);
+  constexpr int kK = 10;
+  constexpr int kRefine = 3;
+  constexpr int kC = kK * kRefine;
+  auto candidates = [&](const IndexSnapshot& snapshot, SearchResults& out,
+                        std::vector<float>& approx) {
+    out.ids.resize(30 * kC);
+    out.distances.resize(30 * kC);
+    approx.resize(30 * kC);
+    SearchArgs args;
+    args.queries = queries.data();
+    args.num_queries = 30;
+    args.k = kK;
+    args.nprobe = 4;
+    args.refine_factor = kRefine;
+    args.return_candidates = true;
+    args.ids = out.ids.data();
+    args.distances = out.distances.data();
+    args.approx_distances = approx.data();
+    ASSERT_TRUE(snapshot.Search(args).ok());
+  };
+  SearchResults rows, own;
+  std::vector<float> rows_approx, own_approx;
+  candidates(*rows_, rows, rows_approx);
+  candidates(*own_, own, own_approx);
+  // The same estimates: which candidates hold them may differ only among
+  // equal ones at the last place.
+  EXPECT_EQ(own_approx, rows_approx);
+  for (int q = 0; q < 30; ++q) {
+    std::set<std::tuple<float, float, int64_t>> want, have;
+    const float last = rows_approx[q * kC + kC - 1];
+    for (int j = 0; j < kC; ++j) {
+      const int at = q * kC + j;
+      if (j > 0 && own_approx[at] == own_approx[at - 1] && own.ids[at] >= 0) {
+        EXPECT_LT(own.ids[at - 1], own.ids[at]) << "query " << q;
+      }
+      if (rows_approx[at] == last) continue;
+      const int64_t row = rows.ids[at];
+      want.insert({rows_approx[at], rows.distances[at],
+                   row < 0 ? -1 : ids_[row]});
+      have.insert({own_approx[at], own.distances[at], own.ids[at]});
+    }
+    EXPECT_EQ(have, want) << "query " << q;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PqAndFastScan, OwnIdsSnapshotTest,
+                         ::testing::Values("IVF32,PQ8", "IVF32,PQ16x4fs"),
+                         [](const auto& info) {
+                           return info.param == "IVF32,PQ8" ? "Pq8"
+                                                            : "FastScan";
+                         });
+
+// Builds a 1000-row index with HashIds(1000, seed) as its ids at `path`;
+// returns the ids.
+std::vector<int64_t> BuildOwnIdsIndex(const std::string& path, uint32_t seed) {
+  BuildSpec spec;
+  spec.n = 1000;
+  spec.ids = HashIds(spec.n, seed);
+  BuildIndex(path, spec);
+  return spec.ids;
+}
+
+TEST(OwnIdsSnapshot, MissingOrBadIdTableFailsTheLoadNamingIt) {
+  TempDir tmp;
+  const std::string path = tmp.path("own.index");
+  BuildOwnIdsIndex(path, 4);
+  const std::string ids = IdTablePath(path);
+  const std::string saved = ReadFile(ids);
+  LoadOptions options;
+  options.probe_in_subprocess = false;
+
+  ASSERT_EQ(std::remove(ids.c_str()), 0);
+  absl::Status missing = IndexSnapshot::Load(path, options).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.message(), AllOf(HasSubstr(ids), HasSubstr("own ids")));
+
+  WriteFile(ids, saved.substr(0, saved.size() - 8));
+  absl::Status truncated = IndexSnapshot::Load(path, options).status();
+  EXPECT_EQ(truncated.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(truncated.message(), HasSubstr("truncated"));
+
+  // Another index's table: count differs.
+  ASSERT_TRUE(WriteIdTable(ids, HashIds(999, 4), "other").ok());
+  absl::Status other = IndexSnapshot::Load(path, options).status();
+  EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(other.message(), HasSubstr("ntotal=1000"));
+
+  // A flipped byte: refused at load, or found later by VerifyChecksums.
+  WriteFile(ids, saved);
+  FlipByteFromEnd(ids, 100);
+  absl::Status corrupt = IndexSnapshot::Load(path, options).status();
+  EXPECT_EQ(corrupt.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(corrupt.message(), AllOf(HasSubstr(ids), HasSubstr("CRC-32")));
+  options.verify_checksum = false;
+  std::unique_ptr<IndexSnapshot> unchecked = LoadSnapshot(path, options);
+  ASSERT_NE(unchecked, nullptr);
+  absl::Status later = unchecked->VerifyChecksums();
+  EXPECT_EQ(later.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(later.message(), HasSubstr(ids));
+}
+
+// A published version carries its id table; without one the version is
+// refused, never served with row numbers for ids.
+TEST(OwnIdsSnapshot, PublishCarriesTheIdTable) {
+  TempDir tmp;
+  const std::string path = tmp.path("own.index");
+  const std::vector<int64_t> own = BuildOwnIdsIndex(path, 5);
+  const std::string dir = tmp.path("versions");
+  absl::StatusOr<IndexVersion> published = PublishVersion(dir, path);
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_EQ(ReadFile(IdTablePath(published->path)),
+            ReadFile(IdTablePath(path)));
+  std::unique_ptr<IndexSnapshot> loaded = LoadSnapshot(published->path);
+  ASSERT_NE(loaded, nullptr);
+  EXPECT_EQ(loaded->IdOfRow(999), own[999]);
+
+  ASSERT_EQ(std::remove(IdTablePath(path).c_str()), 0);
+  absl::StatusOr<IndexVersion> without = PublishVersion(dir, path);
+  EXPECT_EQ(without.status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -41,6 +41,12 @@ TEST(MemoryModel, EstimateCountsEachBufferOfTheModel) {
   filtered.filter_ids = 1000;
   EXPECT_EQ(EstimateSearchBytes(info, filtered) - EstimateSearchBytes(info, one),
             1000 * 16);
+  // Own ids: each call holds the allowed ids' rows too.
+  IndexInfo own_ids = info;
+  own_ids.has_id_table = true;
+  EXPECT_EQ(EstimateSearchBytes(own_ids, filtered) -
+                EstimateSearchBytes(own_ids, one),
+            1000 * 24);
 }
 
 TEST(MemoryModel, IndexFitsOnlyWithTheVersionServingAndTheHeadroom) {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "knnd/config/config.h"
+#include "knnd/lifecycle/index_source.h"
 #include "knnd/monitoring/process_stats.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/v1/admin_service.grpc.pb.h"
@@ -468,6 +469,58 @@ TEST(IndexManager, AnonymousMemoryReturnsAfterASwap) {
   EXPECT_GE(both - before, table * 3 / 4) << "both versions' tables resident";
   EXPECT_LT(std::abs(after - before), table / 4)
       << "before " << before << ", after " << after;
+}
+
+// An index with its own ids swaps with its id table: each version answers
+// with its own ids, and a version whose id table was damaged after it was
+// published is refused while the one before keeps serving.
+TEST(IndexManager, OwnIdsSwapWithTheirIdTable) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  std::vector<std::set<int64_t>> own(4);
+  for (int v = 1; v <= 3; ++v) {
+    knnd::testing::BuildSpec spec;
+    spec.n = 1000;
+    spec.d = 16;
+    for (int64_t row = 0; row < spec.n; ++row) {
+      spec.ids.push_back(v * kVersionIdStride * 1000 + 7 * row + 3);
+    }
+    own[v].insert(spec.ids.begin(), spec.ids.end());
+    const std::string path = tmp.path(absl::StrCat("v", v, ".index"));
+    knnd::testing::BuildIndex(path, spec);
+    if (v == 1) ASSERT_TRUE(PublishVersion(dir, path).ok());
+  }
+  RunningServer s = StartServer(TestConfig(dir));
+  ASSERT_NE(s.stub, nullptr);
+  auto answers_in = [&](const std::set<int64_t>& ids) {
+    knnd::v1::SearchResponse response;
+    grpc::Status status = knnd::testing::CallSearch(*s.stub, Request(7),
+                                                    &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_GT(response.ids_size(), 0);
+    for (int64_t id : response.ids()) {
+      if (id >= 0 && ids.count(id) == 0) return false;
+    }
+    return true;
+  };
+  EXPECT_EQ(ServedVersion(s), 1);
+  EXPECT_TRUE(answers_in(own[1]));
+
+  IndexManager& manager = s.server->index_manager();
+  ASSERT_TRUE(PublishVersion(dir, tmp.path("v2.index")).ok());
+  absl::StatusOr<IndexManager::Outcome> outcome = manager.Reload();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(ServedVersion(s), 2);
+  EXPECT_TRUE(answers_in(own[2]));
+
+  ASSERT_TRUE(PublishVersion(dir, tmp.path("v3.index")).ok());
+  FlipByteFromEnd(dir + "/3/index.faiss.ids", 9);
+  outcome = manager.Reload();
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_THAT(outcome.status().message(), HasSubstr("index.faiss.ids"));
+  EXPECT_THAT(outcome.status().message(), HasSubstr("still serving version 2"));
+  EXPECT_EQ(ServedVersion(s), 2);
+  EXPECT_TRUE(answers_in(own[2]));
 }
 
 }  // namespace

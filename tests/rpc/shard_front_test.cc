@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -106,6 +107,22 @@ void ExpectSameAnswers(const SearchResponse& merged, const SearchResponse& whole
   EXPECT_LT(differing, merged.ids_size() / 10 + 1) << what;
 }
 
+// The same search through `front` and through the unsharded `whole`.
+void CompareThrough(const RunningServer& front, const RunningServer& whole,
+                    const SearchRequest& request, const std::string& what) {
+  SearchResponse merged;
+  SearchResponse answer;
+  grpc::Status a = CallSearch(*front.stub, request, &merged);
+  grpc::Status b = CallSearch(*whole.stub, request, &answer);
+  ASSERT_TRUE(a.ok()) << what << ": " << a.error_message();
+  ASSERT_TRUE(b.ok()) << what << ": " << b.error_message();
+  EXPECT_EQ(merged.refine_factor(), answer.refine_factor()) << what;
+  EXPECT_EQ(merged.nprobe(), answer.nprobe()) << what;
+  EXPECT_TRUE(merged.missing_shards().empty()) << what;
+  EXPECT_EQ(merged.approx_distances_size(), 0) << what;
+  ExpectSameAnswers(merged, answer, what);
+}
+
 class ShardFrontTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -134,17 +151,7 @@ class ShardFrontTest : public ::testing::Test {
 
   // The same search through the front and through the unsharded server.
   void Compare(const SearchRequest& request, const std::string& what) {
-    SearchResponse merged;
-    SearchResponse whole;
-    grpc::Status a = CallSearch(*front_.stub, request, &merged);
-    grpc::Status b = CallSearch(*whole_.stub, request, &whole);
-    ASSERT_TRUE(a.ok()) << what << ": " << a.error_message();
-    ASSERT_TRUE(b.ok()) << what << ": " << b.error_message();
-    EXPECT_EQ(merged.refine_factor(), whole.refine_factor()) << what;
-    EXPECT_EQ(merged.nprobe(), whole.nprobe()) << what;
-    EXPECT_TRUE(merged.missing_shards().empty()) << what;
-    EXPECT_EQ(merged.approx_distances_size(), 0) << what;
-    ExpectSameAnswers(merged, whole, what);
+    CompareThrough(front_, whole_, request, what);
   }
 
   static TempDir* tmp_;
@@ -226,6 +233,54 @@ TEST_F(ShardFrontTest, BytesResultsHoldWhatTheRepeatedFieldsHold) {
       EXPECT_TRUE(repeated.ids_i64le().empty()) << what;
       EXPECT_EQ(repeated.ids_size(), 20 * repeated.k()) << what;
       EXPECT_EQ(bytes.k(), repeated.k()) << what;
+    }
+  }
+}
+
+// Own ids (seeded 63-bit hashes, in no order): the shards split the rows,
+// each with its slice of the id table; merged answers, filtered by the
+// user's ids too, equal the unsharded index's and carry only its ids.
+TEST(ShardFrontOwnIds, MergedAnswersEqualTheUnshardedIndex) {
+  TempDir tmp;
+  const std::string index = tmp.path("own.index");
+  BuildSpec spec = Spec(7);
+  std::mt19937_64 rng(21);
+  for (int64_t i = 0; i < spec.n; ++i) {
+    spec.ids.push_back(static_cast<int64_t>(rng() >> 1));
+  }
+  BuildIndex(index, spec);
+  ASSERT_TRUE(ShardIndexFile(index, kShards, index, "test").ok());
+  RunningServer whole = StartServer(TestConfig(index));
+  std::vector<RunningServer> shards;
+  std::vector<std::string> targets;
+  for (int s = 0; s < kShards; ++s) {
+    shards.push_back(StartServer(TestConfig(ShardPath(index, s, kShards))));
+    targets.push_back(shards.back().address);
+  }
+  RunningServer front = StartServer(FrontConfig(targets));
+  ASSERT_TRUE(WaitReady(front));
+  const std::set<int64_t> own(spec.ids.begin(), spec.ids.end());
+  const std::vector<float> queries = MakeData(100, kDim, 99);
+  for (int refine : {0, 3}) {
+    for (bool filter : {false, true}) {
+      SearchRequest request = MakeSearchRequest(queries, 10);
+      request.set_nprobe(4);
+      request.set_refine_factor(static_cast<uint32_t>(refine));
+      if (filter) {
+        // The ids of every third row, across all shards, and ids no row has.
+        for (int64_t row = 0; row < spec.n; row += 3) {
+          request.add_allowed_ids(spec.ids[row]);
+          request.add_allowed_ids(spec.ids[row] ^ 1);
+        }
+      }
+      const std::string what =
+          absl::StrCat("own ids, refine ", refine, filter ? ", filtered" : "");
+      CompareThrough(front, whole, request, what);
+      SearchResponse merged;
+      ASSERT_TRUE(CallSearch(*front.stub, request, &merged).ok());
+      for (int64_t id : merged.ids()) {
+        ASSERT_TRUE(own.count(id) == 1) << what << ": id " << id;
+      }
     }
   }
 }

@@ -28,6 +28,7 @@
 #include "knnd/faiss/faiss_runtime.h"
 #include "knnd/index/index_builder.h"
 #include "knnd/lifecycle/index_source.h"
+#include "knnd/storage/id_table.h"
 
 namespace knnd::testing {
 
@@ -110,6 +111,11 @@ std::vector<float> BuildIndex(const std::string& path, const BuildSpec& spec) {
   knnd::v1::IndexMetadata metadata;
   metadata.set_source(
       absl::StrCat("MakeData(", spec.n, ", ", spec.d, ", ", spec.seed, ")"));
+  if (!spec.ids.empty()) {
+    absl::Status s = WriteIdTable(IdTablePath(path), spec.ids, "spec.ids");
+    EXPECT_TRUE(s.ok()) << s;
+    metadata.set_id_table(true);
+  }
   absl::Status written = (*builder)->Write(path, 4, metadata);
   EXPECT_TRUE(written.ok()) << written;
   return x;

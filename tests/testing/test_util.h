@@ -86,6 +86,9 @@ struct BuildSpec {
   // Set: the raw-vectors file VectorsPath(path) of this dtype is written
   // too, with the rows the index holds (L2-normalised for cosine).
   absl::optional<VectorsDtype> vectors;
+  // Non-empty (n entries): the index's own ids, row i holding ids[i], in
+  // the id table IdTablePath(path), as `knnctl build --ids` writes them.
+  std::vector<int64_t> ids;
 };
 
 // Builds `spec` into `path` (one OpenMP thread: tests share the machine,

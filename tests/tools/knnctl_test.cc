@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -524,25 +525,186 @@ TEST(Knnctl, DefaultBuildIsFastScanWithVectorsAndTunesToGoodRecall) {
       << "nprobe " << args.nprobe << " refine_factor " << args.refine_factor
       << "\n" << tuned.output;
 
-  // Custom ids: no vectors by default, refused when asked for.
-  {
-    std::ofstream ivecs(dir.path("ids.ivecs"), std::ios::binary);
-    for (int32_t i = 0; i < kBase; ++i) {
-      const int32_t one = 1, id = 1000 + i;
-      ivecs.write(reinterpret_cast<const char*>(&one), 4);
-      ivecs.write(reinterpret_cast<const char*>(&id), 4);
+}
+
+// `ids` as a 1-D little-endian int64 .npy, as numpy writes one.
+void WriteIdsNpy(const std::string& path, const std::vector<int64_t>& ids) {
+  std::string header = absl::StrCat(
+      "{'descr': '<i8', 'fortran_order': False, 'shape': (", ids.size(),
+      ",), }");
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t length = static_cast<uint16_t>(header.size());
+  out.write(reinterpret_cast<const char*>(&length), 2);
+  out << header;
+  out.write(reinterpret_cast<const char*>(ids.data()),
+            static_cast<std::streamsize>(ids.size() * 8));
+}
+
+// The recall@10 of every (nprobe, refine) row a tune prints.
+std::map<std::pair<int, int>, double> TuneRows(const std::string& out) {
+  std::map<std::pair<int, int>, double> rows;
+  for (absl::string_view line : absl::StrSplit(out, '\n')) {
+    std::vector<std::string> cols =
+        absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    int nprobe, refine;
+    double recall;
+    if (cols.size() == 4 && absl::SimpleAtoi(cols[0], &nprobe) &&
+        absl::SimpleAtoi(cols[1], &refine) &&
+        absl::SimpleAtod(cols[2], &recall)) {
+      rows[{nprobe, refine}] = recall;
     }
   }
-  const std::string with_ids = absl::StrCat(
-      "build --input ", dir.path("base.npy"), " --output ", index,
-      " --ids ", dir.path("ids.ivecs"));
-  CommandResult refused = Knnctl(with_ids + " --keep_vectors");
-  EXPECT_EQ(refused.exit_code, 2);
-  EXPECT_THAT(refused.output, HasSubstr("needs the sequential ids"));
-  CommandResult id_build = Knnctl(with_ids);
-  ASSERT_EQ(id_build.exit_code, 0) << id_build.output;
-  EXPECT_THAT(id_build.output, HasSubstr("--ids given, and re-ranking"));
-  EXPECT_NE(stat((index + ".vectors").c_str(), &st), 0);
+  return rows;
+}
+
+// Own ids (7 * row + 3, and seeded 63-bit hashes in no order): the build
+// writes INDEX.ids and keeps INDEX.vectors, knnd answers with the ids, and
+// eval and tune measure exactly what they measure on the same build with
+// row ids; bad ids are refused naming the file, the row and the id.
+TEST(Knnctl, OwnIdsBuildEvalAndTuneLikeRowIds) {
+  TempDir dir;
+  constexpr int64_t kBase = 3000;
+  WriteData(dir.path("base.npy"), kBase, 16, 11);
+  WriteData(dir.path("q.npy"), 100, 16, 12);
+  std::vector<int64_t> affine(kBase), hashes(kBase);
+  std::mt19937_64 rng(5);
+  for (int64_t row = 0; row < kBase; ++row) {
+    affine[row] = 7 * row + 3;
+    hashes[row] = static_cast<int64_t>(rng() >> 1);
+  }
+  WriteIdsNpy(dir.path("affine.npy"), affine);
+  WriteIdsNpy(dir.path("hashes.npy"), hashes);
+  const std::string build = absl::StrCat(
+      "build --input ", dir.path("base.npy"), " --nlist 32 --m 16 --output ");
+  const std::string rows = dir.path("rows.index");
+  ASSERT_EQ(Knnctl(build + rows).exit_code, 0);
+  std::string row_eval, row_tune;
+  for (const auto& [name, ids] :
+       {std::make_pair(std::string("affine"), &affine),
+        std::make_pair(std::string("hashes"), &hashes)}) {
+    const std::string index = dir.path(name + ".index");
+    CommandResult built = Knnctl(absl::StrCat(
+        build, index, " --ids ", dir.path(name + ".npy")));
+    ASSERT_EQ(built.exit_code, 0) << built.output;
+    EXPECT_THAT(built.output, HasSubstr(index + ".ids"));
+    struct stat st;
+    ASSERT_EQ(stat((index + ".vectors").c_str(), &st), 0) << built.output;
+    ASSERT_EQ(stat((index + ".ids").c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 64 + 24 * kBase);
+    auto meta = ReadIndexMetadata(MetadataPath(index));
+    ASSERT_TRUE(meta.ok());
+    EXPECT_TRUE(meta->id_table());
+    // The same lists as the row-id build: row numbers.
+    EXPECT_EQ(ReadFile(index), ReadFile(rows));
+
+    const std::string sweep = absl::StrCat(
+        " --queries ", dir.path("q.npy"), " --nprobes 1,4,32");
+    CommandResult eval = Knnctl(absl::StrCat(
+        "eval --index ", index, sweep, " --base ", dir.path("base.npy"),
+        " --refine_factors 0,2"));
+    ASSERT_EQ(eval.exit_code, 0) << eval.output;
+    EXPECT_THAT(eval.output, HasSubstr("translated by the id table"));
+    CommandResult tune = Knnctl(absl::StrCat(
+        "tune --index ", index, sweep, " --refine_factors 0,2,4 "
+        "--target_recall 0.99 --dry_run"));
+    ASSERT_EQ(tune.exit_code, 0) << tune.output;
+    if (row_eval.empty()) {
+      CommandResult e = Knnctl(absl::StrCat(
+          "eval --index ", rows, sweep, " --base ", dir.path("base.npy"),
+          " --refine_factors 0,2"));
+      CommandResult t = Knnctl(absl::StrCat(
+          "tune --index ", rows, sweep, " --refine_factors 0,2,4 "
+          "--target_recall 0.99 --dry_run"));
+      row_eval = e.output;
+      row_tune = t.output;
+    }
+    // Same recall at every setting: the lists are the same; only equal PQ
+    // estimates at the edge of the candidates may be cut by id instead of
+    // by row (one neighbour of 1,000 is 0.001).
+    const std::map<std::pair<int, int>, double> own = TuneRows(tune.output);
+    const std::map<std::pair<int, int>, double> by_row = TuneRows(row_tune);
+    ASSERT_EQ(own.size(), by_row.size()) << tune.output << row_tune;
+    EXPECT_GE(own.size(), 3u) << tune.output;
+    EXPECT_GT(own.rbegin()->second, 0.9) << tune.output;  // nprobe 32
+    for (const auto& [setting, recall] : own) {
+      ASSERT_EQ(by_row.count(setting), 1u) << tune.output << row_tune;
+      EXPECT_NEAR(recall, by_row.at(setting), 0.0051)
+          << "nprobe " << setting.first << " refine " << setting.second;
+    }
+    const std::map<int, double> own_eval = Recall10Column(eval.output);
+    const std::map<int, double> row_eval_recall = Recall10Column(row_eval);
+    ASSERT_EQ(own_eval.size(), 3u) << eval.output;
+    for (const auto& [nprobe, recall] : own_eval) {
+      EXPECT_NEAR(recall, row_eval_recall.at(nprobe), 0.0051) << nprobe;
+    }
+    EXPECT_GT(own_eval.at(32), 0.9) << eval.output;
+  }
+
+  // Negative or repeated ids: refused naming the file, the row and the id.
+  std::vector<int64_t> bad = affine;
+  bad[17] = -4;
+  WriteIdsNpy(dir.path("negative.npy"), bad);
+  CommandResult negative = Knnctl(absl::StrCat(
+      build, dir.path("bad.index"), " --ids ", dir.path("negative.npy")));
+  EXPECT_EQ(negative.exit_code, 2);
+  EXPECT_THAT(negative.output,
+              HasSubstr(absl::StrCat(dir.path("negative.npy"),
+                                     ": row 17 holds id -4")));
+  bad[17] = affine[5];
+  WriteIdsNpy(dir.path("repeated.npy"), bad);
+  CommandResult repeated = Knnctl(absl::StrCat(
+      build, dir.path("bad.index"), " --ids ", dir.path("repeated.npy")));
+  EXPECT_EQ(repeated.exit_code, 2);
+  EXPECT_THAT(repeated.output,
+              HasSubstr(absl::StrCat(": row 17 holds id ", affine[5],
+                                     ", which row 5 holds too")));
+
+  // A later row-id build over the same path removes the stale id table.
+  const std::string index = dir.path("affine.index");
+  CommandResult rebuilt = Knnctl(build + index);
+  ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
+  EXPECT_THAT(rebuilt.output, HasSubstr("removed:  " + index + ".ids"));
+}
+
+// build --shards and shard with own ids split rows, each shard with its
+// slice of the id table, and write the same shards.
+TEST(Knnctl, OwnIdsShardsCarryTheirSliceOfTheIdTable) {
+  TempDir dir;
+  WriteData(dir.path("base.npy"), 3000, 32, 31);
+  std::vector<int64_t> ids(3000);
+  for (int64_t row = 0; row < 3000; ++row) ids[row] = (2999 - row) * 1000;
+  WriteIdsNpy(dir.path("ids.npy"), ids);
+  const std::string common = absl::StrCat(
+      "build --input ", dir.path("base.npy"), " --ids ", dir.path("ids.npy"));
+  const std::string built = dir.path("built.index");
+  const std::string whole = dir.path("whole.index");
+  CommandResult a = Knnctl(absl::StrCat(common, " --output ", built,
+                                        " --shards 2"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_THAT(a.output, HasSubstr("(shard 1 of 2: rows [1500, 3000)"));
+  EXPECT_THAT(a.output, HasSubstr("with its .ids"));
+  ASSERT_EQ(Knnctl(absl::StrCat(common, " --output ", whole)).exit_code, 0);
+  CommandResult c = Knnctl(absl::StrCat("shard --index ", whole,
+                                        " --shards 2 --output ",
+                                        dir.path("split")));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  for (int s = 0; s < 2; ++s) {
+    const std::string x = absl::StrCat(built, ".shard-", s, "-of-2");
+    const std::string y = absl::StrCat(dir.path("split"), ".shard-", s, "-of-2");
+    EXPECT_EQ(ReadFile(x + ".ids"), ReadFile(y + ".ids")) << s;
+    EXPECT_EQ(ReadFile(x), ReadFile(y)) << s;
+    LoadOptions load;
+    load.probe_in_subprocess = false;
+    auto shard = IndexSnapshot::Load(x, load);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    EXPECT_TRUE((*shard)->info().has_id_table);
+    EXPECT_EQ((*shard)->info().shard_first_id, s * 1500);
+    EXPECT_EQ((*shard)->IdOfRow(0), ids[s * 1500]);
+    EXPECT_EQ((*shard)->IdOfRow(1499), ids[s * 1500 + 1499]);
+  }
 }
 
 // tune measures settings on a sample of the indexed vectors (no queries

@@ -1,7 +1,9 @@
 // knnctl build: vectors in, an IVF-PQ index file and its metadata sidecar
 // out, and INDEX.vectors for exact re-ranking unless --keep_vectors=false,
 // with defaults chosen from the data's shape (index_builder.h): 4-bit
-// FastScan (--recipe fastscan) or 8-bit IVF-PQ (--recipe pq8).
+// FastScan (--recipe fastscan) or 8-bit IVF-PQ (--recipe pq8). With --ids
+// the index holds row numbers and INDEX.ids (storage/id_table.h)
+// translates them to the user's ids.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@
 #include "knnd/index/index_builder.h"
 #include "knnd/index/index_sharding.h"
 #include "knnd/monitoring/build_info.h"
+#include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/vector_io.h"
 #include "knnd/storage/vectors_file.h"
@@ -46,7 +49,7 @@ struct BuildOptions {
   int64_t add_batch = 65536;
   uint32_t seed = 1234;
   int stored_nprobe = 0;
-  // Unset: kept unless --ids is given.
+  // Unset: kept.
   absl::optional<bool> keep_vectors;
   std::string vectors_dtype = "f32";
   int threads = 0;
@@ -201,34 +204,52 @@ absl::Status Train(IndexBuilder& b, const Matrix& x, int64_t train_rows,
 }
 
 // The line build --shards and shard print for each shard written: its
-// file, part and size, and whether its vectors file is beside it.
+// file, part and size, and whether its vectors file and id table are
+// beside it (with an id table the part is a range of rows).
 void PrintShardWritten(const std::string& path, const ShardSpec& shard) {
   struct stat st;
   stat(path.c_str(), &st);
   const bool vectors = access(VectorsPath(path).c_str(), R_OK) == 0;
-  std::printf("wrote:    %s (shard %d of %d: ids [%lld, %lld), %.1f MiB%s)\n",
+  const bool id_table = access(IdTablePath(path).c_str(), R_OK) == 0;
+  std::printf("wrote:    %s (shard %d of %d: %s [%lld, %lld), %.1f MiB%s%s)\n",
               path.c_str(), shard.shard_id, shard.shard_count,
+              id_table ? "rows" : "ids",
               static_cast<long long>(shard.first_id),
               static_cast<long long>(shard.end_id), MiB(st.st_size),
-              vectors ? ", with its .vectors" : "");
+              vectors ? ", with its .vectors" : "",
+              id_table ? ", with its .ids" : "");
+}
+
+// Writes the id table of rows [first, end) of `ids` beside `index_path`
+// (own ids), or removes one left by an earlier build (row ids).
+absl::Status WriteOrRemoveIdTable(const std::string& index_path,
+                                  const std::vector<int64_t>& ids,
+                                  int64_t first, int64_t end,
+                                  const std::string& source) {
+  const std::string path = IdTablePath(index_path);
+  if (ids.empty()) {
+    if (unlink(path.c_str()) == 0) {
+      std::printf("removed:  %s (of a previous build)\n", path.c_str());
+    }
+    return absl::OkStatus();
+  }
+  return WriteIdTable(
+      path, absl::MakeConstSpan(ids.data() + first, end - first), source);
 }
 
 // --shards: the built index written as options.shards shards sharing its
-// quantizers (docs/sharding.md), each with its vectors file when kept.
-// Prints what it wrote; false (after printing why) on failure.
+// quantizers (docs/sharding.md), each with its vectors file when kept and
+// its slice of the id table with --ids. The index holds row numbers, so
+// the shards hold ranges of rows. Prints what it wrote; false (after
+// printing why) on failure.
 bool WriteShards(const BuildOptions& options, const IndexBuilder& b,
                  const Matrix& x, const std::vector<int64_t>& ids,
                  Metric metric, VectorsDtype dtype, bool keep_vectors,
                  int nprobe, const knnd::v1::IndexMetadata& metadata) {
-  std::vector<int64_t> sorted = ids;
-  if (sorted.empty()) {
-    sorted.resize(static_cast<size_t>(x.rows));
-    for (int64_t i = 0; i < x.rows; ++i) sorted[i] = i;
-  } else {
-    std::sort(sorted.begin(), sorted.end());
-  }
+  std::vector<int64_t> rows(static_cast<size_t>(x.rows));
+  for (int64_t i = 0; i < x.rows; ++i) rows[i] = i;
   absl::StatusOr<std::vector<ShardSpec>> plan =
-      PlanShards(sorted, options.shards);
+      PlanShards(rows, options.shards);
   if (!plan.ok()) {
     Fail(plan.status());
     return false;
@@ -238,7 +259,12 @@ bool WriteShards(const BuildOptions& options, const IndexBuilder& b,
     const std::string path =
         ShardPath(options.output, shard.shard_id, shard.shard_count);
     const std::string vectors_path = VectorsPath(path);
-    // Ids are row numbers when vectors are kept: the shard's rows.
+    if (absl::Status s = WriteOrRemoveIdTable(path, ids, shard.first_id,
+                                              shard.end_id, options.ids);
+        !s.ok()) {
+      Fail(s);
+      return false;
+    }
     if (keep_vectors) {
       if (absl::Status s =
               WriteRawVectors(x, shard.first_id, shard.end_id, metric,
@@ -283,12 +309,7 @@ int Build(const BuildOptions& options) {
     return Fail(
         absl::StrCat("--vectors_dtype: ", vectors_dtype.status().message()));
   }
-  if (options.keep_vectors.value_or(false) && !options.ids.empty()) {
-    return Fail(
-        "--keep_vectors stores row i as the vector of id i, so it "
-        "needs the sequential ids of a build without --ids");
-  }
-  const bool keep_vectors = options.keep_vectors.value_or(options.ids.empty());
+  const bool keep_vectors = options.keep_vectors.value_or(true);
   if (options.shards > 0 && options.factory.empty() &&
       options.recipe != kFastScanRecipe) {
     return Fail(absl::StrCat("--shards needs the ", kFastScanRecipe,
@@ -365,13 +386,12 @@ int Build(const BuildOptions& options) {
               absl::ToDoubleSeconds(absl::Now() - train_start));
   std::fflush(stdout);
 
+  // The lists hold row numbers; with --ids the id table maps them.
   const int64_t batch = std::max<int64_t>(1, options.add_batch);
   Progress progress("adding", x.rows);
   for (int64_t begin = 0; begin < x.rows; begin += batch) {
     const int64_t n = std::min(batch, x.rows - begin);
-    if (absl::Status s =
-            b.Add(x.row(begin), n, ids.empty() ? nullptr : ids.data() + begin);
-        !s.ok()) {
+    if (absl::Status s = b.Add(x.row(begin), n, nullptr); !s.ok()) {
       return Fail(s);
     }
     progress.Update(begin + n);
@@ -385,14 +405,21 @@ int Build(const BuildOptions& options) {
       absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
   metadata.set_train_rows(train_rows);
   metadata.set_built_by(absl::StrCat("knnctl build: ", BuildInfoLine()));
+  metadata.set_id_table(!ids.empty());
   if (options.shards > 0) {
     return WriteShards(options, b, x, ids, *metric, *vectors_dtype,
                        keep_vectors, nprobe, metadata)
                ? kExitOk
                : kExitError;
   }
-  // The vectors file goes in first; the index and then its sidecar follow,
-  // and a loader takes a version as complete only with its sidecar.
+  // The id table and the vectors file go in first; the index and then its
+  // sidecar follow, and a loader takes a version as complete only with its
+  // sidecar.
+  if (absl::Status s =
+          WriteOrRemoveIdTable(output, ids, 0, x.rows, options.ids);
+      !s.ok()) {
+    return Fail(s);
+  }
   const std::string vectors_path = VectorsPath(output);
   if (keep_vectors) {
     if (absl::Status s = WriteRawVectors(x, 0, x.rows, *metric, vectors_path,
@@ -405,12 +432,9 @@ int Build(const BuildOptions& options) {
       std::printf("removed:  %s (of a previous build)\n",
                   vectors_path.c_str());
     }
-    std::printf("note:     no %s (%s): knnd cannot re-rank exactly "
-                "(refine_factor)\n",
-                vectors_path.c_str(),
-                options.ids.empty()
-                    ? "--keep_vectors=false"
-                    : "--ids given, and re-ranking reads row i as id i");
+    std::printf("note:     no %s (--keep_vectors=false): knnd cannot "
+                "re-rank exactly (refine_factor)\n",
+                vectors_path.c_str());
   }
   if (absl::Status s = b.Write(output, nprobe, metadata); !s.ok()) {
     return Fail(s);
@@ -427,6 +451,13 @@ int Build(const BuildOptions& options) {
     std::printf("wrote:    %s (%s, %.1f MiB, for refine_factor > 0)\n",
                 vectors_path.c_str(), VectorsDtypeName(*vectors_dtype),
                 MiB(st.st_size));
+  }
+  if (!ids.empty()) {
+    stat(IdTablePath(output).c_str(), &st);
+    std::printf("wrote:    %s (%.1f MiB: row -> id and id -> row for the "
+                "ids of %s)\n",
+                IdTablePath(output).c_str(), MiB(st.st_size),
+                options.ids.c_str());
   }
   std::printf("next:     knnctl tune --index %s%s%s (records the fastest "
               "setting reaching a recall target)\n",
@@ -467,16 +498,19 @@ std::function<int()> DefineBuild(FlagSet& flags) {
             "Rows sampled (seeded) for training; 0 = min(rows, "
             "max(50*nlist, 65536)).");
   flags.Add("ids", &options->ids, "FILE",
-            "int64/int32 .npy or .ivecs of one id per input row, unique and "
-            ">= 0; default: row numbers.");
+            "int64/int32 .npy or .ivecs of one id per input row: distinct, "
+            ">= 0, in any order, sparse (e.g. 63-bit hashes); answers carry "
+            "them. Written to INDEX.ids (row -> id and id -> row), the index "
+            "holding row numbers, so re-ranking works as with row ids. "
+            "Default: row numbers.");
   flags.Add("stored_nprobe", &options->stored_nprobe, "N",
             "nprobe stored in the index file: what knnd searches with when "
             "its config's default_nprobe is 0; 0 = nlist/32.");
   flags.AddSwitch("keep_vectors", &options->keep_vectors,
-                  "Write the raw vectors to INDEX.vectors (row = id) so "
+                  "Write the raw vectors to INDEX.vectors (one per row) so "
                   "knnd can re-rank IVF-PQ candidates exactly "
-                  "(refine_factor). Default: on, off with --ids (re-ranking "
-                  "needs row = id); --keep_vectors=false turns it off.");
+                  "(refine_factor). Default: on; --keep_vectors=false turns "
+                  "it off.");
   flags.Add("vectors_dtype", &options->vectors_dtype, "f32|f16",
             "Element type of INDEX.vectors: f32, or f16 (half the bytes, "
             "distances rounded to ~3 decimal digits).");
@@ -487,8 +521,9 @@ std::function<int()> DefineBuild(FlagSet& flags) {
   flags.Add("shards", &options->shards, "N",
             "Write N shards instead of one index: one coarse quantizer and "
             "PQ trained on all rows, then OUTPUT.shard-S-of-N holding the "
-            "ids of range S (equal counts), each with its sidecar and "
-            "vectors; a merger of all N answers as the whole index "
+            "rows of range S (equal counts), each with its sidecar, vectors "
+            "and, with --ids, its slice of the id table; a merger of all N "
+            "answers as the whole index "
             "(docs/sharding.md). 0: one index. FastScan recipe only.");
   AddThreadsFlag(flags, &options->threads);
   return [options] { return Build(*options); };

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "knnd/faiss/faiss_runtime.h"
+#include "knnd/storage/id_table.h"
 #include "knnd/storage/vector_io.h"
 
 namespace knnd::knnctl {
@@ -48,16 +49,8 @@ absl::StatusOr<std::vector<int64_t>> ReadRowIds(const std::string& path,
         absl::StrCat(path, ": holds ", ids->rows, " x ", ids->cols,
                      " ids; expected ", rows, " (one per input row)"));
   }
-  std::vector<int64_t> sorted = ids->values;
-  std::sort(sorted.begin(), sorted.end());
-  if (sorted.front() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": id ", sorted.front(), " is negative; ids must be >= 0"));
-  }
-  if (auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-      dup != sorted.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": id ", *dup, " appears more than once"));
+  if (absl::Status s = SortedIdRows(ids->values, path).status(); !s.ok()) {
+    return s;
   }
   return std::move(ids->values);
 }

@@ -74,7 +74,7 @@ void UseThreads(int threads);
 
 // Ids for the `rows` rows of a vectors file (--ids of build and eval): one
 // column, one per row, unique and >= 0 (-1 marks a missing neighbour in
-// results).
+// results); an error names the file, the row and the id otherwise.
 absl::StatusOr<std::vector<int64_t>> ReadRowIds(const std::string& path,
                                                 int64_t rows);
 

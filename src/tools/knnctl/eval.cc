@@ -76,12 +76,14 @@ absl::StatusOr<Truth> TruthFromFile(const std::string& path, int64_t rows,
   return truth;
 }
 
-// Exact neighbours of `queries` in --base (mapped to --ids), as many per
-// query as the widest recall column.
+// Exact neighbours of `queries` in --base, as many per query as the
+// widest recall column, in the ids the index answers with: through its id
+// table (own ids), else through --ids (an index whose lists hold the ids).
 absl::StatusOr<Truth> TruthFromBase(const EvalOptions& options,
-                                    const IndexInfo& info,
+                                    const IndexSnapshot& snapshot,
                                     const Matrix& queries,
                                     const std::vector<int>& columns) {
+  const IndexInfo& info = snapshot.info();
   absl::StatusOr<Matrix> base = ReadVectors(options.base);
   if (!base.ok()) return base.status();
   if (base->rows != info.ntotal) {
@@ -96,7 +98,12 @@ absl::StatusOr<Truth> TruthFromBase(const EvalOptions& options,
       ExactNeighbors(*base, queries, truth.k, info.metric);
   if (!exact.ok()) return exact.status();
   truth.ids = std::move(*exact);
-  if (!options.ids.empty()) {
+  if (info.has_id_table) {
+    RowsToAnswerIds(snapshot, truth.ids);
+    std::printf("ids:      rows translated by the id table %s%s\n",
+                info.id_table_path.c_str(),
+                options.ids.empty() ? "" : " (--ids not needed)");
+  } else if (!options.ids.empty()) {
     absl::StatusOr<std::vector<int64_t>> ids =
         ReadRowIds(options.ids, base->rows);
     if (!ids.ok()) return ids.status();
@@ -190,7 +197,7 @@ int Eval(const EvalOptions& options) {
 
   absl::StatusOr<Truth> truth =
       options.ground_truth.empty()
-          ? TruthFromBase(options, info, *queries, columns)
+          ? TruthFromBase(options, **snapshot, *queries, columns)
           : TruthFromFile(options.ground_truth, queries->rows, k, columns);
   if (!truth.ok()) return Fail(truth.status());
   std::fflush(stdout);
@@ -251,8 +258,10 @@ std::function<int()> DefineEval(FlagSet& flags) {
             "The indexed vectors, for exact ground truth. Either this or "
             "--ground_truth.");
   flags.Add("ids", &options->ids, "FILE",
-            "With --base: the ids the index was built with (build --ids), "
-            "to map exact neighbours to them.");
+            "With --base, for an index whose lists hold its ids (built "
+            "before id tables): the ids it was built with, to map exact "
+            "neighbours to them. An index with an id table (INDEX.ids) "
+            "maps them itself.");
   flags.Add("target_recall", &options->target_recall, "R",
             "Report the fastest setting whose recall@k reaches this.");
   flags.Add("nprobes", &options->nprobes, "LIST",

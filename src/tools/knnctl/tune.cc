@@ -102,6 +102,7 @@ int Tune(const TuneFlags& flags) {
   absl::StatusOr<std::vector<int64_t>> truth =
       ExactNeighbors(*base, queries, k, info.metric);
   if (!truth.ok()) return Fail(truth.status());
+  RowsToAnswerIds(**snapshot, *truth);  // own ids: through the id table
   std::printf("index:    %s: %s, %lld vectors x %d, metric %s\n",
               flags.index.c_str(), info.index_type.c_str(),
               static_cast<long long>(info.ntotal), info.dim,

@@ -106,8 +106,8 @@ int Versions(const KnndClient::Options& options) {
 std::function<int()> DefinePublish(FlagSet& flags) {
   auto options = std::make_shared<PublishOptions>();
   flags.Add("index", &options->index, "FILE",
-            "Index file to publish (with its sidecar and vectors file); it "
-            "is loaded and checked first.");
+            "Index file to publish (with its sidecar, vectors file and id "
+            "table); it is loaded and checked first.");
   flags.Add("dir", &options->dir, "DIR",
             "Versions directory knnd serves (knnd --index DIR): the file "
             "becomes DIR/<next N>/index.faiss.");
