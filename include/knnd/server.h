@@ -23,7 +23,7 @@
 //                shut-down core (CANCELLED)
 //
 // Ownership: owns every component; the gRPC server is destroyed before the
-// worker pool, so no reactor can outlive the threads that finish it.
+// worker pool, so no call can outlive the threads that finish it.
 // Thread-safety: Drain() may be called from a signal-handling thread while
 // requests run, and EndShutdownDelay() from any thread; the lifecycle
 // methods are otherwise called in order from one thread.

@@ -2,7 +2,7 @@
 // OpenMP, FAISS's global block sizes) and what the linked FAISS build says
 // of itself. knnd sets them deliberately: OpenBLAS threads spinning beside
 // FAISS's OpenMP threads and the worker threads oversubscribe small
-// machines badly (shared/DESIGN.md).
+// machines badly.
 #ifndef KNND_FAISS_FAISS_RUNTIME_H_
 #define KNND_FAISS_FAISS_RUNTIME_H_
 

@@ -1,5 +1,5 @@
-// The anonymous-memory cost model of knnd (shared/DESIGN.md, "Memory
-// model"): what one search request holds while admitted, what an index needs
+// The anonymous-memory cost model of knnd (docs/sizing.md explains it):
+// what one search request holds while admitted, what an index needs
 // on the heap, whether an index fits the memory limit, and the byte budget
 // the AdmissionGate enforces.
 //

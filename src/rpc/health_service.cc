@@ -23,16 +23,16 @@ constexpr char kShuttingDown[] = "knnd is shutting down";
 // Before its request is matched the stream owns itself (deleted if the
 // server shuts down first); once matched, HealthService::watches_ owns it
 // until its finish and done events are both back.
-class HealthService::WatchReactor final {
+class HealthService::WatchStream final {
  public:
-  WatchReactor(HealthService* service, const ServingQueue& queue)
+  WatchStream(HealthService* service, const ServingQueue& queue)
       : service_(service),
         queue_(queue),
         writer_(&context_),
-        request_tag_(this, &WatchReactor::OnRequest),
-        write_tag_(this, &WatchReactor::OnWriteDone),
-        finish_tag_(this, &WatchReactor::OnFinished),
-        done_tag_(this, &WatchReactor::OnDoneEvent) {
+        request_tag_(this, &WatchStream::OnRequest),
+        write_tag_(this, &WatchStream::OnWriteDone),
+        finish_tag_(this, &WatchStream::OnFinished),
+        done_tag_(this, &WatchStream::OnDoneEvent) {
     queue_.calls->Add();
   }
 
@@ -89,8 +89,8 @@ class HealthService::WatchReactor final {
       calls->Remove();
       return;
     }
-    (new WatchReactor(service_, queue_))->Post();
-    service_->Watch(std::shared_ptr<WatchReactor>(this));
+    (new WatchStream(service_, queue_))->Post();
+    service_->Watch(std::shared_ptr<WatchStream>(this));
   }
 
   void OnWriteDone(bool ok) {
@@ -159,10 +159,10 @@ class HealthService::WatchReactor final {
   grpc::ServerContext context_;
   grpc::health::v1::HealthCheckRequest request_;
   grpc::ServerAsyncWriter<HealthCheckResponse> writer_;
-  MemberTag<WatchReactor> request_tag_;
-  MemberTag<WatchReactor> write_tag_;
-  MemberTag<WatchReactor> finish_tag_;
-  MemberTag<WatchReactor> done_tag_;
+  MemberTag<WatchStream> request_tag_;
+  MemberTag<WatchStream> write_tag_;
+  MemberTag<WatchStream> finish_tag_;
+  MemberTag<WatchStream> done_tag_;
   std::atomic<int> events_{2};  // finish and done, once matched
   absl::Mutex mu_;
   ServingStatus latest_ ABSL_GUARDED_BY(mu_) = HealthCheckResponse::UNKNOWN;
@@ -188,7 +188,7 @@ HealthService::HealthService(const std::vector<std::string>& services,
 
 void HealthService::Listen(const ServingQueue& queue) {
   check_.Listen(queue);
-  (new WatchReactor(this, queue))->Post();
+  (new WatchStream(this, queue))->Post();
 }
 
 HealthService::~HealthService() = default;
@@ -202,14 +202,14 @@ HealthService::ServingStatus HealthService::StatusLocked(
 }
 
 void HealthService::SetStatuses(bool services_serving, bool overall_serving) {
-  std::vector<std::pair<std::shared_ptr<WatchReactor>, ServingStatus>> tell;
+  std::vector<std::pair<std::shared_ptr<WatchStream>, ServingStatus>> tell;
   int64_t generation;
   {
     absl::MutexLock lock(&mu_);
     serving_ = services_serving;
     overall_serving_ = overall_serving;
     generation = ++generation_;
-    for (const std::shared_ptr<WatchReactor>& watch : watches_) {
+    for (const std::shared_ptr<WatchStream>& watch : watches_) {
       tell.emplace_back(watch, StatusLocked(watch->name()));
     }
   }
@@ -217,18 +217,18 @@ void HealthService::SetStatuses(bool services_serving, bool overall_serving) {
 }
 
 void HealthService::EndWatches() {
-  std::vector<std::shared_ptr<WatchReactor>> end;
+  std::vector<std::shared_ptr<WatchStream>> end;
   {
     absl::MutexLock lock(&mu_);
     watches_ended_ = true;
     end.assign(watches_.begin(), watches_.end());
   }
   const grpc::Status status(grpc::StatusCode::UNAVAILABLE, kShuttingDown);
-  for (const std::shared_ptr<WatchReactor>& watch : end) watch->End(status);
+  for (const std::shared_ptr<WatchStream>& watch : end) watch->End(status);
 }
 
-void HealthService::Forget(WatchReactor* watch) {
-  std::shared_ptr<WatchReactor> last;  // destroyed after the lock
+void HealthService::Forget(WatchStream* watch) {
+  std::shared_ptr<WatchStream> last;  // destroyed after the lock
   absl::MutexLock lock(&mu_);
   for (auto it = watches_.begin(); it != watches_.end(); ++it) {
     if (it->get() == watch) {
@@ -263,7 +263,7 @@ void HealthService::Check(CheckCall* call) {
   call->Finish(grpc::Status::OK);
 }
 
-void HealthService::Watch(const std::shared_ptr<WatchReactor>& watch) {
+void HealthService::Watch(const std::shared_ptr<WatchStream>& watch) {
   ServingStatus status;
   int64_t generation;
   bool ended;

@@ -55,16 +55,16 @@ class HealthService final : public AsyncService {
   using Async = grpc::health::v1::Health::AsyncService;
   using CheckCall = UnaryCall<grpc::health::v1::HealthCheckRequest,
                               grpc::health::v1::HealthCheckResponse>;
-  class WatchReactor;
+  class WatchStream;
 
   void Check(CheckCall* call);
   // Starts the Watch stream of `watch`, just matched.
-  void Watch(const std::shared_ptr<WatchReactor>& watch);
+  void Watch(const std::shared_ptr<WatchStream>& watch);
 
   // The status of `service`, SERVICE_UNKNOWN for a name not served.
   ServingStatus StatusLocked(const std::string& service) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Forget(WatchReactor* watch);
+  void Forget(WatchStream* watch);
 
   CallHold* const hold_;
   std::set<std::string> services_;
@@ -83,7 +83,7 @@ class HealthService final : public AsyncService {
   bool watches_ended_ ABSL_GUARDED_BY(mu_) = false;
   // Owned references: a stream lives until gRPC has returned all its
   // events and until no SetServing()/EndWatches() holds it.
-  std::set<std::shared_ptr<WatchReactor>> watches_ ABSL_GUARDED_BY(mu_);
+  std::set<std::shared_ptr<WatchStream>> watches_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace knnd

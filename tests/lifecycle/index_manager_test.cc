@@ -570,7 +570,9 @@ TEST(IndexManagerParts, TheByteBudgetFollowsTheServingVersion) {
   std::unique_ptr<MemoryBudget> budget =
       MemoryBudget::Create(BudgetOptions(int64_t{1} << 30), &gate, &m.holder);
   StartManager(dir, {budget.get(), nullptr}, m);
-  ASSERT_EQ(gate.max_inflight_bytes(), 0);  // nothing serves: unset
+  // Nothing serves: the gate's own default.
+  const int64_t unset = AdmissionGate::Options().max_inflight_bytes;
+  ASSERT_EQ(gate.max_inflight_bytes(), unset);
 
   // What the budget sets for the version serving, computed on a gate of
   // its own.
@@ -582,7 +584,7 @@ TEST(IndexManagerParts, TheByteBudgetFollowsTheServingVersion) {
     return reference.max_inflight_bytes();
   };
   ASSERT_TRUE(m.manager->Reload().ok());
-  EXPECT_GT(gate.max_inflight_bytes(), 0);
+  EXPECT_NE(gate.max_inflight_bytes(), unset);
   EXPECT_EQ(gate.max_inflight_bytes(), expected());
 
   // A larger version 2, then a rollback to the retained version 1.
@@ -614,7 +616,9 @@ TEST(IndexManagerParts, AVersionBeyondTheMemoryLimitIsRefused) {
   absl::StatusOr<IndexManager::Outcome> served = m.manager->Reload();
   EXPECT_TRUE(absl::IsResourceExhausted(served.status())) << served.status();
   EXPECT_EQ(m.holder.Pin(), nullptr);
-  EXPECT_EQ(gate.max_inflight_bytes(), 0);
+  EXPECT_EQ(gate.max_inflight_bytes(),
+            AdmissionGate::Options().max_inflight_bytes)
+      << "a budget set for a version that never served";
 }
 
 }  // namespace

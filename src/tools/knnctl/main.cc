@@ -128,7 +128,7 @@ int Main(const std::vector<std::string>& args) {
     return kExitError;
   }
   // OpenBLAS threads spinning next to FAISS's OpenMP threads oversubscribe
-  // the cores (shared/DESIGN.md); FAISS parallelises over rows itself.
+  // the cores; FAISS parallelises over rows itself.
   UseSingleThreadedBlas();
   return Run(*command, std::vector<std::string>(args.begin() + 1, args.end()));
 }
