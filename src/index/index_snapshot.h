@@ -11,7 +11,9 @@
 // With a raw-vectors file beside the index (vectors_file.h) it can re-rank
 // IVF-PQ candidates by exact distance; the snapshot owns that mapping too,
 // so a pinned snapshot keeps its vectors mapped and a swapped-out one unmaps
-// them when its last search ends.
+// them when its last search ends. Likewise the id table (id_table.h) of an
+// index built with its own ids, through which it translates between the
+// rows its lists hold and the ids of requests and answers (list_ids.h).
 //
 // Thread-safety: an IndexSnapshot is immutable after Load(); Search() is const
 // and safe to call from any number of threads at once. Per-call parameters
