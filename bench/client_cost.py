@@ -326,7 +326,7 @@ def report(args, sites, address):
                     args.pg_python if case == "psycopg" else None))
     print(f"Client CPU per call (us, median of {args.rounds} rounds of "
           f"{args.seconds:g} s), k={K}, Fashion-MNIST (784 dims):")
-    print(f"| case | 1 query | 100 queries |\n|---|---|---|")
+    print("| case | 1 query | 100 queries |\n|---|---|---|")
     cpu = {key: median_case(v) for key, v in samples.items()}
     for label, _, _ in cases:
         print(f"| {label} | {cpu[label, 1]:.0f} | {cpu[label, 100]:.0f} |")
