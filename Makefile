@@ -36,7 +36,7 @@ FAISS_AVX2_PREFIX ?= $(CURDIR)/.deps/faiss-avx2
 # another compiler whose new warnings should not stop a build.
 WERROR ?= ON
 
-.PHONY: deps faiss build test demo bench bench-rerank bench-memory bench-designs bench-frontier bench-shards clean test-asan test-tsan fuzz check-thread-safety
+.PHONY: deps faiss build test demo bench bench-rerank bench-memory bench-designs bench-frontier bench-shards bench-client clean test-asan test-tsan fuzz check-thread-safety
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -121,6 +121,17 @@ endif
 # merge's own cost (bench/merge_bench); about 6 minutes.
 bench-shards: build
 	/usr/bin/python3 bench/shard_bench.py --rebuild --nprobe 6 --refine_factor 3 --seconds 5 --rounds 3
+
+# The API worker's side of a call (bench/RESULTS.md, "Client cost"): the
+# Python client's CPU per call, the client of BASELINE_REV against this
+# tree's, sync and asyncio, 1 and 100 queries, beside a bare grpcio stub
+# call and, with PG_PYTHON (a venv's python with psycopg 3), psycopg 3
+# against a PostgreSQL cluster made for the run; then 8
+# single-query client processes' q/s; about 7 minutes.
+BASELINE_REV ?= 42dbcf3
+bench-client: build
+	/usr/bin/python3 bench/client_cost.py --build $(BUILD) --baseline-rev $(BASELINE_REV) \
+	  --seconds 3 --rounds 5 $(if $(PG_PYTHON),--pg-python $(PG_PYTHON))
 
 # Exact re-ranking on Fashion-MNIST (bench/RESULTS.md, "Re-ranking"): knnd
 # over gRPC vs python3-faiss IndexRefineFlat, recall, RSS split. The index is

@@ -424,23 +424,26 @@ def open_channel(api: Any, target: str,
     `credentials`, else secured with them; channel_options() applied."""
     arguments = channel_options(target, options)
     if credentials is None:
-        channel = api.insecure_channel(target, arguments)
-    else:
-        channel = api.secure_channel(target, credentials, arguments)
-    if api is grpc:
-        # A blocking channel of grpcio before its EventEngine (Debian's
-        # 1.51) makes progress on a reconnection only while something
-        # polls it: a call in flight or a connectivity watcher. Calls that
-        # fail at once while knnd is down poll too briefly, and a client
-        # answered 4-5 s after knnd served again, whatever the backoff. The
-        # watcher (one thread per channel, waking every 0.2 s) keeps the
-        # attempts going; grpc.aio channels have a poller of their own.
-        channel.subscribe(_ignore_connectivity, try_to_connect=False)
-    return channel
+        return api.insecure_channel(target, arguments)
+    return api.secure_channel(target, credentials, arguments)
 
 
-def _ignore_connectivity(state: grpc.ChannelConnectivity) -> None:
-    """The connectivity watcher's callback (open_channel): nothing to do."""
+def sleep_polling(channel: grpc.Channel, delay_s: float) -> None:
+    """time.sleep(delay_s) while `channel` is watched, and so polled.
+
+    A blocking channel of grpcio before its EventEngine (Debian's 1.51)
+    makes progress on a reconnection only while something polls it: a call
+    in flight or a connectivity watcher. Calls that fail at once while knnd
+    is down poll too briefly, and KnnClient answered 4-5 s after knnd
+    served again, whatever the backoff. A watcher kept for the channel's
+    life would cost every call CPU (and grpcio 1.51 then hangs at exit
+    unless the client is closed), so one watches only while a retry
+    waits."""
+    ready = grpc.channel_ready_future(channel)
+    try:
+        time.sleep(delay_s)
+    finally:
+        ready.cancel()
 
 
 def call_metadata(bearer_token: Optional[str]

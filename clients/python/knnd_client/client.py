@@ -133,7 +133,7 @@ class KnnClient:
             delay_s = attempts.delay_before_retry_s(failed)
             if delay_s is None:
                 raise failed
-            time.sleep(delay_s)
+            _common.sleep_polling(self._channel, delay_s)
             try:
                 return method(request, timeout=attempts.remaining_s(),
                               metadata=self._metadata)
