@@ -1,0 +1,169 @@
+// KnnServiceImpl at its own layer: the handler over a holder, gate, batcher
+// and pool built with the production defaults (the Options an empty
+// ServerConfig gives), served on a loopback port; each named step's answer
+// as a client sees it.
+#include "knnd/rpc/knn_service.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "knnd/config/server_options.h"
+#include "testing/scrape_util.h"
+#include "testing/test_util.h"
+
+namespace knnd {
+namespace {
+
+using ::testing::HasSubstr;
+using knnd::testing::CallSearch;
+using knnd::testing::FindSample;
+using knnd::testing::IndexSpec;
+using knnd::testing::MakeData;
+using knnd::testing::MakeSearchRequest;
+using knnd::testing::TempDir;
+using knnd::v1::SearchRequest;
+using knnd::v1::SearchResponse;
+
+constexpr int kDim = 16;
+
+class KnnServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const knnd::v1::ServerConfig defaults;
+    metrics_ = knnd::testing::IdleMetrics();
+    ASSERT_NE(metrics_, nullptr);
+    ASSERT_TRUE(metrics_->StartExposer().ok());
+    absl::StatusOr<std::unique_ptr<TokenAuthenticator>> auth =
+        TokenAuthenticator::Create({});
+    ASSERT_TRUE(auth.ok()) << auth.status();
+    auth_ = std::move(*auth);
+    gate_ = std::make_unique<AdmissionGate>(GateOptionsFrom(defaults));
+    absl::StatusOr<std::unique_ptr<WorkerPool>> pool =
+        WorkerPool::Create(WorkerPoolOptionsFrom(defaults));
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    pool_ = std::move(*pool);
+    absl::StatusOr<std::unique_ptr<Batcher>> batcher =
+        Batcher::Create(BatcherOptionsFrom(defaults), pool_.get());
+    ASSERT_TRUE(batcher.ok()) << batcher.status();
+    batcher_ = std::move(*batcher);
+    service_ = std::make_unique<KnnServiceImpl>(
+        KnnServiceOptionsFrom(defaults), &holder_, gate_.get(), batcher_.get(),
+        metrics_.get(), auth_.get());
+    absl::StatusOr<Listener> listener =
+        knnd::testing::ServeOnLoopback(service_.get());
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    stub_ = knnd::v1::KnnService::NewStub(knnd::testing::FreshChannel(
+        "127.0.0.1:" + std::to_string(listener->port)));
+    listener_ = std::move(*listener);
+  }
+
+  void TearDown() override { listener_.Close(absl::InfinitePast()); }
+
+  // Loads a small IVF-PQ index as `version` and publishes it.
+  void Serve(int64_t version) {
+    IndexSpec spec;
+    spec.n = 2000;
+    spec.d = kDim;
+    spec.factory = "IVF16,PQ4";
+    const std::string path = tmp_.path("v" + std::to_string(version));
+    knnd::testing::WriteIndex(path, spec);
+    LoadOptions options;
+    options.version = version;
+    options.probe_in_subprocess = false;
+    absl::StatusOr<std::unique_ptr<IndexSnapshot>> snapshot =
+        IndexSnapshot::Load(path, options);
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    holder_.Publish(std::move(*snapshot));
+  }
+
+  double Rejected(const std::string& reason) {
+    return FindSample(knnd::testing::Scrape(metrics_->port()),
+                      "knnd_search_rejected_total", {{"reason", reason}})
+        .value_or(-1);
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<TokenAuthenticator> auth_;
+  IndexHolder holder_;
+  std::unique_ptr<AdmissionGate> gate_;
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<KnnServiceImpl> service_;
+  Listener listener_;
+  std::unique_ptr<knnd::v1::KnnService::Stub> stub_;
+};
+
+TEST_F(KnnServiceTest, BeforeAnyVersionServesSearchesAreUnavailable) {
+  SearchResponse response;
+  grpc::Status status = CallSearch(
+      *stub_, MakeSearchRequest(MakeData(1, kDim, 1), 5), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(Rejected("not_ready"), 1);
+}
+
+TEST_F(KnnServiceTest, AnAnswerCarriesItsShapeAndTheVersionThatServedIt) {
+  Serve(3);
+  SearchRequest request = MakeSearchRequest(MakeData(4, kDim, 2), 5);
+  request.set_nprobe(2);
+  SearchResponse response;
+  ASSERT_TRUE(CallSearch(*stub_, request, &response).ok());
+  EXPECT_EQ(response.num_queries(), 4u);
+  EXPECT_EQ(response.k(), 5);
+  EXPECT_EQ(response.index_version(), 3);
+  EXPECT_EQ(response.serving_version(), 3);
+  EXPECT_EQ(response.nprobe(), 2u);
+  EXPECT_EQ(response.metric(), knnd::v1::METRIC_L2);
+  ASSERT_EQ(response.ids_size(), 20);
+  for (int64_t id : response.ids()) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, 2000);
+  }
+  // The same answer in the bytes form.
+  request.set_results_as_bytes(true);
+  SearchResponse bytes;
+  ASSERT_TRUE(CallSearch(*stub_, request, &bytes).ok());
+  EXPECT_EQ(bytes.ids_size(), 0);
+  ASSERT_EQ(bytes.ids_i64le().size(), 20 * sizeof(int64_t));
+  std::vector<int64_t> ids(20);
+  std::memcpy(ids.data(), bytes.ids_i64le().data(), bytes.ids_i64le().size());
+  EXPECT_EQ(ids, std::vector<int64_t>(response.ids().begin(),
+                                      response.ids().end()));
+}
+
+TEST_F(KnnServiceTest, AVersionNotLoadedIsRefusedNamingTheOneServing) {
+  Serve(1);
+  SearchRequest request = MakeSearchRequest(MakeData(1, kDim, 3), 5);
+  request.set_index_version(7);
+  SearchResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = CallSearch(*stub_, request, &response, &context);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("index_version=7 is not loaded here: version 1 serves"));
+  const auto& trailing = context.GetServerTrailingMetadata();
+  auto served = trailing.find(kServingVersionMetadata);
+  ASSERT_NE(served, trailing.end());
+  EXPECT_EQ(std::string(served->second.data(), served->second.size()), "1");
+  EXPECT_EQ(Rejected("invalid"), 1);
+  request.set_index_version(-2);
+  EXPECT_THAT(CallSearch(*stub_, request, &response).error_message(),
+              HasSubstr("index_version=-2 must be >= 0"));
+}
+
+TEST_F(KnnServiceTest, AnInvalidRequestIsRefusedNamingTheInputAndCounted) {
+  Serve(1);
+  SearchRequest request = MakeSearchRequest(MakeData(1, kDim, 4), 5000);
+  SearchResponse response;
+  grpc::Status status = CallSearch(*stub_, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("k=5000"));
+  EXPECT_EQ(Rejected("invalid"), 1);
+}
+
+}  // namespace
+}  // namespace knnd
