@@ -16,22 +16,13 @@ namespace {
 
 using ::testing::HasSubstr;
 using knnd::testing::CallSearch;
+using knnd::testing::FrontConfig;
 using knnd::testing::MakeData;
 using knnd::testing::MakeSearchRequest;
 using knnd::testing::RunningServer;
 using knnd::testing::StartServer;
 using knnd::testing::TempDir;
 using knnd::testing::TestConfig;
-
-// A front over `targets`, polling every 100 ms.
-knnd::v1::ServerConfig FrontOver(const std::string& target) {
-  knnd::v1::ServerConfig config = TestConfig("");
-  config.clear_index_path();
-  config.add_shard_targets(target);
-  config.set_shard_poll_interval_ms(100);
-  config.set_admin_listen_address("");
-  return config;
-}
 
 double Rejected(const RunningServer& front, const std::string& reason) {
   return knnd::testing::FindSample(
@@ -45,7 +36,7 @@ double Rejected(const RunningServer& front, const std::string& reason) {
 TEST(ShardFrontCall, AFrontThatHeardOfNoShardRefusesAsNotReady) {
   const std::string nowhere =
       absl::StrCat("127.0.0.1:", knnd::testing::FreePort());
-  RunningServer front = StartServer(FrontOver(nowhere));
+  RunningServer front = StartServer(FrontConfig({nowhere}));
   knnd::v1::SearchResponse response;
   grpc::Status status = CallSearch(
       *front.stub, MakeSearchRequest(MakeData(1, 8, 1), 5), &response);
@@ -60,8 +51,8 @@ TEST(ShardFrontCall, ACallWithoutTheTokenIsRefusedBeforeAnything) {
   TempDir tmp;
   const std::string tokens = tmp.path("search.tokens");
   knnd::testing::WriteFile(tokens, "front-search-token-0123\n");
-  knnd::v1::ServerConfig config = FrontOver(
-      absl::StrCat("127.0.0.1:", knnd::testing::FreePort()));
+  knnd::v1::ServerConfig config =
+      FrontConfig({absl::StrCat("127.0.0.1:", knnd::testing::FreePort())});
   config.set_search_token_file(tokens);
   RunningServer front = StartServer(config);
   knnd::v1::SearchResponse response;

@@ -32,6 +32,7 @@ using ::testing::HasSubstr;
 using knnd::testing::BuildIndex;
 using knnd::testing::BuildSpec;
 using knnd::testing::CallSearch;
+using knnd::testing::FrontConfig;
 using knnd::testing::MakeData;
 using knnd::testing::MakeSearchRequest;
 using knnd::testing::RunningServer;
@@ -53,16 +54,6 @@ BuildSpec Spec(uint32_t seed) {
   spec.factory = "IVF32,PQ32x4fs";
   spec.vectors = VectorsDtype::kFloat32;
   return spec;
-}
-
-// The front's config over `targets`, polling every 100 ms.
-knnd::v1::ServerConfig FrontConfig(const std::vector<std::string>& targets) {
-  knnd::v1::ServerConfig config = TestConfig("");
-  config.clear_index_path();
-  for (const std::string& t : targets) config.add_shard_targets(t);
-  config.set_shard_poll_interval_ms(100);
-  config.set_admin_listen_address("");
-  return config;
 }
 
 // Waits (at most 20 s) until `front` reports the shard set ready.

@@ -310,6 +310,15 @@ std::unique_ptr<Metrics> IdleMetrics() {
   return metrics.ok() ? std::move(*metrics) : nullptr;
 }
 
+knnd::v1::ServerConfig FrontConfig(const std::vector<std::string>& targets) {
+  knnd::v1::ServerConfig config = TestConfig("");
+  config.clear_index_path();
+  for (const std::string& t : targets) config.add_shard_targets(t);
+  config.set_shard_poll_interval_ms(100);
+  config.set_admin_listen_address("");
+  return config;
+}
+
 knnd::v1::ServerConfig TestConfig(const std::string& index_path) {
   knnd::v1::ServerConfig config;
   config.set_index_path(index_path);

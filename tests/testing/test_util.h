@@ -199,6 +199,10 @@ std::unique_ptr<Metrics> IdleMetrics();
 // A config for an in-process server on a free loopback port.
 knnd::v1::ServerConfig TestConfig(const std::string& index_path);
 
+// The config of a front of shards over `targets` (TestConfig otherwise),
+// polling them every 100 ms, without an admin port.
+knnd::v1::ServerConfig FrontConfig(const std::vector<std::string>& targets);
+
 // Expects the config check to refuse `config` with INVALID_ARGUMENT whose
 // message contains `why`.
 void ExpectConfigRefused(const knnd::v1::ServerConfig& config,
