@@ -488,7 +488,9 @@ TEST(IndexManager, OwnIdsSwapWithTheirIdTable) {
     own[v].insert(spec.ids.begin(), spec.ids.end());
     const std::string path = tmp.path(absl::StrCat("v", v, ".index"));
     knnd::testing::BuildIndex(path, spec);
-    if (v == 1) ASSERT_TRUE(PublishVersion(dir, path).ok());
+    if (v == 1) {
+      ASSERT_TRUE(PublishVersion(dir, path).ok());
+    }
   }
   RunningServer s = StartServer(TestConfig(dir));
   ASSERT_NE(s.stub, nullptr);
