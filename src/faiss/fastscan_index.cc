@@ -17,7 +17,6 @@
 #include "knnd/faiss/fastscan_checks.h"
 #include "knnd/faiss/fastscan_format.h"
 #include "knnd/faiss/fastscan_writer.h"
-#include "knnd/faiss/id_filter.h"
 #include "knnd/faiss/faiss_types.h"
 #include "knnd/faiss/mapped_block_lists.h"
 
@@ -228,13 +227,7 @@ absl::Status FastScanIndex::BuildPrecomputedTable() {
 }
 
 absl::Status FastScanIndex::SearchUnpadded(const SearchArgs& args) const {
-  const IdFilter filter(args.allowed_ids);
-  FastScanSearchParams params;
-  params.k = args.k;
-  params.nprobe = args.nprobe;
-  if (!args.allowed_ids.empty()) params.filter = &filter;
-  return searcher_->Search(args.num_queries, args.queries, params,
-                           args.distances, args.ids);
+  return searcher_->Search(args);
 }
 
 absl::Status FastScanIndex::WritePart(const std::string& path,

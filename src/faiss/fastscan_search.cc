@@ -335,25 +335,24 @@ absl::StatusOr<std::unique_ptr<FastScanSearcher>> FastScanSearcher::Create(
       new FastScanSearcher(std::move(parts), std::move(name)));
 }
 
-absl::Status FastScanSearcher::Search(int64_t n, const float* x,
-                                      const FastScanSearchParams& params,
-                                      float* distances,
-                                      int64_t* labels) const {
+absl::Status FastScanSearcher::Search(const SearchArgs& args) const {
+  const int64_t n = args.num_queries;
   if (n < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("search of ", name_, ": n=", n, " is negative"));
   }
-  if (params.k < 1 || params.k > kMaxK) {
+  if (args.k < 1 || args.k > kMaxK) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "search of ", name_, ": k=", params.k, " outside [1, ", kMaxK, "]"));
+        "search of ", name_, ": k=", args.k, " outside [1, ", kMaxK, "]"));
   }
-  if (params.nprobe < 1) {
+  if (args.nprobe < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "search of ", name_, ": nprobe=", params.nprobe, " is below 1"));
+        "search of ", name_, ": nprobe=", args.nprobe, " is below 1"));
   }
   const int64_t nprobe =
-      std::min<int64_t>(params.nprobe, static_cast<int64_t>(parts_.ivf->nlist));
-  if (n > 0 && (x == nullptr || distances == nullptr || labels == nullptr)) {
+      std::min<int64_t>(args.nprobe, static_cast<int64_t>(parts_.ivf->nlist));
+  if (n > 0 && (args.queries == nullptr || args.distances == nullptr ||
+                args.ids == nullptr)) {
     return absl::InvalidArgumentError(
         absl::StrCat("search of ", name_, ": null query or output array"));
   }
@@ -363,20 +362,23 @@ absl::Status FastScanSearcher::Search(int64_t n, const float* x,
                      " exceeds ", kMaxQueryProbes));
   }
   if (n == 0) return absl::OkStatus();
-  FastScanSearchParams p = params;
-  p.nprobe = nprobe;
+  const IdFilter filter(args.allowed_ids);
   return faiss_types::CatchFaiss(
-      absl::StatusCode::kInternal, absl::StrCat("search of ", name_),
-      [&] { return SearchImpl(static_cast<size_t>(n), x, p, distances, labels); });
+      absl::StatusCode::kInternal, absl::StrCat("search of ", name_), [&] {
+        return SearchImpl(static_cast<size_t>(n), args.queries,
+                          static_cast<size_t>(args.k),
+                          static_cast<size_t>(nprobe),
+                          args.allowed_ids.empty() ? nullptr : &filter,
+                          args.distances, args.ids);
+      });
 }
 
 absl::Status FastScanSearcher::SearchImpl(size_t n, const float* x_in,
-                                          const FastScanSearchParams& params,
+                                          size_t k, size_t nprobe,
+                                          const IdFilter* filter,
                                           float* distances,
                                           int64_t* labels) const {
   const faiss::IndexIVFPQFastScan& ivf = *parts_.ivf;
-  const size_t k = static_cast<size_t>(params.k);
-  const size_t nprobe = static_cast<size_t>(params.nprobe);
 
   // Pre-transform (PCA, OPQ, ...), as IndexPreTransform::search does.
   const float* x = x_in;
@@ -414,13 +416,12 @@ absl::Status FastScanSearcher::SearchImpl(size_t n, const float* x_in,
     const std::vector<Probe> probes =
         SortedProbes(ns, nprobe, coarse_ids.data());
     const bool l2 = ivf.metric_type == faiss::METRIC_L2;
-    if (params.filter != nullptr) {
+    if (filter != nullptr) {
       if (l2) {
-        ScanFiltered<true>(ivf, ns, k, nprobe, luts, probes, *params.filter,
-                           ds, ls);
+        ScanFiltered<true>(ivf, ns, k, nprobe, luts, probes, *filter, ds, ls);
       } else {
-        ScanFiltered<false>(ivf, ns, k, nprobe, luts, probes, *params.filter,
-                            ds, ls);
+        ScanFiltered<false>(ivf, ns, k, nprobe, luts, probes, *filter, ds,
+                            ls);
       }
     } else if (l2) {
       ScanUnfiltered<faiss::CMax<uint16_t, int64_t>>(ivf, ns, k, nprobe, luts,

@@ -12,14 +12,9 @@
 #include "absl/status/statusor.h"
 #include "knnd/faiss/fastscan_checks.h"
 #include "knnd/faiss/id_filter.h"
+#include "knnd/faiss/search_args.h"
 
 namespace knnd {
-
-struct FastScanSearchParams {
-  int64_t k = 10;       // results per query, >= 1
-  int64_t nprobe = 1;   // lists probed per query, >= 1 (capped at nlist)
-  const IdFilter* filter = nullptr;  // null: every id is allowed
-};
 
 // Searches an IndexIVFPQFastScan (alone or under an IndexPreTransform) the
 // way IndexIVFFastScan::search does (FAISS 1.7.3, implementations 12/13:
@@ -53,20 +48,22 @@ class FastScanSearcher {
   static absl::StatusOr<std::unique_ptr<FastScanSearcher>> Create(
       const faiss::Index* index, std::string name);
 
-  // Searches n queries of dimension index->d (row-major in x); writes
-  // n * k distances and labels, each query's results best first.
-  // INVALID_ARGUMENT for bad arguments; a FAISS error is INTERNAL.
-  absl::Status Search(int64_t n, const float* x,
-                      const FastScanSearchParams& params, float* distances,
-                      int64_t* labels) const;
+  // Searches args.num_queries queries of dimension index->d (row-major in
+  // args.queries) with args.k results each (>= 1) from args.nprobe lists
+  // (>= 1, capped at nlist), only among args.allowed_ids when that is not
+  // empty; writes num_queries * k distances and ids, each query's results
+  // best first. The re-ranking fields are not read. INVALID_ARGUMENT for
+  // bad arguments; a FAISS error is INTERNAL.
+  absl::Status Search(const SearchArgs& args) const;
 
  private:
   FastScanSearcher(FastScanParts parts, std::string name)
       : parts_(std::move(parts)), name_(std::move(name)) {}
 
-  absl::Status SearchImpl(size_t n, const float* x,
-                          const FastScanSearchParams& params,
-                          float* distances, int64_t* labels) const;
+  // Search() after its checks; `filter` null: every id is allowed.
+  absl::Status SearchImpl(size_t n, const float* x, size_t k, size_t nprobe,
+                          const IdFilter* filter, float* distances,
+                          int64_t* labels) const;
 
   const FastScanParts parts_;
   const std::string name_;

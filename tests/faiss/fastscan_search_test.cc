@@ -133,11 +133,16 @@ class FastScanSearchTest : public ::testing::TestWithParam<Config> {
     queries_ = MakeData(kQueries, kDim, 12);
   }
 
+  // Searches rows [q0, q0 + n) of `queries` with `p`'s parameters into the
+  // same rows of `d` and `l`.
   absl::Status Search(const std::vector<float>& queries, int64_t q0,
-                      int64_t n, const FastScanSearchParams& p,
-                      std::vector<float>& d, std::vector<int64_t>& l) const {
-    return built_->mapped->searcher().Search(n, queries.data() + q0 * kDim, p,
-                                  d.data() + q0 * p.k, l.data() + q0 * p.k);
+                      int64_t n, SearchArgs p, std::vector<float>& d,
+                      std::vector<int64_t>& l) const {
+    p.queries = queries.data() + q0 * kDim;
+    p.num_queries = n;
+    p.distances = d.data() + q0 * p.k;
+    p.ids = l.data() + q0 * p.k;
+    return built_->mapped->searcher().Search(p);
   }
 
   const Built* built_ = nullptr;
@@ -154,7 +159,7 @@ TEST_P(FastScanSearchTest, EqualsFaissSearch) {
       for (int64_t batch : {1, 7, 100, 256}) {
         std::vector<float> d(kQueries * k);
         std::vector<int64_t> l(kQueries * k);
-        FastScanSearchParams p;
+        SearchArgs p;
         p.k = k;
         p.nprobe = nprobe;
         for (int64_t q0 = 0; q0 < kQueries; q0 += batch) {
@@ -185,7 +190,7 @@ TEST_P(FastScanSearchTest, NprobeAboveNlistIsCapped) {
   const int k = 10;
   std::vector<float> d1(kQueries * k), d2(kQueries * k);
   std::vector<int64_t> l1(kQueries * k), l2(kQueries * k);
-  FastScanSearchParams p;
+  SearchArgs p;
   p.k = k;
   p.nprobe = built_->nlist;
   ASSERT_TRUE(Search(queries_, 0, kQueries, p, d1, l1).ok());
@@ -202,7 +207,6 @@ TEST_P(FastScanSearchTest, FilterGivesTheBestAllowedOfTheProbedLists) {
   for (int64_t id = 0; id < kBase; ++id) {
     if (rng() % 10 < 3) allowed.push_back(id);
   }
-  const IdFilter filter(allowed);
   const std::set<int64_t> allowed_set(allowed.begin(), allowed.end());
   const int64_t nq = 40;
   const std::vector<float> queries(queries_.begin(),
@@ -215,10 +219,10 @@ TEST_P(FastScanSearchTest, FilterGivesTheBestAllowedOfTheProbedLists) {
     for (int k : {1, 10, 50}) {
       std::vector<float> d(nq * k);
       std::vector<int64_t> l(nq * k);
-      FastScanSearchParams p;
+      SearchArgs p;
       p.k = k;
       p.nprobe = nprobe;
-      p.filter = &filter;
+      p.allowed_ids = allowed;
       ASSERT_TRUE(Search(queries, 0, nq, p, d, l).ok());
       for (int64_t q = 0; q < nq; ++q) {
         const std::string where = "query " + std::to_string(q) + " nprobe " +
@@ -255,29 +259,30 @@ TEST_P(FastScanSearchTest, FilterGivesTheBestAllowedOfTheProbedLists) {
 TEST_P(FastScanSearchTest, AllowAllFilterEqualsUnfiltered) {
   std::vector<int64_t> all(kBase);
   for (int64_t i = 0; i < kBase; ++i) all[i] = i;
-  const IdFilter filter(all);
   for (int k : {1, 10}) {  // heap handlers: the same tie order as FAISS
     std::vector<float> d1(kQueries * k), d2(kQueries * k);
     std::vector<int64_t> l1(kQueries * k), l2(kQueries * k);
-    FastScanSearchParams p;
+    SearchArgs p;
     p.k = k;
     p.nprobe = 4;
     ASSERT_TRUE(Search(queries_, 0, kQueries, p, d1, l1).ok());
-    p.filter = &filter;
+    p.allowed_ids = all;
     ASSERT_TRUE(Search(queries_, 0, kQueries, p, d2, l2).ok());
     EXPECT_EQ(l1, l2) << "k " << k;
     for (size_t i = 0; i < d1.size(); ++i) ExpectNear(d2[i], d1[i], "allow-all");
   }
 }
 
-TEST_P(FastScanSearchTest, FilterWithNoIdsFindsNothing) {
-  const IdFilter filter(absl::Span<const int64_t>{});
+// An allow-list of ids the index does not hold (as IndexSnapshot passes
+// for own ids none of which it holds) finds nothing.
+TEST_P(FastScanSearchTest, FilterOfAbsentIdsFindsNothing) {
+  const std::vector<int64_t> absent = {-1};
   std::vector<float> d(5 * 10);
   std::vector<int64_t> l(5 * 10);
-  FastScanSearchParams p;
+  SearchArgs p;
   p.k = 10;
   p.nprobe = 8;
-  p.filter = &filter;
+  p.allowed_ids = absent;
   ASSERT_TRUE(Search(queries_, 0, 5, p, d, l).ok());
   for (int64_t id : l) EXPECT_EQ(id, -1);
 }
@@ -287,12 +292,11 @@ TEST_P(FastScanSearchTest, ConcurrentSearchesEqualSerial) {
   const std::vector<int64_t> nprobes = {1, 3, 8, built_->nlist};
   std::vector<int64_t> allowed;
   for (int64_t id = 0; id < kBase; id += 3) allowed.push_back(id);
-  const IdFilter filter(allowed);
   auto params = [&](size_t which) {
-    FastScanSearchParams p;
+    SearchArgs p;
     p.k = k;
     p.nprobe = nprobes[which % 4];
-    p.filter = which >= 4 ? &filter : nullptr;
+    if (which >= 4) p.allowed_ids = allowed;
     return p;
   };
   std::vector<std::vector<int64_t>> serial(8);
@@ -330,21 +334,27 @@ TEST_P(FastScanSearchTest, ConcurrentSearchesEqualSerial) {
 TEST_P(FastScanSearchTest, InvalidArgumentsAreRefused) {
   std::vector<float> d(10);
   std::vector<int64_t> l(10);
-  const FastScanIndex& index = *built_->mapped;
-  FastScanSearchParams p;
+  const FastScanSearcher& searcher = built_->mapped->searcher();
+  SearchArgs p;
+  p.queries = queries_.data();
+  p.num_queries = 1;
+  p.distances = d.data();
+  p.ids = l.data();
   p.k = 0;
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      index.searcher().Search(1, queries_.data(), p, d.data(), l.data())));
+  EXPECT_TRUE(absl::IsInvalidArgument(searcher.Search(p)));
   p.k = 10;
   p.nprobe = 0;
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      index.searcher().Search(1, queries_.data(), p, d.data(), l.data())));
+  EXPECT_TRUE(absl::IsInvalidArgument(searcher.Search(p)));
   p.nprobe = 1;
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      index.searcher().Search(-1, queries_.data(), p, d.data(), l.data())));
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      index.searcher().Search(1, nullptr, p, d.data(), l.data())));
-  EXPECT_TRUE(index.searcher().Search(0, nullptr, p, nullptr, nullptr).ok());
+  p.num_queries = -1;
+  EXPECT_TRUE(absl::IsInvalidArgument(searcher.Search(p)));
+  p.num_queries = 1;
+  p.queries = nullptr;
+  EXPECT_TRUE(absl::IsInvalidArgument(searcher.Search(p)));
+  p.num_queries = 0;
+  p.distances = nullptr;
+  p.ids = nullptr;
+  EXPECT_TRUE(searcher.Search(p).ok());
 }
 
 // More than (capacity + k) / 2 candidates tied at quantized distance 0 (here
@@ -383,13 +393,16 @@ TEST(FastScanTies, ManyCopiesOfTheQueryGiveKDistinctCopies) {
     auto mapped = FastScanIndex::Open(dir.path("knnd.index"));
     ASSERT_TRUE(mapped.ok()) << mapped.status();
     for (int k : {10, 21, 22, 30, 40}) {
-      FastScanSearchParams p;
+      SearchArgs p;
       p.k = k;
       p.nprobe = 1;
       std::vector<float> dist(k);
       std::vector<int64_t> ids(k);
-      ASSERT_TRUE(
-          (*mapped)->searcher().Search(1, v.data(), p, dist.data(), ids.data()).ok());
+      p.queries = v.data();
+      p.num_queries = 1;
+      p.distances = dist.data();
+      p.ids = ids.data();
+      ASSERT_TRUE((*mapped)->searcher().Search(p).ok());
       const std::set<int64_t> distinct(ids.begin(), ids.end());
       EXPECT_EQ(distinct.size(), static_cast<size_t>(k))
           << metric << " k " << k;
