@@ -19,6 +19,7 @@
 #include "knnd/rpc/shard_merge.h"
 #include "knnd/rpc/shard_set.h"
 #include "knnd/v1/knn_service.pb.h"
+#include "testing/test_util.h"
 
 namespace {
 
@@ -38,21 +39,6 @@ float AnyFloat(FuzzedDataProvider& in) {
 uint32_t SmallOrAny(FuzzedDataProvider& in, uint32_t small) {
   return in.ConsumeBool() ? in.ConsumeIntegralInRange<uint32_t>(0, small)
                           : in.ConsumeIntegral<uint32_t>();
-}
-
-// The answer's results as the bytes fields a results_as_bytes request gets.
-void MoveToBytes(SearchResponse& r) {
-  r.set_ids_i64le(std::string(reinterpret_cast<const char*>(r.ids().data()),
-                              r.ids_size() * sizeof(int64_t)));
-  r.set_distances_f32le(
-      std::string(reinterpret_cast<const char*>(r.distances().data()),
-                  r.distances_size() * sizeof(float)));
-  r.set_approx_distances_f32le(
-      std::string(reinterpret_cast<const char*>(r.approx_distances().data()),
-                  r.approx_distances_size() * sizeof(float)));
-  r.clear_ids();
-  r.clear_distances();
-  r.clear_approx_distances();
 }
 
 void CheckSet(FuzzedDataProvider& in, size_t n) {
@@ -106,7 +92,7 @@ void MergeAnswers(FuzzedDataProvider& in, size_t n) {
       r.add_distances(AnyFloat(in));
       if (refine > 0) r.add_approx_distances(AnyFloat(in));
     }
-    if (in.ConsumeBool()) MoveToBytes(r);
+    if (in.ConsumeBool()) knnd::testing::MoveResultsToBytes(r);
     answers.push_back({&r, "t" + std::to_string(i)});
   }
   if (!knnd::CheckShardAnswers(answers, static_cast<int>(n), k).ok()) return;

@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/test_util.h"
 
 namespace knnd {
 namespace {
@@ -43,17 +44,7 @@ SearchResponse Answer(int shard_id, int count, std::vector<int64_t> ids,
 
 // `r` with its results moved to the bytes fields (results_as_bytes).
 SearchResponse AsBytes(SearchResponse r) {
-  r.set_ids_i64le(std::string(reinterpret_cast<const char*>(r.ids().data()),
-                              r.ids_size() * sizeof(int64_t)));
-  r.set_distances_f32le(
-      std::string(reinterpret_cast<const char*>(r.distances().data()),
-                  r.distances_size() * sizeof(float)));
-  r.set_approx_distances_f32le(
-      std::string(reinterpret_cast<const char*>(r.approx_distances().data()),
-                  r.approx_distances_size() * sizeof(float)));
-  r.clear_ids();
-  r.clear_distances();
-  r.clear_approx_distances();
+  knnd::testing::MoveResultsToBytes(r);
   return r;
 }
 

@@ -374,6 +374,20 @@ absl::StatusOr<Listener> ServeOnLoopback(AsyncService* service, int queues,
   return BuildListener(spec);
 }
 
+void MoveResultsToBytes(knnd::v1::SearchResponse& r) {
+  r.set_ids_i64le(std::string(reinterpret_cast<const char*>(r.ids().data()),
+                              r.ids_size() * sizeof(int64_t)));
+  r.set_distances_f32le(
+      std::string(reinterpret_cast<const char*>(r.distances().data()),
+                  r.distances_size() * sizeof(float)));
+  r.set_approx_distances_f32le(
+      std::string(reinterpret_cast<const char*>(r.approx_distances().data()),
+                  r.approx_distances_size() * sizeof(float)));
+  r.clear_ids();
+  r.clear_distances();
+  r.clear_approx_distances();
+}
+
 knnd::v1::SearchRequest MakeSearchRequest(const std::vector<float>& queries,
                                           int k) {
   knnd::v1::SearchRequest request;

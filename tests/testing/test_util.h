@@ -233,6 +233,11 @@ absl::StatusOr<Listener> ServeOnLoopback(
     const char* thread_name = "knnd-grpc",
     std::function<bool()> may_poll = nullptr);
 
+// Moves `r`'s results from the repeated fields to the bytes fields a
+// results_as_bytes request gets (ids_i64le, distances_f32le,
+// approx_distances_f32le).
+void MoveResultsToBytes(knnd::v1::SearchResponse& r);
+
 // A search of `queries` (row-major float vectors) for k neighbours.
 knnd::v1::SearchRequest MakeSearchRequest(const std::vector<float>& queries,
                                           int k);
