@@ -259,6 +259,7 @@ void KnnServiceImpl::GetIndexInfo(InfoCall* call) {
   response->set_source(index.source);
   response->set_created(index.created);
   response->set_has_vectors(index.has_vectors);
+  response->set_has_id_table(index.has_id_table);
   response->set_vectors_dtype(index.vectors_dtype);
   response->set_default_refine_factor(
       static_cast<uint32_t>(limits.default_refine_factor));

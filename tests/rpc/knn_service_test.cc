@@ -123,6 +123,12 @@ TEST_F(KnnServiceTest, AnAnswerCarriesItsShapeAndTheVersionThatServedIt) {
     EXPECT_GE(id, 0);
     EXPECT_LT(id, 2000);
   }
+  // A build without its own ids answers with row numbers.
+  grpc::ClientContext context;
+  knnd::v1::GetIndexInfoResponse info;
+  ASSERT_TRUE(stub_->GetIndexInfo(&context, {}, &info).ok());
+  EXPECT_FALSE(info.has_id_table());
+  EXPECT_EQ(info.version(), 3);
   // The same answer in the bytes form.
   request.set_results_as_bytes(true);
   SearchResponse bytes;

@@ -250,6 +250,14 @@ TEST(ShardFrontOwnIds, MergedAnswersEqualTheUnshardedIndex) {
   }
   RunningServer front = StartServer(FrontConfig(targets));
   ASSERT_TRUE(WaitReady(front));
+  // The whole index and the front over its shards say the ids are the
+  // index's own.
+  for (const RunningServer* server : {&whole, &front}) {
+    grpc::ClientContext context;
+    knnd::v1::GetIndexInfoResponse info;
+    ASSERT_TRUE(server->stub->GetIndexInfo(&context, {}, &info).ok());
+    EXPECT_TRUE(info.has_id_table()) << server->address;
+  }
   const std::set<int64_t> own(spec.ids.begin(), spec.ids.end());
   const std::vector<float> queries = MakeData(100, kDim, 99);
   for (int refine : {0, 3}) {

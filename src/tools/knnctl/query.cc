@@ -173,6 +173,10 @@ int InfoOfFile(const std::string& path) {
   } else if (!i.vectors_error.empty()) {
     std::printf("raw vectors:     not usable: %s\n", i.vectors_error.c_str());
   }
+  if (i.has_id_table) {
+    std::printf("ids:             its own, through %s (%.1f MiB)\n",
+                i.id_table_path.c_str(), MiB(i.id_table_file_bytes));
+  }
   return kExitOk;
 }
 
