@@ -525,22 +525,27 @@ TEST(IndexManager, OwnIdsSwapWithTheirIdTable) {
   EXPECT_TRUE(answers_in(own[2]));
 }
 
-}  // namespace
-}  // namespace knnd
+MemoryBudget::Options BudgetOptions(int64_t limit_bytes) {
+  MemoryBudget::Options options;
+  options.configured_limit_bytes = limit_bytes;
+  options.headroom_bytes = 0;
+  return options;
+}
 
-namespace knnd {
-namespace {
-
-// A manager over the versions in `dir`, driving `parts`, with metrics that
-// serve no port.
+// A manager over the versions in `dir` driving a memory budget of
+// `limit_bytes` over its own gate, with metrics that serve no port.
 struct ManagerWithParts {
   std::unique_ptr<Metrics> metrics;
   IndexHolder holder;
+  AdmissionGate gate{AdmissionGate::Options{}};
+  std::unique_ptr<MemoryBudget> budget;
   std::unique_ptr<IndexManager> manager;
 };
 
-void StartManager(const std::string& dir, IndexManager::Parts parts,
+void StartManager(const std::string& dir, int64_t limit_bytes,
                   ManagerWithParts& out) {
+  out.budget =
+      MemoryBudget::Create(BudgetOptions(limit_bytes), &out.gate, &out.holder);
   out.metrics = knnd::testing::IdleMetrics();
   ASSERT_NE(out.metrics, nullptr);
   IndexManager::Options options;
@@ -548,17 +553,11 @@ void StartManager(const std::string& dir, IndexManager::Parts parts,
   options.keep_previous_versions = 1;
   options.load.probe_in_subprocess = false;
   absl::StatusOr<std::unique_ptr<IndexManager>> manager = IndexManager::Create(
-      options, &out.holder, out.metrics.get(), parts);
+      options, &out.holder, out.metrics.get(), {out.budget.get(), nullptr});
   ASSERT_TRUE(manager.ok()) << manager.status();
   out.manager = std::move(*manager);
 }
 
-MemoryBudget::Options BudgetOptions(int64_t limit_bytes) {
-  MemoryBudget::Options options;
-  options.configured_limit_bytes = limit_bytes;
-  options.headroom_bytes = 0;
-  return options;
-}
 
 // The swap drives the memory budget it is given: the gate's byte budget is
 // set once a version serves, for that version, a retained one republished
@@ -567,11 +566,9 @@ TEST(IndexManagerParts, TheByteBudgetFollowsTheServingVersion) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
   ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(1)), 1);
-  AdmissionGate gate(AdmissionGate::Options{});
   ManagerWithParts m;
-  std::unique_ptr<MemoryBudget> budget =
-      MemoryBudget::Create(BudgetOptions(int64_t{1} << 30), &gate, &m.holder);
-  StartManager(dir, {budget.get(), nullptr}, m);
+  StartManager(dir, int64_t{1} << 30, m);
+  AdmissionGate& gate = m.gate;
   // Nothing serves: the gate's own default.
   const int64_t unset = AdmissionGate::Options().max_inflight_bytes;
   ASSERT_EQ(gate.max_inflight_bytes(), unset);
@@ -610,11 +607,9 @@ TEST(IndexManagerParts, AVersionBeyondTheMemoryLimitIsRefused) {
   TempDir tmp;
   const std::string dir = tmp.path("versions");
   ASSERT_EQ(PublishIndex(tmp, dir, VersionSpec(1)), 1);
-  AdmissionGate gate(AdmissionGate::Options{});
   ManagerWithParts m;
-  std::unique_ptr<MemoryBudget> budget =
-      MemoryBudget::Create(BudgetOptions(4096), &gate, &m.holder);
-  StartManager(dir, {budget.get(), nullptr}, m);
+  StartManager(dir, 4096, m);
+  const AdmissionGate& gate = m.gate;
   absl::StatusOr<IndexManager::Outcome> served = m.manager->Reload();
   EXPECT_TRUE(absl::IsResourceExhausted(served.status())) << served.status();
   EXPECT_EQ(m.holder.Pin(), nullptr);
