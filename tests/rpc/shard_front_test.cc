@@ -181,7 +181,11 @@ TEST_F(ShardFrontTest, MergedAnswersEqualTheUnshardedIndex) {
 template <typename T>
 std::vector<T> DecodeValues(const std::string& bytes) {
   std::vector<T> values(bytes.size() / sizeof(T));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(T));
+  // An empty field decodes to no values (memcpy's pointers must not be
+  // null, even for no bytes).
+  if (!values.empty()) {
+    std::memcpy(values.data(), bytes.data(), values.size() * sizeof(T));
+  }
   return values;
 }
 
