@@ -235,30 +235,35 @@ absl::Status ShardFront::ready() const {
   return absl::Status(ready_.code(), ready_.message());
 }
 
+// A shard answering now, else the last answer of any shard: one poll that
+// misses its deadline on a busy machine must not make the front forget the
+// index's shape and refuse every call as not ready.
+const GetIndexInfoResponse* ShardFront::KnownInfoLocked() const {
+  const GetIndexInfoResponse* last = nullptr;
+  for (const auto& shard : shards_) {
+    if (shard->polled.ok()) return &shard->info;
+    if (last == nullptr && shard->info.dim() > 0) last = &shard->info;
+  }
+  return last;
+}
+
 int ShardFront::dim() const {
   absl::MutexLock lock(&mu_);
-  for (const auto& shard : shards_) {
-    if (shard->polled.ok()) return static_cast<int>(shard->info.dim());
-  }
-  return 0;
+  const GetIndexInfoResponse* info = KnownInfoLocked();
+  return info == nullptr ? 0 : static_cast<int>(info->dim());
 }
 
 int ShardFront::default_refine_factor() const {
   absl::MutexLock lock(&mu_);
-  for (const auto& shard : shards_) {
-    if (shard->polled.ok()) {
-      return static_cast<int>(shard->info.default_refine_factor());
-    }
-  }
-  return 0;
+  const GetIndexInfoResponse* info = KnownInfoLocked();
+  return info == nullptr ? 0
+                         : static_cast<int>(info->default_refine_factor());
 }
 
 std::string ShardFront::build_id() const {
   absl::MutexLock lock(&mu_);
-  for (const auto& shard : shards_) {
-    if (shard->polled.ok()) return shard->info.shard().build_id();
-  }
-  return "";
+  const GetIndexInfoResponse* info = KnownInfoLocked();
+  return info == nullptr ? "" : info->shard().build_id();
 }
 
 bool ShardFront::ShardIdOf(size_t shard, int* id) const {

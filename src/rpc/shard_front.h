@@ -101,8 +101,9 @@ class ShardFront {
   // covering the set; else why not (UNAVAILABLE).
   absl::Status ready() const;
 
-  // From the last poll: the index's dim and default refine_factor (0 while
-  // no shard answered), the set's build id.
+  // From a shard answering now, else the last answer of any shard: the
+  // index's dim and default refine_factor (0 while no shard ever
+  // answered), the set's build id.
   int dim() const;
   int default_refine_factor() const;
   std::string build_id() const;
@@ -137,6 +138,8 @@ class ShardFront {
   // Recomputes ready_ from the shards' last info; under mu_.
   void UpdateReadiness() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t SetVersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const knnd::v1::GetIndexInfoResponse* KnownInfoLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   Metrics* const metrics_;

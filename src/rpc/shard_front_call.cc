@@ -71,7 +71,8 @@ class ShardFront::Call final {
     if (!admission.Authorize(*context_, answer)) return;
     // Not ready() (every shard up as one set): with a shard down a call
     // that allows partial results is still answered, and any other fails
-    // naming the shard. Only a front that has heard of no shard refuses.
+    // naming the shard. Only a front that has never heard of any shard
+    // refuses (a poll that missed its deadline does not make it forget).
     if (front_->dim() == 0) {
       return admission.Refuse(RejectReason::kNotReady, front_->ready(),
                               answer);

@@ -368,6 +368,29 @@ TEST_F(ShardFrontTest, AShardDownFailsTheCallOrGivesPartialResultsNamingIt) {
             1.0);
 }
 
+// A front that once heard of its shards keeps the index's shape when every
+// poll fails (a busy machine can make healthy shards miss a poll's
+// deadline): calls still go out and fail naming each shard, and a partial
+// call says which are missing, instead of "not ready" for everyone.
+TEST_F(ShardFrontTest, EveryShardDownStillNamesTheShards) {
+  for (RunningServer& shard : shards_) shard.server.reset();
+  absl::SleepFor(absl::Milliseconds(300));  // a poll after the stop
+  SearchRequest request = MakeSearchRequest(MakeData(2, kDim, 6), 10);
+  SearchResponse response;
+  grpc::Status failed = CallSearch(*front_.stub, request, &response);
+  EXPECT_EQ(failed.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(failed.error_message(), HasSubstr("3 of 3 shards failed"));
+  for (int s = 0; s < kShards; ++s) {
+    EXPECT_THAT(failed.error_message(),
+                HasSubstr(absl::StrCat("shard ", s, " (", shards_[s].address,
+                                       ")")));
+  }
+  request.set_allow_partial_results(true);
+  grpc::Status partial = CallSearch(*front_.stub, request, &response);
+  EXPECT_FALSE(partial.ok());
+  EXPECT_THAT(partial.error_message(), HasSubstr("3 of 3 shards failed"));
+}
+
 TEST_F(ShardFrontTest, AWholeIndexAmongTheTargetsIsRefused) {
   RunningServer mixed = StartServer(
       FrontConfig({whole_.address, shards_[1].address, shards_[2].address}));
