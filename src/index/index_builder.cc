@@ -140,6 +140,12 @@ int IndexBuilder::pq_m() const { return faiss_->pq_m(); }
 
 int64_t IndexBuilder::ntotal() const { return faiss_->ntotal(); }
 
+int64_t IndexBuilder::list_bytes_per_vector() const {
+  return faiss_->list_bytes_per_vector();
+}
+
+int64_t IndexBuilder::HeldListBytes() const { return faiss_->HeldListBytes(); }
+
 std::vector<float> IndexBuilder::NormalizedCopy(const float* vectors,
                                                 int64_t rows) const {
   if (options_.metric != Metric::kCosine) return {};

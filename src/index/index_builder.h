@@ -97,6 +97,10 @@ class IndexBuilder {
   int64_t nlist() const;
   int pq_m() const;
   int64_t ntotal() const;
+  // Bytes per vector in the inverted lists (code and id), and the heap
+  // bytes they hold now (FaissBuilder's).
+  int64_t list_bytes_per_vector() const;
+  int64_t HeldListBytes() const;
 
   // Trains the coarse quantizer, any pre-transform and the product quantizer
   // on `rows` vectors (row-major, dim floats each). Call once, before Add.

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "knnd/storage/index_metadata.h"
+#include "knnd/index/index_builder.h"
 #include "knnd/index/index_snapshot.h"
 #include "knnd/storage/vector_io.h"
 #include "testing/test_util.h"
@@ -455,6 +456,53 @@ TEST(Knnctl, BuildShardsAndShardWriteTheSameShards) {
       absl::StrCat("shard --index ", whole, " --shards 3001"));
   EXPECT_EQ(many.exit_code, 2);
   EXPECT_THAT(many.output, HasSubstr("--shards=3001 is outside [1, 256]"));
+}
+
+// knnctl build streams its input (a mapped .npy, a .fvecs read in
+// batches): the index it writes is the one an IndexBuilder fed the whole
+// matrix in memory writes, byte for byte, and it reports its memory.
+TEST(Knnctl, StreamedBuildEqualsTheInMemoryBuild) {
+  TempDir dir;
+  const Matrix x = WriteData(dir.path("base.npy"), 3000, 32, 41);
+  ASSERT_TRUE(WriteVectors(dir.path("base.fvecs"), x).ok());
+  const std::string flags =
+      " --factory IVF32,PQ16x4fs --train_size 2000 --add_batch 700";
+  for (const char* input : {"base.npy", "base.fvecs"}) {
+    CommandResult run = Knnctl(absl::StrCat(
+        "build --input ", dir.path(input), " --output ",
+        dir.path(absl::StrCat(input, ".index")), flags));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_THAT(run.output, HasSubstr("peak RSS"));
+    EXPECT_THAT(run.output, HasSubstr("model"));
+  }
+  // Against the in-memory build: trained on every row (so that both train
+  // on the same rows without knnctl's sampler) and fed the same batches.
+  CommandResult all = Knnctl(absl::StrCat(
+      "build --input ", dir.path("base.npy"), " --output ",
+      dir.path("all.index"),
+      " --factory IVF32,PQ16x4fs --train_size 3000 --add_batch 700"));
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  IndexBuilder::Options options;
+  options.dim = 32;
+  options.factory = "IVF32,PQ16x4fs";
+  auto builder = IndexBuilder::Create(options);
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  ASSERT_TRUE((*builder)->Train(x.values.data(), x.rows).ok());
+  for (int64_t begin = 0; begin < x.rows; begin += 700) {
+    ASSERT_TRUE((*builder)
+                    ->Add(x.row(begin), std::min<int64_t>(700, x.rows - begin),
+                          nullptr)
+                    .ok());
+  }
+  ASSERT_TRUE((*builder)
+                  ->Write(dir.path("memory.index"), DefaultNprobe(32), {})
+                  .ok());
+  EXPECT_EQ(ReadFile(dir.path("all.index")), ReadFile(dir.path("memory.index")));
+  EXPECT_EQ(ReadFile(dir.path("base.npy.index")),
+            ReadFile(dir.path("base.fvecs.index")));
+  EXPECT_EQ(ReadFile(dir.path("base.npy.index.vectors")),
+            ReadFile(dir.path("base.fvecs.index.vectors")));
+  EXPECT_FALSE(ReadFile(dir.path("base.npy.index.vectors")).empty());
 }
 
 TEST(Knnctl, DefaultBuildIsFastScanWithVectorsAndTunesToGoodRecall) {
