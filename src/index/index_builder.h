@@ -140,6 +140,15 @@ class IndexBuilder {
   std::unique_ptr<FaissBuilder> faiss_;
 };
 
+// Checks that the index file `tmp` loads in IndexSnapshot (the daemon's
+// own checks), completes `metadata` from it (dim, ntotal, size, CRC-32; the
+// metric and factory when the caller left them empty), renames `tmp` over
+// `path` and writes the sidecar beside it: how every writer here (build,
+// shard, convert, update) commits an index file. `tmp` is removed on
+// failure, so a failed write never replaces a good file.
+absl::Status CommitIndexFile(const std::string& tmp, const std::string& path,
+                             knnd::v1::IndexMetadata metadata);
+
 // Converts `faiss_path`, an IVF-PQ FastScan index written by FAISS
 // (faiss.write_index, e.g. from Python), into knnd's mappable FastScan
 // layout at `out_path` (the work behind `knnctl convert`), as
