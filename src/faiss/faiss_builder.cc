@@ -80,6 +80,10 @@ int64_t FaissBuilder::nlist() const {
 
 int FaissBuilder::pq_m() const { return static_cast<int>(objects_->pq->M); }
 
+int FaissBuilder::pq_nbits() const {
+  return static_cast<int>(objects_->pq->nbits);
+}
+
 int64_t FaissBuilder::ntotal() const { return objects_->root->ntotal; }
 
 int64_t FaissBuilder::list_bytes_per_vector() const {

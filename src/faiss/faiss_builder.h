@@ -34,6 +34,7 @@ class FaissBuilder {
 
   int64_t nlist() const;
   int pq_m() const;
+  int pq_nbits() const;
   int64_t ntotal() const;
   // Bytes per vector in the inverted lists: its code and its 8-byte id.
   int64_t list_bytes_per_vector() const;

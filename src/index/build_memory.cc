@@ -8,7 +8,8 @@
 namespace knnd {
 
 int64_t BuildMemoryModel::PeakBytes() const {
-  return std::max({train_bytes, add_bytes, write_bytes}) + ids_bytes;
+  return std::max({train_bytes, add_bytes, write_bytes}) + ids_bytes +
+         working_bytes;
 }
 
 BuildMemoryModel ModelBuildMemory(const BuildShape& shape,
@@ -20,10 +21,14 @@ BuildMemoryModel ModelBuildMemory(const BuildShape& shape,
       list_growth * static_cast<double>(shape.rows) *
       static_cast<double>(shape.list_bytes_per_vector));
   BuildMemoryModel model;
-  model.train_bytes = copies * shape.train_rows * row_bytes;
+  const int64_t pq_rows =
+      std::min<int64_t>(shape.train_rows, int64_t{256} * shape.pq_centroids);
+  model.train_bytes =
+      (shape.cosine ? 2 : 1) * shape.train_rows * row_bytes + pq_rows * row_bytes;
   model.add_bytes = lists + copies * batch_rows * row_bytes;
   model.write_bytes = lists + (shape.own_ids ? 16 * shape.rows : 0);
   model.ids_bytes = shape.own_ids ? 8 * shape.rows : 0;
+  model.working_bytes = kBuildWorkingBytes;
   return model;
 }
 
@@ -34,6 +39,7 @@ std::string DescribeBuildMemory(const BuildMemoryModel& model) {
   if (model.ids_bytes > 0) {
     absl::StrAppendFormat(&out, " (+ ids %.1f MiB)", MiB(model.ids_bytes));
   }
+  absl::StrAppendFormat(&out, " + working %.1f MiB", MiB(model.working_bytes));
   return out;
 }
 

@@ -23,6 +23,9 @@ struct BuildShape {
   // Bytes per vector in the inverted lists: the code (FastScan: M / 2
   // rounded up; 8-bit PQ: M) plus its 8-byte id.
   int64_t list_bytes_per_vector = 0;
+  // Centroids per PQ sub-quantizer (16 for 4-bit FastScan, 256 for 8-bit):
+  // FAISS trains the PQ on at most 256 residuals per centroid.
+  int pq_centroids = 16;
   bool cosine = false;     // normalised copies of the sample and batches
   bool own_ids = false;    // --ids: the ids are held, then sorted
 };
@@ -30,8 +33,9 @@ struct BuildShape {
 // The phases' heap bytes above the process's own (its code, libraries and
 // their first allocations, measured before the input is opened).
 struct BuildMemoryModel {
-  // The training sample, FAISS's residuals of it for the product quantizer
-  // (as large), and a normalised copy for cosine.
+  // The training sample, a normalised copy for cosine, and FAISS's
+  // residuals of the rows the product quantizer trains on (at most 256 per
+  // centroid: 4,096 rows for FastScan, 65,536 for 8-bit PQ).
   int64_t train_bytes = 0;
   // The inverted lists being filled (the codes the build must hold), the
   // batch read, FAISS's residuals of it, a normalised copy for cosine.
@@ -40,7 +44,11 @@ struct BuildMemoryModel {
   int64_t write_bytes = 0;
   // The ids read with --ids (8 bytes per row), held through every phase.
   int64_t ids_bytes = 0;
-  // The largest phase plus the ids.
+  // Working buffers of every phase: OpenBLAS's GEMM buffer (32 MiB per
+  // thread it runs; knnd runs it on one) and FAISS's coarse-assignment
+  // blocks (4096 rows x 1024 centroids of floats, 16 MiB, within it).
+  int64_t working_bytes = 0;
+  // The largest phase plus the ids and the working buffers.
   int64_t PeakBytes() const;
 };
 
@@ -51,10 +59,12 @@ struct BuildMemoryModel {
 // powers-of-two intervals, 1 / ln 2); after adding, the build knows the
 // lists' real bytes and passes their ratio to the content.
 inline constexpr double kExpectedListGrowth = 1.4427;
+inline constexpr int64_t kBuildWorkingBytes = int64_t{32} << 20;
 BuildMemoryModel ModelBuildMemory(const BuildShape& shape,
                                   double list_growth = kExpectedListGrowth);
 
-// "train 150.0 MiB, add 420.3 MiB, write 380.1 MiB (+ ids 38.1 MiB)".
+// "train 150.0 MiB, add 420.3 MiB, write 380.1 MiB (+ ids 38.1 MiB)
+// + working 32.0 MiB".
 std::string DescribeBuildMemory(const BuildMemoryModel& model);
 
 }  // namespace knnd

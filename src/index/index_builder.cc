@@ -92,6 +92,8 @@ int64_t IndexBuilder::nlist() const { return faiss_->nlist(); }
 
 int IndexBuilder::pq_m() const { return faiss_->pq_m(); }
 
+int IndexBuilder::pq_nbits() const { return faiss_->pq_nbits(); }
+
 int64_t IndexBuilder::ntotal() const { return faiss_->ntotal(); }
 
 int64_t IndexBuilder::list_bytes_per_vector() const {

@@ -96,6 +96,7 @@ class IndexBuilder {
 
   int64_t nlist() const;
   int pq_m() const;
+  int pq_nbits() const;
   int64_t ntotal() const;
   // Bytes per vector in the inverted lists (code and id), and the heap
   // bytes they hold now (FaissBuilder's).

@@ -170,6 +170,11 @@ struct FileHead {
 
 constexpr size_t kHeadBytes = 1 << 20;
 
+// Pages of a mapped .npy are handed back in windows of this many bytes
+// aligned to it: a multiple of the kernel's fault-around (64 KiB) and of
+// the page size.
+constexpr uint64_t kDropWindowBytes = 1 << 20;
+
 // Reads the head of `file` (opened by gzopen) and counts the rest: the
 // size on disk for an uncompressed file, one decompression pass for a
 // compressed one.
@@ -485,9 +490,12 @@ absl::Status VectorReader::ReadMapped(int64_t first, int64_t n, float* out) {
   std::memcpy(out, static_cast<const char*>(map_) + begin, end - begin);
   // The rows are copied: their pages leave this process's resident set
   // (the page cache keeps them), so reading the whole file never holds it.
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const uint64_t drop_begin = begin / page * page;
-  const uint64_t drop_end = std::min(map_bytes_, (end + page - 1) / page * page);
+  // The kernel maps cached pages around each faulting one as well (fault-
+  // around, 64 KiB), so the whole aligned window goes, not just the rows.
+  const uint64_t drop_begin = begin / kDropWindowBytes * kDropWindowBytes;
+  const uint64_t drop_end =
+      std::min(map_bytes_, (end + kDropWindowBytes - 1) / kDropWindowBytes *
+                               kDropWindowBytes);
   madvise(static_cast<char*>(map_) + drop_begin, drop_end - drop_begin,
           MADV_DONTNEED);
   return absl::OkStatus();

@@ -370,9 +370,10 @@ int64_t PeakResidentBytes() {
 }
 
 // Prints the memory model with the lists' real bytes beside the peak
-// measured (docs/knnctl.md, "Memory of a build").
+// measured, and the peak as it stood after training and after adding
+// (docs/knnctl.md, "Memory of a build").
 void PrintMemory(const BuildShape& shape, const IndexBuilder& b,
-                 int64_t baseline) {
+                 int64_t baseline, int64_t peak_trained, int64_t peak_added) {
   const double content = static_cast<double>(shape.rows) *
                          static_cast<double>(shape.list_bytes_per_vector);
   const double growth =
@@ -380,10 +381,11 @@ void PrintMemory(const BuildShape& shape, const IndexBuilder& b,
   const BuildMemoryModel model = ModelBuildMemory(shape, growth);
   const int64_t predicted = baseline + model.PeakBytes();
   const int64_t peak = PeakResidentBytes();
-  std::printf("memory:   peak RSS %.1f MiB (VmHWM); model %.1f MiB = "
-              "process %.1f + max(%s), lists grown %.2fx their content\n",
-              MiB(peak), MiB(predicted), MiB(baseline),
-              DescribeBuildMemory(model).c_str(), growth);
+  std::printf("memory:   peak RSS %.1f MiB (VmHWM; %.1f after training, "
+              "%.1f after adding); model %.1f MiB = process %.1f + max(%s), "
+              "lists grown %.2fx their content\n",
+              MiB(peak), MiB(peak_trained), MiB(peak_added), MiB(predicted),
+              MiB(baseline), DescribeBuildMemory(model).c_str(), growth);
 }
 
 int Build(const BuildOptions& options) {
@@ -468,6 +470,7 @@ int Build(const BuildOptions& options) {
   shape.train_rows = train_rows;
   shape.add_batch_rows = batch;
   shape.list_bytes_per_vector = b.list_bytes_per_vector();
+  shape.pq_centroids = 1 << b.pq_nbits();
   shape.cosine = *metric == Metric::kCosine;
   shape.own_ids = !ids.empty();
   std::printf("metric:   %s%s\n", MetricName(*metric),
@@ -496,6 +499,7 @@ int Build(const BuildOptions& options) {
   if (absl::Status s = Train(b, x, train_rows, options.seed); !s.ok()) {
     return Fail(s);
   }
+  const int64_t peak_trained = PeakResidentBytes();
   std::printf("trained in %.1f s\n",
               absl::ToDoubleSeconds(absl::Now() - train_start));
   std::fflush(stdout);
@@ -522,6 +526,7 @@ int Build(const BuildOptions& options) {
     progress.Update(begin + n);
   }
   values = std::vector<float>();
+  const int64_t peak_added = PeakResidentBytes();
 
   const int nprobe = options.stored_nprobe > 0 ? options.stored_nprobe
                                                : DefaultNprobe(b.nlist());
@@ -534,7 +539,7 @@ int Build(const BuildOptions& options) {
   metadata.set_id_table(!ids.empty());
   if (options.shards > 0) {
     const bool ok = WriteShards(options, b, *plan, ids, nprobe, metadata);
-    if (ok) PrintMemory(shape, b, baseline);
+    if (ok) PrintMemory(shape, b, baseline, peak_trained, peak_added);
     return ok ? kExitOk : kExitError;
   }
   // The id table and the vectors file go in first; the index and then its
@@ -568,7 +573,7 @@ int Build(const BuildOptions& options) {
                 IdTablePath(output).c_str(), MiB(st.st_size),
                 options.ids.c_str());
   }
-  PrintMemory(shape, b, baseline);
+  PrintMemory(shape, b, baseline, peak_trained, peak_added);
   std::printf("next:     knnctl tune --index %s%s%s (records the fastest "
               "setting reaching a recall target)\n",
               output.c_str(), keep_vectors ? "" : " --base ",

@@ -26,8 +26,8 @@ constexpr Command kCommands[] = {
      "splits an index into shards sharing its quantizers (docs/sharding.md)",
      "--index INDEX --shards N [--output PATH]", DefineShard},
     {"update",
-     "a new version from the previous one plus additions, upserts and "
-     "deletions, without training (docs/updates.md)",
+     "a new version from the previous one and a delta, without training "
+     "(docs/updates.md)",
      "--base INDEX --output INDEX [--input FILE [--ids FILE]] "
      "[--delete FILE]",
      DefineUpdate},
