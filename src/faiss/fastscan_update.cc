@@ -56,7 +56,8 @@ absl::StatusOr<std::unique_ptr<FastScanUpdate>> FastScanUpdate::Open(
       dynamic_cast<FastScanIndex*>(opened->get()));
   if (base == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        base_path, " is a FAISS IVF-PQ index; only knnd FastScan indexes "
+        base_path,
+        " is a FAISS IVF-PQ index; only knnd FastScan indexes "
         "(knnctl build's default recipe) are updated: rebuild it"));
   }
   opened->release();
@@ -93,7 +94,8 @@ absl::StatusOr<FastScanUpdate::QuantizationError> FastScanUpdate::MeasureError(
   const auto* pre = dynamic_cast<const faiss::IndexPreTransform*>(&root);
   absl::Status status = CatchFaiss(
       absl::StatusCode::kInternal, "measuring the quantization error", [&] {
-        const float* x = pre != nullptr ? pre->apply_chain(n, vectors) : vectors;
+        const float* x =
+            pre != nullptr ? pre->apply_chain(n, vectors) : vectors;
         const int64_t d = ivf.d;
         std::vector<faiss::Index::idx_t> list(static_cast<size_t>(n));
         ivf.quantizer->assign(n, x, list.data());
@@ -133,7 +135,8 @@ std::vector<int64_t> FastScanUpdate::NewListSizes(
   std::vector<int64_t> sizes(base.nlist);
   for (size_t l = 0; l < base.nlist; ++l) {
     const size_t n = base.invlists->list_size(l);
-    const faiss::Index::idx_t* ids = n > 0 ? base.invlists->get_ids(l) : nullptr;
+    const faiss::Index::idx_t* ids =
+        n > 0 ? base.invlists->get_ids(l) : nullptr;
     for (size_t i = 0; i < n; ++i) {
       const int64_t row = ids[i];
       if (row >= 0 && row < static_cast<int64_t>(new_row_of_base.size()) &&
@@ -148,8 +151,8 @@ std::vector<int64_t> FastScanUpdate::NewListSizes(
 
 absl::Status FastScanUpdate::Write(absl::Span<const int64_t> new_row_of_base,
                                    const std::string& path) const {
-  return WriteFastScanFileUpdate(base_->faiss_index(), new_row_of_base,
-                                 *added_, path);
+  return WriteFastScanFileUpdate(base_->faiss_index(), new_row_of_base, *added_,
+                                 path);
 }
 
 }  // namespace knnd

@@ -12,19 +12,18 @@ int64_t BuildMemoryModel::PeakBytes() const {
          working_bytes;
 }
 
-BuildMemoryModel ModelBuildMemory(const BuildShape& shape,
-                                  double list_growth) {
+BuildMemoryModel ModelBuildMemory(const BuildShape& shape, double list_growth) {
   const int64_t row_bytes = int64_t{shape.dim} * int64_t{sizeof(float)};
   const int64_t copies = shape.cosine ? 3 : 2;
   const int64_t batch_rows = std::min(shape.add_batch_rows, shape.rows);
-  const int64_t lists = static_cast<int64_t>(
-      list_growth * static_cast<double>(shape.rows) *
-      static_cast<double>(shape.list_bytes_per_vector));
+  const int64_t lists =
+      static_cast<int64_t>(list_growth * static_cast<double>(shape.rows) *
+                           static_cast<double>(shape.list_bytes_per_vector));
   BuildMemoryModel model;
   const int64_t pq_rows =
       std::min<int64_t>(shape.train_rows, int64_t{256} * shape.pq_centroids);
-  model.train_bytes =
-      (shape.cosine ? 2 : 1) * shape.train_rows * row_bytes + pq_rows * row_bytes;
+  model.train_bytes = (shape.cosine ? 2 : 1) * shape.train_rows * row_bytes +
+                      pq_rows * row_bytes;
   model.add_bytes = lists + copies * batch_rows * row_bytes;
   model.write_bytes = lists + (shape.own_ids ? 16 * shape.rows : 0);
   model.ids_bytes = shape.own_ids ? 8 * shape.rows : 0;

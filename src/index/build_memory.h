@@ -26,8 +26,8 @@ struct BuildShape {
   // Centroids per PQ sub-quantizer (16 for 4-bit FastScan, 256 for 8-bit):
   // FAISS trains the PQ on at most 256 residuals per centroid.
   int pq_centroids = 16;
-  bool cosine = false;     // normalised copies of the sample and batches
-  bool own_ids = false;    // --ids: the ids are held, then sorted
+  bool cosine = false;   // normalised copies of the sample and batches
+  bool own_ids = false;  // --ids: the ids are held, then sorted
 };
 
 // The phases' heap bytes above the process's own (its code, libraries and

@@ -96,9 +96,9 @@ absl::StatusOr<std::vector<int64_t>> ExactNeighborsInFile(
     const int kk = static_cast<int>(std::min<int64_t>(k, n));
     distances.resize(static_cast<size_t>(nq) * kk);
     ids.resize(static_cast<size_t>(nq) * kk);
-    if (absl::Status s = ExactKnn(chunk.data(), n, queries.values.data(), nq,
-                                  dim, kk, metric, distances.data(),
-                                  ids.data());
+    if (absl::Status s =
+            ExactKnn(chunk.data(), n, queries.values.data(), nq, dim, kk,
+                     metric, distances.data(), ids.data());
         !s.ok()) {
       return s;
     }
@@ -122,15 +122,17 @@ absl::StatusOr<std::vector<int64_t>> ExactNeighborsInFile(
   }
   std::vector<int64_t> out(static_cast<size_t>(nq) * k, -1);
   for (int64_t q = 0; q < nq; ++q) {
-    for (size_t j = 0; j < best[q].size(); ++j) out[q * k + j] = best[q][j].second;
+    for (size_t j = 0; j < best[q].size(); ++j)
+      out[q * k + j] = best[q][j].second;
   }
   return out;
 }
 
 // Writes the new version's vectors file: row r from the base's file or the
 // (normalised) input, as plan.rows says, in batches.
-absl::Status WriteVectors(const UpdatePlan& plan, const VectorsFile& base,
-                          const Matrix* input, const std::string& path) {
+absl::Status WriteUpdatedVectors(const UpdatePlan& plan,
+                                 const VectorsFile& base, const Matrix* input,
+                                 const std::string& path) {
   absl::StatusOr<std::unique_ptr<VectorsFileWriter>> writer =
       VectorsFileWriter::Create(path, base.dim(), base.dtype());
   if (!writer.ok()) return writer.status();
@@ -160,8 +162,8 @@ absl::StatusOr<std::vector<int64_t>> BaseIds(const IndexInfo& info) {
     for (int64_t row = 0; row < info.ntotal; ++row) ids[row] = row;
     return ids;
   }
-  absl::StatusOr<std::unique_ptr<IdTable>> table = IdTable::Open(
-      info.id_table_path, info.ntotal, /*verify_checksum=*/false);
+  absl::StatusOr<std::unique_ptr<IdTable>> table =
+      IdTable::Open(info.id_table_path, info.ntotal, /*verify_checksum=*/false);
   if (!table.ok()) return table.status();
   for (int64_t row = 0; row < info.ntotal; ++row) {
     ids[row] = (*table)->IdOf(row);
@@ -171,8 +173,8 @@ absl::StatusOr<std::vector<int64_t>> BaseIds(const IndexInfo& info) {
 
 // Fills the drift figures that need the new version loaded: recall@10 on
 // a sample of the delta's rows (or of the new version's).
-absl::Status MeasureRecall(const UpdateOptions& options,
-                           const Matrix* input, UpdateDrift& drift) {
+absl::Status MeasureRecall(const UpdateOptions& options, const Matrix* input,
+                           UpdateDrift& drift) {
   LoadOptions load;
   load.probe_in_subprocess = false;
   load.verify_checksum = false;
@@ -186,9 +188,9 @@ absl::Status MeasureRecall(const UpdateOptions& options,
       info.vectors_path, info.dim, info.ntotal, /*verify_checksum=*/false);
   if (!vectors.ok()) return vectors.status();
   const bool from_input = input != nullptr && input->rows > 0;
-  const std::vector<int64_t> rows = SampleRowNumbers(
-      from_input ? input->rows : info.ntotal, options.recall_queries,
-      options.seed + 1);
+  const std::vector<int64_t> rows =
+      SampleRowNumbers(from_input ? input->rows : info.ntotal,
+                       options.recall_queries, options.seed + 1);
   const Matrix queries =
       from_input
           ? Gather(info.dim, rows,
@@ -202,8 +204,8 @@ absl::Status MeasureRecall(const UpdateOptions& options,
   RowsToAnswerIds(snapshot, *truth);
   SweepOptions sweep;
   drift.recall_nprobe = static_cast<int>(std::min<int64_t>(
-      info.nlist, info.tuned_nprobe > 0 ? info.tuned_nprobe
-                                        : info.stored_nprobe));
+      info.nlist,
+      info.tuned_nprobe > 0 ? info.tuned_nprobe : info.stored_nprobe));
   drift.recall_refine_factor =
       info.tuned_nprobe > 0 ? info.tuned_refine_factor : 0;
   sweep.nprobes = {drift.recall_nprobe};
@@ -213,6 +215,7 @@ absl::Status MeasureRecall(const UpdateOptions& options,
       SweepNprobe(snapshot, queries, *truth, kRecallK, sweep);
   if (!rows_measured.ok()) return rows_measured.status();
   drift.recall = rows_measured->front().recall.front();
+  drift.recall_queries = queries.rows;
   drift.tuned_recall = info.tuned_recall;
   return absl::OkStatus();
 }
@@ -254,18 +257,24 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
         "the new version cannot overwrite its base ", options.base_path,
         ": write it beside it (knnctl publish numbers versions)"));
   }
+  // The base's structure is checked (layout, sizes, counts, the sidecar
+  // against the file); its payload checksums are not read again: it is a
+  // published version, verified when it was published and served, and
+  // reading its INDEX.vectors once more would cost as much as the update.
   LoadOptions load;
   load.use_precomputed_table = false;
   load.probe_in_subprocess = false;
+  load.verify_checksum = false;
   absl::StatusOr<std::unique_ptr<IndexSnapshot>> base =
       IndexSnapshot::Load(options.base_path, load);
   if (!base.ok()) return base.status();
   const IndexInfo& info = (*base)->info();
   if (info.shard_count > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        options.base_path, " is shard ", info.shard_id, " of ",
-        info.shard_count, "; update the whole index, then split it again "
-        "with knnctl shard"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.base_path, " is shard ", info.shard_id, " of ",
+                     info.shard_count,
+                     "; update the whole index, then split it again "
+                     "with knnctl shard"));
   }
   if (!info.vectors_error.empty()) {
     return absl::InvalidArgumentError(
@@ -274,9 +283,9 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
   }
   const Matrix* input = options.input;
   if (input != nullptr && input->rows > 0 && input->dim != info.dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        options.input_name, " has dim=", input->dim, ", the index ",
-        options.base_path, " dim=", info.dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.input_name, " has dim=", input->dim,
+                     ", the index ", options.base_path, " dim=", info.dim));
   }
   const int64_t input_rows = input != nullptr ? input->rows : 0;
   absl::StatusOr<std::vector<int64_t>> base_ids = BaseIds(info);
@@ -284,20 +293,22 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
   std::vector<int64_t> input_ids = options.input_ids;
   if (input_ids.empty() && input_rows > 0) {
     if (info.has_id_table) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          options.base_path, " holds its own ids (INDEX.ids): give the ids "
-          "of ", options.input_name, " (--ids)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(options.base_path,
+                       " holds its own ids (INDEX.ids): give the ids "
+                       "of ",
+                       options.input_name, " (--ids)"));
     }
     input_ids = NextIds(*base_ids, input_rows);
   }
   if (static_cast<int64_t>(input_ids.size()) != input_rows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ids for ", options.input_name, ": ", input_ids.size(), " ids for ",
-        input_rows, " rows"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ids for ", options.input_name, ": ", input_ids.size(),
+                     " ids for ", input_rows, " rows"));
   }
   UpdateReport report;
-  absl::StatusOr<UpdatePlan> plan = PlanUpdate(
-      *base_ids, input_ids, options.deletions, options.input_name);
+  absl::StatusOr<UpdatePlan> plan =
+      PlanUpdate(*base_ids, input_ids, options.deletions, options.input_name);
   if (!plan.ok()) return plan.status();
   report.plan = std::move(*plan);
   base_ids->clear();
@@ -328,7 +339,7 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
     absl::StatusOr<std::unique_ptr<VectorsFile>> vectors = VectorsFile::Open(
         info.vectors_path, info.dim, info.ntotal, /*verify_checksum=*/false);
     if (!vectors.ok()) return vectors.status();
-    if (absl::Status s = WriteVectors(p, **vectors, input, vectors_path);
+    if (absl::Status s = WriteUpdatedVectors(p, **vectors, input, vectors_path);
         !s.ok()) {
       return s;
     }

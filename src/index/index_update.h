@@ -64,6 +64,7 @@ struct UpdateDrift {
   // refine_factor (the tuned setting, else the stored nprobe); -1: not
   // measured. tuned_recall: what `knnctl tune` recorded, 0 if never tuned.
   double recall = -1;
+  int64_t recall_queries = 0;
   int recall_nprobe = 0;
   int recall_refine_factor = 0;
   double tuned_recall = 0;

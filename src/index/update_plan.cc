@@ -29,9 +29,9 @@ absl::StatusOr<UpdatePlan> PlanUpdate(absl::Span<const int64_t> base_ids,
   absl::flat_hash_set<int64_t> deleted(deletions.begin(), deletions.end());
   for (int64_t id : deleted) {
     if (input_row_of.contains(id)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "id ", id, " is both deleted and given a vector in ", input_name,
-          "; give it one or the other"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("id ", id, " is both deleted and given a vector in ",
+                       input_name, "; give it one or the other"));
     }
   }
   UpdatePlan plan;
@@ -67,7 +67,8 @@ absl::StatusOr<UpdatePlan> PlanUpdate(absl::Span<const int64_t> base_ids,
     ++plan.added;
   }
   plan.deleted = found_deletions;
-  plan.deletions_absent = static_cast<int64_t>(deleted.size()) - found_deletions;
+  plan.deletions_absent =
+      static_cast<int64_t>(deleted.size()) - found_deletions;
   plan.row_ids = true;
   for (size_t r = 0; r < plan.ids.size() && plan.row_ids; ++r) {
     plan.row_ids = plan.ids[r] == static_cast<int64_t>(r);

@@ -38,10 +38,10 @@ struct RowSource {
 };
 
 struct UpdatePlan {
-  std::vector<RowSource> rows;      // new row -> its source
-  std::vector<int64_t> ids;         // new row -> the id answers carry
-  std::vector<int64_t> new_row_of_base;  // base row -> new row, -1 if gone
-  std::vector<int64_t> new_row_of_input; // input row -> new row
+  std::vector<RowSource> rows;            // new row -> its source
+  std::vector<int64_t> ids;               // new row -> the id answers carry
+  std::vector<int64_t> new_row_of_base;   // base row -> new row, -1 if gone
+  std::vector<int64_t> new_row_of_input;  // input row -> new row
   // True when ids[r] == r for every row: no id table is needed.
   bool row_ids = false;
   int64_t kept = 0;
@@ -62,8 +62,7 @@ absl::StatusOr<UpdatePlan> PlanUpdate(absl::Span<const int64_t> base_ids,
 
 // The ids a row-id index gives `count` new input rows when none are given:
 // the ids after the base's largest (base_ids.size() for a row-id base).
-std::vector<int64_t> NextIds(absl::Span<const int64_t> base_ids,
-                             int64_t count);
+std::vector<int64_t> NextIds(absl::Span<const int64_t> base_ids, int64_t count);
 
 }  // namespace knnd
 

@@ -84,7 +84,8 @@ void UpdateAndCheck(bool own_ids) {
   for (int64_t r : deleted_rows) options.deletions.push_back(base_ids[r]);
   for (int64_t r : upserted_rows) options.input_ids.push_back(base_ids[r]);
   std::vector<int64_t> added_ids;
-  for (int i = 0; i < 60; ++i) added_ids.push_back(own_ids ? 900000 + i : kRows + i);
+  for (int i = 0; i < 60; ++i)
+    added_ids.push_back(own_ids ? 900000 + i : kRows + i);
   options.input_ids.insert(options.input_ids.end(), added_ids.begin(),
                            added_ids.end());
   options.recall_queries = 50;
@@ -139,8 +140,8 @@ void UpdateAndCheck(bool own_ids) {
   expect_found(additions, added_ids);
   // An upserted id's old vector is gone: searched for, it is never at
   // distance 0 under that id.
-  const auto old = SearchSnapshot(*snapshot, Rows(x, upserted_rows), 5,
-                                  kNlist, 4);
+  const auto old =
+      SearchSnapshot(*snapshot, Rows(x, upserted_rows), 5, kNlist, 4);
   for (size_t q = 0; q < upserted_rows.size(); ++q) {
     for (int j = 0; j < 5; ++j) {
       if (old.ids[q * 5 + j] == upserted_ids[q]) {
@@ -155,8 +156,7 @@ void UpdateAndCheck(bool own_ids) {
   expect_found(Rows(x, kept_rows), kept_ids);
 
   // knnd serves the new version and answers an addition with its id.
-  testing::RunningServer server =
-      StartServer(TestConfig(options.output_path));
+  testing::RunningServer server = StartServer(TestConfig(options.output_path));
   knnd::v1::SearchRequest request = MakeSearchRequest(
       std::vector<float>(additions.begin(), additions.begin() + kDim), 1);
   request.set_nprobe(kNlist);

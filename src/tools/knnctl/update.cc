@@ -41,19 +41,17 @@ struct UpdateCommandOptions {
 // "0.123 -> 0.130 (1.06x)", or "n/a" when the base side was not measured.
 std::string Moved(double before, double after) {
   if (before <= 0) return "n/a (the base has no INDEX.vectors to sample)";
-  return absl::StrFormat("%.4g -> %.4g (%.2fx)", before, after,
-                         after / before);
+  return absl::StrFormat("%.4g -> %.4g (%.2fx)", before, after, after / before);
 }
 
 void PrintReport(const UpdateCommandOptions& options,
                  const UpdateReport& report) {
   const UpdatePlan& p = report.plan;
-  std::printf("rows:     %lld kept, %lld upserted (replaced in place), "
-              "%lld added, %lld deleted",
-              static_cast<long long>(p.kept),
-              static_cast<long long>(p.upserted),
-              static_cast<long long>(p.added),
-              static_cast<long long>(p.deleted));
+  std::printf(
+      "rows:     %lld kept, %lld upserted (replaced in place), "
+      "%lld added, %lld deleted",
+      static_cast<long long>(p.kept), static_cast<long long>(p.upserted),
+      static_cast<long long>(p.added), static_cast<long long>(p.deleted));
   if (p.deletions_absent > 0) {
     std::printf(" (%lld ids to delete were not in the base)",
                 static_cast<long long>(p.deletions_absent));
@@ -68,13 +66,13 @@ void PrintReport(const UpdateCommandOptions& options,
     std::printf("wrote:    %s\n", VectorsPath(options.output).c_str());
   }
   if (report.wrote_id_table) {
-    std::printf("wrote:    %s%s\n", IdTablePath(options.output).c_str(),
-                p.row_ids ? "" : " (row -> id; a row-id base whose rows "
-                                 "renumbered keeps its ids here)");
+    std::printf("wrote:    %s (row -> id; every kept id as before)\n",
+                IdTablePath(options.output).c_str());
   }
-  std::printf("time:     %.2f s to write (no training), %.2f s to measure "
-              "drift\n",
-              report.write_seconds, report.drift_seconds);
+  std::printf(
+      "time:     %.2f s to write (no training), %.2f s to measure "
+      "drift\n",
+      report.write_seconds, report.drift_seconds);
   const UpdateDrift& d = report.drift;
   if (d.new_pq_error > 0 || d.new_coarse_error > 0) {
     std::printf("drift:    coarse error (base sample -> delta) %s\n",
@@ -85,13 +83,14 @@ void PrintReport(const UpdateCommandOptions& options,
   std::printf("drift:    list imbalance %s\n",
               Moved(d.base_imbalance, d.new_imbalance).c_str());
   if (d.recall >= 0) {
-    std::printf("drift:    recall@10 %.3f on %d sampled rows at nprobe %d, "
-                "refine_factor %d%s\n",
-                d.recall, options.recall_queries, d.recall_nprobe,
-                d.recall_refine_factor,
-                d.tuned_recall > 0
-                    ? absl::StrFormat(" (tuned: %.3f)", d.tuned_recall).c_str()
-                    : " (never tuned: knnctl tune records a target)");
+    std::printf(
+        "drift:    recall@10 %.3f on %lld sampled rows at nprobe %d, "
+        "refine_factor %d%s\n",
+        d.recall, static_cast<long long>(d.recall_queries), d.recall_nprobe,
+        d.recall_refine_factor,
+        d.tuned_recall > 0
+            ? absl::StrFormat(" (tuned: %.3f)", d.tuned_recall).c_str()
+            : " (never tuned: knnctl tune records a target)");
   }
   if (d.retrain_reasons.empty()) {
     std::printf("retrain:  not due\n");
@@ -101,10 +100,11 @@ void PrintReport(const UpdateCommandOptions& options,
     }
     std::printf("retrain:  rebuild with knnctl build from the whole corpus\n");
   }
-  std::printf("next:     knnctl publish --index %s --dir VERSIONS (knnd "
-              "swaps to it; split it with knnctl shard first when serving "
-              "shards)\n",
-              options.output.c_str());
+  std::printf(
+      "next:     knnctl publish --index %s --dir VERSIONS (knnd "
+      "swaps to it; split it with knnctl shard first when serving "
+      "shards)\n",
+      options.output.c_str());
 }
 
 int Update(const UpdateCommandOptions& options) {
@@ -113,8 +113,9 @@ int Update(const UpdateCommandOptions& options) {
     return Fail("update needs --base INDEX and --output INDEX");
   }
   if (options.input.empty() && options.deletions.empty()) {
-    return Fail("update needs --input FILE (additions and upserts), "
-                "--delete FILE, or both");
+    return Fail(
+        "update needs --input FILE (additions and upserts), "
+        "--delete FILE, or both");
   }
   const size_t slash = options.output.rfind('/');
   const std::string dir =
@@ -188,8 +189,7 @@ std::function<int()> DefineUpdate(FlagSet& flags) {
             "Rows of the delta (or of the new version, without --input) "
             "searched to estimate recall@10 against exact search over "
             "INDEX.vectors; 0: not measured.");
-  flags.Add("seed", &options->seed, "N",
-            "Seed of the drift samples.");
+  flags.Add("seed", &options->seed, "N", "Seed of the drift samples.");
   AddThreadsFlag(flags, &options->threads);
   return [options] { return Update(*options); };
 }
