@@ -52,15 +52,14 @@ absl::StatusOr<std::unique_ptr<FastScanUpdate>> FastScanUpdate::Open(
   absl::StatusOr<std::unique_ptr<ServingIndex>> opened =
       ServingIndex::Open(base_path);
   if (!opened.ok()) return opened.status();
-  std::unique_ptr<FastScanIndex> base(
-      dynamic_cast<FastScanIndex*>(opened->get()));
-  if (base == nullptr) {
+  if (dynamic_cast<FastScanIndex*>(opened->get()) == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         base_path,
         " is a FAISS IVF-PQ index; only knnd FastScan indexes "
         "(knnctl build's default recipe) are updated: rebuild it"));
   }
-  opened->release();
+  std::unique_ptr<FastScanIndex> base(
+      static_cast<FastScanIndex*>(opened->release()));
   std::unique_ptr<faiss::Index> added = EmptyFastScanCopy(base->faiss_index());
   if (added == nullptr) {
     return absl::InternalError(
@@ -68,14 +67,6 @@ absl::StatusOr<std::unique_ptr<FastScanUpdate>> FastScanUpdate::Open(
   }
   return std::unique_ptr<FastScanUpdate>(
       new FastScanUpdate(std::move(base), std::move(added)));
-}
-
-int64_t FastScanUpdate::base_ntotal() const {
-  return base_->faiss_index().ntotal;
-}
-
-int64_t FastScanUpdate::nlist() const {
-  return static_cast<int64_t>(IvfOf(*added_).nlist);
 }
 
 absl::Status FastScanUpdate::Add(const float* vectors, int64_t n,

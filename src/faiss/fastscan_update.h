@@ -41,9 +41,6 @@ class FastScanUpdate {
   FastScanUpdate(const FastScanUpdate&) = delete;
   FastScanUpdate& operator=(const FastScanUpdate&) = delete;
 
-  int64_t base_ntotal() const;
-  int64_t nlist() const;
-
   // Encodes `n` vectors (dim floats each, already normalised for cosine)
   // under `ids`, their rows in the new version.
   absl::Status Add(const float* vectors, int64_t n, const int64_t* ids);

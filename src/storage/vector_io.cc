@@ -58,9 +58,10 @@ uint32_t BigEndian32(const unsigned char* p) {
          (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
-// .fvecs / .bvecs / .ivecs: per row a little-endian int32 dim, then dim
-// values of `elem` bytes. Checks every row's dim; the data starts at 4 bytes
-// into each row of row_bytes.
+// .ivecs (read whole, for ids): per row a little-endian int32 dim, then
+// dim values of `elem` bytes. Checks every row's dim; the data starts at 4
+// bytes into each row of row_bytes. (.fvecs/.bvecs are streamed:
+// VecsFileLayout.)
 struct VecsLayout {
   int64_t rows = 0;
   int dim = 0;
@@ -68,8 +69,7 @@ struct VecsLayout {
 };
 
 absl::StatusOr<VecsLayout> CheckVecs(const std::string& path,
-                                     const std::string& bytes, int elem,
-                                     int64_t max_rows) {
+                                     const std::string& bytes, int elem) {
   if (bytes.size() < 4) return BadFormat(path, "empty vecs file");
   int32_t dim;
   std::memcpy(&dim, bytes.data(), 4);
@@ -85,7 +85,6 @@ absl::StatusOr<VecsLayout> CheckVecs(const std::string& path,
                                         layout.row_bytes, " (dim=", dim, ")"));
   }
   layout.rows = static_cast<int64_t>(bytes.size() / layout.row_bytes);
-  if (max_rows > 0) layout.rows = std::min(layout.rows, max_rows);
   for (int64_t i = 0; i < layout.rows; ++i) {
     int32_t d;
     std::memcpy(&d, bytes.data() + i * layout.row_bytes, 4);
@@ -379,7 +378,7 @@ absl::StatusOr<IdMatrix> ParseNpyIds(const std::string& path,
 
 absl::StatusOr<IdMatrix> ParseIvecs(const std::string& path,
                                     const std::string& bytes) {
-  absl::StatusOr<VecsLayout> layout = CheckVecs(path, bytes, 4, 0);
+  absl::StatusOr<VecsLayout> layout = CheckVecs(path, bytes, 4);
   if (!layout.ok()) return layout.status();
   IdMatrix m;
   m.rows = layout->rows;
