@@ -14,7 +14,7 @@ int64_t BuildMemoryModel::PeakBytes() const {
 
 BuildMemoryModel ModelBuildMemory(const BuildShape& shape, double list_growth) {
   const int64_t row_bytes = int64_t{shape.dim} * int64_t{sizeof(float)};
-  const int64_t copies = shape.cosine ? 3 : 2;
+  const int64_t copies = shape.cosine ? 2 : 1;
   const int64_t batch_rows = std::min(shape.add_batch_rows, shape.rows);
   const int64_t lists =
       static_cast<int64_t>(list_growth * static_cast<double>(shape.rows) *

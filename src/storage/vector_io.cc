@@ -486,17 +486,22 @@ absl::Status VectorReader::Read(int64_t first, int64_t n, float* out) {
 absl::Status VectorReader::ReadMapped(int64_t first, int64_t n, float* out) {
   const uint64_t begin = layout_.data_offset + first * RowBytes();
   const uint64_t end = begin + n * RowBytes();
-  std::memcpy(out, static_cast<const char*>(map_) + begin, end - begin);
-  // The rows are copied: their pages leave this process's resident set
-  // (the page cache keeps them), so reading the whole file never holds it.
-  // The kernel maps cached pages around each faulting one as well (fault-
-  // around, 64 KiB), so the whole aligned window goes, not just the rows.
-  const uint64_t drop_begin = begin / kDropWindowBytes * kDropWindowBytes;
-  const uint64_t drop_end =
-      std::min(map_bytes_, (end + kDropWindowBytes - 1) / kDropWindowBytes *
-                               kDropWindowBytes);
-  madvise(static_cast<char*>(map_) + drop_begin, drop_end - drop_begin,
-          MADV_DONTNEED);
+  // Copied a window at a time, each window's pages handed back to the
+  // kernel once copied (the page cache keeps them): the process never holds
+  // more of the file than one window, whatever the range. The whole aligned
+  // window goes, not just the rows: the kernel maps cached pages around
+  // each faulting one too (fault-around, 64 KiB).
+  char* out_bytes = reinterpret_cast<char*>(out);
+  for (uint64_t at = begin; at < end;) {
+    const uint64_t window = at / kDropWindowBytes * kDropWindowBytes;
+    const uint64_t next = std::min(end, window + kDropWindowBytes);
+    std::memcpy(out_bytes + (at - begin), static_cast<const char*>(map_) + at,
+                next - at);
+    madvise(static_cast<char*>(map_) + window,
+            std::min(map_bytes_, window + kDropWindowBytes) - window,
+            MADV_DONTNEED);
+    at = next;
+  }
   return absl::OkStatus();
 }
 
