@@ -201,6 +201,37 @@ TEST(UpdateIndexFile, AppendingToARowIdIndexKeepsRowIdsWithoutATable) {
   for (int i = 0; i < 10; ++i) EXPECT_EQ(results.ids[i], 1000 + i);
 }
 
+// Cosine: the delta is normalised as the build normalised the base, so
+// raw vectors (any scale) are found under their ids with cosine 1.
+TEST(UpdateIndexFile, CosineDeltaIsNormalisedLikeTheBase) {
+  TempDir dir;
+  BuildSpec spec;
+  spec.n = 1000;
+  spec.d = kDim;
+  spec.metric = Metric::kCosine;
+  spec.factory = "IVF8,PQ16x4fs";
+  spec.vectors = VectorsDtype::kFloat32;
+  BuildIndex(dir.path("base.index"), spec);
+  Matrix input = AsMatrix(MakeData(5, kDim, 4));
+  for (float& v : input.values) v *= 7.5f;
+  UpdateOptions options;
+  options.base_path = dir.path("base.index");
+  options.output_path = dir.path("new.index");
+  options.input = &input;
+  options.input_ids = {0, 1001, 1002, 1003, 1004};  // one upsert
+  options.input_name = "delta";
+  options.recall_queries = 0;
+  ASSERT_TRUE(UpdateIndexFile(options).ok());
+  std::unique_ptr<IndexSnapshot> snapshot = LoadSnapshot(options.output_path);
+  ASSERT_NE(snapshot, nullptr);
+  EXPECT_EQ(snapshot->info().metric, Metric::kCosine);
+  const auto results = SearchSnapshot(*snapshot, input.values, 1, 8, 4);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(results.ids[i], options.input_ids[i]) << i;
+    EXPECT_NEAR(results.distances[i], 1.0f, 1e-4) << i;
+  }
+}
+
 TEST(UpdateIndexFile, RefusesWhatItCannotUpdate) {
   TempDir dir;
   BuildSpec spec;
