@@ -7,6 +7,8 @@
 #include <faiss/IndexPreTransform.h>
 #include <faiss/index_factory.h>
 #include <faiss/index_io.h>
+#include <faiss/invlists/BlockInvertedLists.h>
+#include <faiss/invlists/InvertedLists.h>
 
 #include "absl/strings/str_cat.h"
 #include "knnd/faiss/fastscan_checks.h"
@@ -78,7 +80,34 @@ int64_t FaissBuilder::nlist() const {
 
 int FaissBuilder::pq_m() const { return static_cast<int>(objects_->pq->M); }
 
+int FaissBuilder::pq_nbits() const {
+  return static_cast<int>(objects_->pq->nbits);
+}
+
 int64_t FaissBuilder::ntotal() const { return objects_->root->ntotal; }
+
+int64_t FaissBuilder::list_bytes_per_vector() const {
+  return static_cast<int64_t>(objects_->ivf->code_size + sizeof(int64_t));
+}
+
+int64_t FaissBuilder::HeldListBytes() const {
+  const faiss::InvertedLists* lists = objects_->ivf->invlists;
+  size_t bytes = 0;
+  if (const auto* block =
+          dynamic_cast<const faiss::BlockInvertedLists*>(lists)) {
+    for (size_t l = 0; l < block->nlist; ++l) {
+      bytes += block->codes[l].tab.numel +
+               block->ids[l].capacity() * sizeof(faiss::Index::idx_t);
+    }
+  } else if (const auto* array =
+                 dynamic_cast<const faiss::ArrayInvertedLists*>(lists)) {
+    for (size_t l = 0; l < array->nlist; ++l) {
+      bytes += array->codes[l].capacity() +
+               array->ids[l].capacity() * sizeof(faiss::Index::idx_t);
+    }
+  }
+  return static_cast<int64_t>(bytes);
+}
 
 absl::Status FaissBuilder::Train(const float* vectors, int64_t rows) {
   return CatchFaiss(absl::StatusCode::kInvalidArgument,

@@ -34,7 +34,13 @@ class FaissBuilder {
 
   int64_t nlist() const;
   int pq_m() const;
+  int pq_nbits() const;
   int64_t ntotal() const;
+  // Bytes per vector in the inverted lists: its code and its 8-byte id.
+  int64_t list_bytes_per_vector() const;
+  // Heap bytes the inverted lists hold now: their capacity, which FAISS
+  // grows ahead of their content.
+  int64_t HeldListBytes() const;
 
   absl::Status Train(const float* vectors, int64_t rows);
   // `ids` (rows entries) or null for sequential ids from ntotal().

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -126,20 +127,27 @@ absl::StatusOr<std::vector<SourceList>> SourceLists(
   return lists;
 }
 
-// The vectors of `lists` whose ids lie in `range`, repacked: per list, the
-// kept vectors' codes moved one 4-bit element at a time into new blocks
-// (FAISS's packed layout interleaves 32 vectors per block, so a vector's
-// codes cannot be copied as one run; fastscan_format.h's accessors, not
-// FAISS 1.7.3's, which are wrong from sub-quantizer 16 on) and their ids. `storage` owns the new
-// bytes; the returned lists point into it.
+// A list's new contents: the vectors of `lists` that `relabel` keeps (a
+// new id >= 0; -1 drops one), in their order and with their new ids, then
+// the vectors of `appended` (lists of an index with the same quantizers;
+// empty for none) in theirs, repacked: the codes moved one 4-bit element
+// at a time into new blocks (FAISS's packed layout interleaves 32 vectors
+// per block, so a vector's codes cannot be copied as one run;
+// fastscan_format.h's accessors, not FAISS 1.7.3's, which are wrong from
+// sub-quantizer 16 on). `storage` owns the new bytes; the returned lists
+// point into it.
 struct PartStorage {
   std::vector<std::vector<uint8_t>> codes;
   std::vector<std::vector<faiss::Index::idx_t>> ids;
 };
 
-std::vector<SourceList> FilterLists(const faiss::IndexIVFPQFastScan& ivf,
-                                    const std::vector<SourceList>& lists,
-                                    IdRange range, PartStorage& storage) {
+using Relabel = std::function<int64_t(int64_t)>;
+
+std::vector<SourceList> MergeLists(const faiss::IndexIVFPQFastScan& ivf,
+                                   const std::vector<SourceList>& lists,
+                                   const Relabel& relabel,
+                                   const std::vector<SourceList>& appended,
+                                   PartStorage& storage) {
   storage.codes.assign(lists.size(), {});
   storage.ids.assign(lists.size(), {});
   std::vector<SourceList> part(lists.size());
@@ -148,20 +156,31 @@ std::vector<SourceList> FilterLists(const faiss::IndexIVFPQFastScan& ivf,
     std::vector<faiss::Index::idx_t>& ids = storage.ids[l];
     std::vector<uint64_t> kept;
     for (uint64_t i = 0; i < src.n; ++i) {
-      if (range.Contains(src.ids[i])) kept.push_back(i);
+      const int64_t id = relabel(src.ids[i]);
+      if (id < 0) continue;
+      kept.push_back(i);
+      ids.push_back(id);
     }
-    if (kept.empty()) continue;
+    const SourceList none;
+    const SourceList& extra = appended.empty() ? none : appended[l];
+    const uint64_t n = kept.size() + extra.n;
+    if (n == 0) continue;
     std::vector<uint8_t>& codes = storage.codes[l];
-    codes.assign(FastScanPaddedCodeBytes(kept.size(), ivf.code_size), 0);
-    ids.reserve(kept.size());
+    codes.assign(FastScanPaddedCodeBytes(n, ivf.code_size), 0);
     for (uint64_t j = 0; j < kept.size(); ++j) {
       for (size_t sq = 0; sq < ivf.M2; ++sq) {
         SetPackedCode(codes.data(), ivf.M2, j, sq,
                       GetPackedCode(src.codes, ivf.M2, kept[j], sq));
       }
-      ids.push_back(src.ids[kept[j]]);
     }
-    part[l] = SourceList{kept.size(), codes.data(), ids.data()};
+    for (uint64_t j = 0; j < extra.n; ++j) {
+      for (size_t sq = 0; sq < ivf.M2; ++sq) {
+        SetPackedCode(codes.data(), ivf.M2, kept.size() + j, sq,
+                      GetPackedCode(extra.codes, ivf.M2, j, sq));
+      }
+      ids.push_back(extra.ids[j]);
+    }
+    part[l] = SourceList{n, codes.data(), ids.data()};
   }
   return part;
 }
@@ -267,9 +286,10 @@ FastScanHeader PlanLayout(const faiss::Index& index,
   return h;
 }
 
-// Writes `index`, or with `range` only its vectors in the range.
+// Writes `index`, or with `relabel` its vectors relabelled (some dropped)
+// and those of `appended` (an index of the same quantizers) after them.
 absl::Status Write(const faiss::Index& index, const std::string& path,
-                   const IdRange* range) {
+                   const Relabel* relabel, const faiss::Index* appended) {
   FastScanParts parts;
   if (std::string why = CheckFastScanIndex(index, parts); !why.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -278,8 +298,25 @@ absl::Status Write(const faiss::Index& index, const std::string& path,
   const faiss::IndexIVFPQFastScan& ivf = *parts.ivf;
   absl::StatusOr<std::vector<SourceList>> lists = SourceLists(ivf, path);
   if (!lists.ok()) return lists.status();
+  std::vector<SourceList> extra;
+  if (appended != nullptr) {
+    FastScanParts appended_parts;
+    if (std::string why = CheckFastScanIndex(*appended, appended_parts);
+        !why.empty() || appended_parts.ivf->nlist != ivf.nlist ||
+        appended_parts.ivf->code_size != ivf.code_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot write ", path, ": the vectors to append are not encoded "
+          "by the same quantizers", why.empty() ? "" : ": ", why));
+    }
+    absl::StatusOr<std::vector<SourceList>> appended_lists =
+        SourceLists(*appended_parts.ivf, path);
+    if (!appended_lists.ok()) return appended_lists.status();
+    extra = std::move(*appended_lists);
+  }
   PartStorage storage;
-  if (range != nullptr) *lists = FilterLists(ivf, *lists, *range, storage);
+  if (relabel != nullptr) {
+    *lists = MergeLists(ivf, *lists, *relabel, extra, storage);
+  }
   int64_t ntotal = 0;
   for (const SourceList& list : *lists) ntotal += list.n;
   const std::vector<uint8_t> blob = SerializeWithEmptyLists(parts, ntotal);
@@ -328,14 +365,46 @@ absl::Status WriteFastScanFile(const faiss::Index& index,
                                const std::string& path) {
   return CatchFaiss(absl::StatusCode::kInternal,
                     absl::StrCat("writing FastScan index file ", path),
-                    [&] { return Write(index, path, nullptr); });
+                    [&] { return Write(index, path, nullptr, nullptr); });
 }
 
 absl::Status WriteFastScanFilePart(const faiss::Index& index,
                                    const std::string& path, IdRange range) {
+  const Relabel keep_range = [range](int64_t id) {
+    return range.Contains(id) ? id : int64_t{-1};
+  };
   return CatchFaiss(absl::StatusCode::kInternal,
                     absl::StrCat("writing FastScan index file ", path),
-                    [&] { return Write(index, path, &range); });
+                    [&] { return Write(index, path, &keep_range, nullptr); });
+}
+
+absl::Status WriteFastScanFileUpdate(const faiss::Index& base,
+                                     absl::Span<const int64_t> new_id_of,
+                                     const faiss::Index& appended,
+                                     const std::string& path) {
+  const Relabel renumber = [new_id_of](int64_t id) {
+    return id >= 0 && id < static_cast<int64_t>(new_id_of.size())
+               ? new_id_of[id]
+               : int64_t{-1};
+  };
+  return CatchFaiss(absl::StatusCode::kInternal,
+                    absl::StrCat("writing FastScan index file ", path),
+                    [&] { return Write(base, path, &renumber, &appended); });
+}
+
+std::unique_ptr<faiss::Index> EmptyFastScanCopy(const faiss::Index& index) {
+  FastScanParts parts;
+  if (!CheckFastScanIndex(index, parts).empty()) return nullptr;
+  const std::vector<uint8_t> blob = SerializeWithEmptyLists(parts, 0);
+  faiss::VectorIOReader reader;
+  reader.data = blob;
+  std::unique_ptr<faiss::Index> copy;
+  if (!CatchFaiss(absl::StatusCode::kInternal, "copying a FastScan index",
+                  [&] { copy.reset(faiss::read_index(&reader)); })
+           .ok()) {
+    return nullptr;
+  }
+  return copy;
 }
 
 }  // namespace knnd

@@ -13,9 +13,11 @@
 #define KNND_FAISS_FASTSCAN_WRITER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 
 namespace faiss {
 struct Index;
@@ -45,6 +47,24 @@ struct IdRange {
 // part's. Errors as WriteFastScanFile.
 absl::Status WriteFastScanFilePart(const faiss::Index& index,
                                    const std::string& path, IdRange range);
+
+// Writes a new version of `base` (a knnd FastScan index whose ids are
+// rows, its lists mapped or on the heap): every list keeps the vectors
+// whose id `i` has new_id_of[i] >= 0, relabelled to it, in their order
+// (an id outside new_id_of is dropped), then holds the vectors of
+// `appended` (EmptyFastScanCopy(base) with vectors added under their new
+// ids) in theirs. No training and no re-encoding of kept vectors: the
+// codes are moved. Errors as WriteFastScanFile; INVALID_ARGUMENT when
+// `appended` has other lists or codes.
+absl::Status WriteFastScanFileUpdate(const faiss::Index& base,
+                                     absl::Span<const int64_t> new_id_of,
+                                     const faiss::Index& appended,
+                                     const std::string& path);
+
+// A trained copy of `index` (an IndexIVFPQFastScan, optionally under a
+// pre-transform) with empty FAISS BlockInvertedLists, ready to encode new
+// vectors with the same quantizers; null when `index` is not one.
+std::unique_ptr<faiss::Index> EmptyFastScanCopy(const faiss::Index& index);
 
 }  // namespace knnd
 

@@ -30,52 +30,6 @@ int64_t NlistNear(double target, int64_t rows) {
       1, std::min(nlist, FloorPowerOfTwo(std::max<int64_t>(1, rows / 39))));
 }
 
-// Checks that the index file `tmp` loads in IndexSnapshot (the daemon's own
-// checks), completes `metadata` from it (dim, ntotal, size, CRC-32; the
-// metric and factory when the caller left them empty), renames `tmp` over
-// `path` and writes the sidecar beside it. `tmp` is removed on failure, so
-// a failed write never replaces a good file.
-absl::Status CommitIndexFile(const std::string& tmp, const std::string& path,
-                             knnd::v1::IndexMetadata metadata) {
-  auto fail = [&tmp](absl::Status status) {
-    std::remove(tmp.c_str());
-    return status;
-  };
-  LoadOptions check;
-  check.use_precomputed_table = false;
-  check.probe_in_subprocess = false;
-  absl::StatusOr<std::unique_ptr<IndexSnapshot>> loaded =
-      IndexSnapshot::Load(tmp, check);
-  if (!loaded.ok()) {
-    return fail(absl::InternalError(absl::StrCat(
-        "the written index does not load in knnd, so ", path,
-        " was left as it was: ", loaded.status().message())));
-  }
-  const IndexInfo& info = (*loaded)->info();
-  if (metadata.metric().empty()) metadata.set_metric(MetricName(info.metric));
-  absl::StatusOr<Metric> metric = ParseMetric(metadata.metric());
-  if (!metric.ok()) return fail(metric.status());
-  const Metric file_metric =
-      *metric == Metric::kCosine ? Metric::kInnerProduct : *metric;
-  if (file_metric != info.metric) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "metric ", metadata.metric(), " does not fit index ", path,
-        ", whose FAISS metric is ", MetricName(info.metric))));
-  }
-  if (metadata.factory().empty()) metadata.set_factory(info.index_type);
-  absl::StatusOr<std::string> crc = FileCrc32(tmp);
-  if (!crc.ok()) return fail(crc.status());
-  metadata.set_format_version(kIndexMetadataFormatVersion);
-  metadata.set_dim(static_cast<uint32_t>(info.dim));
-  metadata.set_normalized(*metric == Metric::kCosine);
-  metadata.set_ntotal(info.ntotal);
-  metadata.set_file_bytes(info.file_bytes);
-  metadata.set_crc32(*crc);
-  loaded->reset();
-  if (absl::Status s = CommitTempFile(tmp, path); !s.ok()) return s;
-  return WriteIndexMetadata(MetadataPath(path), metadata);
-}
-
 }  // namespace
 
 int64_t DefaultNlist(int64_t rows) {
@@ -138,7 +92,15 @@ int64_t IndexBuilder::nlist() const { return faiss_->nlist(); }
 
 int IndexBuilder::pq_m() const { return faiss_->pq_m(); }
 
+int IndexBuilder::pq_nbits() const { return faiss_->pq_nbits(); }
+
 int64_t IndexBuilder::ntotal() const { return faiss_->ntotal(); }
+
+int64_t IndexBuilder::list_bytes_per_vector() const {
+  return faiss_->list_bytes_per_vector();
+}
+
+int64_t IndexBuilder::HeldListBytes() const { return faiss_->HeldListBytes(); }
 
 std::vector<float> IndexBuilder::NormalizedCopy(const float* vectors,
                                                 int64_t rows) const {
@@ -217,6 +179,48 @@ absl::Status WriteVectorRows(const VectorsFile& vectors, int64_t first,
 }
 
 }  // namespace
+
+absl::Status CommitIndexFile(const std::string& tmp, const std::string& path,
+                             knnd::v1::IndexMetadata metadata) {
+  auto fail = [&tmp](absl::Status status) {
+    std::remove(tmp.c_str());
+    return status;
+  };
+  LoadOptions check;
+  check.use_precomputed_table = false;
+  check.probe_in_subprocess = false;
+  absl::StatusOr<std::unique_ptr<IndexSnapshot>> loaded =
+      IndexSnapshot::Load(tmp, check);
+  if (!loaded.ok()) {
+    return fail(absl::InternalError(absl::StrCat(
+        "the written index does not load in knnd, so ", path,
+        " was left as it was: ", loaded.status().message())));
+  }
+  const IndexInfo& info = (*loaded)->info();
+  if (metadata.metric().empty()) metadata.set_metric(MetricName(info.metric));
+  absl::StatusOr<Metric> metric = ParseMetric(metadata.metric());
+  if (!metric.ok()) return fail(metric.status());
+  const Metric file_metric =
+      *metric == Metric::kCosine ? Metric::kInnerProduct : *metric;
+  if (file_metric != info.metric) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "metric ", metadata.metric(), " does not fit index ", path,
+        ", whose FAISS metric is ", MetricName(info.metric))));
+  }
+  if (metadata.factory().empty()) metadata.set_factory(info.index_type);
+  absl::StatusOr<std::string> crc = FileCrc32(tmp);
+  if (!crc.ok()) return fail(crc.status());
+  metadata.set_format_version(kIndexMetadataFormatVersion);
+  metadata.set_dim(static_cast<uint32_t>(info.dim));
+  metadata.set_normalized(*metric == Metric::kCosine);
+  metadata.set_ntotal(info.ntotal);
+  metadata.set_file_bytes(info.file_bytes);
+  metadata.set_crc32(*crc);
+  loaded->reset();
+  if (absl::Status s = CommitTempFile(tmp, path); !s.ok()) return s;
+  return WriteIndexMetadata(MetadataPath(path), metadata);
+}
+
 
 absl::StatusOr<std::vector<ShardSpec>> ShardIndexFile(
     const std::string& index_path, int shards, const std::string& out_path,

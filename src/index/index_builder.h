@@ -96,7 +96,12 @@ class IndexBuilder {
 
   int64_t nlist() const;
   int pq_m() const;
+  int pq_nbits() const;
   int64_t ntotal() const;
+  // Bytes per vector in the inverted lists (code and id), and the heap
+  // bytes they hold now (FaissBuilder's).
+  int64_t list_bytes_per_vector() const;
+  int64_t HeldListBytes() const;
 
   // Trains the coarse quantizer, any pre-transform and the product quantizer
   // on `rows` vectors (row-major, dim floats each). Call once, before Add.
@@ -135,6 +140,15 @@ class IndexBuilder {
   Options options_;
   std::unique_ptr<FaissBuilder> faiss_;
 };
+
+// Checks that the index file `tmp` loads in IndexSnapshot (the daemon's
+// own checks), completes `metadata` from it (dim, ntotal, size, CRC-32; the
+// metric and factory when the caller left them empty), renames `tmp` over
+// `path` and writes the sidecar beside it: how every writer here (build,
+// shard, convert, update) commits an index file. `tmp` is removed on
+// failure, so a failed write never replaces a good file.
+absl::Status CommitIndexFile(const std::string& tmp, const std::string& path,
+                             knnd::v1::IndexMetadata metadata);
 
 // Converts `faiss_path`, an IVF-PQ FastScan index written by FAISS
 // (faiss.write_index, e.g. from Python), into knnd's mappable FastScan

@@ -91,6 +91,7 @@ ProcessStats ReadProcessStats(const std::string& proc_root) {
     out.resident_anonymous_bytes = FindKeyedNumber(*status, "RssAnon");
     out.resident_file_bytes = FindKeyedNumber(*status, "RssFile");
     out.resident_shmem_bytes = FindKeyedNumber(*status, "RssShmem");
+    out.peak_resident_bytes = FindKeyedNumber(*status, "VmHWM");
   }
   if (absl::optional<std::string> limits = ReadKernelFile(self + "/limits")) {
     out.max_fds = ParseMaxOpenFiles(*limits);

@@ -26,6 +26,9 @@ struct ProcessStats {
   absl::optional<int64_t> resident_anonymous_bytes;
   absl::optional<int64_t> resident_file_bytes;
   absl::optional<int64_t> resident_shmem_bytes;
+  // VmHWM: the highest VmRSS since the process started (what `knnctl
+  // build` reports as its peak).
+  absl::optional<int64_t> peak_resident_bytes;
   // Entries of <proc_root>/self/fd, and the soft "Max open files" limit from
   // <proc_root>/self/limits (absent when unlimited).
   absl::optional<int64_t> open_fds;

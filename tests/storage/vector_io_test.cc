@@ -1,5 +1,7 @@
 #include "knnd/storage/vector_io.h"
 
+#include <zlib.h>
+
 #include <fstream>
 #include <string>
 
@@ -96,6 +98,55 @@ TEST(ReadVectors, TruncatedFvecsAndIdxAreRefused) {
   }
   EXPECT_THAT(ReadVectors(dir.path("t-idx3-ubyte")).status().message(),
               HasSubstr("IDX data is shorter than 2 x 4"));
+}
+
+// Gzips `path` into `path`.gz.
+void Gzip(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  gzFile out = gzopen((path + ".gz").c_str(), "wb");
+  ASSERT_NE(out, nullptr);
+  ASSERT_EQ(gzwrite(out, bytes.data(), static_cast<unsigned>(bytes.size())),
+            static_cast<int>(bytes.size()));
+  gzclose(out);
+}
+
+TEST(VectorReader, RangesInAnyOrderEqualTheWholeFileInEveryFormat) {
+  TempDir dir;
+  Matrix m;
+  m.rows = 257;
+  m.dim = 5;
+  for (int64_t i = 0; i < m.rows * m.dim; ++i) {
+    m.values.push_back(static_cast<float>(i % 97) - 40.5f);
+  }
+  ASSERT_TRUE(WriteVectors(dir.path("m.npy"), m).ok());
+  ASSERT_TRUE(WriteVectors(dir.path("m.fvecs"), m).ok());
+  Gzip(dir.path("m.npy"));
+  Gzip(dir.path("m.fvecs"));
+  struct Range {
+    int64_t first;
+    int64_t n;
+  };
+  // Forward, backward (a rewind for .gz), one row, the last rows.
+  const std::vector<Range> ranges = {{10, 50}, {3, 4}, {200, 57}, {0, 1},
+                                     {100, 100}};
+  for (const char* name : {"m.npy", "m.fvecs", "m.npy.gz", "m.fvecs.gz"}) {
+    auto reader = VectorReader::Open(dir.path(name));
+    ASSERT_TRUE(reader.ok()) << name << ": " << reader.status();
+    EXPECT_EQ((*reader)->rows(), m.rows) << name;
+    EXPECT_EQ((*reader)->dim(), m.dim) << name;
+    for (const Range& r : ranges) {
+      std::vector<float> out(static_cast<size_t>(r.n * m.dim));
+      ASSERT_TRUE((*reader)->Read(r.first, r.n, out.data()).ok()) << name;
+      EXPECT_EQ(out, std::vector<float>(m.row(r.first),
+                                        m.row(r.first + r.n)))
+          << name << " rows " << r.first;
+    }
+    std::vector<float> past(2 * m.dim);
+    EXPECT_EQ((*reader)->Read(m.rows - 1, 2, past.data()).code(),
+              absl::StatusCode::kOutOfRange)
+        << name;
+  }
 }
 
 TEST(ReadIds, ReadsInt64AndInt32NpyAndRefusesFloats) {

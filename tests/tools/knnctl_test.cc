@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "knnd/storage/index_metadata.h"
+#include "knnd/index/index_builder.h"
 #include "knnd/index/index_snapshot.h"
 #include "knnd/storage/vector_io.h"
 #include "testing/test_util.h"
@@ -139,9 +140,9 @@ TEST(Knnctl, ExitCodes) {
 }
 
 constexpr const char* kCommands[] = {"build",  "convert", "shard",
-                                     "eval",   "tune",    "search",
-                                     "info",   "health",  "publish",
-                                     "reload", "versions"};
+                                     "update", "eval",    "tune",
+                                     "search", "info",    "health",
+                                     "publish", "reload", "versions"};
 
 TEST(Knnctl, HelpListsEveryCommandAndExitsZero) {
   for (const char* help : {"--help", "help", "-h"}) {
@@ -455,6 +456,53 @@ TEST(Knnctl, BuildShardsAndShardWriteTheSameShards) {
       absl::StrCat("shard --index ", whole, " --shards 3001"));
   EXPECT_EQ(many.exit_code, 2);
   EXPECT_THAT(many.output, HasSubstr("--shards=3001 is outside [1, 256]"));
+}
+
+// knnctl build streams its input (a mapped .npy, a .fvecs read in
+// batches): the index it writes is the one an IndexBuilder fed the whole
+// matrix in memory writes, byte for byte, and it reports its memory.
+TEST(Knnctl, StreamedBuildEqualsTheInMemoryBuild) {
+  TempDir dir;
+  const Matrix x = WriteData(dir.path("base.npy"), 3000, 32, 41);
+  ASSERT_TRUE(WriteVectors(dir.path("base.fvecs"), x).ok());
+  const std::string flags =
+      " --factory IVF32,PQ16x4fs --train_size 2000 --add_batch 700";
+  for (const char* input : {"base.npy", "base.fvecs"}) {
+    CommandResult run = Knnctl(absl::StrCat(
+        "build --input ", dir.path(input), " --output ",
+        dir.path(absl::StrCat(input, ".index")), flags));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_THAT(run.output, HasSubstr("peak RSS"));
+    EXPECT_THAT(run.output, HasSubstr("model"));
+  }
+  // Against the in-memory build: trained on every row (so that both train
+  // on the same rows without knnctl's sampler) and fed the same batches.
+  CommandResult all = Knnctl(absl::StrCat(
+      "build --input ", dir.path("base.npy"), " --output ",
+      dir.path("all.index"),
+      " --factory IVF32,PQ16x4fs --train_size 3000 --add_batch 700"));
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  IndexBuilder::Options options;
+  options.dim = 32;
+  options.factory = "IVF32,PQ16x4fs";
+  auto builder = IndexBuilder::Create(options);
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  ASSERT_TRUE((*builder)->Train(x.values.data(), x.rows).ok());
+  for (int64_t begin = 0; begin < x.rows; begin += 700) {
+    ASSERT_TRUE((*builder)
+                    ->Add(x.row(begin), std::min<int64_t>(700, x.rows - begin),
+                          nullptr)
+                    .ok());
+  }
+  ASSERT_TRUE((*builder)
+                  ->Write(dir.path("memory.index"), DefaultNprobe(32), {})
+                  .ok());
+  EXPECT_EQ(ReadFile(dir.path("all.index")), ReadFile(dir.path("memory.index")));
+  EXPECT_EQ(ReadFile(dir.path("base.npy.index")),
+            ReadFile(dir.path("base.fvecs.index")));
+  EXPECT_EQ(ReadFile(dir.path("base.npy.index.vectors")),
+            ReadFile(dir.path("base.fvecs.index.vectors")));
+  EXPECT_FALSE(ReadFile(dir.path("base.npy.index.vectors")).empty());
 }
 
 TEST(Knnctl, DefaultBuildIsFastScanWithVectorsAndTunesToGoodRecall) {
@@ -832,6 +880,53 @@ TEST(Knnctl, KilledBuildLeavesTheOldIndexIntact) {
 
   EXPECT_EQ(*FileCrc32(index), *crc);
   EXPECT_TRUE(IndexSnapshot::Load(index, {}).ok());
+}
+
+// The daily workflow: build, update with deletions and additions, publish
+// the new version (publish loads and checks it with its id table and
+// vectors) and split it into shards; the report names what it did and
+// whether a retrain is due.
+TEST(Knnctl, UpdatePublishesAndShardsLikeABuild) {
+  TempDir dir;
+  WriteData(dir.path("base.npy"), 3000, 32, 51);
+  WriteData(dir.path("delta.npy"), 30, 32, 52);
+  ASSERT_EQ(Knnctl(absl::StrCat("build --input ", dir.path("base.npy"),
+                                " --output ", dir.path("v1.index")))
+                .exit_code,
+            0);
+  WriteIdsNpy(dir.path("delete.npy"), {0, 7, 2999, 123456});
+  CommandResult update = Knnctl(absl::StrCat(
+      "update --base ", dir.path("v1.index"), " --output ",
+      dir.path("v2.index"), " --input ", dir.path("delta.npy"), " --delete ",
+      dir.path("delete.npy"), " --recall_queries 20"));
+  ASSERT_EQ(update.exit_code, 0) << update.output;
+  EXPECT_THAT(update.output,
+              HasSubstr("2997 kept, 0 upserted (replaced in place), 30 "
+                        "added, 3 deleted (1 ids to delete were not in the "
+                        "base)"));
+  EXPECT_THAT(update.output, HasSubstr("v2.index.ids"));
+  EXPECT_THAT(update.output, HasSubstr("drift:    PQ error"));
+  EXPECT_THAT(update.output, HasSubstr("recall@10"));
+  EXPECT_THAT(update.output, HasSubstr("retrain:"));
+  CommandResult published = Knnctl(absl::StrCat(
+      "publish --index ", dir.path("v2.index"), " --dir ",
+      dir.path("versions")));
+  EXPECT_EQ(published.exit_code, 0) << published.output;
+  auto meta = ReadIndexMetadata(MetadataPath(dir.path("v2.index")));
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->ntotal(), 3027);
+  EXPECT_TRUE(meta->id_table());
+  EXPECT_THAT(meta->built_by(), HasSubstr("knnctl update"));
+  CommandResult shard = Knnctl(absl::StrCat(
+      "shard --index ", dir.path("v2.index"), " --shards 2"));
+  EXPECT_EQ(shard.exit_code, 0) << shard.output;
+  EXPECT_THAT(shard.output, HasSubstr("with its .ids"));
+  // A shard is not updated; the whole index is, then split again.
+  CommandResult of_shard = Knnctl(absl::StrCat(
+      "update --base ", dir.path("v2.index.shard-0-of-2"), " --output ",
+      dir.path("v3.index"), " --delete ", dir.path("delete.npy")));
+  EXPECT_EQ(of_shard.exit_code, 2);
+  EXPECT_THAT(of_shard.output, HasSubstr("update the whole index"));
 }
 
 // publish copies a built index and its sidecar into the next numbered

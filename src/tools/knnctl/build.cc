@@ -1,5 +1,7 @@
 // knnctl build: vectors in, an IVF-PQ index file and its metadata sidecar
 // out, and INDEX.vectors for exact re-ranking unless --keep_vectors=false,
+// the input streamed (a training sample, then batches: bounded memory,
+// build_memory.h),
 // with defaults chosen from the data's shape (index_builder.h): 4-bit
 // FastScan (--recipe fastscan) or 8-bit IVF-PQ (--recipe pq8). With --ids
 // the index holds row numbers and INDEX.ids (storage/id_table.h)
@@ -17,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/types/optional.h"
@@ -24,9 +27,11 @@
 #include "command.h"
 #include "knnd/base/metric.h"
 #include "knnd/faiss/vector_math.h"
+#include "knnd/index/build_memory.h"
 #include "knnd/index/index_builder.h"
 #include "knnd/index/index_sharding.h"
 #include "knnd/monitoring/build_info.h"
+#include "knnd/monitoring/process_stats.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/vector_io.h"
@@ -101,19 +106,27 @@ class Progress {
 };
 
 
-// `count` distinct row numbers out of `rows`, seeded, ascending (so the copy
-// reads the input front to back).
+// `count` distinct row numbers out of `rows`, seeded, ascending (so the
+// reads go front to back): the first `count` positions of a Fisher-Yates
+// shuffle of 0..rows-1, with only the positions it touched held.
 std::vector<int64_t> SampleRows(int64_t rows, int64_t count, uint32_t seed) {
-  std::vector<int64_t> all(static_cast<size_t>(rows));
-  for (int64_t i = 0; i < rows; ++i) all[i] = i;
+  absl::flat_hash_map<int64_t, int64_t> moved;
+  auto at = [&moved](int64_t position) {
+    auto it = moved.find(position);
+    return it == moved.end() ? position : it->second;
+  };
+  std::vector<int64_t> sample(static_cast<size_t>(count));
   std::mt19937_64 rng(seed);
   for (int64_t i = 0; i < count; ++i) {
     std::uniform_int_distribution<int64_t> pick(i, rows - 1);
-    std::swap(all[i], all[pick(rng)]);
+    const int64_t j = pick(rng);
+    const int64_t value_i = at(i);
+    sample[i] = at(j);
+    moved[j] = value_i;
+    moved.erase(i);  // never read again: later picks are at i + 1 or more
   }
-  all.resize(static_cast<size_t>(count));
-  std::sort(all.begin(), all.end());
-  return all;
+  std::sort(sample.begin(), sample.end());
+  return sample;
 }
 
 std::string DirectoryOf(const std::string& path) {
@@ -121,27 +134,57 @@ std::string DirectoryOf(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash + 1);
 }
 
-// Writes rows [first, end) of `x` (L2-normalised for cosine, as the index
-// holds them) to `path` in batches of `batch` rows.
-absl::Status WriteRawVectors(const Matrix& x, int64_t first, int64_t end,
-                             Metric metric, const std::string& path,
-                             VectorsDtype dtype, int64_t batch) {
-  absl::StatusOr<std::unique_ptr<VectorsFileWriter>> writer =
-      VectorsFileWriter::Create(path, x.dim, dtype);
-  if (!writer.ok()) return writer.status();
-  std::vector<float> normalized;
-  for (int64_t begin = first; begin < end; begin += batch) {
-    const int64_t n = std::min(batch, end - begin);
-    const float* rows = x.row(begin);
-    if (metric == Metric::kCosine) {
-      normalized.assign(rows, rows + n * x.dim);
-      NormalizeRows(normalized.data(), n, x.dim);
-      rows = normalized.data();
+// Writes the rows streamed through it (L2-normalised for cosine, as the
+// index holds them) to the vectors files of consecutive row ranges: one
+// for the whole index, or one per shard. Each file is opened when its
+// first row arrives and finished (renamed into place) after its last.
+class VectorsSink {
+ public:
+  struct Part {
+    std::string path;
+    int64_t end_row = 0;  // the part holds rows up to here
+  };
+  VectorsSink(std::vector<Part> parts, int dim, Metric metric,
+              VectorsDtype dtype)
+      : parts_(std::move(parts)), dim_(dim), metric_(metric), dtype_(dtype) {}
+
+  absl::Status Append(const float* rows, int64_t n) {
+    if (metric_ == Metric::kCosine) {
+      normalized_.assign(rows, rows + n * dim_);
+      NormalizeRows(normalized_.data(), n, dim_);
+      rows = normalized_.data();
     }
-    if (absl::Status s = (*writer)->Append(rows, n); !s.ok()) return s;
+    while (n > 0) {
+      if (writer_ == nullptr) {
+        absl::StatusOr<std::unique_ptr<VectorsFileWriter>> writer =
+            VectorsFileWriter::Create(parts_[part_].path, dim_, dtype_);
+        if (!writer.ok()) return writer.status();
+        writer_ = std::move(*writer);
+      }
+      const int64_t take = std::min(n, parts_[part_].end_row - next_row_);
+      if (absl::Status s = writer_->Append(rows, take); !s.ok()) return s;
+      rows += take * dim_;
+      n -= take;
+      next_row_ += take;
+      if (next_row_ == parts_[part_].end_row) {
+        if (absl::Status s = writer_->Finish(); !s.ok()) return s;
+        writer_.reset();
+        ++part_;
+      }
+    }
+    return absl::OkStatus();
   }
-  return (*writer)->Finish();
-}
+
+ private:
+  const std::vector<Part> parts_;
+  const int dim_;
+  const Metric metric_;
+  const VectorsDtype dtype_;
+  size_t part_ = 0;
+  int64_t next_row_ = 0;
+  std::unique_ptr<VectorsFileWriter> writer_;
+  std::vector<float> normalized_;
+};
 
 constexpr char kFastScanRecipe[] = "fastscan";
 constexpr char kPq8Recipe[] = "pq8";
@@ -150,7 +193,7 @@ constexpr char kPq8Recipe[] = "pq8";
 // IVF<nlist>,PQ<m> (pq8) from --nlist/--m and the defaults for `x`'s
 // shape; prints which.
 absl::StatusOr<std::string> FactoryFor(const BuildOptions& options,
-                                       const Matrix& x) {
+                                       int64_t rows, int dim) {
   if (!options.factory.empty()) {
     std::printf("factory:  %s (from --factory)\n", options.factory.c_str());
     return options.factory;
@@ -162,14 +205,14 @@ absl::StatusOr<std::string> FactoryFor(const BuildOptions& options,
         kPq8Recipe));
   }
   const int64_t nlist = options.nlist > 0 ? options.nlist
-                        : fastscan        ? DefaultFastScanNlist(x.rows)
-                                          : DefaultNlist(x.rows);
+                        : fastscan        ? DefaultFastScanNlist(rows)
+                                          : DefaultNlist(rows);
   const int m = options.m > 0 ? options.m
-                : fastscan    ? DefaultFastScanM(x.dim)
-                              : DefaultPqM(x.dim);
-  if (x.dim % m != 0) {
+                : fastscan    ? DefaultFastScanM(dim)
+                              : DefaultPqM(dim);
+  if (dim % m != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--m=", m, " does not divide dim=", x.dim));
+        absl::StrCat("--m=", m, " does not divide dim=", dim));
   }
   std::string factory =
       absl::StrCat("IVF", nlist, ",PQ", m, fastscan ? "x4fs" : "");
@@ -186,19 +229,31 @@ absl::StatusOr<std::string> FactoryFor(const BuildOptions& options,
       "%d bytes per vector)\n",
       factory.c_str(), options.recipe.c_str(),
       fastscan ? "4-bit FastScan PQ" : "8-bit PQ", nlist_why, m_why.c_str(),
-      x.dim / m, fastscan ? (m + 1) / 2 : m);
+      dim / m, fastscan ? (m + 1) / 2 : m);
   return factory;
 }
 
-// Trains `b` on `train_rows` rows of `x`: all of them, or a seeded sample.
-absl::Status Train(IndexBuilder& b, const Matrix& x, int64_t train_rows,
+// Trains `b` on `train_rows` rows of `input`: all of them, or a seeded
+// sample, read in runs of consecutive rows.
+absl::Status Train(IndexBuilder& b, VectorReader& input, int64_t train_rows,
                    uint32_t seed) {
-  if (train_rows == x.rows) return b.Train(x.values.data(), x.rows);
-  std::vector<float> sample(static_cast<size_t>(train_rows) * x.dim);
-  const std::vector<int64_t> rows = SampleRows(x.rows, train_rows, seed);
-  for (int64_t i = 0; i < train_rows; ++i) {
-    std::copy(x.row(rows[i]), x.row(rows[i]) + x.dim,
-              sample.data() + i * x.dim);
+  const int dim = input.dim();
+  std::vector<float> sample(static_cast<size_t>(train_rows) * dim);
+  if (train_rows == input.rows()) {
+    if (absl::Status s = input.Read(0, train_rows, sample.data()); !s.ok()) {
+      return s;
+    }
+    return b.Train(sample.data(), train_rows);
+  }
+  const std::vector<int64_t> rows = SampleRows(input.rows(), train_rows, seed);
+  for (int64_t i = 0; i < train_rows;) {
+    int64_t run = 1;
+    while (i + run < train_rows && rows[i + run] == rows[i] + run) ++run;
+    if (absl::Status s = input.Read(rows[i], run, sample.data() + i * dim);
+        !s.ok()) {
+      return s;
+    }
+    i += run;
   }
   return b.Train(sample.data(), train_rows);
 }
@@ -237,44 +292,24 @@ absl::Status WriteOrRemoveIdTable(const std::string& index_path,
       path, absl::MakeConstSpan(ids.data() + first, end - first), source);
 }
 
-// --shards: the built index written as options.shards shards sharing its
-// quantizers (docs/sharding.md), each with its vectors file when kept and
-// its slice of the id table with --ids. The index holds row numbers, so
-// the shards hold ranges of rows. Prints what it wrote; false (after
-// printing why) on failure.
+// --shards: the built index written as the shards of `plan`, sharing its
+// quantizers (docs/sharding.md), each with its slice of the id table with
+// --ids (their vectors files were written while adding). The index holds
+// row numbers, so the shards hold ranges of rows. Prints what it wrote;
+// false (after printing why) on failure.
 bool WriteShards(const BuildOptions& options, const IndexBuilder& b,
-                 const Matrix& x, const std::vector<int64_t>& ids,
-                 Metric metric, VectorsDtype dtype, bool keep_vectors,
-                 int nprobe, const knnd::v1::IndexMetadata& metadata) {
-  std::vector<int64_t> rows(static_cast<size_t>(x.rows));
-  for (int64_t i = 0; i < x.rows; ++i) rows[i] = i;
-  absl::StatusOr<std::vector<ShardSpec>> plan =
-      PlanShards(rows, options.shards);
-  if (!plan.ok()) {
-    Fail(plan.status());
-    return false;
-  }
+                 const std::vector<ShardSpec>& plan,
+                 const std::vector<int64_t>& ids, int nprobe,
+                 const knnd::v1::IndexMetadata& metadata) {
   const std::string build_id = NewBuildId();
-  for (const ShardSpec& shard : *plan) {
+  for (const ShardSpec& shard : plan) {
     const std::string path =
         ShardPath(options.output, shard.shard_id, shard.shard_count);
-    const std::string vectors_path = VectorsPath(path);
     if (absl::Status s = WriteOrRemoveIdTable(path, ids, shard.first_id,
                                               shard.end_id, options.ids);
         !s.ok()) {
       Fail(s);
       return false;
-    }
-    if (keep_vectors) {
-      if (absl::Status s =
-              WriteRawVectors(x, shard.first_id, shard.end_id, metric,
-                              vectors_path, dtype, options.add_batch);
-          !s.ok()) {
-        Fail(s);
-        return false;
-      }
-    } else {
-      unlink(vectors_path.c_str());
     }
     if (absl::Status s = b.WriteShard(path, nprobe, shard, build_id, metadata);
         !s.ok()) {
@@ -289,8 +324,73 @@ bool WriteShards(const BuildOptions& options, const IndexBuilder& b,
   return true;
 }
 
+// The shards' row ranges with --shards (equal counts), else none.
+absl::StatusOr<std::vector<ShardSpec>> PlanRowShards(int64_t rows,
+                                                     int shards) {
+  if (shards <= 0) return std::vector<ShardSpec>();
+  std::vector<int64_t> all(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) all[i] = i;
+  return PlanShards(all, shards);
+}
+
+// The vectors files the add loop writes: one per shard of `plan`, or one
+// for the whole index. Without --keep_vectors none, and those of an earlier
+// build are removed.
+std::vector<VectorsSink::Part> VectorsParts(const BuildOptions& options,
+                                            const std::vector<ShardSpec>& plan,
+                                            int64_t rows, bool keep_vectors) {
+  std::vector<VectorsSink::Part> parts;
+  for (const ShardSpec& shard : plan) {
+    parts.push_back({VectorsPath(ShardPath(options.output, shard.shard_id,
+                                           shard.shard_count)),
+                     shard.end_id});
+  }
+  if (plan.empty()) parts.push_back({VectorsPath(options.output), rows});
+  if (keep_vectors) return parts;
+  for (const VectorsSink::Part& part : parts) {
+    if (unlink(part.path.c_str()) == 0 && plan.empty()) {
+      std::printf("removed:  %s (of a previous build)\n", part.path.c_str());
+    }
+  }
+  if (plan.empty()) {
+    std::printf("note:     no %s (--keep_vectors=false): knnd cannot "
+                "re-rank exactly (refine_factor)\n",
+                parts[0].path.c_str());
+  }
+  return {};
+}
+
+// The resident set now and at its highest (VmRSS, VmHWM), 0 when /proc
+// does not say.
+int64_t ResidentBytes() {
+  return ReadProcessStats("/proc").resident_bytes.value_or(0);
+}
+int64_t PeakResidentBytes() {
+  return ReadProcessStats("/proc").peak_resident_bytes.value_or(0);
+}
+
+// Prints the memory model with the lists' real bytes beside the peak
+// measured, and the peak as it stood after training and after adding
+// (docs/knnctl.md, "Memory of a build").
+void PrintMemory(const BuildShape& shape, const IndexBuilder& b,
+                 int64_t baseline, int64_t peak_trained, int64_t peak_added) {
+  const double content = static_cast<double>(shape.rows) *
+                         static_cast<double>(shape.list_bytes_per_vector);
+  const double growth =
+      content > 0 ? static_cast<double>(b.HeldListBytes()) / content : 1;
+  const BuildMemoryModel model = ModelBuildMemory(shape, growth);
+  const int64_t predicted = baseline + model.PeakBytes();
+  const int64_t peak = PeakResidentBytes();
+  std::printf("memory:   peak RSS %.1f MiB (VmHWM; %.1f after training, "
+              "%.1f after adding); model %.1f MiB = process %.1f + max(%s), "
+              "lists grown %.2fx their content\n",
+              MiB(peak), MiB(peak_trained), MiB(peak_added), MiB(predicted),
+              MiB(baseline), DescribeBuildMemory(model).c_str(), growth);
+}
+
 int Build(const BuildOptions& options) {
   UseThreads(options.threads);
+  const int64_t baseline = ResidentBytes();
   const std::string& input = options.input;
   const std::string& output = options.output;
   if (input.empty() || output.empty()) {
@@ -321,26 +421,30 @@ int Build(const BuildOptions& options) {
                              ": ", std::strerror(errno)));
   }
 
-  const absl::Time read_start = absl::Now();
-  absl::StatusOr<Matrix> read = ReadVectors(input);
-  if (!read.ok()) return Fail(read.status());
-  const Matrix& x = *read;
-  std::printf("input:    %s: %lld x %d float32 (%.1f MiB), read in %.1f s\n",
-              input.c_str(), static_cast<long long>(x.rows), x.dim,
-              MiB(static_cast<int64_t>(x.values.size() * sizeof(float))),
-              absl::ToDoubleSeconds(absl::Now() - read_start));
+  absl::StatusOr<std::unique_ptr<VectorReader>> reader =
+      VectorReader::Open(input);
+  if (!reader.ok()) return Fail(reader.status());
+  VectorReader& x = **reader;
+  const int64_t rows = x.rows();
+  const int dim = x.dim();
+  std::printf("input:    %s: %lld x %d (%.1f MiB as float32), streamed\n",
+              input.c_str(), static_cast<long long>(rows), dim,
+              MiB(rows * dim * static_cast<int64_t>(sizeof(float))));
   std::vector<int64_t> ids;
   if (!options.ids.empty()) {
     absl::StatusOr<std::vector<int64_t>> read_ids =
-        ReadRowIds(options.ids, x.rows);
+        ReadRowIds(options.ids, rows);
     if (!read_ids.ok()) return Fail(read_ids.status());
     ids = std::move(*read_ids);
   }
+  absl::StatusOr<std::vector<ShardSpec>> plan =
+      PlanRowShards(rows, options.shards);
+  if (!plan.ok()) return Fail(plan.status());
 
-  absl::StatusOr<std::string> factory = FactoryFor(options, x);
+  absl::StatusOr<std::string> factory = FactoryFor(options, rows, dim);
   if (!factory.ok()) return Fail(factory.status());
   IndexBuilder::Options builder_options;
-  builder_options.dim = x.dim;
+  builder_options.dim = dim;
   builder_options.metric = *metric;
   builder_options.factory = *factory;
   builder_options.seed = options.seed;
@@ -351,23 +455,36 @@ int Build(const BuildOptions& options) {
 
   int64_t train_rows = options.train_size > 0
                            ? options.train_size
-                           : DefaultTrainRows(x.rows, b.nlist());
-  if (train_rows > x.rows) {
+                           : DefaultTrainRows(rows, b.nlist());
+  if (train_rows > rows) {
     std::printf(
         "note:     --train_size=%lld exceeds the %lld input rows; "
         "training on all of them\n",
-        static_cast<long long>(train_rows), static_cast<long long>(x.rows));
-    train_rows = x.rows;
+        static_cast<long long>(train_rows), static_cast<long long>(rows));
+    train_rows = rows;
   }
+  const int64_t batch = std::max<int64_t>(1, options.add_batch);
+  BuildShape shape;
+  shape.rows = rows;
+  shape.dim = dim;
+  shape.train_rows = train_rows;
+  shape.add_batch_rows = batch;
+  shape.list_bytes_per_vector = b.list_bytes_per_vector();
+  shape.pq_centroids = 1 << b.pq_nbits();
+  shape.cosine = *metric == Metric::kCosine;
+  shape.own_ids = !ids.empty();
   std::printf("metric:   %s%s\n", MetricName(*metric),
               *metric == Metric::kCosine
                   ? " (vectors L2-normalised; knnd normalises queries)"
                   : "");
   std::printf("training: %lld rows (%s, seed %u), %.1f MiB\n",
               static_cast<long long>(train_rows),
-              train_rows == x.rows ? "all rows" : "seeded random sample",
+              train_rows == rows ? "all rows" : "seeded random sample",
               options.seed,
-              MiB(train_rows * x.dim * static_cast<int64_t>(sizeof(float))));
+              MiB(train_rows * dim * static_cast<int64_t>(sizeof(float))));
+  std::printf("memory:   model %.1f MiB above the process's %.1f MiB (%s)\n",
+              MiB(ModelBuildMemory(shape).PeakBytes()), MiB(baseline),
+              DescribeBuildMemory(ModelBuildMemory(shape)).c_str());
   if (train_rows < 39 * b.nlist()) {
     std::printf(
         "warning:  %lld training rows are fewer than 39 * nlist = "
@@ -382,20 +499,34 @@ int Build(const BuildOptions& options) {
   if (absl::Status s = Train(b, x, train_rows, options.seed); !s.ok()) {
     return Fail(s);
   }
+  const int64_t peak_trained = PeakResidentBytes();
   std::printf("trained in %.1f s\n",
               absl::ToDoubleSeconds(absl::Now() - train_start));
   std::fflush(stdout);
 
-  // The lists hold row numbers; with --ids the id table maps them.
-  const int64_t batch = std::max<int64_t>(1, options.add_batch);
-  Progress progress("adding", x.rows);
-  for (int64_t begin = 0; begin < x.rows; begin += batch) {
-    const int64_t n = std::min(batch, x.rows - begin);
-    if (absl::Status s = b.Add(x.row(begin), n, nullptr); !s.ok()) {
+  // The lists hold row numbers; with --ids the id table maps them. The
+  // vectors files are written as the rows pass.
+  VectorsSink vectors(VectorsParts(options, *plan, rows, keep_vectors), dim,
+                      *metric, *vectors_dtype);
+  std::vector<float> values(static_cast<size_t>(std::min(batch, rows)) * dim);
+  Progress progress("adding", rows);
+  for (int64_t begin = 0; begin < rows; begin += batch) {
+    const int64_t n = std::min(batch, rows - begin);
+    if (absl::Status s = x.Read(begin, n, values.data()); !s.ok()) {
       return Fail(s);
+    }
+    if (absl::Status s = b.Add(values.data(), n, nullptr); !s.ok()) {
+      return Fail(s);
+    }
+    if (keep_vectors) {
+      if (absl::Status s = vectors.Append(values.data(), n); !s.ok()) {
+        return Fail(s);
+      }
     }
     progress.Update(begin + n);
   }
+  values = std::vector<float>();
+  const int64_t peak_added = PeakResidentBytes();
 
   const int nprobe = options.stored_nprobe > 0 ? options.stored_nprobe
                                                : DefaultNprobe(b.nlist());
@@ -407,34 +538,16 @@ int Build(const BuildOptions& options) {
   metadata.set_built_by(absl::StrCat("knnctl build: ", BuildInfoLine()));
   metadata.set_id_table(!ids.empty());
   if (options.shards > 0) {
-    return WriteShards(options, b, x, ids, *metric, *vectors_dtype,
-                       keep_vectors, nprobe, metadata)
-               ? kExitOk
-               : kExitError;
+    const bool ok = WriteShards(options, b, *plan, ids, nprobe, metadata);
+    if (ok) PrintMemory(shape, b, baseline, peak_trained, peak_added);
+    return ok ? kExitOk : kExitError;
   }
   // The id table and the vectors file go in first; the index and then its
   // sidecar follow, and a loader takes a version as complete only with its
   // sidecar.
-  if (absl::Status s =
-          WriteOrRemoveIdTable(output, ids, 0, x.rows, options.ids);
+  if (absl::Status s = WriteOrRemoveIdTable(output, ids, 0, rows, options.ids);
       !s.ok()) {
     return Fail(s);
-  }
-  const std::string vectors_path = VectorsPath(output);
-  if (keep_vectors) {
-    if (absl::Status s = WriteRawVectors(x, 0, x.rows, *metric, vectors_path,
-                                         *vectors_dtype, batch);
-        !s.ok()) {
-      return Fail(s);
-    }
-  } else {
-    if (unlink(vectors_path.c_str()) == 0) {
-      std::printf("removed:  %s (of a previous build)\n",
-                  vectors_path.c_str());
-    }
-    std::printf("note:     no %s (--keep_vectors=false): knnd cannot "
-                "re-rank exactly (refine_factor)\n",
-                vectors_path.c_str());
   }
   if (absl::Status s = b.Write(output, nprobe, metadata); !s.ok()) {
     return Fail(s);
@@ -446,6 +559,7 @@ int Build(const BuildOptions& options) {
       "%s\n",
       output.c_str(), static_cast<long long>(b.ntotal()), MiB(st.st_size),
       nprobe, MetadataPath(output).c_str());
+  const std::string vectors_path = VectorsPath(output);
   if (keep_vectors) {
     stat(vectors_path.c_str(), &st);
     std::printf("wrote:    %s (%s, %.1f MiB, for refine_factor > 0)\n",
@@ -459,6 +573,7 @@ int Build(const BuildOptions& options) {
                 IdTablePath(output).c_str(), MiB(st.st_size),
                 options.ids.c_str());
   }
+  PrintMemory(shape, b, baseline, peak_trained, peak_added);
   std::printf("next:     knnctl tune --index %s%s%s (records the fastest "
               "setting reaching a recall target)\n",
               output.c_str(), keep_vectors ? "" : " --base ",

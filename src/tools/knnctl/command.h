@@ -41,6 +41,8 @@ struct Command {
 std::function<int()> DefineBuild(FlagSet& flags);
 std::function<int()> DefineConvert(FlagSet& flags);
 std::function<int()> DefineShard(FlagSet& flags);
+// update.cc
+std::function<int()> DefineUpdate(FlagSet& flags);
 // eval.cc
 std::function<int()> DefineEval(FlagSet& flags);
 // tune.cc

@@ -25,6 +25,12 @@ constexpr Command kCommands[] = {
     {"shard",
      "splits an index into shards sharing its quantizers (docs/sharding.md)",
      "--index INDEX --shards N [--output PATH]", DefineShard},
+    {"update",
+     "a new version from the previous one and a delta, without training "
+     "(docs/updates.md)",
+     "--base INDEX --output INDEX [--input FILE [--ids FILE]] "
+     "[--delete FILE]",
+     DefineUpdate},
     {"eval", "recall and queries/s over a sweep of nprobe and refine_factor",
      "--index INDEX --queries FILE (--ground_truth FILE | --base FILE) "
      "[flags]",

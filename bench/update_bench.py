@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+"""knnctl update against a full rebuild (bench/RESULTS.md, "Updates").
+
+  /usr/bin/python3 bench/update_bench.py --knnctl build/knnctl \\
+      [--rows 1000000] [--dim 128] [--rounds 2] [--dir /tmp/update_bench]
+
+1. Seeded clustered data: a base of --rows vectors, 1% more of the same
+   clusters (additions), 1% of the base's ids to delete (seeded), 1,000
+   held-out queries.
+2. knnctl build of the base (row ids, the default recipe), then knnctl tune
+   (--target_recall, 200 sampled rows): v1, whose tuned nprobe and
+   refine_factor the update keeps.
+3. --rounds rounds, taking turns: knnctl update (v1 + additions - deletions
+   -> v2, --recall_queries 0) and a full knnctl build of the same final
+   corpus (the kept rows in order, then the additions, with the ids v2
+   gives them: the old row numbers and the next ids), timed (wall clock of
+   the command). Then one update with the recall estimate, its report
+   printed and its time apart.
+4. knnctl eval of v2 and of the rebuild at v1's tuned setting against
+   exact ground truth over the final corpus, in the same ids.
+Prints the median times, their ratio, both recalls and their difference.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import time
+
+import numpy as np
+
+
+def clustered(rng, centers, rows):
+    out = np.empty((rows, centers.shape[1]), dtype=np.float32)
+    for b in range(0, rows, 100000):
+        n = min(100000, rows - b)
+        c = rng.integers(0, len(centers), n)
+        out[b:b + n] = centers[c] + rng.standard_normal(
+            (n, centers.shape[1])).astype(np.float32)
+    return out
+
+
+def run(cmd):
+    start = time.monotonic()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return time.monotonic() - start, out.stdout + out.stderr
+
+
+def recall_at(eval_output, nprobe, refine):
+    # eval's table: nprobe, refine_factor, then recall@1, @10, @100.
+    for line in eval_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[0] == str(nprobe) and \
+                fields[1] == str(refine):
+            return float(fields[3])
+    raise RuntimeError("no row for nprobe %d refine %d in:\n%s" %
+                       (nprobe, refine, eval_output))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--knnctl", required=True)
+    parser.add_argument("--rows", type=int, default=1000000)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--dir", default="/tmp/update_bench")
+    # This data's neighbours are hard for 4-bit PQ (recall@10 stops near
+    # 0.74 at any nprobe), so the tuned target is below knnctl's default.
+    parser.add_argument("--target_recall", type=float, default=0.7)
+    args = parser.parse_args()
+    os.makedirs(args.dir, exist_ok=True)
+    path = lambda name: os.path.join(args.dir, name)
+    rng = np.random.default_rng(34)
+    centers = rng.standard_normal((1000, args.dim)).astype(np.float32) * 4
+    base = clustered(rng, centers, args.rows)
+    delta = args.rows // 100
+    additions = clustered(rng, centers, delta)
+    queries = clustered(rng, centers, 1000)
+    deleted = np.sort(rng.choice(args.rows, delta, replace=False))
+    np.save(path("base.npy"), base)
+    np.save(path("add.npy"), additions)
+    np.save(path("queries.npy"), queries)
+    np.save(path("delete.npy"), deleted.astype("<i8"))
+    kept = np.setdiff1d(np.arange(args.rows), deleted)
+    final_ids = np.concatenate(
+        [kept, np.arange(args.rows, args.rows + delta)]).astype("<i8")
+    np.save(path("final.npy"), np.concatenate([base[kept], additions]))
+    np.save(path("final_ids.npy"), final_ids)
+    del base
+
+    if not os.path.exists(path("v1.index.meta.json")):
+        t, _ = run([args.knnctl, "build", "--input", path("base.npy"),
+                    "--output", path("v1.index")])
+        print("base build (v1): %.1f s" % t, flush=True)
+    _, out = run([args.knnctl, "tune", "--index", path("v1.index"),
+                  "--sample", "200", "--target_recall",
+                  str(args.target_recall)])
+    meta = json.load(open(path("v1.index.meta.json")))
+    nprobe = int(meta.get("tunedNprobe", meta.get("tuned_nprobe", 0)))
+    refine = int(meta.get("tunedRefineFactor",
+                          meta.get("tuned_refine_factor", 0)))
+    print("tuned: nprobe %d, refine_factor %d" % (nprobe, refine), flush=True)
+
+    update = [args.knnctl, "update", "--base", path("v1.index"), "--output",
+              path("v2.index"), "--input", path("add.npy"), "--delete",
+              path("delete.npy")]
+    update_s, rebuild_s = [], []
+    for r in range(args.rounds):
+        # Timed without the recall estimate (one exact pass over
+        # INDEX.vectors, timed apart below).
+        t, _ = run(update + ["--recall_queries", "0"])
+        update_s.append(t)
+        t, _ = run([args.knnctl, "build", "--input", path("final.npy"),
+                    "--ids", path("final_ids.npy"), "--output",
+                    path("rebuilt.index")])
+        rebuild_s.append(t)
+        print("round %d: update %.1f s, full rebuild %.1f s" %
+              (r + 1, update_s[-1], rebuild_s[-1]), flush=True)
+    t, update_out = run(update)
+    print(update_out)
+    print("update with the recall estimate (--recall_queries 200): %.1f s" % t)
+    recalls = {}
+    for name in ("v2", "rebuilt"):
+        _, out = run([
+            args.knnctl, "eval", "--index", path(name + ".index"),
+            "--queries", path("queries.npy"), "--base", path("final.npy"),
+            "--nprobes", str(nprobe),
+            "--refine_factors", str(refine)])
+        recalls[name] = recall_at(out, nprobe, refine)
+    u, b = statistics.median(update_s), statistics.median(rebuild_s)
+    print("rows %d x %d, +%d -%d" % (args.rows, args.dim, delta, delta))
+    print("median update %.2f s, full rebuild %.2f s: ratio %.3f" %
+          (u, b, u / b))
+    print("recall@10 at nprobe %d refine %d: update %.4f, rebuild %.4f, "
+          "difference %+.4f" % (nprobe, refine, recalls["v2"],
+                                recalls["rebuilt"],
+                                recalls["v2"] - recalls["rebuilt"]))
+
+
+if __name__ == "__main__":
+    main()

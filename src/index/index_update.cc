@@ -1,0 +1,431 @@
+#include "knnd/index/index_update.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "knnd/faiss/fastscan_update.h"
+#include "knnd/faiss/vector_math.h"
+#include "knnd/index/index_builder.h"
+#include "knnd/index/index_eval.h"
+#include "knnd/index/index_snapshot.h"
+#include "knnd/storage/atomic_file.h"
+#include "knnd/storage/id_table.h"
+#include "knnd/storage/index_metadata.h"
+#include "knnd/storage/vectors_file.h"
+
+namespace knnd {
+namespace {
+
+constexpr int kRecallK = 10;
+constexpr int64_t kRowBatch = 4096;
+
+// nlist * sum(n^2) / (sum n)^2: 1 for equal lists, more as they skew.
+double Imbalance(const std::vector<int64_t>& sizes) {
+  double sum = 0;
+  double squares = 0;
+  for (int64_t n : sizes) {
+    sum += static_cast<double>(n);
+    squares += static_cast<double>(n) * static_cast<double>(n);
+  }
+  return sum > 0 ? static_cast<double>(sizes.size()) * squares / (sum * sum)
+                 : 0;
+}
+
+// min(count, rows) distinct rows out of `rows`, seeded, ascending
+// (selection sampling: one pass, only the sample held).
+std::vector<int64_t> SampleRowNumbers(int64_t rows, int64_t count,
+                                      uint32_t seed) {
+  count = std::min(count, rows);
+  std::vector<int64_t> sample;
+  sample.reserve(static_cast<size_t>(std::max<int64_t>(0, count)));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uniform(0, 1);
+  for (int64_t i = 0; i < rows && static_cast<int64_t>(sample.size()) < count;
+       ++i) {
+    const double need = static_cast<double>(count - sample.size());
+    if (uniform(rng) * static_cast<double>(rows - i) < need) {
+      sample.push_back(i);
+    }
+  }
+  return sample;
+}
+
+// The rows of a matrix or a vectors file as one row-major float matrix.
+Matrix Gather(int dim, const std::vector<int64_t>& rows,
+              const std::function<const float*(int64_t, float*)>& row_of) {
+  Matrix out;
+  out.rows = static_cast<int64_t>(rows.size());
+  out.dim = dim;
+  out.values.resize(rows.size() * static_cast<size_t>(dim));
+  std::vector<float> scratch(dim);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const float* row = row_of(rows[i], scratch.data());
+    std::copy(row, row + dim, out.values.data() + i * dim);
+  }
+  return out;
+}
+
+// The exact k nearest rows of `file` for every query (closest first): the
+// file scanned kRowBatch * 16 rows at a time, each chunk's k best merged
+// into the running k best, so that the file is never copied whole.
+absl::StatusOr<std::vector<int64_t>> ExactNeighborsInFile(
+    const VectorsFile& file, const Matrix& queries, int k, Metric metric) {
+  const int64_t nq = queries.rows;
+  const int dim = file.dim();
+  const bool larger_is_closer = metric != Metric::kL2;
+  std::vector<std::vector<std::pair<float, int64_t>>> best(nq);
+  const int64_t chunk_rows = kRowBatch * 16;
+  std::vector<float> chunk;
+  std::vector<float> scratch(dim);
+  std::vector<float> distances;
+  std::vector<int64_t> ids;
+  for (int64_t begin = 0; begin < file.count(); begin += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, file.count() - begin);
+    chunk.resize(static_cast<size_t>(n) * dim);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = file.RowAsFloats(begin + i, scratch.data());
+      std::copy(row, row + dim, chunk.data() + i * dim);
+    }
+    const int kk = static_cast<int>(std::min<int64_t>(k, n));
+    distances.resize(static_cast<size_t>(nq) * kk);
+    ids.resize(static_cast<size_t>(nq) * kk);
+    if (absl::Status s =
+            ExactKnn(chunk.data(), n, queries.values.data(), nq, dim, kk,
+                     metric, distances.data(), ids.data());
+        !s.ok()) {
+      return s;
+    }
+    for (int64_t q = 0; q < nq; ++q) {
+      auto& mine = best[q];
+      for (int j = 0; j < kk; ++j) {
+        if (ids[q * kk + j] >= 0) {
+          mine.emplace_back(distances[q * kk + j], begin + ids[q * kk + j]);
+        }
+      }
+      std::sort(mine.begin(), mine.end(),
+                [larger_is_closer](const auto& a, const auto& b) {
+                  if (a.first != b.first) {
+                    return larger_is_closer ? a.first > b.first
+                                            : a.first < b.first;
+                  }
+                  return a.second < b.second;
+                });
+      if (static_cast<int>(mine.size()) > k) mine.resize(k);
+    }
+  }
+  std::vector<int64_t> out(static_cast<size_t>(nq) * k, -1);
+  for (int64_t q = 0; q < nq; ++q) {
+    for (size_t j = 0; j < best[q].size(); ++j)
+      out[q * k + j] = best[q][j].second;
+  }
+  return out;
+}
+
+// Writes the new version's vectors file: row r from the base's file or the
+// (normalised) input, as plan.rows says, in batches.
+absl::Status WriteUpdatedVectors(const UpdatePlan& plan,
+                                 const VectorsFile& base, const Matrix* input,
+                                 const std::string& path) {
+  absl::StatusOr<std::unique_ptr<VectorsFileWriter>> writer =
+      VectorsFileWriter::Create(path, base.dim(), base.dtype());
+  if (!writer.ok()) return writer.status();
+  const int dim = base.dim();
+  std::vector<float> batch;
+  std::vector<float> scratch(dim);
+  const int64_t rows = static_cast<int64_t>(plan.rows.size());
+  for (int64_t begin = 0; begin < rows; begin += kRowBatch) {
+    const int64_t n = std::min(kRowBatch, rows - begin);
+    batch.resize(static_cast<size_t>(n) * dim);
+    for (int64_t i = 0; i < n; ++i) {
+      const RowSource& source = plan.rows[begin + i];
+      const float* row = source.from == RowSource::From::kBase
+                             ? base.RowAsFloats(source.row, scratch.data())
+                             : input->row(source.row);
+      std::copy(row, row + dim, batch.data() + i * dim);
+    }
+    if (absl::Status s = (*writer)->Append(batch.data(), n); !s.ok()) return s;
+  }
+  return (*writer)->Finish();
+}
+
+// The base's id of every row: its id table's, or the rows themselves.
+absl::StatusOr<std::vector<int64_t>> BaseIds(const IndexInfo& info) {
+  std::vector<int64_t> ids(static_cast<size_t>(info.ntotal));
+  if (!info.has_id_table) {
+    for (int64_t row = 0; row < info.ntotal; ++row) ids[row] = row;
+    return ids;
+  }
+  absl::StatusOr<std::unique_ptr<IdTable>> table =
+      IdTable::Open(info.id_table_path, info.ntotal, /*verify_checksum=*/false);
+  if (!table.ok()) return table.status();
+  for (int64_t row = 0; row < info.ntotal; ++row) {
+    ids[row] = (*table)->IdOf(row);
+  }
+  return ids;
+}
+
+// Fills the drift figures that need the new version loaded: recall@10 on
+// a sample of the delta's rows (or of the new version's).
+absl::Status MeasureRecall(const UpdateOptions& options, const Matrix* input,
+                           UpdateDrift& drift) {
+  LoadOptions load;
+  load.probe_in_subprocess = false;
+  load.verify_checksum = false;
+  absl::StatusOr<std::unique_ptr<IndexSnapshot>> loaded =
+      IndexSnapshot::Load(options.output_path, load);
+  if (!loaded.ok()) return loaded.status();
+  const IndexSnapshot& snapshot = **loaded;
+  const IndexInfo& info = snapshot.info();
+  if (!info.has_vectors || info.ntotal < kRecallK) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<VectorsFile>> vectors = VectorsFile::Open(
+      info.vectors_path, info.dim, info.ntotal, /*verify_checksum=*/false);
+  if (!vectors.ok()) return vectors.status();
+  const bool from_input = input != nullptr && input->rows > 0;
+  const std::vector<int64_t> rows =
+      SampleRowNumbers(from_input ? input->rows : info.ntotal,
+                       options.recall_queries, options.seed + 1);
+  const Matrix queries =
+      from_input
+          ? Gather(info.dim, rows,
+                   [input](int64_t r, float*) { return input->row(r); })
+          : Gather(info.dim, rows, [&vectors](int64_t r, float* scratch) {
+              return (*vectors)->RowAsFloats(r, scratch);
+            });
+  absl::StatusOr<std::vector<int64_t>> truth =
+      ExactNeighborsInFile(**vectors, queries, kRecallK, info.metric);
+  if (!truth.ok()) return truth.status();
+  RowsToAnswerIds(snapshot, *truth);
+  SweepOptions sweep;
+  drift.recall_nprobe = static_cast<int>(std::min<int64_t>(
+      info.nlist,
+      info.tuned_nprobe > 0 ? info.tuned_nprobe : info.stored_nprobe));
+  drift.recall_refine_factor =
+      info.tuned_nprobe > 0 ? info.tuned_refine_factor : 0;
+  sweep.nprobes = {drift.recall_nprobe};
+  sweep.recall_at = {kRecallK};
+  sweep.refine_factor = drift.recall_refine_factor;
+  absl::StatusOr<std::vector<SweepRow>> rows_measured =
+      SweepNprobe(snapshot, queries, *truth, kRecallK, sweep);
+  if (!rows_measured.ok()) return rows_measured.status();
+  drift.recall = rows_measured->front().recall.front();
+  drift.recall_queries = queries.rows;
+  drift.tuned_recall = info.tuned_recall;
+  return absl::OkStatus();
+}
+
+void JudgeRetrain(UpdateDrift& drift) {
+  auto ratio_reason = [&drift](const char* what, double base, double now,
+                               double limit) {
+    if (base > 0 && now > limit * base) {
+      drift.retrain_reasons.push_back(absl::StrFormat(
+          "the new vectors' %s is %.2fx the base's (over %.2fx)", what,
+          now / base, limit));
+    }
+  };
+  ratio_reason("coarse quantization error", drift.base_coarse_error,
+               drift.new_coarse_error, kRetrainErrorRatio);
+  ratio_reason("PQ error", drift.base_pq_error, drift.new_pq_error,
+               kRetrainErrorRatio);
+  if (drift.base_imbalance > 0 &&
+      drift.new_imbalance > kRetrainImbalanceRatio * drift.base_imbalance) {
+    drift.retrain_reasons.push_back(absl::StrFormat(
+        "list imbalance %.2f is %.2fx the base's %.2f (over %.2fx)",
+        drift.new_imbalance, drift.new_imbalance / drift.base_imbalance,
+        drift.base_imbalance, kRetrainImbalanceRatio));
+  }
+  if (drift.tuned_recall > 0 && drift.recall >= 0 &&
+      drift.recall < drift.tuned_recall - kRetrainRecallDrop) {
+    drift.retrain_reasons.push_back(absl::StrFormat(
+        "recall@10 %.3f is below the tuned %.3f by more than %.2f",
+        drift.recall, drift.tuned_recall, kRetrainRecallDrop));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
+  const absl::Time start = absl::Now();
+  if (options.output_path == options.base_path) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the new version cannot overwrite its base ", options.base_path,
+        ": write it beside it (knnctl publish numbers versions)"));
+  }
+  // The base's structure is checked (layout, sizes, counts, the sidecar
+  // against the file); its payload checksums are not read again: it is a
+  // published version, verified when it was published and served, and
+  // reading its INDEX.vectors once more would cost as much as the update.
+  LoadOptions load;
+  load.use_precomputed_table = false;
+  load.probe_in_subprocess = false;
+  load.verify_checksum = false;
+  absl::StatusOr<std::unique_ptr<IndexSnapshot>> base =
+      IndexSnapshot::Load(options.base_path, load);
+  if (!base.ok()) return base.status();
+  const IndexInfo& info = (*base)->info();
+  if (info.shard_count > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.base_path, " is shard ", info.shard_id, " of ",
+                     info.shard_count,
+                     "; update the whole index, then split it again "
+                     "with knnctl shard"));
+  }
+  if (!info.vectors_error.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the raw-vectors file of ", options.base_path,
+                     " does not load: ", info.vectors_error));
+  }
+  const Matrix* input = options.input;
+  if (input != nullptr && input->rows > 0 && input->dim != info.dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.input_name, " has dim=", input->dim,
+                     ", the index ", options.base_path, " dim=", info.dim));
+  }
+  const int64_t input_rows = input != nullptr ? input->rows : 0;
+  absl::StatusOr<std::vector<int64_t>> base_ids = BaseIds(info);
+  if (!base_ids.ok()) return base_ids.status();
+  std::vector<int64_t> input_ids = options.input_ids;
+  if (input_ids.empty() && input_rows > 0) {
+    if (info.has_id_table) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(options.base_path,
+                       " holds its own ids (INDEX.ids): give the ids "
+                       "of ",
+                       options.input_name, " (--ids)"));
+    }
+    input_ids = NextIds(*base_ids, input_rows);
+  }
+  if (static_cast<int64_t>(input_ids.size()) != input_rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ids for ", options.input_name, ": ", input_ids.size(),
+                     " ids for ", input_rows, " rows"));
+  }
+  UpdateReport report;
+  absl::StatusOr<UpdatePlan> plan =
+      PlanUpdate(*base_ids, input_ids, options.deletions, options.input_name);
+  if (!plan.ok()) return plan.status();
+  report.plan = std::move(*plan);
+  base_ids->clear();
+  base_ids->shrink_to_fit();
+  const UpdatePlan& p = report.plan;
+
+  // The delta as the index holds it: normalised for cosine.
+  Matrix normalized;
+  if (input != nullptr && info.metric == Metric::kCosine) {
+    normalized = *input;
+    NormalizeRows(normalized.values.data(), normalized.rows, normalized.dim);
+    input = &normalized;
+  }
+  absl::StatusOr<std::unique_ptr<FastScanUpdate>> update =
+      FastScanUpdate::Open(options.base_path);
+  if (!update.ok()) return update.status();
+  if (input_rows > 0) {
+    if (absl::Status s = (*update)->Add(input->values.data(), input_rows,
+                                        p.new_row_of_input.data());
+        !s.ok()) {
+      return s;
+    }
+  }
+  // The per-row files first, then the index and its sidecar, as knnctl
+  // build orders them.
+  const std::string vectors_path = VectorsPath(options.output_path);
+  if (info.has_vectors) {
+    absl::StatusOr<std::unique_ptr<VectorsFile>> vectors = VectorsFile::Open(
+        info.vectors_path, info.dim, info.ntotal, /*verify_checksum=*/false);
+    if (!vectors.ok()) return vectors.status();
+    if (absl::Status s = WriteUpdatedVectors(p, **vectors, input, vectors_path);
+        !s.ok()) {
+      return s;
+    }
+    report.wrote_vectors = true;
+  } else {
+    std::remove(vectors_path.c_str());
+  }
+  const std::string ids_path = IdTablePath(options.output_path);
+  if (!p.row_ids) {
+    if (absl::Status s = WriteIdTable(ids_path, p.ids, options.input_name);
+        !s.ok()) {
+      return s;
+    }
+    report.wrote_id_table = true;
+  } else {
+    std::remove(ids_path.c_str());
+  }
+  const std::string tmp = TempPathFor(options.output_path);
+  if (absl::Status s = (*update)->Write(p.new_row_of_base, tmp); !s.ok()) {
+    std::remove(tmp.c_str());
+    return s;
+  }
+  knnd::v1::IndexMetadata metadata;
+  if (absl::StatusOr<knnd::v1::IndexMetadata> read =
+          ReadIndexMetadata(MetadataPath(options.base_path));
+      read.ok()) {
+    metadata = *read;
+  }
+  metadata.clear_file_bytes();
+  metadata.clear_crc32();
+  metadata.clear_build_id();
+  metadata.set_metric(MetricName(info.metric));
+  metadata.set_created(
+      absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
+  metadata.set_built_by(options.built_by);
+  metadata.set_id_table(!p.row_ids);
+  if (absl::Status s =
+          CommitIndexFile(tmp, options.output_path, std::move(metadata));
+      !s.ok()) {
+    return s;
+  }
+  report.ntotal = static_cast<int64_t>(p.rows.size());
+  report.write_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+
+  // Drift.
+  const absl::Time drift_start = absl::Now();
+  UpdateDrift& drift = report.drift;
+  drift.base_imbalance = Imbalance((*update)->BaseListSizes());
+  drift.new_imbalance = Imbalance((*update)->NewListSizes(p.new_row_of_base));
+  if (info.has_vectors) {
+    absl::StatusOr<std::unique_ptr<VectorsFile>> vectors = VectorsFile::Open(
+        info.vectors_path, info.dim, info.ntotal, /*verify_checksum=*/false);
+    if (!vectors.ok()) return vectors.status();
+    const Matrix sample = Gather(
+        info.dim,
+        SampleRowNumbers(info.ntotal, options.error_sample_rows, options.seed),
+        [&vectors](int64_t r, float* scratch) {
+          return (*vectors)->RowAsFloats(r, scratch);
+        });
+    absl::StatusOr<FastScanUpdate::QuantizationError> error =
+        (*update)->MeasureError(sample.values.data(), sample.rows);
+    if (!error.ok()) return error.status();
+    drift.base_coarse_error = error->coarse;
+    drift.base_pq_error = error->pq;
+  }
+  if (input_rows > 0) {
+    const Matrix sample = Gather(
+        info.dim,
+        SampleRowNumbers(input_rows, options.error_sample_rows, options.seed),
+        [input](int64_t r, float*) { return input->row(r); });
+    absl::StatusOr<FastScanUpdate::QuantizationError> error =
+        (*update)->MeasureError(sample.values.data(), sample.rows);
+    if (!error.ok()) return error.status();
+    drift.new_coarse_error = error->coarse;
+    drift.new_pq_error = error->pq;
+  }
+  update->reset();
+  base->reset();
+  if (options.recall_queries > 0) {
+    if (absl::Status s = MeasureRecall(options, input, drift); !s.ok()) {
+      return s;
+    }
+  }
+  JudgeRetrain(drift);
+  report.drift_seconds = absl::ToDoubleSeconds(absl::Now() - drift_start);
+  return report;
+}
+
+}  // namespace knnd

@@ -1,0 +1,96 @@
+// A new index version made from the previous one plus a delta, without
+// training (`knnctl update`, docs/updates.md): deletions, upserts and
+// additions planned by UpdatePlan (update_plan.h), the kept vectors' codes
+// moved and the new ones encoded with the base's coarse quantizer and PQ
+// (faiss/fastscan_update.h), INDEX.vectors and INDEX.ids rewritten row by
+// row, the file committed as every builder commits one (CommitIndexFile:
+// it must load in knnd, then the sidecar with its checksum). Then drift:
+// how far the new vectors' quantization error and the list sizes have
+// moved from the base's, and recall@10 on a sample of the delta (exact
+// search over the new INDEX.vectors against the index at its tuned
+// setting), and whether a full retrain is due.
+//
+// Thread-safety: pure function (FAISS may use all cores inside it).
+#ifndef KNND_INDEX_INDEX_UPDATE_H_
+#define KNND_INDEX_INDEX_UPDATE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "knnd/index/update_plan.h"
+#include "knnd/storage/vector_io.h"
+
+namespace knnd {
+
+struct UpdateOptions {
+  std::string base_path;    // the previous version (a whole FastScan index)
+  std::string output_path;  // the new version; may not be base_path
+  // The delta: vectors (raw; normalised here when the base is cosine),
+  // their ids (empty: for a row-id base, the ids after its largest; an
+  // own-ids base needs them), the ids to delete. `input_name` names them.
+  const Matrix* input = nullptr;  // null: deletions only
+  std::vector<int64_t> input_ids;
+  std::vector<int64_t> deletions;
+  std::string input_name;
+  // Queries for the recall estimate (drawn from the delta's rows, or the
+  // new version's when the delta has none); 0: not measured.
+  int recall_queries = 200;
+  // Rows whose quantization error is measured, from each side.
+  int64_t error_sample_rows = 10000;
+  uint32_t seed = 1;
+  std::string built_by;  // the sidecar's built_by
+};
+
+// Thresholds past which a full retrain is due (docs/updates.md).
+inline constexpr double kRetrainErrorRatio = 1.2;
+inline constexpr double kRetrainImbalanceRatio = 1.5;
+inline constexpr double kRetrainRecallDrop = 0.02;
+
+struct UpdateDrift {
+  // Mean squared distance to the nearest centroid and PQ reconstruction
+  // error, of a sample of the base's vectors and of the delta's; 0 when a
+  // side has no vectors to sample.
+  double base_coarse_error = 0;
+  double base_pq_error = 0;
+  double new_coarse_error = 0;
+  double new_pq_error = 0;
+  // FAISS's imbalance factor of the list sizes: nlist * sum(n^2) /
+  // (sum n)^2, 1 when even.
+  double base_imbalance = 0;
+  double new_imbalance = 0;
+  // recall@10 of the new version on `recall_queries` rows at nprobe /
+  // refine_factor (the tuned setting, else the stored nprobe); -1: not
+  // measured. tuned_recall: what `knnctl tune` recorded, 0 if never tuned.
+  double recall = -1;
+  int64_t recall_queries = 0;
+  int recall_nprobe = 0;
+  int recall_refine_factor = 0;
+  double tuned_recall = 0;
+  // Why a full retrain is due; empty: not yet.
+  std::vector<std::string> retrain_reasons;
+};
+
+struct UpdateReport {
+  UpdatePlan plan;
+  UpdateDrift drift;
+  int64_t ntotal = 0;
+  bool wrote_vectors = false;
+  bool wrote_id_table = false;
+  double write_seconds = 0;  // plan, encode, files, commit
+  double drift_seconds = 0;
+};
+
+// Writes the new version at options.output_path (its INDEX.vectors when the
+// base has one, INDEX.ids unless the rows are the ids, the index, then its
+// sidecar: from the base's, with ntotal, checksum, created, built_by and
+// id_table new and the tuning kept). INVALID_ARGUMENT for a shard (update
+// the whole index and split it again), an 8-bit IVF-PQ base, an own-ids
+// base without input ids, vectors of another dim, or PlanUpdate's
+// refusals; the base's load errors as IndexSnapshot::Load reports them.
+absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options);
+
+}  // namespace knnd
+
+#endif  // KNND_INDEX_INDEX_UPDATE_H_

@@ -1,0 +1,197 @@
+// knnctl update: a new index version from the previous one plus a delta
+// (additions, upserts, deletions) without training (index/index_update.h),
+// with its drift report and whether a full retrain is due
+// (docs/updates.md).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "command.h"
+#include "knnd/base/units.h"
+#include "knnd/index/index_update.h"
+#include "knnd/monitoring/build_info.h"
+#include "knnd/storage/id_table.h"
+#include "knnd/storage/index_metadata.h"
+#include "knnd/storage/vector_io.h"
+#include "knnd/storage/vectors_file.h"
+
+namespace knnd::knnctl {
+namespace {
+
+struct UpdateCommandOptions {
+  std::string base;
+  std::string output;
+  std::string input;
+  std::string ids;
+  std::string deletions;
+  int recall_queries = 200;
+  uint32_t seed = 1;
+  int threads = 0;
+};
+
+// "0.123 -> 0.130 (1.06x)", or "n/a" when the base side was not measured.
+std::string Moved(double before, double after) {
+  if (before <= 0) return "n/a (the base has no INDEX.vectors to sample)";
+  return absl::StrFormat("%.4g -> %.4g (%.2fx)", before, after, after / before);
+}
+
+void PrintReport(const UpdateCommandOptions& options,
+                 const UpdateReport& report) {
+  const UpdatePlan& p = report.plan;
+  std::printf(
+      "rows:     %lld kept, %lld upserted (replaced in place), "
+      "%lld added, %lld deleted",
+      static_cast<long long>(p.kept), static_cast<long long>(p.upserted),
+      static_cast<long long>(p.added), static_cast<long long>(p.deleted));
+  if (p.deletions_absent > 0) {
+    std::printf(" (%lld ids to delete were not in the base)",
+                static_cast<long long>(p.deletions_absent));
+  }
+  std::printf("\n");
+  struct stat st;
+  stat(options.output.c_str(), &st);
+  std::printf("wrote:    %s (%lld vectors, %.1f MiB) and %s\n",
+              options.output.c_str(), static_cast<long long>(report.ntotal),
+              MiB(st.st_size), MetadataPath(options.output).c_str());
+  if (report.wrote_vectors) {
+    std::printf("wrote:    %s\n", VectorsPath(options.output).c_str());
+  }
+  if (report.wrote_id_table) {
+    std::printf("wrote:    %s (row -> id; every kept id as before)\n",
+                IdTablePath(options.output).c_str());
+  }
+  std::printf(
+      "time:     %.2f s to write (no training), %.2f s to measure "
+      "drift\n",
+      report.write_seconds, report.drift_seconds);
+  const UpdateDrift& d = report.drift;
+  if (d.new_pq_error > 0 || d.new_coarse_error > 0) {
+    std::printf("drift:    coarse error (base sample -> delta) %s\n",
+                Moved(d.base_coarse_error, d.new_coarse_error).c_str());
+    std::printf("drift:    PQ error (base sample -> delta) %s\n",
+                Moved(d.base_pq_error, d.new_pq_error).c_str());
+  }
+  std::printf("drift:    list imbalance %s\n",
+              Moved(d.base_imbalance, d.new_imbalance).c_str());
+  if (d.recall >= 0) {
+    std::printf(
+        "drift:    recall@10 %.3f on %lld sampled rows at nprobe %d, "
+        "refine_factor %d%s\n",
+        d.recall, static_cast<long long>(d.recall_queries), d.recall_nprobe,
+        d.recall_refine_factor,
+        d.tuned_recall > 0
+            ? absl::StrFormat(" (tuned: %.3f)", d.tuned_recall).c_str()
+            : " (never tuned: knnctl tune records a target)");
+  }
+  if (d.retrain_reasons.empty()) {
+    std::printf("retrain:  not due\n");
+  } else {
+    for (const std::string& why : d.retrain_reasons) {
+      std::printf("retrain:  DUE: %s\n", why.c_str());
+    }
+    std::printf("retrain:  rebuild with knnctl build from the whole corpus\n");
+  }
+  std::printf(
+      "next:     knnctl publish --index %s --dir VERSIONS (knnd "
+      "swaps to it; split it with knnctl shard first when serving "
+      "shards)\n",
+      options.output.c_str());
+}
+
+int Update(const UpdateCommandOptions& options) {
+  UseThreads(options.threads);
+  if (options.base.empty() || options.output.empty()) {
+    return Fail("update needs --base INDEX and --output INDEX");
+  }
+  if (options.input.empty() && options.deletions.empty()) {
+    return Fail(
+        "update needs --input FILE (additions and upserts), "
+        "--delete FILE, or both");
+  }
+  const size_t slash = options.output.rfind('/');
+  const std::string dir =
+      slash == std::string::npos ? "." : options.output.substr(0, slash + 1);
+  if (access(dir.c_str(), W_OK) != 0) {
+    return Fail(absl::StrCat("cannot write into the directory of ",
+                             options.output, ": ", std::strerror(errno)));
+  }
+  UpdateOptions update;
+  update.base_path = options.base;
+  update.output_path = options.output;
+  update.input_name = options.input.empty() ? options.deletions : options.input;
+  update.recall_queries = options.recall_queries;
+  update.seed = options.seed;
+  update.built_by = absl::StrCat("knnctl update: ", BuildInfoLine());
+  Matrix input;
+  if (!options.input.empty()) {
+    absl::StatusOr<Matrix> read = ReadVectors(options.input);
+    if (!read.ok()) return Fail(read.status());
+    input = std::move(*read);
+    update.input = &input;
+    if (!options.ids.empty()) {
+      absl::StatusOr<std::vector<int64_t>> ids =
+          ReadRowIds(options.ids, input.rows);
+      if (!ids.ok()) return Fail(ids.status());
+      update.input_ids = std::move(*ids);
+    }
+  } else if (!options.ids.empty()) {
+    return Fail("--ids names the ids of --input's rows; give --input too");
+  }
+  if (!options.deletions.empty()) {
+    absl::StatusOr<IdMatrix> deletions = ReadIds(options.deletions);
+    if (!deletions.ok()) return Fail(deletions.status());
+    if (deletions->cols != 1) {
+      return Fail(absl::StrCat("--delete ", options.deletions, ": holds ",
+                               deletions->rows, " x ", deletions->cols,
+                               " ids; expected one column"));
+    }
+    update.deletions = std::move(deletions->values);
+  }
+  absl::StatusOr<UpdateReport> report = UpdateIndexFile(update);
+  if (!report.ok()) return Fail(report.status());
+  PrintReport(options, *report);
+  return kExitOk;
+}
+
+}  // namespace
+
+std::function<int()> DefineUpdate(FlagSet& flags) {
+  auto options = std::make_shared<UpdateCommandOptions>();
+  flags.Add("base", &options->base, "INDEX",
+            "The previous version: a whole knnd FastScan index (with its "
+            "sidecar, and INDEX.vectors and INDEX.ids when it has them). "
+            "Required.");
+  flags.Add("output", &options->output, "INDEX",
+            "The new version to write, beside the base (not over it), with "
+            "its sidecar, INDEX.vectors and INDEX.ids. Required.");
+  flags.Add("input", &options->input, "FILE",
+            "Vectors to add or replace, in any format build reads; an id "
+            "the base holds is replaced in place (upsert), a new one "
+            "appended.");
+  flags.Add("ids", &options->ids, "FILE",
+            "int64/int32 .npy or .ivecs, one id per --input row (required "
+            "for a base with its own ids). Default for a row-id base: the "
+            "ids after its largest.");
+  flags.Add("delete", &options->deletions, "FILE",
+            "int64/int32 .npy or .ivecs of ids to delete. In a row-id index "
+            "the rows after a deleted one renumber, so the new version gets "
+            "INDEX.ids keeping every id as it was.");
+  flags.Add("recall_queries", &options->recall_queries, "N",
+            "Rows of the delta (or of the new version, without --input) "
+            "searched to estimate recall@10 against exact search over "
+            "INDEX.vectors; 0: not measured.");
+  flags.Add("seed", &options->seed, "N", "Seed of the drift samples.");
+  AddThreadsFlag(flags, &options->threads);
+  return [options] { return Update(*options); };
+}
+
+}  // namespace knnd::knnctl
