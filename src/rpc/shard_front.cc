@@ -308,7 +308,18 @@ absl::Status ShardFront::SetInfo(GetIndexInfoResponse* response) const {
     response->set_max_receive_message_bytes(std::min(
         response->max_receive_message_bytes(), info.max_receive_message_bytes()));
     response->set_has_vectors(response->has_vectors() && info.has_vectors());
+    response->set_has_payloads(response->has_payloads() &&
+                               info.has_payloads());
+    for (const std::string& field : info.payload_fields()) {
+      if (std::find(response->payload_fields().begin(),
+                    response->payload_fields().end(),
+                    field) == response->payload_fields().end()) {
+        response->add_payload_fields(field);
+      }
+    }
   }
+  if (!response->has_payloads()) response->clear_payload_fields();
+  response->set_max_send_message_bytes(options_.max_send_message_bytes);
   knnd::v1::ShardInfo* set = response->mutable_shard();
   set->set_shard_id(0);
   set->set_shard_count(static_cast<uint32_t>(shards_.size()));

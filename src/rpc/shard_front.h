@@ -63,6 +63,8 @@ class ShardFront {
     int retry_pushback_ms = 50;
     // Largest answer accepted from one shard.
     int64_t max_shard_response_bytes = int64_t{256} << 20;
+    // Largest merged answer (payloads included) sent, in bytes.
+    int64_t max_send_message_bytes = int64_t{64} << 20;
     absl::Duration slow_request = absl::Milliseconds(250);  // 0: no log
   };
 

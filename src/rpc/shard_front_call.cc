@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "knnd/rpc/knn_service.h"
 #include "knnd/rpc/search_admission.h"
+#include "knnd/rpc/search_payloads.h"
 #include "knnd/rpc/shard_front.h"
 #include "knnd/rpc/shard_merge.h"
 #include "knnd/rpc/status_util.h"
@@ -243,6 +244,21 @@ class ShardFront::Call final {
     for (const ShardAnswer& a : answers) present[a.response->shard().shard_id()] = true;
     for (size_t id = 0; id < n; ++id) {
       if (!present[id]) response_->add_missing_shards(static_cast<uint32_t>(id));
+    }
+    if (response_->payloads_size() > 0) {
+      int64_t payload_bytes = 0;
+      for (const std::string& p : response_->payloads()) {
+        payload_bytes += static_cast<int64_t>(p.size());
+      }
+      const int64_t answer_bytes =
+          static_cast<int64_t>(response_->ByteSizeLong());
+      const int64_t limit = front_->options_.max_send_message_bytes;
+      if (answer_bytes > limit) {
+        response_->Clear();
+        Answer(AnswerTooLarge(answer_bytes, payload_bytes, limit));
+        return;
+      }
+      front_->metrics_->RecordPayloadBytes(payload_bytes);
     }
     Answer(absl::OkStatus());
   }
