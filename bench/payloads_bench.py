@@ -118,6 +118,8 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--text-bytes", type=int, default=1000)
     p.add_argument("--workdir", default="/tmp/knnd_payloads_bench")
+    p.add_argument("--rebuild", action="store_true",
+                   help="build the indexes even when the workdir has them")
     args = p.parse_args()
 
     os.makedirs(args.workdir, exist_ok=True)
@@ -132,6 +134,8 @@ def main():
     plain = os.path.join(args.workdir, "plain.index")
     with_payloads = os.path.join(args.workdir, "payloads.index")
     for path, extra in ((plain, []), (with_payloads, ["--payloads", lines])):
+        if os.path.exists(path + ".meta.json") and not args.rebuild:
+            continue  # built by an earlier run with the same seeds
         t = time.time()
         subprocess.run([knnctl, "build", "--input", train, "--output", path,
                         *extra], check=True, stdout=subprocess.DEVNULL)
