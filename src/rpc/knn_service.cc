@@ -77,8 +77,14 @@ void KnnServiceImpl::Search(SearchCall* call) {
     return admission_.Refuse(RejectReason::kInvalid, payloads.status(),
                              answer);
   }
-  const SearchShape shape = ShapeOf(*parsed, pinned.snapshot->info(),
-                                    payloads->has_value());
+  // Payloads go with every result entry: candidates too for a merger.
+  const int64_t payload_entries =
+      !payloads->has_value() ? 0
+      : call->request().return_candidates() && parsed->refine_factor > 0
+          ? parsed->num_queries * parsed->k * parsed->refine_factor
+          : parsed->num_queries * parsed->k;
+  const SearchShape shape =
+      ShapeOf(*parsed, pinned.snapshot->info(), payload_entries);
   absl::StatusOr<AdmissionGate::Ticket> ticket = admission_.Admit(
       *call->context(), arrival, absl::FromChrono(call->context()->deadline()),
       {parsed->num_queries,
@@ -141,7 +147,7 @@ absl::StatusOr<ParsedSearch> KnnServiceImpl::PinAndParse(
 
 SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed,
                                     const IndexInfo& index,
-                                    bool payloads) const {
+                                    int64_t payload_entries) const {
   return SearchShape{
       parsed.num_queries,
       parsed.k,
@@ -149,9 +155,8 @@ SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed,
       static_cast<int64_t>(parsed.allowed_ids.size()),
       parsed.refine_factor,
       options_.max_batch_rows,
-      payloads ? PayloadBytesBound(index, parsed.num_queries * parsed.k,
-                                   options_.max_send_message_bytes)
-               : 0};
+      PayloadBytesBound(index, payload_entries,
+                        options_.max_send_message_bytes)};
 }
 
 std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(

@@ -84,8 +84,10 @@ class KnnServiceImpl final : public AsyncService {
   // against it; on failure `reason` says how the refusal is counted.
   absl::StatusOr<ParsedSearch> PinAndParse(SearchCall* call, Pinned* pinned,
                                            RejectReason* reason) const;
+  // `payload_entries`: the results whose payloads the answer carries (0:
+  // none asked for).
   SearchShape ShapeOf(const ParsedSearch& parsed, const IndexInfo& index,
-                      bool payloads) const;
+                      int64_t payload_entries) const;
   // The admitted job: the answer's header set and its result arrays sized
   // for the search to fill in place; on_done adds the payloads asked for
   // (search_payloads.h) and answers the call.
