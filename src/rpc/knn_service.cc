@@ -297,7 +297,7 @@ void KnnServiceImpl::GetIndexInfo(InfoCall* call) {
   for (const std::string& field : index.payload_fields) {
     response->add_payload_fields(field);
   }
-  response->set_max_send_message_bytes(options_.max_send_message_bytes);
+  response->set_max_payload_bytes(index.max_payload_json_bytes);
   response->set_vectors_dtype(index.vectors_dtype);
   response->set_default_refine_factor(
       static_cast<uint32_t>(limits.default_refine_factor));

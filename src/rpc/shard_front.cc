@@ -253,6 +253,17 @@ int ShardFront::default_refine_factor() const {
   return 0;
 }
 
+int64_t ShardFront::max_payload_bytes() const {
+  absl::MutexLock lock(&mu_);
+  int64_t bytes = 0;
+  for (const auto& shard : shards_) {
+    if (shard->polled.ok()) {
+      bytes = std::max(bytes, shard->info.max_payload_bytes());
+    }
+  }
+  return bytes;
+}
+
 std::string ShardFront::build_id() const {
   absl::MutexLock lock(&mu_);
   for (const auto& shard : shards_) {
@@ -310,6 +321,8 @@ absl::Status ShardFront::SetInfo(GetIndexInfoResponse* response) const {
     response->set_has_vectors(response->has_vectors() && info.has_vectors());
     response->set_has_payloads(response->has_payloads() &&
                                info.has_payloads());
+    response->set_max_payload_bytes(
+        std::max(response->max_payload_bytes(), info.max_payload_bytes()));
     for (const std::string& field : info.payload_fields()) {
       if (std::find(response->payload_fields().begin(),
                     response->payload_fields().end(),
@@ -319,7 +332,6 @@ absl::Status ShardFront::SetInfo(GetIndexInfoResponse* response) const {
     }
   }
   if (!response->has_payloads()) response->clear_payload_fields();
-  response->set_max_send_message_bytes(options_.max_send_message_bytes);
   knnd::v1::ShardInfo* set = response->mutable_shard();
   set->set_shard_id(0);
   set->set_shard_count(static_cast<uint32_t>(shards_.size()));

@@ -104,9 +104,11 @@ class ShardFront {
   absl::Status ready() const;
 
   // From the last poll: the index's dim and default refine_factor (0 while
-  // no shard answered), the set's build id.
+  // no shard answered), the largest payload of a row over the shards (0:
+  // none), the set's build id.
   int dim() const;
   int default_refine_factor() const;
+  int64_t max_payload_bytes() const;
   std::string build_id() const;
   // The shard id target `shard` last reported; false while unknown.
   bool ShardIdOf(size_t shard, int* id) const;

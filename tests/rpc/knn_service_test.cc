@@ -252,7 +252,8 @@ TEST_F(KnnServiceTest, PayloadsComeWithTheirIdsAllOrNamedFields) {
     ASSERT_TRUE(stub_->GetIndexInfo(&context, {}, &info).ok());
     EXPECT_TRUE(info.has_payloads());
     EXPECT_THAT(info.payload_fields(), ::testing::ElementsAre("text", "page"));
-    EXPECT_EQ(info.max_send_message_bytes(), 64 << 20);
+    EXPECT_EQ(info.max_payload_bytes(),
+              static_cast<int64_t>(WantPayload(998, true, true).size()));
   }
 }
 

@@ -319,6 +319,12 @@ TEST(ShardFrontPayloads, MergedPayloadsAreTheUnshardedIndexs) {
   ASSERT_TRUE(front.stub->GetIndexInfo(&context, {}, &info).ok());
   EXPECT_TRUE(info.has_payloads());
   EXPECT_THAT(info.payload_fields(), ::testing::ElementsAre("row", "text"));
+  grpc::ClientContext whole_context;
+  knnd::v1::GetIndexInfoResponse whole_info;
+  ASSERT_TRUE(
+      whole.stub->GetIndexInfo(&whole_context, {}, &whole_info).ok());
+  EXPECT_EQ(info.max_payload_bytes(), whole_info.max_payload_bytes());
+  EXPECT_GT(info.max_payload_bytes(), 0);
   for (int refine : {0, 3}) {
     SearchRequest request = MakeSearchRequest(MakeData(50, kDim, 98), 10);
     request.set_nprobe(4);
