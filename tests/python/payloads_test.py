@@ -154,6 +154,29 @@ class PayloadsTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             self.client("whole").search(self.xq[:1], K, payloads="text")
 
+    def test_async_clients_return_the_same_payloads(self):
+        import asyncio
+        from knnd_client import AsyncKnnClient, AsyncShardedKnnClient
+        ids, _, payloads = self.client("whole").search(self.xq, K, 16,
+                                                       payloads=["text"])
+
+        async def main():
+            async with AsyncKnnClient(self.daemons["whole"].address) as one:
+                whole = await one.search(self.xq, K, 16, payloads=["text"])
+            async with AsyncShardedKnnClient(
+                    [self.daemons["shard0"].address,
+                     self.daemons["shard1"].address]) as shards:
+                sharded = await shards.search(self.xq, K, 16,
+                                              payloads=["text"])
+            return whole, sharded
+        whole, sharded = asyncio.run(main())
+        np.testing.assert_array_equal(whole[0], ids)
+        self.assertEqual(whole[2], payloads)
+        for q in range(len(self.xq)):
+            for j in range(K):
+                self.assertEqual(sharded[2][q][j],
+                                 self.stored(sharded[0][q, j], ["text"]))
+
     def test_shards_merge_to_the_whole_answer_with_payloads(self):
         from knnd_client import ShardedKnnClient
         sharded = ShardedKnnClient([self.daemons["shard1"].address,
