@@ -1,15 +1,14 @@
 """A retrieval service over knnd: GET /search?q=...&k=5 embeds the query
-(embedder.py), asks knnd for the nearest chunk vectors through
-AsyncKnnClient, and returns those chunks' text from the SQLite chunk store
-(build_corpus.py writes both).
+(embedder.py), asks knnd for the nearest chunk vectors and their payloads
+(text, source, ordinal: build_corpus.py stores them in the index with
+`knnctl build --payloads`) through AsyncKnnClient, and returns them.
 
-No worker holds the index: each gunicorn worker has one gRPC channel to
-knnd and a read-only SQLite connection, so adding workers adds no index
-memory. Settings come from the environment:
+No worker holds the index or the chunks: each gunicorn worker has one gRPC
+channel to knnd, so adding workers adds no index or text memory. Settings
+come from the environment:
 
   KNND_TARGET     knnd's address; dns:///NAME:PORT spreads calls over every
                   replica of a headless Service (default dns:///localhost:50051)
-  CHUNKS_DB       the chunk store (default chunks.sqlite)
   KNND_NPROBE     inverted lists per query (default: the index's stored one)
   KNND_REFINE     exact re-ranking factor (default 4; 0 for PQ distances)
   KNND_TIMEOUT_S  deadline of one knnd call, retries included (default 1.0)
@@ -19,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 from typing import Any, AsyncIterator, Dict, List, Optional
 
 import grpc
@@ -35,7 +33,6 @@ def _env_int(name: str, default: Optional[int]) -> Optional[int]:
 
 
 KNND_TARGET = os.environ.get("KNND_TARGET", "dns:///localhost:50051")
-CHUNKS_DB = os.environ.get("CHUNKS_DB", "chunks.sqlite")
 NPROBE = _env_int("KNND_NPROBE", None)
 REFINE = _env_int("KNND_REFINE", 4)
 TIMEOUT_S = float(os.environ.get("KNND_TIMEOUT_S", "1.0"))
@@ -56,12 +53,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # fork is unusable in the child.
     async with AsyncKnnClient(KNND_TARGET, timeout_s=TIMEOUT_S,
                               max_concurrent_calls=MAX_CALLS) as knn:
-        db = sqlite3.connect(f"file:{CHUNKS_DB}?mode=ro", uri=True)
-        app.state.knn, app.state.db = knn, db
-        try:
-            yield
-        finally:
-            db.close()
+        app.state.knn = knn
+        yield
 
 
 app = FastAPI(title="knnd RAG example", lifespan=lifespan)
@@ -74,26 +67,18 @@ async def search(q: str = Query(min_length=1, max_length=2000),
     if not vector.any():
         raise HTTPException(422, "q has no words to search for")
     try:
-        ids, scores = await app.state.knn.search(
-            vector.reshape(1, -1), k, NPROBE, refine_factor=REFINE)
+        ids, scores, payloads = await app.state.knn.search(
+            vector.reshape(1, -1), k, NPROBE, refine_factor=REFINE,
+            payloads=["text", "source", "ordinal"])
     except grpc.RpcError as error:
         status = 503 if error.code() in _UNAVAILABLE else 502
         raise HTTPException(status, f"knnd: {error.code().name}: "
                                     f"{error.details()}") from None
-    found = [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
-    # Primary-key lookups in a local file take microseconds: done on the
-    # event loop, where a hop to a thread would cost more than the query.
-    rows = {row[0]: row for row in app.state.db.execute(
-        f"SELECT id, source, ordinal, text FROM chunks WHERE id IN "
-        f"({','.join('?' * len(found))})", [i for i, _ in found])} if found else {}
-    results: List[Dict[str, Any]] = []
-    for vector_id, score in found:
-        if vector_id not in rows:  # index newer than the store: see README
-            raise HTTPException(500, f"vector id {vector_id} is not in the "
-                                     "chunk store")
-        _, source, ordinal, text = rows[vector_id]
-        results.append({"id": vector_id, "score": score, "source": source,
-                        "ordinal": ordinal, "text": text})
+    # Each result's chunk came with its id, from the index version that
+    # answered: nothing to look up, nothing to keep in step.
+    results: List[Dict[str, Any]] = [
+        {"id": int(i), "score": float(s), **payload}
+        for i, s, payload in zip(ids[0], scores[0], payloads[0]) if i >= 0]
     return {"query": q, "worker_pid": os.getpid(), "results": results}
 
 

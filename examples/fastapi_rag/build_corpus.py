@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Builds the example's corpus: chunks a text collection, embeds each chunk
-with embedder.py, stores the chunks in SQLite keyed by vector id, builds a
-knnd index of the vectors with `knnctl build` and publishes it with
-`knnctl publish` into the versions directory knnd serves.
+with embedder.py, writes each chunk's payload (its text, source file and
+ordinal) as a JSON line, builds a knnd index of the vectors with their
+payloads with `knnctl build --payloads` and publishes it with `knnctl
+publish` into the versions directory knnd serves.
 
 The default collection is /usr/share/common-licenses (Debian's base-files,
 present on every Debian machine): the full texts of the GPL, LGPL, Apache,
@@ -10,22 +11,20 @@ MPL, GFDL, Artistic, BSD and CC0 licenses, about 260 KB of real English.
 Any other plain-text files work: --source '/usr/share/doc/*/README*'.
 
     python3 build_corpus.py --knnctl build/knnctl --out /srv/rag
-    # -> /srv/rag/chunks.sqlite, /srv/rag/versions/<N>/ (knnd --index /srv/rag/versions)
+    # -> /srv/rag/chunks.jsonl, /srv/rag/versions/<N>/ (knnd --index /srv/rag/versions)
 
-Vector ids are row numbers (`knnctl build --keep_vectors`, which keeps the
-raw vectors for exact re-ranking, numbers them so), and the chunk table's
-primary key is the same number. The chunk store is written before the index
-is published, so knnd never answers with an id the store lacks. Rebuilding
-under a live service: keep the old rows first and in order (append only), so
-that every id keeps its meaning while workers still hold the previous index.
+The chunks travel inside the index version (INDEX.payloads, beside the
+vectors), so knnd returns each result's chunk with its id: no chunk store
+to keep in step with the index, and a rebuild may reorder or drop chunks
+freely, since every version carries its own.
 """
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import re
-import sqlite3
 import subprocess
 import sys
 import time
@@ -63,19 +62,13 @@ def chunks(text: str, words: int, overlap: int) -> Iterator[str]:
             yield " ".join(window)
 
 
-def write_store(path: str, rows: List[Tuple[int, str, int, str]]) -> None:
-    """The chunk table, written to a new file and renamed over `path`: a
-    reader sees the old store or the new one, never half of one."""
-    tmp = path + ".tmp"
-    if os.path.exists(tmp):
-        os.remove(tmp)
-    db = sqlite3.connect(tmp)
-    db.execute("CREATE TABLE chunks (id INTEGER PRIMARY KEY, source TEXT NOT NULL,"
-               " ordinal INTEGER NOT NULL, text TEXT NOT NULL)")
-    db.executemany("INSERT INTO chunks VALUES (?, ?, ?, ?)", rows)
-    db.commit()
-    db.close()
-    os.replace(tmp, path)
+def write_payloads(path: str, rows: List[Tuple[int, str, int, str]]) -> None:
+    """One JSON line per chunk, in vector order: what `knnctl build
+    --payloads` stores and knnd returns with each result."""
+    with open(path, "w", encoding="utf-8") as out:
+        for _, source, ordinal, text in rows:
+            out.write(json.dumps({"text": text, "source": source,
+                                  "ordinal": ordinal}) + "\n")
 
 
 def run(command: List[str]) -> None:
@@ -130,7 +123,8 @@ def main() -> None:
     vectors = embed_many(row[3] for row in rows)
     vectors_path = os.path.join(args.out, "vectors.npy")
     np.save(vectors_path, vectors)
-    write_store(os.path.join(args.out, "chunks.sqlite"), rows)
+    payloads_path = os.path.join(args.out, "chunks.jsonl")
+    write_payloads(payloads_path, rows)
     print(f"{len(rows)} chunks of {args.chunk_words} words from "
           f"{len({r[1] for r in rows})} files, embedded ({DIM} dims) in "
           f"{time.monotonic() - start:.1f} s", flush=True)
@@ -147,6 +141,7 @@ def main() -> None:
         nlist *= 2
     index = os.path.join(args.out, "chunks.index")
     run([args.knnctl, "build", "--input", vectors_path, "--output", index,
+         "--payloads", payloads_path,
          "--metric", "cosine", "--keep_vectors", "--nlist", str(nlist),
          "--stored_nprobe", str(args.nprobe or nlist)])
     run([args.knnctl, "publish", "--index", index, "--dir", versions])

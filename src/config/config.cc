@@ -146,11 +146,13 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
     return out_of_range("index_probe_timeout_s", c.index_probe_timeout_s(), 1,
                         86400);
   }
-  if (c.max_receive_message_bytes() < 1024 ||
-      c.max_receive_message_bytes() > (uint64_t{1} << 31) - 1) {
-    return out_of_range("max_receive_message_bytes",
-                        c.max_receive_message_bytes(), 1024,
-                        (uint64_t{1} << 31) - 1);
+  for (const auto& [name, bytes] :
+       {std::pair<const char*, uint64_t>{"max_receive_message_bytes",
+                                         c.max_receive_message_bytes()},
+        {"max_send_message_bytes", c.max_send_message_bytes()}}) {
+    if (bytes < 1024 || bytes > (uint64_t{1} << 31) - 1) {
+      return out_of_range(name, bytes, 1024, (uint64_t{1} << 31) - 1);
+    }
   }
   if (c.grpc_memory_quota_bytes() != 0 &&
       (c.grpc_memory_quota_bytes() < (uint64_t{1} << 20) ||

@@ -95,6 +95,8 @@ ShardFront::Options ShardFrontOptionsFrom(const ServerConfig& config) {
   options.poll_interval = absl::Milliseconds(config.shard_poll_interval_ms());
   options.retry_pushback_ms = static_cast<int>(config.retry_pushback_ms());
   options.slow_request = absl::Milliseconds(config.slow_request_ms());
+  options.max_send_message_bytes =
+      static_cast<int64_t>(config.max_send_message_bytes());
   return options;
 }
 
@@ -103,6 +105,8 @@ KnnServiceImpl::Options KnnServiceOptionsFrom(const ServerConfig& config) {
   options.limits = LimitsConfigFrom(config);
   options.max_receive_message_bytes =
       static_cast<int64_t>(config.max_receive_message_bytes());
+  options.max_send_message_bytes =
+      static_cast<int64_t>(config.max_send_message_bytes());
   options.retry_pushback_ms = static_cast<int>(config.retry_pushback_ms());
   options.max_batch_rows = static_cast<int64_t>(config.max_batch_rows());
   options.slow_request = absl::Milliseconds(config.slow_request_ms());
@@ -178,6 +182,8 @@ ConnectionLimits ConnectionLimitsFrom(const ServerConfig& config,
     max_message = std::min(max_message, byte_budget + kFramingBytes);
   }
   limits.max_receive_message_bytes = std::max<int64_t>(max_message, 1024);
+  limits.max_send_message_bytes =
+      static_cast<int64_t>(config.max_send_message_bytes());
   limits.max_connection_age_ms = config.max_connection_age_ms();
   limits.max_connection_age_grace_ms = config.max_connection_age_grace_ms();
   limits.max_concurrent_streams =

@@ -9,6 +9,7 @@
 #include "knnd/faiss/vector_math.h"
 #include "knnd/storage/atomic_file.h"
 #include "knnd/storage/id_table.h"
+#include "knnd/storage/payload_file.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/vectors_file.h"
 
@@ -267,6 +268,13 @@ absl::StatusOr<std::vector<ShardSpec>> ShardIndexFile(
     if (!opened.ok()) return opened.status();
     id_table = std::move(*opened);
   }
+  std::unique_ptr<PayloadFile> payloads;
+  if (info.has_payloads) {
+    absl::StatusOr<std::unique_ptr<PayloadFile>> opened = PayloadFile::Open(
+        info.payloads_path, info.ntotal, /*verify_checksum=*/false);
+    if (!opened.ok()) return opened.status();
+    payloads = std::move(*opened);
+  }
   std::unique_ptr<VectorsFile> vectors;
   if (info.has_vectors) {
     absl::StatusOr<std::unique_ptr<VectorsFile>> opened = VectorsFile::Open(
@@ -294,6 +302,16 @@ absl::StatusOr<std::vector<ShardSpec>> ShardIndexFile(
       }
     } else {
       std::remove(IdTablePath(path).c_str());  // of an earlier split
+    }
+    // Likewise the payloads: row i's is line i of the build's input.
+    if (payloads != nullptr) {
+      if (absl::Status s = WritePayloadRows(*payloads, shard.first_id,
+                                            shard.end_id, PayloadPath(path));
+          !s.ok()) {
+        return s;
+      }
+    } else {
+      std::remove(PayloadPath(path).c_str());  // of an earlier split
     }
     if (vectors != nullptr) {
       if (absl::Status s = WriteVectorRows(*vectors, shard.first_id,

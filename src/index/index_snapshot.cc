@@ -58,6 +58,7 @@ absl::Status ApplyMetadata(const std::string& path, bool verify_checksum,
   info.tuned_recall = meta->tuned_recall();
   info.build_id = meta->build_id();
   info.has_id_table = meta->id_table();
+  info.has_payloads = meta->payloads();
   if (meta->shard_count() > 0) {
     if (meta->shard_id() >= meta->shard_count() ||
         meta->shard_first_id() < 0 ||
@@ -129,16 +130,38 @@ absl::StatusOr<std::unique_ptr<IdTable>> OpenIdTable(
   return table;
 }
 
+// Opens PayloadPath(path) when the sidecar asked for it (info.has_payloads)
+// and fills in its path, size and fields; null without one.
+absl::StatusOr<std::unique_ptr<PayloadFile>> OpenPayloads(
+    const std::string& path, bool verify_checksum, IndexInfo& info) {
+  if (!info.has_payloads) return nullptr;
+  absl::StatusOr<std::unique_ptr<PayloadFile>> payloads =
+      PayloadFile::Open(PayloadPath(path), info.ntotal, verify_checksum);
+  if (!payloads.ok()) {
+    return absl::Status(
+        payloads.status().code(),
+        absl::StrCat(payloads.status().message(), " (", MetadataPath(path),
+                     " says the index has payloads)"));
+  }
+  info.payloads_path = (*payloads)->path();
+  info.payloads_file_bytes = (*payloads)->file_bytes();
+  info.payload_fields = (*payloads)->field_names();
+  info.max_payload_json_bytes = (*payloads)->max_row_json_bytes();
+  return payloads;
+}
+
 }  // namespace
 
 IndexSnapshot::IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info,
                              std::unique_ptr<VectorsFile> vectors,
-                             std::unique_ptr<IdTable> id_table)
+                             std::unique_ptr<IdTable> id_table,
+                             std::unique_ptr<PayloadFile> payloads)
     : faiss_(std::move(faiss)),
       info_(std::move(info)),
       vectors_(std::move(vectors)),
       id_table_(std::move(id_table)),
-      list_ids_(info_.shard_first_id, info_.ntotal, id_table_.get()) {}
+      list_ids_(info_.shard_first_id, info_.ntotal, id_table_.get()),
+      payloads_(std::move(payloads)) {}
 
 IndexSnapshot::~IndexSnapshot() {
   faiss_.reset();
@@ -185,6 +208,9 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   absl::StatusOr<std::unique_ptr<IdTable>> id_table =
       OpenIdTable(path, options.verify_checksum, info);
   if (!id_table.ok()) return id_table.status();
+  absl::StatusOr<std::unique_ptr<PayloadFile>> payloads =
+      OpenPayloads(path, options.verify_checksum, info);
+  if (!payloads.ok()) return payloads.status();
   absl::StatusOr<std::unique_ptr<VectorsFile>> vectors =
       OpenVectors(path, options, info);
   if (!vectors.ok()) return vectors.status();
@@ -193,7 +219,8 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   info.load_duration = info.load_time - start;
   return std::unique_ptr<IndexSnapshot>(
       new IndexSnapshot(std::move(*faiss), std::move(info),
-                        std::move(*vectors), std::move(*id_table)));
+                        std::move(*vectors), std::move(*id_table),
+                        std::move(*payloads)));
 }
 
 absl::Status IndexSnapshot::VerifyChecksums(
@@ -210,8 +237,34 @@ absl::Status IndexSnapshot::VerifyChecksums(
   if (id_table_ != nullptr) {
     if (absl::Status s = id_table_->VerifyChecksum(cancel); !s.ok()) return s;
   }
+  if (payloads_ != nullptr) {
+    if (absl::Status s = payloads_->VerifyChecksum(cancel); !s.ok()) return s;
+  }
   if (vectors_ != nullptr) return vectors_->VerifyChecksum(cancel);
   return absl::OkStatus();
+}
+
+absl::StatusOr<PayloadSelection> IndexSnapshot::SelectPayloads(
+    bool all_fields, absl::Span<const std::string> fields) const {
+  if (payloads_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "index ", info_.path, " (version ", info_.version,
+        ") has no payloads; build it with knnctl build --payloads FILE"));
+  }
+  return payloads_->Select(all_fields, fields);
+}
+
+int64_t IndexSnapshot::PayloadJsonBytes(
+    int64_t id, const PayloadSelection& selection) const {
+  const int64_t row = list_ids_.RowOfId(id);
+  return row < 0 ? 0 : payloads_->JsonBytes(row, selection);
+}
+
+void IndexSnapshot::AppendPayload(int64_t id,
+                                  const PayloadSelection& selection,
+                                  std::string* out) const {
+  const int64_t row = list_ids_.RowOfId(id);
+  if (row >= 0) payloads_->AppendJson(row, selection, out);
 }
 
 absl::Status IndexSnapshot::Search(const SearchArgs& args) const {

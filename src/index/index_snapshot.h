@@ -13,7 +13,9 @@
 // so a pinned snapshot keeps its vectors mapped and a swapped-out one unmaps
 // them when its last search ends. Likewise the id table (id_table.h) of an
 // index built with its own ids, through which it translates between the
-// rows its lists hold and the ids of requests and answers (list_ids.h).
+// rows its lists hold and the ids of requests and answers (list_ids.h),
+// and the payloads (payload_file.h) of an index built with them, from
+// which it cuts the fields a request asks for by the answers' ids.
 //
 // Thread-safety: an IndexSnapshot is immutable after Load(); Search() is const
 // and safe to call from any number of threads at once. Per-call parameters
@@ -26,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,6 +39,7 @@
 #include "knnd/faiss/serving_index.h"
 #include "knnd/index/list_ids.h"
 #include "knnd/storage/id_table.h"
+#include "knnd/storage/payload_file.h"
 #include "knnd/storage/vectors_file.h"
 
 namespace knnd {
@@ -86,6 +90,13 @@ struct IndexInfo : IndexFacts {
   bool has_id_table = false;
   std::string id_table_path;
   int64_t id_table_file_bytes = 0;
+  // The payloads (payload_file.h) of an index built with them (the
+  // sidecar's payloads): loaded whenever the sidecar asks for them.
+  bool has_payloads = false;
+  std::string payloads_path;
+  int64_t payloads_file_bytes = 0;
+  std::vector<std::string> payload_fields;
+  int64_t max_payload_json_bytes = 0;  // the largest row's, all fields
 };
 
 // What Load() does with the raw-vectors file VectorsPath(path).
@@ -166,10 +177,23 @@ class IndexSnapshot {
   // FAILED_PRECONDITION.
   absl::Status Search(const SearchArgs& args) const;
 
+  // The payload fields a request asks for (every field, or `fields`):
+  // FAILED_PRECONDITION naming the index when it has no payloads,
+  // INVALID_ARGUMENT naming an unknown field and the index's fields.
+  absl::StatusOr<PayloadSelection> SelectPayloads(
+      bool all_fields, absl::Span<const std::string> fields) const;
+  // The bytes AppendPayload() appends for the answer id `id`.
+  int64_t PayloadJsonBytes(int64_t id, const PayloadSelection& selection) const;
+  // Appends the selected fields of the payload of the answer id `id` as a
+  // compact JSON object; nothing for -1 or an id this index does not hold.
+  // Requires payloads (SelectPayloads() succeeded).
+  void AppendPayload(int64_t id, const PayloadSelection& selection,
+                     std::string* out) const;
+
   // The checks Load() skips without verify_checksum: the index file's size
   // and CRC-32 against its sidecar (when it has one) and the payload CRC-32
-  // of the vectors file and of the id table against their headers (when
-  // loaded); each reads its whole file once. DATA_LOSS naming the file and both values on a
+  // of the vectors file, the id table and the payload file against their
+  // headers (when loaded); each reads its whole file once. DATA_LOSS naming the file and both values on a
   // mismatch; CANCELLED when `cancel` turned true during a read. Safe to
   // call while searches run.
   absl::Status VerifyChecksums(const std::atomic<bool>* cancel = nullptr) const;
@@ -177,13 +201,15 @@ class IndexSnapshot {
  private:
   IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info,
                 std::unique_ptr<VectorsFile> vectors,
-                std::unique_ptr<IdTable> id_table);
+                std::unique_ptr<IdTable> id_table,
+                std::unique_ptr<PayloadFile> payloads);
 
   std::unique_ptr<ServingIndex> faiss_;
   IndexInfo info_;
   std::unique_ptr<VectorsFile> vectors_;  // null without re-ranking
   std::unique_ptr<IdTable> id_table_;     // null: list ids are the ids
   ListIds list_ids_;                      // borrows id_table_
+  std::unique_ptr<PayloadFile> payloads_;  // null: no payloads
 };
 
 }  // namespace knnd

@@ -56,6 +56,11 @@ class ListIds {
     return row < 0 ? -1 : table_->IdOf(row);
   }
 
+  // The row holding the answer id `id`, or -1 when this index has none.
+  int64_t RowOfId(int64_t id) const {
+    return table_ == nullptr ? RowOf(id) : table_->RowOf(id);
+  }
+
   // With an id table: the list ids of the ids of `sorted_ids` this index
   // holds, ascending; the ids absent from it are dropped. When none is
   // held: {-1}, a list no vector matches (an empty list means no filter).

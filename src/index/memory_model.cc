@@ -75,7 +75,17 @@ int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape) {
     const int kc = static_cast<int>(shape.refine_factor * k);
     bytes += nq * (2 * int64_t{kc} + CandidateSlack(kc)) * 12;
   }
+  bytes += 2 * shape.payload_bytes;
   return bytes;
+}
+
+int64_t PayloadBytesBound(const IndexInfo& index, int64_t entries,
+                          int64_t max_send_message_bytes) {
+  if (entries <= 0 || index.max_payload_json_bytes <= 0) return 0;
+  if (index.max_payload_json_bytes > max_send_message_bytes / entries) {
+    return max_send_message_bytes;
+  }
+  return entries * index.max_payload_json_bytes;
 }
 
 int64_t LoadPeakHeapBytes(const IndexInfo& planned) {

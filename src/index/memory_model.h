@@ -10,8 +10,9 @@
 //   file-backed (page cache, reclaimable) = the mapped inverted lists
 //             (IVF-PQ: codes + ids; FastScan: codes in 32-vector blocks,
 //             padded, + ids), the raw vectors for re-ranking
-//             (ntotal * d * 4 or 2), and with own ids the id table
-//             (ntotal * 24: row -> id, sorted ids, their rows)
+//             (ntotal * d * 4 or 2), with own ids the id table
+//             (ntotal * 24: row -> id, sorted ids, their rows), and the
+//             payloads (INDEX.payloads: the rows' JSON fields)
 //
 // Thread-safety: pure functions.
 #ifndef KNND_INDEX_MEMORY_MODEL_H_
@@ -33,7 +34,16 @@ struct SearchShape {
   // Rows per FAISS call (the batcher's max_batch_rows); 0: one call for the
   // whole request. Each call has its own per-thread tables.
   int64_t unit_rows = 0;
+  // The most bytes of payloads the answer may carry (SearchRequest.payloads;
+  // PayloadBytesBound()); 0: none asked for.
+  int64_t payload_bytes = 0;
 };
+
+// The most bytes the payloads of `entries` results can add to an answer:
+// entries * the index's largest row payload, but never more than
+// `max_send_message_bytes` (a larger answer is refused before it is built).
+int64_t PayloadBytesBound(const IndexInfo& index, int64_t entries,
+                          int64_t max_send_message_bytes);
 
 // Upper estimate, in bytes, of the heap a request holds while admitted:
 //   request vectors            nq * d * 4 (plus a transformed copy of
@@ -50,6 +60,8 @@ struct SearchShape {
 //                              with an id table filter_ids * 8 per FAISS
 //                              call (the allowed ids' rows)
 //   re-ranking candidates      nq * refine_factor * k * (8 + 4)
+//   payloads                   2 * payload_bytes (the answer's JSON
+//                              objects and their serialised copy)
 // and the search's own buffers, by kind of index. IVF-PQ (FAISS's search):
 //   FAISS result heaps         nq * k * 12 while a unit runs
 //   per-thread PQ tables       2 * M * 2^nbits * 4 + 2 * d * 4 per FAISS call

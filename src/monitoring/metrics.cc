@@ -167,6 +167,13 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
                     .Register(r)
                     .Add({}, SecondsBuckets());
 
+  m->payload_bytes_ = &BuildCounter()
+                           .Name("knnd_search_payload_bytes_total")
+                           .Help("Bytes of payloads (JSON objects) sent in "
+                                 "Search answers that asked for them.")
+                           .Register(r)
+                           .Add({});
+
   auto& reloads =
       BuildCounter()
           .Name("knnd_index_reloads_total")
@@ -230,6 +237,11 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
       "Size of the id table (INDEX.ids) of an index built with its own ids, "
       "mapped read-only (file-backed memory), in bytes; 0 when the index's "
       "lists hold the ids themselves.");
+  m->payloads_file_size_ = index_gauge(
+      "knnd_index_payloads_file_size_bytes",
+      "Size of the payload file (INDEX.payloads) of an index built with "
+      "payloads, mapped read-only (file-backed memory), in bytes; 0 when the "
+      "index has none.");
   m->index_serving_ = index_gauge(
       "knnd_index_serving",
       "1 while an index version serves searches; 0 before the first one and "
@@ -298,6 +310,7 @@ void Metrics::SetIndexInfo(const IndexInfo& info) {
   }
   vectors_file_size_->Set(static_cast<double>(info.vectors_file_bytes));
   id_table_file_size_->Set(static_cast<double>(info.id_table_file_bytes));
+  payloads_file_size_->Set(static_cast<double>(info.payloads_file_bytes));
   if (absl::Status s = process_->TrackVectorsFile(info.vectors_path);
       !s.ok()) {
     spdlog::warn("vectors residency metrics unavailable: {}", s.ToString());
@@ -345,6 +358,10 @@ void Metrics::RecordBatchRows(int64_t rows) {
 
 void Metrics::RecordRerank(absl::Duration duration) {
   rerank_->Observe(absl::ToDoubleSeconds(duration));
+}
+
+void Metrics::RecordPayloadBytes(int64_t bytes) {
+  payload_bytes_->Increment(static_cast<double>(bytes));
 }
 
 void Metrics::AddShardTargets(const std::vector<std::string>& targets) {

@@ -97,6 +97,8 @@ class Metrics {
   void RecordBatchRows(int64_t rows);
   // Time one FAISS call with refine_factor > 0 spent on exact distances.
   void RecordRerank(absl::Duration duration);
+  // A Search answered with `bytes` of payloads (SearchResponse.payloads).
+  void RecordPayloadBytes(int64_t bytes);
 
   // A front of shards (shard_targets): creates the per-shard series for
   // `targets` (once, before any other shard call below; series labelled
@@ -132,6 +134,7 @@ class Metrics {
   prometheus::Histogram* request_queries_ = nullptr;
   prometheus::Histogram* batch_rows_ = nullptr;
   prometheus::Histogram* rerank_ = nullptr;
+  prometheus::Counter* payload_bytes_ = nullptr;
   prometheus::Counter* reloads_ok_ = nullptr;
   prometheus::Counter* reloads_failed_ = nullptr;
 
@@ -149,6 +152,7 @@ class Metrics {
   prometheus::Gauge* index_load_time_ = nullptr;
   prometheus::Gauge* vectors_file_size_ = nullptr;
   prometheus::Gauge* id_table_file_size_ = nullptr;
+  prometheus::Gauge* payloads_file_size_ = nullptr;
   prometheus::Gauge* index_serving_ = nullptr;
   // By ChecksumState: 1 for the served version's state, 0 for the others.
   prometheus::Gauge* index_checksum_[4] = {};

@@ -10,6 +10,7 @@
 #include "knnd/index/memory_model.h"
 #include "knnd/serving/search_request.h"
 #include "knnd/rpc/result_fields.h"
+#include "knnd/rpc/search_payloads.h"
 #include "knnd/rpc/status_util.h"
 #include "spdlog/spdlog.h"
 
@@ -70,7 +71,20 @@ void KnnServiceImpl::Search(SearchCall* call) {
   RejectReason reason = RejectReason::kInvalid;
   absl::StatusOr<ParsedSearch> parsed = PinAndParse(call, &pinned, &reason);
   if (!parsed.ok()) return admission_.Refuse(reason, parsed.status(), answer);
-  const SearchShape shape = ShapeOf(*parsed);
+  absl::StatusOr<absl::optional<PayloadSelection>> payloads =
+      RequestedPayloads(call->request(), *pinned.snapshot);
+  if (!payloads.ok()) {
+    return admission_.Refuse(RejectReason::kInvalid, payloads.status(),
+                             answer);
+  }
+  // Payloads go with every result entry: candidates too for a merger.
+  const int64_t payload_entries =
+      !payloads->has_value() ? 0
+      : call->request().return_candidates() && parsed->refine_factor > 0
+          ? parsed->num_queries * parsed->k * parsed->refine_factor
+          : parsed->num_queries * parsed->k;
+  const SearchShape shape =
+      ShapeOf(*parsed, pinned.snapshot->info(), payload_entries);
   absl::StatusOr<AdmissionGate::Ticket> ticket = admission_.Admit(
       *call->context(), arrival, absl::FromChrono(call->context()->deadline()),
       {parsed->num_queries,
@@ -78,8 +92,9 @@ void KnnServiceImpl::Search(SearchCall* call) {
        parsed->num_queries * std::max(parsed->nprobe, 1)},
       answer);
   if (!ticket.ok()) return;
-  batcher_->Submit(MakeJob(call, std::move(pinned), std::move(*parsed), shape,
-                           std::move(*ticket), arrival));
+  batcher_->Submit(MakeJob(call, std::move(pinned), std::move(*parsed),
+                           std::move(*payloads), shape, std::move(*ticket),
+                           arrival));
 }
 
 SearchAdmission::Answer KnnServiceImpl::AnswerFor(SearchCall* call,
@@ -130,19 +145,24 @@ absl::StatusOr<ParsedSearch> KnnServiceImpl::PinAndParse(
                             ResolveLimits(options_.limits, index));
 }
 
-SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed) const {
-  return SearchShape{parsed.num_queries,
-                     parsed.k,
-                     parsed.nprobe,
-                     static_cast<int64_t>(parsed.allowed_ids.size()),
-                     parsed.refine_factor,
-                     options_.max_batch_rows};
+SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed,
+                                    const IndexInfo& index,
+                                    int64_t payload_entries) const {
+  return SearchShape{
+      parsed.num_queries,
+      parsed.k,
+      parsed.nprobe,
+      static_cast<int64_t>(parsed.allowed_ids.size()),
+      parsed.refine_factor,
+      options_.max_batch_rows,
+      PayloadBytesBound(index, payload_entries,
+                        options_.max_send_message_bytes)};
 }
 
 std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
     SearchCall* call, Pinned pinned, ParsedSearch parsed,
-    const SearchShape& shape, AdmissionGate::Ticket ticket,
-    absl::Time arrival) const {
+    absl::optional<PayloadSelection> payloads, const SearchShape& shape,
+    AdmissionGate::Ticket ticket, absl::Time arrival) const {
   const IndexInfo& index = pinned.snapshot->info();
   auto job = std::make_unique<SearchJob>();
   job->query_storage = std::move(parsed.aligned_copy);
@@ -178,13 +198,26 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   args.distances = out.distances;
   args.approx_distances = out.approx_distances;
 
-  job->snapshot = std::move(pinned.snapshot);
+  job->snapshot = pinned.snapshot;
   job->deadline = absl::FromChrono(call->context()->deadline());
   job->is_cancelled = [call] { return call->cancelled(); };
   job->ticket = std::move(ticket);
   job->on_done = [call, arrival, shape, slow = options_.slow_request,
-                  metrics = metrics_](const absl::Status& status,
-                                      const JobTimes& times) {
+                  metrics = metrics_, snapshot = std::move(pinned.snapshot),
+                  payloads = std::move(payloads),
+                  max_send = options_.max_send_message_bytes](
+                     absl::Status status, const JobTimes& times) {
+    // After the search: the payloads of the answer's ids, from the version
+    // that answered.
+    if (status.ok() && payloads.has_value()) {
+      absl::StatusOr<int64_t> bytes =
+          AddPayloads(*snapshot, *payloads, max_send, call->response());
+      if (bytes.ok()) {
+        metrics->RecordPayloadBytes(*bytes);
+      } else {
+        status = bytes.status();
+      }
+    }
     const absl::Duration total = absl::Now() - arrival;
     metrics->RecordSearchWork(shape.num_queries, times.queue, times.search);
     metrics->RecordRpc(Metrics::Rpc::kSearch, status.code(), total);
@@ -260,6 +293,11 @@ void KnnServiceImpl::GetIndexInfo(InfoCall* call) {
   response->set_created(index.created);
   response->set_has_vectors(index.has_vectors);
   response->set_has_id_table(index.has_id_table);
+  response->set_has_payloads(index.has_payloads);
+  for (const std::string& field : index.payload_fields) {
+    response->add_payload_fields(field);
+  }
+  response->set_max_payload_bytes(index.max_payload_json_bytes);
   response->set_vectors_dtype(index.vectors_dtype);
   response->set_default_refine_factor(
       static_cast<uint32_t>(limits.default_refine_factor));

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "absl/time/time.h"
+#include "absl/types/optional.h"
 #include "knnd/serving/admission_gate.h"
 #include "knnd/serving/batcher.h"
 #include "knnd/serving/index_holder.h"
@@ -44,6 +45,8 @@ class KnnServiceImpl final : public AsyncService {
   struct Options {
     LimitsConfig limits;
     int64_t max_receive_message_bytes = 64 << 20;
+    // The largest answer (payloads included) sent, in bytes.
+    int64_t max_send_message_bytes = 64 << 20;
     int retry_pushback_ms = 50;
     // Rows per FAISS call (the batcher's), for the memory estimate.
     int64_t max_batch_rows = 256;
@@ -81,14 +84,17 @@ class KnnServiceImpl final : public AsyncService {
   // against it; on failure `reason` says how the refusal is counted.
   absl::StatusOr<ParsedSearch> PinAndParse(SearchCall* call, Pinned* pinned,
                                            RejectReason* reason) const;
-  SearchShape ShapeOf(const ParsedSearch& parsed) const;
+  // `payload_entries`: the results whose payloads the answer carries (0:
+  // none asked for).
+  SearchShape ShapeOf(const ParsedSearch& parsed, const IndexInfo& index,
+                      int64_t payload_entries) const;
   // The admitted job: the answer's header set and its result arrays sized
-  // for the search to fill in place; on_done answers the call.
-  std::unique_ptr<SearchJob> MakeJob(SearchCall* call, Pinned pinned,
-                                     ParsedSearch parsed,
-                                     const SearchShape& shape,
-                                     AdmissionGate::Ticket ticket,
-                                     absl::Time arrival) const;
+  // for the search to fill in place; on_done adds the payloads asked for
+  // (search_payloads.h) and answers the call.
+  std::unique_ptr<SearchJob> MakeJob(
+      SearchCall* call, Pinned pinned, ParsedSearch parsed,
+      absl::optional<PayloadSelection> payloads, const SearchShape& shape,
+      AdmissionGate::Ticket ticket, absl::Time arrival) const;
 
   const Options options_;
   IndexHolder* const holder_;

@@ -48,6 +48,8 @@ void AddConnectionLimits(const ConnectionLimits& limits,
                          grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(
       static_cast<int>(limits.max_receive_message_bytes));
+  builder->SetMaxSendMessageSize(
+      static_cast<int>(limits.max_send_message_bytes));
   builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
                               MillisOrInfinite(limits.max_connection_age_ms));
   builder->AddChannelArgument(

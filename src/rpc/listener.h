@@ -27,6 +27,7 @@ namespace knnd {
 // The config's "Network" and "Security" connection limits.
 struct ConnectionLimits {
   int64_t max_receive_message_bytes = 64 << 20;
+  int64_t max_send_message_bytes = 64 << 20;
   // 0 means never (GOAWAY after this age, so that clients reconnect and
   // re-resolve and long-lived connections spread over new replicas).
   uint32_t max_connection_age_ms = 0;

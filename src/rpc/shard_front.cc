@@ -260,6 +260,17 @@ int ShardFront::default_refine_factor() const {
                          : static_cast<int>(info->default_refine_factor());
 }
 
+int64_t ShardFront::max_payload_bytes() const {
+  absl::MutexLock lock(&mu_);
+  int64_t bytes = 0;
+  for (const auto& shard : shards_) {
+    if (shard->polled.ok()) {
+      bytes = std::max(bytes, shard->info.max_payload_bytes());
+    }
+  }
+  return bytes;
+}
+
 std::string ShardFront::build_id() const {
   absl::MutexLock lock(&mu_);
   const GetIndexInfoResponse* info = KnownInfoLocked();
@@ -313,7 +324,19 @@ absl::Status ShardFront::SetInfo(GetIndexInfoResponse* response) const {
     response->set_max_receive_message_bytes(std::min(
         response->max_receive_message_bytes(), info.max_receive_message_bytes()));
     response->set_has_vectors(response->has_vectors() && info.has_vectors());
+    response->set_has_payloads(response->has_payloads() &&
+                               info.has_payloads());
+    response->set_max_payload_bytes(
+        std::max(response->max_payload_bytes(), info.max_payload_bytes()));
+    for (const std::string& field : info.payload_fields()) {
+      if (std::find(response->payload_fields().begin(),
+                    response->payload_fields().end(),
+                    field) == response->payload_fields().end()) {
+        response->add_payload_fields(field);
+      }
+    }
   }
+  if (!response->has_payloads()) response->clear_payload_fields();
   knnd::v1::ShardInfo* set = response->mutable_shard();
   set->set_shard_id(0);
   set->set_shard_count(static_cast<uint32_t>(shards_.size()));

@@ -63,6 +63,8 @@ class ShardFront {
     int retry_pushback_ms = 50;
     // Largest answer accepted from one shard.
     int64_t max_shard_response_bytes = int64_t{256} << 20;
+    // Largest merged answer (payloads included) sent, in bytes.
+    int64_t max_send_message_bytes = int64_t{64} << 20;
     absl::Duration slow_request = absl::Milliseconds(250);  // 0: no log
   };
 
@@ -103,9 +105,11 @@ class ShardFront {
 
   // From a shard answering now, else the last answer of any shard: the
   // index's dim and default refine_factor (0 while no shard ever
-  // answered), the set's build id.
+  // answered), the set's build id. From every shard's last answer: the
+  // largest payload of a row (0: none).
   int dim() const;
   int default_refine_factor() const;
+  int64_t max_payload_bytes() const;
   std::string build_id() const;
   // The shard id target `shard` last reported; false while unknown.
   bool ShardIdOf(size_t shard, int* id) const;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "knnd/rpc/knn_service.h"
 #include "knnd/rpc/search_admission.h"
+#include "knnd/rpc/search_payloads.h"
 #include "knnd/rpc/shard_front.h"
 #include "knnd/rpc/shard_merge.h"
 #include "knnd/rpc/status_util.h"
@@ -130,15 +131,25 @@ class ShardFront::Call final {
   }
 
   // The copy of the request sent to the shards and their answers, each up
-  // to refine_factor * k entries of 16 bytes (id, two distances) per row.
+  // to refine_factor * k entries of 16 bytes (id, two distances) per row;
+  // with payloads asked for, each entry's (at most the largest row's), and
+  // the merged answer's (at most max_send_message_bytes).
   int64_t EstimateBytes() const {
     const int64_t k = std::max(1, request_->k());
     const int64_t refine = std::max<int64_t>(
         1, request_->has_refine_factor() ? request_->refine_factor()
                                          : front_->default_refine_factor());
-    return static_cast<int64_t>(request_->ByteSizeLong()) +
-           static_cast<int64_t>(front_->shards_.size()) * EstimateQueries() *
-               k * refine * 16;
+    const int64_t entries = EstimateQueries() * k * refine;
+    const int64_t shards = static_cast<int64_t>(front_->shards_.size());
+    int64_t bytes = static_cast<int64_t>(request_->ByteSizeLong()) +
+                    shards * entries * 16;
+    if (request_->has_payloads()) {
+      const int64_t row = front_->max_payload_bytes();
+      bytes += shards * entries * row +
+               std::min(EstimateQueries() * k * row,
+                        front_->options_.max_send_message_bytes);
+    }
+    return bytes;
   }
 
   // Sends the request to every shard, pinned to `version` (0: unpinned).
@@ -244,6 +255,21 @@ class ShardFront::Call final {
     for (const ShardAnswer& a : answers) present[a.response->shard().shard_id()] = true;
     for (size_t id = 0; id < n; ++id) {
       if (!present[id]) response_->add_missing_shards(static_cast<uint32_t>(id));
+    }
+    if (response_->payloads_size() > 0) {
+      int64_t payload_bytes = 0;
+      for (const std::string& p : response_->payloads()) {
+        payload_bytes += static_cast<int64_t>(p.size());
+      }
+      const int64_t answer_bytes =
+          static_cast<int64_t>(response_->ByteSizeLong());
+      const int64_t limit = front_->options_.max_send_message_bytes;
+      if (answer_bytes > limit) {
+        response_->Clear();
+        Answer(AnswerTooLarge(answer_bytes, payload_bytes, limit));
+        return;
+      }
+      front_->metrics_->RecordPayloadBytes(payload_bytes);
     }
     Answer(absl::OkStatus());
   }

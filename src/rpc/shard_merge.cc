@@ -39,6 +39,7 @@ struct Entry {
   float approx;
   float exact;
   int64_t id;
+  const std::string* payload;  // null without payloads
 };
 
 }  // namespace
@@ -124,6 +125,19 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
           " (k ", k, ", refine_factor ", refine, ")"));
     }
   }
+  const bool payloads =
+      std::any_of(answers.begin(), answers.end(), [](const ShardAnswer& a) {
+        return a.response->payloads_size() > 0;
+      });
+  for (const ShardAnswer& a : answers) {
+    const SearchResponse& r = *a.response;
+    const int64_t n = static_cast<int64_t>(r.num_queries()) * width;
+    if (payloads && r.payloads_size() != n) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Name(a), " answered ", r.payloads_size(), " payloads for ", n,
+          " results; a shard asked for payloads answers one per result"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -154,6 +168,10 @@ void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
   std::vector<ResultColumns> columns;
   columns.reserve(answers.size());
   for (const ShardAnswer& a : answers) columns.push_back(ReadResults(*a.response));
+  const bool payloads = first.payloads_size() > 0;
+  if (payloads) {
+    merged->mutable_payloads()->Reserve(static_cast<int>(num_queries * k));
+  }
 
   auto better = [ascending](float a, float b) {
     return ascending ? a < b : a > b;
@@ -180,7 +198,10 @@ void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
         // A NaN orders nothing (the sorts below need a strict order), and
         // no shard sends one for a found neighbour: a missing one.
         if (id < 0 || std::isnan(exact) || std::isnan(approx)) continue;
-        entries.push_back(Entry{approx, exact, id});
+        entries.push_back(Entry{
+            approx, exact, id,
+            payloads ? &answers[s].response->payloads(static_cast<int>(at))
+                     : nullptr});
       }
     }
     size_t keep;
@@ -202,6 +223,12 @@ void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
     for (size_t j = 0; j < keep; ++j) {
       out.ids[q * k + j] = entries[j].id;
       out.distances[q * k + j] = entries[j].exact;
+      if (payloads) merged->add_payloads(*entries[j].payload);
+    }
+    if (payloads) {
+      for (size_t j = keep; j < static_cast<size_t>(k); ++j) {
+        merged->add_payloads();
+      }
     }
   }
 }

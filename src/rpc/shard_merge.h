@@ -27,7 +27,8 @@ struct ShardAnswer {
 // answered with the same index_version, metric, num_queries, nprobe and
 // refine_factor; each holds k (the request's) results per query, or with
 // re-ranking refine_factor * k candidates with their PQ estimates
-// (return_candidates). `answers` may be a subset of the set (partial
+// (return_candidates), and, when any answer carries payloads, each holds
+// one per result. `answers` may be a subset of the set (partial
 // results). FAILED_PRECONDITION naming the targets that disagree
 // otherwise.
 absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
@@ -43,7 +44,9 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
 // distance is a missing one. Pads with id -1 and +inf (L2) or -inf. The
 // answers' results may come in either form (result_fields.h); `merged`
 // holds them as bytes fields when `as_bytes` (the caller's
-// results_as_bytes), else as repeated fields.
+// results_as_bytes), else as repeated fields. When the answers carry
+// payloads (SearchRequest.payloads), each kept result's payload goes with
+// it, and a pad's is empty.
 void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
                        bool as_bytes, knnd::v1::SearchResponse* merged);
 

@@ -81,14 +81,15 @@ TEST(ServerOptions, RpcDefaultsAreTheConfigs) {
   EXPECT_THAT(
       KnnServiceOptionsFrom(ServerConfig()),
       FieldsAre(LimitsAre(service.limits), service.max_receive_message_bytes,
-                service.retry_pushback_ms, service.max_batch_rows,
-                service.slow_request));
+                service.max_send_message_bytes, service.retry_pushback_ms,
+                service.max_batch_rows, service.slow_request));
   const ShardFront::Options front;
   EXPECT_THAT(
       ShardFrontOptionsFrom(ServerConfig()),
       FieldsAre(front.targets, front.shard_token, IsNull(), front.poll_interval,
                 front.default_deadline, front.retry_pushback_ms,
-                front.max_shard_response_bytes, front.slow_request));
+                front.max_shard_response_bytes, front.max_send_message_bytes,
+                front.slow_request));
   const TokenAuthenticator::Options auth;
   EXPECT_THAT(AuthOptionsFrom(ServerConfig()),
               FieldsAre(auth.search_token_file, auth.admin_token_file));

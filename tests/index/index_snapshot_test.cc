@@ -751,5 +751,77 @@ TEST(OwnIdsSnapshot, PublishCarriesTheIdTable) {
   EXPECT_EQ(without.status().code(), absl::StatusCode::kNotFound);
 }
 
+// An index with payloads: the snapshot loads them (fields, sizes), cuts a
+// result's payload by its answer id (own ids too), refuses payloads of an
+// index without them, a damaged or missing payload file, and a published
+// version carries them.
+TEST(PayloadsSnapshot, LoadsServesAndPublishesThePayloads) {
+  TempDir tmp;
+  BuildSpec spec;
+  spec.n = 1000;
+  spec.d = 16;
+  spec.factory = "IVF8,PQ4";
+  for (int64_t row = 0; row < spec.n; ++row) {
+    spec.ids.push_back(1000 * row + 1);
+    spec.payloads.push_back(row % 2 == 0
+                                ? absl::StrCat("{\"page\": ", row, "}")
+                                : absl::StrCat("\"text of ", row, "\""));
+  }
+  const std::string path = tmp.path("p.index");
+  BuildIndex(path, spec);
+  std::unique_ptr<IndexSnapshot> loaded = LoadSnapshot(path);
+  ASSERT_NE(loaded, nullptr);
+  const IndexInfo& info = loaded->info();
+  EXPECT_TRUE(info.has_payloads);
+  EXPECT_EQ(info.payloads_path, PayloadPath(path));
+  EXPECT_EQ(info.payload_fields, (std::vector<std::string>{"page", "text"}));
+  EXPECT_EQ(info.max_payload_json_bytes,
+            static_cast<int64_t>(std::string("{\"text\":\"text of 999\"}")
+                                     .size()));
+  absl::StatusOr<PayloadSelection> page =
+      loaded->SelectPayloads(false, {std::string("page")});
+  ASSERT_TRUE(page.ok()) << page.status();
+  std::string json;
+  loaded->AppendPayload(1000 * 42 + 1, *page, &json);  // row 42's id
+  EXPECT_EQ(json, "{\"page\":42}");
+  EXPECT_EQ(loaded->PayloadJsonBytes(1000 * 43 + 1, *page), 2);  // "{}"
+  json.clear();
+  loaded->AppendPayload(-1, *page, &json);
+  loaded->AppendPayload(5, *page, &json);  // no row holds id 5
+  EXPECT_EQ(json, "");
+
+  absl::StatusOr<IndexVersion> published =
+      PublishVersion(tmp.path("versions"), path);
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_EQ(ReadFile(PayloadPath(published->path)),
+            ReadFile(PayloadPath(path)));
+
+  FlipByteFromEnd(PayloadPath(path), 2);
+  LoadOptions options;
+  options.probe_in_subprocess = false;
+  absl::Status corrupt = IndexSnapshot::Load(path, options).status();
+  EXPECT_EQ(corrupt.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(corrupt.message(),
+              AllOf(HasSubstr(PayloadPath(path)), HasSubstr("CRC-32")));
+  options.verify_checksum = false;
+  std::unique_ptr<IndexSnapshot> unchecked = LoadSnapshot(path, options);
+  ASSERT_NE(unchecked, nullptr);
+  EXPECT_EQ(unchecked->VerifyChecksums().code(), absl::StatusCode::kDataLoss);
+  ASSERT_EQ(std::remove(PayloadPath(path).c_str()), 0);
+  absl::Status missing = IndexSnapshot::Load(path, options).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.message(), HasSubstr("says the index has payloads"));
+
+  const std::string bare = tmp.path("bare.index");
+  spec.payloads.clear();
+  BuildIndex(bare, spec);
+  std::unique_ptr<IndexSnapshot> without = LoadSnapshot(bare);
+  ASSERT_NE(without, nullptr);
+  EXPECT_FALSE(without->info().has_payloads);
+  absl::Status refused = without->SelectPayloads(true, {}).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("has no payloads"));
+}
+
 }  // namespace
 }  // namespace knnd

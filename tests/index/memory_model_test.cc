@@ -49,6 +49,21 @@ TEST(MemoryModel, EstimateCountsEachBufferOfTheModel) {
             1000 * 24);
 }
 
+// Payloads: the answer's JSON objects and their serialised copy, at most
+// the largest row's per result and never more than the largest answer.
+TEST(MemoryModel, PayloadsCountTheirBoundTwice) {
+  IndexInfo info = Info(128, 4096, 32);
+  EXPECT_EQ(PayloadBytesBound(info, 100, 64 << 20), 0);  // no payloads
+  info.max_payload_json_bytes = 1200;
+  EXPECT_EQ(PayloadBytesBound(info, 100, 64 << 20), 100 * 1200);
+  EXPECT_EQ(PayloadBytesBound(info, 100, 50000), 50000);
+  SearchShape plain{10, 10, 16, 0, 0, 256};
+  SearchShape with = plain;
+  with.payload_bytes = PayloadBytesBound(info, 100, 64 << 20);
+  EXPECT_EQ(EstimateSearchBytes(info, with) - EstimateSearchBytes(info, plain),
+            2 * 100 * 1200);
+}
+
 TEST(MemoryModel, IndexFitsOnlyWithTheVersionServingAndTheHeadroom) {
   IndexInfo planned = Info(64, 1024, 16);
   planned.heap_bytes = 300 << 20;

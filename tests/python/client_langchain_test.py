@@ -8,6 +8,7 @@ only (the system route has no langchain-core; client_testing.py).
       --source-dir . --venvs BUILD/tests/python_client_venvs [unittest args]
 """
 import asyncio
+import json
 import os
 import subprocess
 import tempfile
@@ -70,7 +71,30 @@ class LangChainTest(unittest.TestCase):
                        check=True, capture_output=True)
         subprocess.run([ARGS.knnctl, "shard", "--index", base + "_fs.index",
                         "--shards", "2"], check=True, capture_output=True)
+        # The same vectors with own ids and payloads (the text, its row),
+        # whole and in 2 shards: documents from knnd, no docstore.
+        cls.own_ids = [5 + 3 * i for i in range(len(cls.texts))]
+        np.save(base + "_ids.npy", np.array(cls.own_ids, np.int64))
+        with open(base + ".jsonl", "w", encoding="utf-8") as out:
+            for i, t in enumerate(cls.texts):
+                out.write(json.dumps({"text": t, "row": i}) + "\n")
+        subprocess.run([ARGS.knnctl, "build", "--input", base + ".npy",
+                        "--output", base + "_p.index", "--metric", "cosine",
+                        "--factory", "IVF16,PQ16x4fs", "--keep_vectors",
+                        "--ids", base + "_ids.npy", "--payloads",
+                        base + ".jsonl"], check=True, capture_output=True)
+        subprocess.run([ARGS.knnctl, "shard", "--index", base + "_p.index",
+                        "--shards", "2"], check=True, capture_output=True)
         cls.shards = []
+        cls.payload_daemons = []
+        for path in [base + "_p.index", base + "_p.index.shard-0-of-2",
+                     base + "_p.index.shard-1-of-2"]:
+            daemon = Daemon(ARGS.knnd, ["--index", path],
+                            log_path=path + ".log", knnctl=ARGS.knnctl)
+            cls.payload_daemons.append(daemon)
+            if not daemon.wait_serving(60):
+                cls.tearDownClass()
+                raise RuntimeError("knnd did not start: " + daemon.read_log())
         for i in range(2):
             shard = Daemon(ARGS.knnd,
                            ["--index", f"{base}_fs.index.shard-{i}-of-2"],
@@ -83,7 +107,8 @@ class LangChainTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        for shard in getattr(cls, "shards", []):
+        for shard in getattr(cls, "shards", []) + getattr(
+                cls, "payload_daemons", []):
             shard.stop(30)
         cls.daemon.stop(30)
         cls.tmp.cleanup()
@@ -201,6 +226,59 @@ class LangChainTest(unittest.TestCase):
         self.assertEqual(docs, [self.docstore[i] for i in self.exact(9, 4)[0]])
         self.assertAlmostEqual(relevance[0][1], 1.0, places=4)
 
+    def test_documents_from_payloads_carry_their_ids(self):
+        """Without a docstore the documents come from knnd's payloads:
+        page_content the text, metadata the other fields, id the vector's
+        own id; the same through the sharded clients and asyncio."""
+        from langchain_core.documents import Document
+        from knnd_client import (AsyncKnnClient, KnnClient,
+                                 ShardedKnnClient)
+        from knnd_client.langchain import KnndVectorStore
+
+        def want(row, k):
+            return [Document(page_content=self.texts[i],
+                             metadata={"row": i}, id=str(self.own_ids[i]))
+                    for i in self.exact(row, k)[0]]
+        whole = KnnClient(self.payload_daemons[0].address, timeout_s=10)
+        sharded = ShardedKnnClient([d.address for d in self.payload_daemons[1:]],
+                                   timeout_s=10)
+        self.addCleanup(whole.close)
+        self.addCleanup(sharded.close)
+        for client in (whole, sharded):
+            store = KnndVectorStore(client, self.embedding, nprobe=16,
+                                    refine_factor=16)
+            for row in (7, 400, 1499):
+                with self.subTest(client=type(client).__name__, row=row):
+                    docs = store.similarity_search(self.texts[row], k=4)
+                    self.assertEqual(docs, want(row, 4))
+                    self.assertEqual([d.id for d in docs],
+                                     [str(self.own_ids[i])
+                                      for i in self.exact(row, 4)[0]])
+        renamed = KnndVectorStore(whole, self.embedding, text_field="row",
+                                  nprobe=16, refine_factor=16)
+        doc = renamed.similarity_search(self.texts[3], k=1)[0]
+        self.assertEqual((doc.page_content, doc.metadata), ("3", {"text": self.texts[3]}))
+        with self.assertRaisesRegex(NotImplementedError, "needs a docstore"):
+            renamed.get_by_ids(["8"])
+
+        async def main():
+            async with AsyncKnnClient(self.payload_daemons[0].address) as client:
+                store = KnndVectorStore(client, self.embedding, nprobe=16,
+                                        refine_factor=16)
+                return await store.as_retriever(
+                    search_kwargs={"k": 3}).ainvoke(self.texts[9])
+        self.assertEqual(asyncio.run(main()), want(9, 3))
+        # An index without payloads is refused by knnd, naming it.
+        import grpc
+        plain = KnnClient(self.daemon.address, timeout_s=10)
+        self.addCleanup(plain.close)
+        with self.assertRaises(grpc.RpcError) as raised:
+            KnndVectorStore(plain, self.embedding).similarity_search(
+                self.texts[1], k=1)
+        self.assertEqual(raised.exception.code(),
+                         grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("has no payloads", raised.exception.details())
+
     def test_docstores_lookup_and_missing_ids(self):
         from langchain_core.stores import InMemoryStore
         by_string = InMemoryStore()
@@ -233,7 +311,7 @@ class LangChainTest(unittest.TestCase):
             store.similarity_search("x", filter={"row": 1})
         with self.assertRaisesRegex(TypeError, "got fetch_k"):
             store.similarity_search("x", fetch_k=20)
-        with self.assertRaisesRegex(TypeError, "docstore must be a Mapping"):
+        with self.assertRaisesRegex(TypeError, "docstore must be None"):
             KnndVectorStore(store._client, self.embedding, [Document(page_content="x")])
 
 

@@ -2,10 +2,12 @@
 """examples/fastapi_rag end to end, as its README runs it: a venv from PyPI
 (FastAPI, uvicorn workers, gunicorn, and knnd-client built from
 clients/python with the system protoc), build_corpus.py over /usr/share/common-licenses (knnctl
-build + publish), knnd serving the published versions directory, gunicorn
-with two preloaded uvicorn workers in front. Checked over HTTP: /search
-returns the chunk a query was cut from, the best match of a brute-force
-search, with scores knnd computed exactly (cosine, re-ranked); both
+build --payloads + publish), knnd serving the published versions
+directory, gunicorn with two preloaded uvicorn workers in front. Checked
+over HTTP: /search returns the chunk a query was cut from (its text,
+source and ordinal from knnd's payloads: no chunk store), the best match
+of a brute-force search, with scores knnd computed exactly (cosine,
+re-ranked); both
 workers answer, each through its own AsyncKnnClient created after the
 fork; knnd counts one Search per request; /search keeps answering while
 knnd swaps in a newly published version; bad queries are 422.
@@ -18,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -96,7 +97,6 @@ class FastApiRagTest(unittest.TestCase):
             raise RuntimeError("knnd did not start: " + cls.knnd.read_log())
         cls.http = f"127.0.0.1:{free_port()}"
         env = dict(os.environ, KNND_TARGET=f"dns:///{cls.knnd.address}",
-                   CHUNKS_DB=os.path.join(cls.work, "chunks.sqlite"),
                    BIND=cls.http, WORKERS="2")
         cls.gunicorn_log = open(os.path.join(tmp, "gunicorn.log"), "w")
         cls.gunicorn = subprocess.Popen(
@@ -119,7 +119,8 @@ class FastApiRagTest(unittest.TestCase):
             if cls.gunicorn.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("gunicorn did not start two workers: " + cls.log())
             time.sleep(0.1)
-        cls.db = sqlite3.connect(os.path.join(cls.work, "chunks.sqlite"))
+        with open(os.path.join(cls.work, "chunks.jsonl"), encoding="utf-8") as f:
+            cls.chunks = [json.loads(line) for line in f]
         cls.vectors = np.load(os.path.join(cls.work, "vectors.npy"))
 
     @classmethod
@@ -134,8 +135,6 @@ class FastApiRagTest(unittest.TestCase):
             cls.gunicorn_log.close()
         if hasattr(cls, "knnd"):
             cls.knnd.stop(30)
-        if hasattr(cls, "db"):
-            cls.db.close()
         cls.tmp.cleanup()
 
     @classmethod
@@ -165,8 +164,8 @@ class FastApiRagTest(unittest.TestCase):
             from embedder import embed
         finally:
             sys.path.remove(self.example)
-        rows = self.db.execute(
-            "SELECT id, source, text FROM chunks WHERE id % 97 = 5").fetchall()
+        rows = [(i, c["source"], c["text"]) for i, c in enumerate(self.chunks)
+                if i % 97 == 5]
         self.assertGreater(len(rows), 4)
         for vector_id, source, text in rows:
             with self.subTest(id=vector_id, source=source):
@@ -179,7 +178,10 @@ class FastApiRagTest(unittest.TestCase):
                 # may be a near copy: the LGPL-2 and 2.1, GFDL-1.2 and 1.3,
                 # GPL-1 and 2 share paragraphs).
                 self.assertIn(vector_id, ids[:2])
-                self.assertIn(query, body["results"][ids.index(vector_id)]["text"])
+                found = body["results"][ids.index(vector_id)]
+                self.assertIn(query, found["text"])
+                self.assertEqual(found, dict(self.chunks[vector_id], id=vector_id,
+                                             score=found["score"]))
                 # Exact re-ranking: each score is the true cosine of its
                 # chunk, closest first, and the best is a brute-force
                 # search's best over the same vectors.

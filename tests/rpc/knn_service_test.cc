@@ -11,6 +11,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "knnd/config/server_options.h"
 #include "testing/scrape_util.h"
 #include "testing/test_util.h"
@@ -50,8 +52,14 @@ class KnnServiceTest : public ::testing::Test {
         Batcher::Create(BatcherOptionsFrom(defaults), pool_.get());
     ASSERT_TRUE(batcher.ok()) << batcher.status();
     batcher_ = std::move(*batcher);
+    StartService(defaults);
+  }
+
+  // (Re)starts the handler with the options of `config`.
+  void StartService(const knnd::v1::ServerConfig& config) {
+    listener_.Close(absl::InfinitePast());
     service_ = std::make_unique<KnnServiceImpl>(
-        KnnServiceOptionsFrom(defaults), &holder_, gate_.get(), batcher_.get(),
+        KnnServiceOptionsFrom(config), &holder_, gate_.get(), batcher_.get(),
         metrics_.get(), auth_.get());
     absl::StatusOr<Listener> listener =
         knnd::testing::ServeOnLoopback(service_.get());
@@ -78,6 +86,35 @@ class KnnServiceTest : public ::testing::Test {
         IndexSnapshot::Load(path, options);
     ASSERT_TRUE(snapshot.ok()) << snapshot.status();
     holder_.Publish(std::move(*snapshot));
+  }
+
+  // Builds and publishes an index of kPayloadRows rows with payloads
+  // (row r: PayloadLine(r)), with own ids 7 * r + 3 when `own_ids`.
+  void ServePayloads(int64_t version, bool own_ids) {
+    knnd::testing::BuildSpec spec;
+    spec.n = kPayloadRows;
+    spec.d = kDim;
+    spec.factory = "IVF16,PQ4";
+    for (int64_t r = 0; r < spec.n; ++r) {
+      if (own_ids) spec.ids.push_back(7 * r + 3);
+      spec.payloads.push_back(PayloadLine(r));
+    }
+    const std::string path = tmp_.path("p" + std::to_string(version));
+    knnd::testing::BuildIndex(path, spec);
+    LoadOptions options;
+    options.version = version;
+    options.probe_in_subprocess = false;
+    absl::StatusOr<std::unique_ptr<IndexSnapshot>> snapshot =
+        IndexSnapshot::Load(path, options);
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    holder_.Publish(std::move(*snapshot));
+  }
+  static constexpr int64_t kPayloadRows = 1000;
+  // Row r's payload line; odd rows have no "page".
+  static std::string PayloadLine(int64_t r) {
+    return r % 2 == 0
+               ? absl::StrCat("{\"text\": \"row ", r, "\", \"page\": ", r, "}")
+               : absl::StrCat("\"row ", r, "\"");
   }
 
   double Rejected(const std::string& reason) {
@@ -169,6 +206,98 @@ TEST_F(KnnServiceTest, AnInvalidRequestIsRefusedNamingTheInputAndCounted) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("k=5000"));
   EXPECT_EQ(Rejected("invalid"), 1);
+}
+
+// The payload of each answer entry, as knnd sends it, for row `r`:
+// `fields` of PayloadLine(r) ("text", "page" or both).
+std::string WantPayload(int64_t r, bool text, bool page) {
+  std::vector<std::string> members;
+  if (text) members.push_back(absl::StrCat("\"text\":\"row ", r, "\""));
+  if (page && r % 2 == 0) members.push_back(absl::StrCat("\"page\":", r));
+  return absl::StrCat("{", absl::StrJoin(members, ","), "}");
+}
+
+TEST_F(KnnServiceTest, PayloadsComeWithTheirIdsAllOrNamedFields) {
+  for (bool own_ids : {false, true}) {
+    SCOPED_TRACE(own_ids ? "own ids" : "row ids");
+    ServePayloads(own_ids ? 2 : 1, own_ids);
+    SearchRequest request = MakeSearchRequest(MakeData(3, kDim, 5), 4);
+    request.set_nprobe(16);
+    request.mutable_payloads()->set_all_fields(true);
+    SearchResponse response;
+    ASSERT_TRUE(CallSearch(*stub_, request, &response).ok());
+    ASSERT_EQ(response.payloads_size(), response.ids_size());
+    for (int i = 0; i < response.ids_size(); ++i) {
+      const int64_t id = response.ids(i);
+      ASSERT_GE(id, 0);
+      const int64_t row = own_ids ? (id - 3) / 7 : id;
+      EXPECT_EQ(response.payloads(i), WantPayload(row, true, true));
+    }
+    request.mutable_payloads()->set_all_fields(false);
+    request.mutable_payloads()->add_fields("page");
+    ASSERT_TRUE(CallSearch(*stub_, request, &response).ok());
+    for (int i = 0; i < response.ids_size(); ++i) {
+      const int64_t id = response.ids(i);
+      const int64_t row = own_ids ? (id - 3) / 7 : id;
+      EXPECT_EQ(response.payloads(i), WantPayload(row, false, true));
+    }
+    // A missing neighbour's payload is empty.
+    request.add_allowed_ids(own_ids ? 3 : 0);
+    ASSERT_TRUE(CallSearch(*stub_, request, &response).ok());
+    EXPECT_EQ(response.ids(1), -1);
+    EXPECT_EQ(response.payloads(0), WantPayload(0, false, true));
+    EXPECT_EQ(response.payloads(1), "");
+    grpc::ClientContext context;
+    knnd::v1::GetIndexInfoResponse info;
+    ASSERT_TRUE(stub_->GetIndexInfo(&context, {}, &info).ok());
+    EXPECT_TRUE(info.has_payloads());
+    EXPECT_THAT(info.payload_fields(), ::testing::ElementsAre("text", "page"));
+    EXPECT_EQ(info.max_payload_bytes(),
+              static_cast<int64_t>(WantPayload(998, true, true).size()));
+  }
+}
+
+TEST_F(KnnServiceTest, PayloadRequestsTheIndexCannotAnswerAreRefused) {
+  ServePayloads(1, /*own_ids=*/false);
+  SearchRequest request = MakeSearchRequest(MakeData(1, kDim, 6), 4);
+  request.mutable_payloads()->add_fields("text");
+  request.mutable_payloads()->add_fields("title");
+  SearchResponse response;
+  grpc::Status status = CallSearch(*stub_, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("\"title\""));
+  EXPECT_THAT(status.error_message(), HasSubstr("its fields: text, page"));
+  request.mutable_payloads()->clear_fields();
+  EXPECT_EQ(CallSearch(*stub_, request, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  Serve(2);  // no payloads
+  request.mutable_payloads()->set_all_fields(true);
+  status = CallSearch(*stub_, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr(absl::StrCat(tmp_.path("v2"), " (version 2) has no "
+                                     "payloads")));
+}
+
+TEST_F(KnnServiceTest, AnswersWhosePayloadsExceedTheSendLimitAreRefused) {
+  knnd::v1::ServerConfig config;
+  config.set_max_send_message_bytes(2048);
+  StartService(config);
+  ServePayloads(1, /*own_ids=*/false);
+  SearchRequest request = MakeSearchRequest(MakeData(20, kDim, 7), 10);
+  request.set_nprobe(16);
+  SearchResponse response;
+  ASSERT_TRUE(CallSearch(*stub_, request, &response).ok());  // no payloads
+  request.mutable_payloads()->set_all_fields(true);
+  grpc::Status status = CallSearch(*stub_, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("more than max_send_message_bytes=2048"));
+  // One query's fit.
+  request = MakeSearchRequest(MakeData(1, kDim, 7), 10);
+  request.mutable_payloads()->set_all_fields(true);
+  EXPECT_TRUE(CallSearch(*stub_, request, &response).ok());
+  EXPECT_EQ(response.payloads_size(), 10);
 }
 
 }  // namespace

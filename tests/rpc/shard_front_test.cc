@@ -288,6 +288,62 @@ TEST(ShardFrontOwnIds, MergedAnswersEqualTheUnshardedIndex) {
   }
 }
 
+// An own-id index with payloads split with ShardIndexFile, each shard with
+// its rows' payloads: the front's merged answers carry, for each merged id,
+// the payload the unsharded index has for it, re-ranked or not.
+TEST(ShardFrontPayloads, MergedPayloadsAreTheUnshardedIndexs) {
+  TempDir tmp;
+  const std::string index = tmp.path("payloads.index");
+  BuildSpec spec = Spec(9);
+  std::map<int64_t, std::string> payload_of;  // by id, as knnd sends it
+  for (int64_t row = 0; row < spec.n; ++row) {
+    spec.ids.push_back(11 * row + 5);
+    spec.payloads.push_back(absl::StrCat(
+        "{\"row\": ", row, ", \"text\": \"chunk ", row, "\"}"));
+    payload_of[spec.ids.back()] =
+        absl::StrCat("{\"row\":", row, ",\"text\":\"chunk ", row, "\"}");
+  }
+  BuildIndex(index, spec);
+  ASSERT_TRUE(ShardIndexFile(index, kShards, index, "test").ok());
+  RunningServer whole = StartServer(TestConfig(index));
+  std::vector<RunningServer> shards;
+  std::vector<std::string> targets;
+  for (int s = 0; s < kShards; ++s) {
+    shards.push_back(StartServer(TestConfig(ShardPath(index, s, kShards))));
+    targets.push_back(shards.back().address);
+  }
+  RunningServer front = StartServer(FrontConfig(targets));
+  ASSERT_TRUE(WaitReady(front));
+  grpc::ClientContext context;
+  knnd::v1::GetIndexInfoResponse info;
+  ASSERT_TRUE(front.stub->GetIndexInfo(&context, {}, &info).ok());
+  EXPECT_TRUE(info.has_payloads());
+  EXPECT_THAT(info.payload_fields(), ::testing::ElementsAre("row", "text"));
+  grpc::ClientContext whole_context;
+  knnd::v1::GetIndexInfoResponse whole_info;
+  ASSERT_TRUE(
+      whole.stub->GetIndexInfo(&whole_context, {}, &whole_info).ok());
+  EXPECT_EQ(info.max_payload_bytes(), whole_info.max_payload_bytes());
+  EXPECT_GT(info.max_payload_bytes(), 0);
+  for (int refine : {0, 3}) {
+    SearchRequest request = MakeSearchRequest(MakeData(50, kDim, 98), 10);
+    request.set_nprobe(4);
+    request.set_refine_factor(static_cast<uint32_t>(refine));
+    request.mutable_payloads()->set_all_fields(true);
+    const std::string what = absl::StrCat("payloads, refine ", refine);
+    CompareThrough(front, whole, request, what);
+    for (const RunningServer* server : {&front, &whole}) {
+      SearchResponse answer;
+      ASSERT_TRUE(CallSearch(*server->stub, request, &answer).ok());
+      ASSERT_EQ(answer.payloads_size(), answer.ids_size()) << what;
+      for (int i = 0; i < answer.ids_size(); ++i) {
+        EXPECT_EQ(answer.payloads(i), payload_of[answer.ids(i)])
+            << what << " " << server->address << " entry " << i;
+      }
+    }
+  }
+}
+
 TEST_F(ShardFrontTest, ShardsSayWhichPartTheyHoldAndTheFrontDescribesTheSet) {
   std::set<int64_t> firsts;
   std::string build;

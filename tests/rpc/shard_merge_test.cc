@@ -75,6 +75,29 @@ TEST(MergeShardAnswers, L2TakesTheSmallestAscendingTiesByIdAndPads) {
   EXPECT_EQ(padded.distances(6), kInf);
 }
 
+// Payloads (SearchRequest.payloads) follow their results; a pad's is
+// empty; an answer without one per result is refused by name.
+TEST(MergeShardAnswers, PayloadsFollowTheirResults) {
+  std::vector<SearchResponse> r = {
+      Answer(0, 2, {7, 3, -1}, {1.0f, 2.0f, kInf}),
+      Answer(1, 2, {2, 9, 11}, {0.5f, 2.0f, 3.0f})};
+  for (SearchResponse& answer : r) {
+    for (int64_t id : answer.ids()) {
+      answer.add_payloads(id < 0 ? "" : "{\"id\":" + std::to_string(id) + "}");
+    }
+  }
+  ASSERT_TRUE(CheckShardAnswers(Of(r), 2, 3).ok());
+  SearchResponse merged;
+  MergeShardAnswers(Of(r), 7, /*as_bytes=*/false, &merged);
+  EXPECT_THAT(merged.ids(), ElementsAre(2, 7, 3, 9, 11, -1, -1));
+  EXPECT_THAT(merged.payloads(),
+              ElementsAre("{\"id\":2}", "{\"id\":7}", "{\"id\":3}",
+                          "{\"id\":9}", "{\"id\":11}", "", ""));
+  r[1].mutable_payloads()->RemoveLast();
+  EXPECT_THAT(CheckShardAnswers(Of(r), 2, 3).message(),
+              HasSubstr("shard 1 (t1) answered 2 payloads for 3 results"));
+}
+
 TEST(MergeShardAnswers, InnerProductTakesTheLargestDescending) {
   const std::vector<SearchResponse> r = {
       Answer(0, 2, {1, 2}, {0.9f, 0.1f}, {}, knnd::v1::METRIC_INNER_PRODUCT),

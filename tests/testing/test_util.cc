@@ -29,6 +29,7 @@
 #include "knnd/index/index_builder.h"
 #include "knnd/lifecycle/index_source.h"
 #include "knnd/storage/id_table.h"
+#include "knnd/storage/payload_file.h"
 
 namespace knnd::testing {
 
@@ -115,6 +116,18 @@ std::vector<float> BuildIndex(const std::string& path, const BuildSpec& spec) {
     absl::Status s = WriteIdTable(IdTablePath(path), spec.ids, "spec.ids");
     EXPECT_TRUE(s.ok()) << s;
     metadata.set_id_table(true);
+  }
+  if (!spec.payloads.empty()) {
+    auto writer = PayloadFileWriter::Create(PayloadPath(path));
+    EXPECT_TRUE(writer.ok()) << writer.status();
+    if (!writer.ok()) return x;
+    for (const std::string& line : spec.payloads) {
+      absl::Status s = (*writer)->AppendJsonLine(line);
+      EXPECT_TRUE(s.ok()) << s;
+    }
+    absl::Status s = (*writer)->Finish();
+    EXPECT_TRUE(s.ok()) << s;
+    metadata.set_payloads(true);
   }
   absl::Status written = (*builder)->Write(path, 4, metadata);
   EXPECT_TRUE(written.ok()) << written;

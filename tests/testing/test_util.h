@@ -89,6 +89,9 @@ struct BuildSpec {
   // Non-empty (n entries): the index's own ids, row i holding ids[i], in
   // the id table IdTablePath(path), as `knnctl build --ids` writes them.
   std::vector<int64_t> ids;
+  // Non-empty (n entries): row i's payload line (JSON), in
+  // PayloadPath(path), as `knnctl build --payloads` writes them.
+  std::vector<std::string> payloads;
 };
 
 // Builds `spec` into `path` (one OpenMP thread: tests share the machine,

@@ -35,6 +35,7 @@ using ::knnd::testing::MakeData;
 using ::knnd::testing::ReadFile;
 using ::knnd::testing::ReferenceSearch;
 using ::knnd::testing::TempDir;
+using ::knnd::testing::WriteFile;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -753,6 +754,82 @@ TEST(Knnctl, OwnIdsShardsCarryTheirSliceOfTheIdTable) {
     EXPECT_EQ((*shard)->IdOfRow(0), ids[s * 1500]);
     EXPECT_EQ((*shard)->IdOfRow(1499), ids[s * 1500 + 1499]);
   }
+}
+
+// --payloads: JSON Lines (objects and plain strings) become INDEX.payloads,
+// served by the snapshot by id; shards get their rows' payloads, the same
+// from build --shards as from shard; a bad line fails the build naming
+// the file and line, before training.
+TEST(Knnctl, PayloadsBuildAndShardWithTheirRows) {
+  TempDir dir;
+  WriteData(dir.path("base.npy"), 3000, 32, 33);
+  std::string lines;
+  for (int64_t row = 0; row < 3000; ++row) {
+    absl::StrAppend(&lines, row % 3 == 0
+                                ? absl::StrCat("\"text of ", row, "\"\n")
+                                : absl::StrCat("{\"row\": ", row, "}\n"));
+  }
+  WriteFile(dir.path("payloads.jsonl"), lines);
+  const std::string common =
+      absl::StrCat("build --input ", dir.path("base.npy"), " --payloads ",
+                   dir.path("payloads.jsonl"));
+  const std::string whole = dir.path("whole.index");
+  CommandResult a = Knnctl(absl::StrCat(common, " --output ", whole));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_THAT(a.output, HasSubstr("payloads: "));
+  LoadOptions load;
+  load.probe_in_subprocess = false;
+  auto snapshot = IndexSnapshot::Load(whole, load);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_TRUE((*snapshot)->info().has_payloads);
+  EXPECT_EQ((*snapshot)->info().payload_fields,
+            (std::vector<std::string>{"text", "row"}));
+  auto all = (*snapshot)->SelectPayloads(true, {});
+  ASSERT_TRUE(all.ok());
+  std::string json;
+  (*snapshot)->AppendPayload(3, *all, &json);
+  EXPECT_EQ(json, "{\"text\":\"text of 3\"}");
+  json.clear();
+  (*snapshot)->AppendPayload(2999, *all, &json);
+  EXPECT_EQ(json, "{\"row\":2999}");
+
+  const std::string built = dir.path("built.index");
+  CommandResult b = Knnctl(absl::StrCat(common, " --output ", built,
+                                        " --shards 2"));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_THAT(b.output, HasSubstr("with its .payloads"));
+  CommandResult c = Knnctl(absl::StrCat("shard --index ", whole,
+                                        " --shards 2 --output ",
+                                        dir.path("split")));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  for (int s = 0; s < 2; ++s) {
+    const std::string x = absl::StrCat(built, ".shard-", s, "-of-2");
+    const std::string y =
+        absl::StrCat(dir.path("split"), ".shard-", s, "-of-2");
+    EXPECT_EQ(ReadFile(x + ".payloads"), ReadFile(y + ".payloads")) << s;
+    auto shard = IndexSnapshot::Load(x, load);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    auto fields = (*shard)->SelectPayloads(true, {});
+    ASSERT_TRUE(fields.ok());
+    json.clear();
+    (*shard)->AppendPayload(s * 1500 + 1, *fields, &json);  // ids are rows
+    EXPECT_EQ(json, absl::StrCat("{\"row\":", s * 1500 + 1, "}"));
+  }
+
+  // A rebuild without --payloads removes the old payloads.
+  CommandResult d =
+      Knnctl(absl::StrCat("build --input ", dir.path("base.npy"),
+                          " --output ", whole));
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_THAT(d.output, HasSubstr("removed:  " + whole + ".payloads"));
+
+  WriteFile(dir.path("bad.jsonl"), "{}\n[1, 2]\n");
+  CommandResult e = Knnctl(absl::StrCat(
+      "build --input ", dir.path("base.npy"), " --output ",
+      dir.path("bad.index"), " --payloads ", dir.path("bad.jsonl")));
+  EXPECT_EQ(e.exit_code, 2) << e.output;  // an invalid input
+  EXPECT_THAT(e.output, HasSubstr(dir.path("bad.jsonl") + ":2: a payload is"));
+  EXPECT_THAT(e.output, Not(HasSubstr("training")));
 }
 
 // tune measures settings on a sample of the indexed vectors (no queries

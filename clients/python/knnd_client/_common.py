@@ -297,8 +297,50 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+def payload_request(payloads: Any) -> Optional[pb.PayloadRequest]:
+    """search()'s `payloads` argument as a PayloadRequest: None or False:
+    none; True: every field; a sequence of field names: those fields."""
+    if payloads is None or payloads is False:
+        return None
+    if payloads is True:
+        return pb.PayloadRequest(all_fields=True)
+    if isinstance(payloads, (str, bytes)) or not isinstance(payloads,
+                                                              Sequence):
+        raise TypeError(
+            "payloads must be True (every field) or a list of field names, "
+            f"got {type(payloads).__name__}")
+    fields = list(payloads)
+    if not fields or not all(isinstance(f, str) and f for f in fields):
+        raise ValueError(
+            "payloads must name at least one field, each a non-empty str, "
+            f"got {fields!r}")
+    return pb.PayloadRequest(fields=fields)
+
+
+def payload_dicts(rows: Sequence[Sequence[bytes]]
+                  ) -> List[List[Optional[Dict[str, Any]]]]:
+    """Per query, each result's payload (compact JSON objects from knnd) as
+    a dict; None for an empty one (a padding -1)."""
+    return [[json.loads(p) if p else None for p in row] for row in rows]
+
+
+def search_payloads(response: pb.SearchResponse, shape: Tuple[int, int]
+                    ) -> List[List[Optional[Dict[str, Any]]]]:
+    """The payloads of `response` (asked for with SearchRequest.payloads),
+    per query, aligned with its ids. RuntimeError when there is not one per
+    result."""
+    rows, k = shape
+    if len(response.payloads) != rows * k:
+        raise RuntimeError(
+            f"knnd answered {len(response.payloads)} payloads for {rows}x{k} "
+            "results: is it a knnd older than payloads?")
+    return payload_dicts([response.payloads[q * k:(q + 1) * k]
+                          for q in range(rows)])
+
+
 def search_request(queries: Any, k: Any, nprobe: Any, allowed_ids: Any,
-                   refine_factor: Any) -> pb.SearchRequest:
+                   refine_factor: Any, payloads: Any = None
+                   ) -> pb.SearchRequest:
     """The SearchRequest of one search() call, every argument checked
     before any RPC (TypeError / ValueError naming the argument); it asks
     for the results as bytes (results_as_bytes)."""
@@ -307,19 +349,24 @@ def search_request(queries: Any, k: Any, nprobe: Any, allowed_ids: Any,
     request.vectors_f32le = vectors
     if allowed_ids is not None:
         request.allowed_ids.extend(id_list(allowed_ids).tolist())
+    asked = payload_request(payloads)
+    if asked is not None:
+        request.payloads.CopyFrom(asked)
     return request
 
 
 def serialized_search_request(queries: Any, k: Any, nprobe: Any,
-                              allowed_ids: Any, refine_factor: Any
+                              allowed_ids: Any, refine_factor: Any,
+                              payloads: Any = None
                               ) -> Tuple[bytes, Tuple[int, int]]:
     """search_request() serialized, and the (num_queries, k) shape its
-    answer must have. Without an allow-list no message is built: the
-    serialized head of (dim, k, nprobe, refine_factor), cached, followed by
-    the vectors field (fields may come in any order on the wire)."""
-    if allowed_ids is not None:
+    answer must have. Without an allow-list or payloads no message is
+    built: the serialized head of (dim, k, nprobe, refine_factor), cached,
+    followed by the vectors field (fields may come in any order on the
+    wire)."""
+    if allowed_ids is not None or payload_request(payloads) is not None:
         request = search_request(queries, k, nprobe, allowed_ids,
-                                 refine_factor)
+                                 refine_factor, payloads)
         return request.SerializeToString(), (
             len(request.vectors_f32le) // (4 * request.dim), request.k)
     vectors, rows, dim = query_bytes(queries)
@@ -377,6 +424,17 @@ def search_result(response: pb.SearchResponse, shape: Tuple[int, int]
             f"for {shape[0]} queries at k={shape[1]}")
     return (result_column(response, "ids", *shape),
             result_column(response, "distances", *shape))
+
+
+def search_answer(response: pb.SearchResponse, shape: Tuple[int, int],
+                  payloads: Any) -> Tuple[Any, ...]:
+    """What search() returns: (ids, distances) of search_result(), and
+    the payloads (search_payloads()) third when `payloads` asked for
+    them."""
+    ids, distances = search_result(response, shape)
+    if payload_request(payloads) is None:
+        return ids, distances
+    return ids, distances, search_payloads(response, shape)
 
 
 # How soon a channel connects again to a knnd it lost (a restart, a

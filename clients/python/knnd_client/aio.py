@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
+from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple,
+                    Union, cast)
 
 import grpc
 import grpc.aio
@@ -81,17 +82,18 @@ class AsyncKnnClient:
                      nprobe: Optional[int] = None, *,
                      allowed_ids: Optional[npt.ArrayLike] = None,
                      refine_factor: Optional[int] = None,
+                     payloads: Union[bool, Sequence[str], None] = None,
                      timeout_s: Optional[float] = None,
-                     ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+                     ) -> Tuple[Any, ...]:
         """The k nearest neighbours of each row of `queries`: the arguments,
         results and errors of KnnClient.search (grpc.aio.AioRpcError is a
         grpc.RpcError). The arguments are checked before the call waits for
         a slot, so a bad one raises at once."""
         request, shape = _common.serialized_search_request(
-            queries, k, nprobe, allowed_ids, refine_factor)
-        return _common.search_result(
+            queries, k, nprobe, allowed_ids, refine_factor, payloads)
+        return _common.search_answer(
             await self._call(self._search, request, timeout_s, "Search"),
-            shape)
+            shape, payloads)
 
     async def info(self, timeout_s: Optional[float] = None
                    ) -> pb.GetIndexInfoResponse:
@@ -212,27 +214,31 @@ class AsyncShardedKnnClient:
                      nprobe: Optional[int] = None, *,
                      allowed_ids: Optional[npt.ArrayLike] = None,
                      refine_factor: Optional[int] = None,
+                     payloads: Union[bool, Sequence[str], None] = None,
                      timeout_s: Optional[float] = None,
                      allow_partial: Optional[bool] = None,
-                     ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+                     ) -> Tuple[Any, ...]:
         """ShardedKnnClient.search, awaited. Cancelling the awaiting task
         cancels every shard's RPC."""
         result = await self.search_result(
             queries, k, nprobe, allowed_ids=allowed_ids,
-            refine_factor=refine_factor, timeout_s=timeout_s,
-            allow_partial=allow_partial)
-        return result.ids, result.distances
+            refine_factor=refine_factor, payloads=payloads,
+            timeout_s=timeout_s, allow_partial=allow_partial)
+        if result.payloads is None:
+            return result.ids, result.distances
+        return result.ids, result.distances, result.payloads
 
     async def search_result(self, queries: npt.NDArray[np.float32], k: int,
                             nprobe: Optional[int] = None, *,
                             allowed_ids: Optional[npt.ArrayLike] = None,
                             refine_factor: Optional[int] = None,
+                            payloads: Union[bool, Sequence[str], None] = None,
                             timeout_s: Optional[float] = None,
                             allow_partial: Optional[bool] = None,
                             ) -> ShardedSearchResult:
         """ShardedKnnClient.search_result, awaited."""
         request = _common.search_request(queries, k, nprobe, allowed_ids,
-                                         refine_factor)
+                                         refine_factor, payloads)
         self._check_loop()
         scatter = sharding.SearchScatter(
             self._targets, self._versions, self._retry,

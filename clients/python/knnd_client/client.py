@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import queue
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
+from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple,
+                    Union, cast)
 
 import grpc
 import numpy as np
@@ -67,8 +68,9 @@ class KnnClient:
                nprobe: Optional[int] = None, *,
                allowed_ids: Optional[npt.ArrayLike] = None,
                refine_factor: Optional[int] = None,
+               payloads: Union[bool, Sequence[str], None] = None,
                timeout_s: Optional[float] = None,
-               ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+               ) -> Tuple[Any, ...]:
         """The k nearest neighbours of each row of `queries`.
 
         queries: float32 array of shape (num_queries, dim), any byte order
@@ -80,21 +82,29 @@ class KnnClient:
           candidates from the raw vectors served beside the index (distances
           then exact); 0: off; None: the server's default. Needs an index
           built with `knnctl build --keep_vectors` (else FAILED_PRECONDITION).
+        payloads: True: every field of each result's payload; a list of
+          field names: those fields (a payload lacking one leaves it out);
+          None: no payloads. Needs an index built with `knnctl build
+          --payloads` (else FAILED_PRECONDITION); an unknown field is
+          INVALID_ARGUMENT naming it and the index's fields.
         timeout_s: deadline of this call (retries included); None: the
           client's default.
 
         Returns (ids, distances): int64 and float32 arrays of shape
         (num_queries, k), closest first; a row with fewer than k neighbours
         is padded with id -1 and distance +inf (L2) or -inf (inner product).
+        With payloads, (ids, distances, payloads): payloads[q][j] is the
+        dict of ids[q, j]'s payload (None for -1).
 
         Raises TypeError / ValueError for bad arguments, before any RPC, and
         grpc.RpcError when the server refuses (INVALID_ARGUMENT names the
         field and limit) or the deadline passes (DEADLINE_EXCEEDED).
         """
         request, shape = _common.serialized_search_request(
-            queries, k, nprobe, allowed_ids, refine_factor)
-        return _common.search_result(
-            self._call(self._search, request, timeout_s, "Search"), shape)
+            queries, k, nprobe, allowed_ids, refine_factor, payloads)
+        return _common.search_answer(
+            self._call(self._search, request, timeout_s, "Search"), shape,
+            payloads)
 
     def info(self, timeout_s: Optional[float] = None) -> pb.GetIndexInfoResponse:
         """The served index (dim, metric, ntotal, ...) and the server's limits
@@ -197,9 +207,10 @@ class ShardedKnnClient:
                nprobe: Optional[int] = None, *,
                allowed_ids: Optional[npt.ArrayLike] = None,
                refine_factor: Optional[int] = None,
+               payloads: Union[bool, Sequence[str], None] = None,
                timeout_s: Optional[float] = None,
                allow_partial: Optional[bool] = None,
-               ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+               ) -> Tuple[Any, ...]:
         """KnnClient.search over every shard: the same arguments, results
         and argument errors; the unsharded index's (ids, distances).
 
@@ -213,21 +224,24 @@ class ShardedKnnClient:
         """
         result = self.search_result(
             queries, k, nprobe, allowed_ids=allowed_ids,
-            refine_factor=refine_factor, timeout_s=timeout_s,
-            allow_partial=allow_partial)
-        return result.ids, result.distances
+            refine_factor=refine_factor, payloads=payloads,
+            timeout_s=timeout_s, allow_partial=allow_partial)
+        if result.payloads is None:
+            return result.ids, result.distances
+        return result.ids, result.distances, result.payloads
 
     def search_result(self, queries: npt.NDArray[np.float32], k: int,
                       nprobe: Optional[int] = None, *,
                       allowed_ids: Optional[npt.ArrayLike] = None,
                       refine_factor: Optional[int] = None,
+                      payloads: Union[bool, Sequence[str], None] = None,
                       timeout_s: Optional[float] = None,
                       allow_partial: Optional[bool] = None,
                       ) -> ShardedSearchResult:
         """search() with where the answer came from: the index version and
         build, and with allow_partial the shards that are missing."""
         request = _common.search_request(queries, k, nprobe, allowed_ids,
-                                         refine_factor)
+                                         refine_factor, payloads)
         self._fork_guard.check()
         scatter = sharding.SearchScatter(
             self._targets, self._versions, self._retry,

@@ -6,7 +6,7 @@
     from knnd_client.langchain import KnndVectorStore
 
     store = KnndVectorStore(KnnClient("dns:///knnd-headless:50051"),
-                            embedding=my_embeddings, docstore=chunks)
+                            embedding=my_embeddings)
     docs = store.similarity_search("how do I rotate tokens?", k=4)
     retriever = store.as_retriever(search_kwargs={"k": 4, "nprobe": 16})
 
@@ -14,10 +14,15 @@ An index split into shards is searched the same way through a
 ShardedKnnClient (or an AsyncShardedKnnClient) over the shards' targets:
 the store sees the merged answer of the whole index.
 
-knnd stores vectors and their int64 ids, nothing else: the texts live in a
-docstore the application owns (a dict, a SQLite table behind a Mapping, a
-LangChain BaseStore), keyed by the ids the index was built with
-(`knnctl build --ids`, or row numbers). knnd serves one immutable index, so
+The documents come from knnd itself when the index was built with payloads
+(`knnctl build --payloads chunks.jsonl`, one JSON object per vector, e.g.
+{"text": "...", "source": "a.pdf", "page": 3}): page_content is the
+payload's text field ("text" unless text_field says otherwise), metadata
+its other fields, and Document.id the vector's id as a decimal string. An
+index without payloads needs a docstore the application owns (a dict, a
+SQLite table behind a Mapping, a LangChain BaseStore), keyed by the ids the
+index was built with (`knnctl build --ids`, or row numbers); given one, the
+store reads documents from it instead. knnd serves one immutable index, so
 this store cannot add or delete: new vectors go through `knnctl build` and
 `knnctl publish`, and knnd loads the new version by itself.
 
@@ -25,6 +30,7 @@ This module needs langchain-core; `import knnd_client` does not import it.
 """
 from __future__ import annotations
 
+import json
 from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional,
                     Sequence, Tuple, Union)
 
@@ -76,10 +82,14 @@ class KnndVectorStore(VectorStore):
       then raise TypeError, as they would block the loop).
     embedding: embeds queries; it must be the model (and normalisation)
       the index was built from, or the neighbours mean nothing.
-    docstore: the documents by vector id: a Mapping[int, Document] (a dict,
-      or a Mapping over a database table), or a LangChain
-      BaseStore[str, Document] whose keys are the ids as decimal strings
-      (InMemoryStore, ...), read with one mget per search.
+    docstore: None (the default): documents are built from the payloads
+      knnd returns with each search (an index built with `knnctl build
+      --payloads`). Else the documents by vector id: a
+      Mapping[int, Document] (a dict, or a Mapping over a database table),
+      or a LangChain BaseStore[str, Document] whose keys are the ids as
+      decimal strings (InMemoryStore, ...), read with one mget per search.
+    text_field: the payload field that becomes page_content (default
+      "text"); the payload's other fields become metadata.
     nprobe, refine_factor, timeout_s: defaults of every search; a search's
       own keyword arguments override them.
     relevance_score_fn: maps knnd's distance to a relevance in [0, 1] for
@@ -89,7 +99,8 @@ class KnndVectorStore(VectorStore):
     """
 
     def __init__(self, client: Union[SyncClient, AsyncClient],
-                 embedding: Embeddings, docstore: Docstore, *,
+                 embedding: Embeddings, docstore: Optional[Docstore] = None,
+                 *, text_field: str = "text",
                  nprobe: Optional[int] = None,
                  refine_factor: Optional[int] = None,
                  timeout_s: Optional[float] = None,
@@ -103,10 +114,16 @@ class KnndVectorStore(VectorStore):
         if not isinstance(embedding, Embeddings):
             raise TypeError("embedding must be a langchain_core Embeddings, "
                             f"got {type(embedding).__name__}")
-        if not isinstance(docstore, (Mapping, BaseStore)):
+        if docstore is not None and not isinstance(docstore,
+                                                   (Mapping, BaseStore)):
             raise TypeError(
-                "docstore must be a Mapping[int, Document] or a LangChain "
-                f"BaseStore[str, Document], got {type(docstore).__name__}")
+                "docstore must be None (documents from knnd's payloads), a "
+                "Mapping[int, Document] or a LangChain BaseStore[str, "
+                f"Document], got {type(docstore).__name__}")
+        if not isinstance(text_field, str) or not text_field:
+            raise TypeError("text_field must be a non-empty str, got "
+                            f"{text_field!r}")
+        self._text_field = text_field
         self._client = client
         self._embedding = embedding
         self._docstore = docstore
@@ -193,7 +210,12 @@ class KnndVectorStore(VectorStore):
 
     def get_by_ids(self, ids: Sequence[str], /) -> List[Document]:
         """The docstore's documents for these vector ids (decimal strings);
-        ids it does not hold are left out, as LangChain specifies."""
+        ids it does not hold are left out, as LangChain specifies. Needs a
+        docstore: knnd returns payloads only with search results."""
+        if self._docstore is None:
+            raise NotImplementedError(
+                "get_by_ids needs a docstore: knnd returns payloads with "
+                "search results only, not by id")
         found = self._lookup([int(i) for i in ids], missing_ok=True)
         return [doc for doc in found if doc is not None]
 
@@ -271,29 +293,48 @@ class KnndVectorStore(VectorStore):
                 f"got {', '.join(unknown)}")
         arguments = dict(self._defaults, **kwargs)
         arguments["k"] = k
+        if self._docstore is None:
+            arguments["payloads"] = True
         return arguments
 
     def _search(self, embedding: Sequence[float], k: int,
                 kwargs: Dict[str, Any]) -> List[Tuple[Document, float]]:
         client = self._sync_client("similarity_search")
         arguments = self._search_arguments(k, kwargs)
-        ids, distances = client.search(_query_row(embedding), **arguments)
-        return self._documents(ids[0], distances[0])
+        return self._documents(
+            client.search(_query_row(embedding), **arguments))
 
     async def _asearch(self, embedding: Sequence[float], k: int,
                        kwargs: Dict[str, Any]) -> List[Tuple[Document, float]]:
         arguments = self._search_arguments(k, kwargs)
-        ids, distances = await self._async_client().search(
-            _query_row(embedding), **arguments)
-        return self._documents(ids[0], distances[0])
+        return self._documents(await self._async_client().search(
+            _query_row(embedding), **arguments))
 
-    def _documents(self, ids: np.ndarray, distances: np.ndarray
+    def _documents(self, result: Tuple[Any, ...]
                    ) -> List[Tuple[Document, float]]:
+        """(document, distance) of the one query of a client's search()
+        result: (ids, distances), with payloads third without a docstore."""
+        ids, distances = result[0][0], result[1][0]
         # -1 pads a row when fewer than k vectors were reachable.
-        keep = ids >= 0
-        docs = self._lookup(ids[keep].tolist(), missing_ok=False)
-        return [(doc, distance) for doc, distance
-                in zip(docs, distances[keep].tolist()) if doc is not None]
+        keep = [j for j in range(len(ids)) if ids[j] >= 0]
+        if self._docstore is None:
+            docs = [self._from_payload(int(ids[j]), result[2][0][j])
+                    for j in keep]
+        else:
+            docs = self._lookup([int(ids[j]) for j in keep], missing_ok=False)
+        return [(doc, float(distances[j])) for j, doc in zip(keep, docs)]
+
+    def _from_payload(self, vector_id: int, payload: Optional[Dict[str, Any]]
+                      ) -> Document:
+        """The Document of a payload: its text field as page_content (""
+        when absent, a non-string one as JSON text), the rest as
+        metadata."""
+        metadata = dict(payload or {})
+        text = metadata.pop(self._text_field, "")
+        if not isinstance(text, str):
+            text = json.dumps(text)
+        return Document(page_content=text, metadata=metadata,
+                        id=str(vector_id))
 
     def _lookup(self, ids: List[int], missing_ok: bool
                 ) -> List[Optional[Document]]:

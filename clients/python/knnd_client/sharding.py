@@ -108,6 +108,8 @@ class ShardedSearchResult:
     """The merged answer of a sharded search and where it came from.
 
     ids, distances: (num_queries, k) int64 and float32, as KnnClient.search.
+    payloads: with search(payloads=...), per query the k results' payloads
+      as dicts (None for a padding -1), as KnnClient.search; else None.
     index_version: the one version every answering shard served (pinned).
     build_id: the build of the shard set.
     missing_shards: ids of the shards whose answers are missing (only with
@@ -123,6 +125,7 @@ class ShardedSearchResult:
     missing_shards: Tuple[int, ...] = ()
     missing_targets: Tuple[str, ...] = ()
     failures: Tuple[ShardedSearchError, ...] = ()
+    payloads: Optional[List[List[Optional[Dict[str, Any]]]]] = None
 
     @property
     def complete(self) -> bool:
@@ -189,15 +192,39 @@ def _padded(ids: npt.NDArray[np.int64], distances: npt.NDArray[Any], k: int,
                      distances).astype(np.float32, copy=False))
 
 
+def _top_k_columns(ids: npt.NDArray[np.int64], distances: npt.NDArray[Any],
+                   k: int, metric: int) -> npt.NDArray[np.intp]:
+    """Rule 2's choice: per row, the columns of the k best."""
+    return _best_columns(ids, distances, k, metric)
+
+
+def _candidate_columns(ids: npt.NDArray[np.int64], approx: npt.NDArray[Any],
+                       exact: npt.NDArray[Any], k: int, refine_factor: int,
+                       metric: int) -> npt.NDArray[np.intp]:
+    """Rule 3's choice: per row, the columns of the k best exact distances
+    among the refine_factor * k best PQ estimates."""
+    candidates = _best_columns(ids, approx, refine_factor * k, metric)
+    best = _best_columns(np.take_along_axis(ids, candidates, axis=1),
+                         np.take_along_axis(exact, candidates, axis=1),
+                         k, metric)
+    return np.take_along_axis(candidates, best, axis=1)
+
+
+def _taken(ids: npt.NDArray[np.int64], distances: npt.NDArray[Any],
+           columns: npt.NDArray[np.intp], k: int, metric: int
+           ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    return _padded(np.take_along_axis(ids, columns, axis=1),
+                   np.take_along_axis(distances, columns, axis=1), k, metric)
+
+
 def merge_top_k(ids: npt.NDArray[np.int64], distances: npt.NDArray[Any],
                 k: int, metric: int
                 ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
     """Rule 2: the k best of each row of the shards' answers laid side by
     side (shape (num_queries, sum of the shards' k)). Padding -1 of a shard
     never displaces a real id; a row with fewer than k real ids is padded."""
-    columns = _best_columns(ids, distances, k, metric)
-    return _padded(np.take_along_axis(ids, columns, axis=1),
-                   np.take_along_axis(distances, columns, axis=1), k, metric)
+    return _taken(ids, distances, _top_k_columns(ids, distances, k, metric),
+                  k, metric)
 
 
 def merge_candidates(ids: npt.NDArray[np.int64], approx: npt.NDArray[Any],
@@ -210,12 +237,9 @@ def merge_candidates(ids: npt.NDArray[np.int64], approx: npt.NDArray[Any],
     among them. Taking each shard's own k exact best instead would re-rank
     refine_factor * k candidates per shard, a different (larger) set than
     the unsharded index's, so answers would change with the shard count."""
-    candidates = _best_columns(ids, approx, refine_factor * k, metric)
-    ids = np.take_along_axis(ids, candidates, axis=1)
-    exact = np.take_along_axis(exact, candidates, axis=1)
-    best = _best_columns(ids, exact, k, metric)
-    return _padded(np.take_along_axis(ids, best, axis=1),
-                   np.take_along_axis(exact, best, axis=1), k, metric)
+    return _taken(ids, exact, _candidate_columns(ids, approx, exact, k,
+                                                 refine_factor, metric),
+                  k, metric)
 
 
 def merge_answers(answers: Sequence[pb.SearchResponse], num_queries: int,
@@ -224,6 +248,17 @@ def merge_answers(answers: Sequence[pb.SearchResponse], num_queries: int,
     """The merged (ids, distances) of answers that check_answers accepted
     (one metric and refine_factor, each num_queries rows of the expected
     width)."""
+    ids, distances, _ = merge_answers_with_payloads(answers, num_queries, k)
+    return ids, distances
+
+
+def merge_answers_with_payloads(
+        answers: Sequence[pb.SearchResponse], num_queries: int, k: int
+) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32],
+           Optional[List[List[bytes]]]]:
+    """merge_answers(), and when the answers carry payloads
+    (SearchRequest.payloads) each merged result's, per query (b"" for a
+    padding -1); None without payloads."""
     metric, refine_factor = answers[0].metric, answers[0].refine_factor
 
     def side_by_side(column: str) -> npt.NDArray[Any]:
@@ -233,9 +268,23 @@ def merge_answers(answers: Sequence[pb.SearchResponse], num_queries: int,
     ids = side_by_side("ids")
     distances = side_by_side("distances")
     if refine_factor == 0:
-        return merge_top_k(ids, distances, k, metric)
-    return merge_candidates(ids, side_by_side("approx_distances"),
-                            distances, k, refine_factor, metric)
+        columns = _top_k_columns(ids, distances, k, metric)
+    else:
+        columns = _candidate_columns(ids, side_by_side("approx_distances"),
+                                     distances, k, refine_factor, metric)
+    merged_ids, merged_distances = _taken(ids, distances, columns, k, metric)
+    if not answers[0].payloads:
+        return merged_ids, merged_distances, None
+    rows: List[List[bytes]] = [[] for _ in range(num_queries)]
+    for a in answers:
+        width = len(a.payloads) // num_queries
+        for q in range(num_queries):
+            rows[q].extend(a.payloads[q * width:(q + 1) * width])
+    payloads = [[rows[q][c] if merged_ids[q, j] >= 0 else b""
+                 for j, c in enumerate(columns[q])] +
+                [b""] * (k - len(columns[q]))
+                for q in range(num_queries)]
+    return merged_ids, merged_distances, payloads
 
 
 # --------------------------------------------------------------------------
@@ -428,6 +477,11 @@ def check_answers(targets: Sequence[str], versions: ShardVersions,
                 f"{name(i)} answered {a.num_queries}x{a.k} results "
                 f"({ids.size} ids) for {num_queries} queries at "
                 f"{width} per query")
+        if request.HasField("payloads") and len(a.payloads) != cells:
+            raise ShardedSearchError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{name(i)} answered {len(a.payloads)} payloads for {cells} "
+                "results: is it a knnd older than payloads?")
     return first.index_version, build_id
 
 
@@ -654,8 +708,8 @@ class SearchScatter(Scatter):
         index_version, build_id = check_answers(
             self.targets, self.versions, self.answers, self._caller_request)
         answers = [self.answers[i] for i in sorted(self.answers)]
-        ids, distances = merge_answers(answers, self._num_queries,
-                                       self._caller_request.k)
+        ids, distances, payloads = merge_answers_with_payloads(
+            answers, self._num_queries, self._caller_request.k)
         missing = self.missing()
         answered_ids = {a.shard.shard_id for a in answers}
         return ShardedSearchResult(
@@ -664,7 +718,9 @@ class SearchScatter(Scatter):
             missing_shards=tuple(s for s in range(len(self.targets))
                                  if s not in answered_ids),
             missing_targets=tuple(self.targets[i] for i in sorted(missing)),
-            failures=tuple(self.named(i, e) for i, e in sorted(missing.items())))
+            failures=tuple(self.named(i, e) for i, e in sorted(missing.items())),
+            payloads=(None if payloads is None
+                      else _common.payload_dicts(payloads)))
 
 
 class InfoScatter(Scatter):

@@ -5,7 +5,8 @@
 // with defaults chosen from the data's shape (index_builder.h): 4-bit
 // FastScan (--recipe fastscan) or 8-bit IVF-PQ (--recipe pq8). With --ids
 // the index holds row numbers and INDEX.ids (storage/id_table.h)
-// translates them to the user's ids.
+// translates them to the user's ids; with --payloads INDEX.payloads
+// (storage/payload_file.h) holds each row's JSON payload.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,6 +35,7 @@
 #include "knnd/monitoring/process_stats.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
+#include "knnd/storage/payload_file.h"
 #include "knnd/storage/vector_io.h"
 #include "knnd/storage/vectors_file.h"
 #include "knnd/base/units.h"
@@ -51,6 +53,7 @@ struct BuildOptions {
   int m = 0;
   int64_t train_size = 0;
   std::string ids;
+  std::string payloads;
   int64_t add_batch = 65536;
   uint32_t seed = 1234;
   int stored_nprobe = 0;
@@ -266,13 +269,14 @@ void PrintShardWritten(const std::string& path, const ShardSpec& shard) {
   stat(path.c_str(), &st);
   const bool vectors = access(VectorsPath(path).c_str(), R_OK) == 0;
   const bool id_table = access(IdTablePath(path).c_str(), R_OK) == 0;
-  std::printf("wrote:    %s (shard %d of %d: %s [%lld, %lld), %.1f MiB%s%s)\n",
-              path.c_str(), shard.shard_id, shard.shard_count,
-              id_table ? "rows" : "ids",
-              static_cast<long long>(shard.first_id),
-              static_cast<long long>(shard.end_id), MiB(st.st_size),
-              vectors ? ", with its .vectors" : "",
-              id_table ? ", with its .ids" : "");
+  const bool payloads = access(PayloadPath(path).c_str(), R_OK) == 0;
+  std::printf(
+      "wrote:    %s (shard %d of %d: %s [%lld, %lld), %.1f MiB%s%s%s)\n",
+      path.c_str(), shard.shard_id, shard.shard_count,
+      id_table ? "rows" : "ids", static_cast<long long>(shard.first_id),
+      static_cast<long long>(shard.end_id), MiB(st.st_size),
+      vectors ? ", with its .vectors" : "", id_table ? ", with its .ids" : "",
+      payloads ? ", with its .payloads" : "");
 }
 
 // Writes the id table of rows [first, end) of `ids` beside `index_path`
@@ -290,6 +294,57 @@ absl::Status WriteOrRemoveIdTable(const std::string& index_path,
   }
   return WriteIdTable(
       path, absl::MakeConstSpan(ids.data() + first, end - first), source);
+}
+
+// The payload files of the index the build writes (`plan` empty), or of
+// the shards of `plan`, each with the end of its rows.
+std::vector<PayloadPart> PayloadParts(const BuildOptions& options,
+                                      const std::vector<ShardSpec>& plan,
+                                      int64_t rows) {
+  std::vector<PayloadPart> parts;
+  for (const ShardSpec& shard : plan) {
+    parts.push_back({PayloadPath(ShardPath(options.output, shard.shard_id,
+                                           shard.shard_count)),
+                     shard.end_id});
+  }
+  if (plan.empty()) parts.push_back({PayloadPath(options.output), rows});
+  return parts;
+}
+
+// Writes the payloads of --payloads (JSON Lines, line i for row i) beside
+// the index or each shard (its rows' lines), read one line at a time, or
+// removes payloads an earlier build left there. Runs before training, so
+// that a bad line fails the build at once.
+absl::Status WriteOrRemovePayloads(const BuildOptions& options,
+                                   const std::vector<ShardSpec>& plan,
+                                   int64_t rows) {
+  const std::vector<PayloadPart> parts = PayloadParts(options, plan, rows);
+  if (options.payloads.empty()) {
+    for (const PayloadPart& part : parts) {
+      if (unlink(part.path.c_str()) == 0) {
+        std::printf("removed:  %s (of a previous build)\n", part.path.c_str());
+      }
+    }
+    return absl::OkStatus();
+  }
+  const absl::Time start = absl::Now();
+  if (absl::Status s = WritePayloadsFromJsonLines(options.payloads, parts);
+      !s.ok()) {
+    return s;
+  }
+  const int64_t count = static_cast<int64_t>(parts.size());
+  int64_t bytes = 0;
+  for (const PayloadPart& part : parts) {
+    struct stat st;
+    if (stat(part.path.c_str(), &st) == 0) bytes += st.st_size;
+  }
+  std::printf("payloads: %s: %lld rows to %s%s (%.1f MiB) in %.1f s\n",
+              options.payloads.c_str(), static_cast<long long>(rows),
+              parts.front().path.c_str(),
+              count > 1 ? absl::StrCat(" and ", count - 1, " more").c_str()
+                        : "",
+              MiB(bytes), absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
 }
 
 // --shards: the built index written as the shards of `plan`, sharing its
@@ -440,6 +495,9 @@ int Build(const BuildOptions& options) {
   absl::StatusOr<std::vector<ShardSpec>> plan =
       PlanRowShards(rows, options.shards);
   if (!plan.ok()) return Fail(plan.status());
+  if (absl::Status s = WriteOrRemovePayloads(options, *plan, rows); !s.ok()) {
+    return Fail(s);
+  }
 
   absl::StatusOr<std::string> factory = FactoryFor(options, rows, dim);
   if (!factory.ok()) return Fail(factory.status());
@@ -537,6 +595,7 @@ int Build(const BuildOptions& options) {
   metadata.set_train_rows(train_rows);
   metadata.set_built_by(absl::StrCat("knnctl build: ", BuildInfoLine()));
   metadata.set_id_table(!ids.empty());
+  metadata.set_payloads(!options.payloads.empty());
   if (options.shards > 0) {
     const bool ok = WriteShards(options, b, *plan, ids, nprobe, metadata);
     if (ok) PrintMemory(shape, b, baseline, peak_trained, peak_added);
@@ -618,6 +677,13 @@ std::function<int()> DefineBuild(FlagSet& flags) {
             "them. Written to INDEX.ids (row -> id and id -> row), the index "
             "holding row numbers, so re-ranking works as with row ids. "
             "Default: row numbers.");
+  flags.Add("payloads", &options->payloads, "FILE",
+            "JSON Lines of one payload per input row (line i: row i, in the "
+            "order of --input and --ids): a JSON object of fields, e.g. "
+            "{\"text\": \"...\", \"source\": \"a.pdf\", \"page\": 3}, or "
+            "a JSON string, stored as {\"text\": \"...\"}. Written to "
+            "INDEX.payloads (mapped by knnd, file-backed), which knnd "
+            "returns with the ids of a Search asking for them.");
   flags.Add("stored_nprobe", &options->stored_nprobe, "N",
             "nprobe stored in the index file: what knnd searches with when "
             "its config's default_nprobe is 0; 0 = nlist/32.");
@@ -636,9 +702,9 @@ std::function<int()> DefineBuild(FlagSet& flags) {
   flags.Add("shards", &options->shards, "N",
             "Write N shards instead of one index: one coarse quantizer and "
             "PQ trained on all rows, then OUTPUT.shard-S-of-N holding the "
-            "rows of range S (equal counts), each with its sidecar, vectors "
-            "and, with --ids, its slice of the id table; a merger of all N "
-            "answers as the whole index "
+            "rows of range S (equal counts), each with its sidecar, vectors, "
+            "with --ids its slice of the id table and with --payloads its "
+            "rows' payloads; a merger of all N answers as the whole index "
             "(docs/sharding.md). 0: one index. FastScan recipe only.");
   AddThreadsFlag(flags, &options->threads);
   return [options] { return Build(*options); };
@@ -689,8 +755,9 @@ std::function<int()> DefineShard(FlagSet& flags) {
             "Number of shards, 1 to 256: shard S holds the S-th range of "
             "ids (equal counts). Required.");
   flags.Add("output", &options->output, "PATH",
-            "Shard S is written to PATH.shard-S-of-N (with .meta.json and "
-            ".vectors); default: the --index path.");
+            "Shard S is written to PATH.shard-S-of-N (with .meta.json, "
+            ".vectors, .ids and .payloads when the index has them); "
+            "default: the --index path.");
   return [options] { return Shard(*options); };
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "command.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -176,6 +177,13 @@ int InfoOfFile(const std::string& path) {
   if (i.has_id_table) {
     std::printf("ids:             its own, through %s (%.1f MiB)\n",
                 i.id_table_path.c_str(), MiB(i.id_table_file_bytes));
+  }
+  if (i.has_payloads) {
+    std::printf("payloads:        %s (%.1f MiB, largest row %lld bytes), "
+                "fields: %s\n",
+                i.payloads_path.c_str(), MiB(i.payloads_file_bytes),
+                static_cast<long long>(i.max_payload_json_bytes),
+                absl::StrJoin(i.payload_fields, ", ").c_str());
   }
   return kExitOk;
 }
