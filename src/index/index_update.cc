@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <string>
 #include <functional>
 #include <memory>
 #include <random>
@@ -18,6 +20,7 @@
 #include "knnd/storage/atomic_file.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
+#include "knnd/storage/payload_file.h"
 #include "knnd/storage/vectors_file.h"
 
 namespace knnd {
@@ -248,6 +251,59 @@ void JudgeRetrain(UpdateDrift& drift) {
   }
 }
 
+// The lines of `path`, which must hold exactly `rows` of them (the
+// payloads of the delta's rows: it is in memory too).
+absl::StatusOr<std::vector<std::string>> ReadPayloadLines(
+    const std::string& path, int64_t rows) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read --payloads ", path));
+  }
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (static_cast<int64_t>(lines.size()) == rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--payloads ", path, " holds more than the ", rows,
+                       " lines of the input's rows"));
+    }
+    lines.push_back(std::move(line));
+  }
+  if (static_cast<int64_t>(lines.size()) != rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--payloads ", path, " holds ", lines.size(),
+                     " lines for the input's ", rows, " rows"));
+  }
+  return lines;
+}
+
+// The new version's payloads, row by row in the plan's order: a base row
+// keeps its fields, an input row takes its line of --payloads.
+absl::Status WriteUpdatedPayloads(const UpdatePlan& plan,
+                                  const PayloadFile& base,
+                                  const std::vector<std::string>& lines,
+                                  const std::string& payloads_name,
+                                  const std::string& path) {
+  absl::StatusOr<std::unique_ptr<PayloadFileWriter>> writer =
+      PayloadFileWriter::Create(path);
+  if (!writer.ok()) return writer.status();
+  for (const RowSource& source : plan.rows) {
+    if (source.from == RowSource::From::kBase) {
+      const std::vector<PayloadField> fields = base.Fields(source.row);
+      if (absl::Status s = (*writer)->AppendFields(fields); !s.ok()) {
+        return s;
+      }
+    } else if (absl::Status s = (*writer)->AppendJsonLine(lines[source.row]);
+               !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--payloads ", payloads_name, " line ",
+                       source.row + 1, ": ", s.message()));
+    }
+  }
+  return (*writer)->Finish();
+}
+
 }  // namespace
 
 absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
@@ -306,6 +362,25 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
         absl::StrCat("ids for ", options.input_name, ": ", input_ids.size(),
                      " ids for ", input_rows, " rows"));
   }
+  if (!info.has_payloads && !options.input_payloads.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--payloads ", options.input_payloads, ": the base ",
+                     options.base_path,
+                     " has no payloads (build it with --payloads)"));
+  }
+  if (info.has_payloads && input_rows > 0 && options.input_payloads.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the base ", options.base_path, " has payloads (", info.payloads_path,
+        "): give the payloads of ", options.input_name,
+        "'s rows with --payloads"));
+  }
+  std::vector<std::string> payload_lines;
+  if (!options.input_payloads.empty()) {
+    absl::StatusOr<std::vector<std::string>> lines =
+        ReadPayloadLines(options.input_payloads, input_rows);
+    if (!lines.ok()) return lines.status();
+    payload_lines = std::move(*lines);
+  }
   UpdateReport report;
   absl::StatusOr<UpdatePlan> plan =
       PlanUpdate(*base_ids, input_ids, options.deletions, options.input_name);
@@ -357,6 +432,21 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
   } else {
     std::remove(ids_path.c_str());
   }
+  const std::string payloads_path = PayloadPath(options.output_path);
+  if (info.has_payloads) {
+    absl::StatusOr<std::unique_ptr<PayloadFile>> payloads = PayloadFile::Open(
+        info.payloads_path, info.ntotal, /*verify_checksum=*/false);
+    if (!payloads.ok()) return payloads.status();
+    if (absl::Status s =
+            WriteUpdatedPayloads(p, **payloads, payload_lines,
+                                 options.input_payloads, payloads_path);
+        !s.ok()) {
+      return s;
+    }
+    report.wrote_payloads = true;
+  } else {
+    std::remove(payloads_path.c_str());
+  }
   const std::string tmp = TempPathFor(options.output_path);
   if (absl::Status s = (*update)->Write(p.new_row_of_base, tmp); !s.ok()) {
     std::remove(tmp.c_str());
@@ -376,6 +466,7 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
       absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
   metadata.set_built_by(options.built_by);
   metadata.set_id_table(!p.row_ids);
+  metadata.set_payloads(info.has_payloads);
   if (absl::Status s =
           CommitIndexFile(tmp, options.output_path, std::move(metadata));
       !s.ok()) {

@@ -34,6 +34,11 @@ struct UpdateOptions {
   std::vector<int64_t> input_ids;
   std::vector<int64_t> deletions;
   std::string input_name;
+  // JSON Lines, line i the payload of input row i (as knnctl build
+  // --payloads reads it): required when the base has payloads and the
+  // delta has rows, refused when the base has none. The base's rows keep
+  // theirs; an upsert takes its new line.
+  std::string input_payloads;
   // Queries for the recall estimate (drawn from the delta's rows, or the
   // new version's when the delta has none); 0: not measured.
   int recall_queries = 200;
@@ -73,6 +78,7 @@ struct UpdateDrift {
 };
 
 struct UpdateReport {
+  bool wrote_payloads = false;
   UpdatePlan plan;
   UpdateDrift drift;
   int64_t ntotal = 0;

@@ -1,5 +1,6 @@
 #include "knnd/index/index_update.h"
 
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "knnd/index/index_snapshot.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
+#include "knnd/storage/payload_file.h"
 #include "knnd/storage/vectors_file.h"
 #include "testing/test_util.h"
 
@@ -230,6 +232,73 @@ TEST(UpdateIndexFile, CosineDeltaIsNormalisedLikeTheBase) {
     EXPECT_EQ(results.ids[i], options.input_ids[i]) << i;
     EXPECT_NEAR(results.distances[i], 1.0f, 1e-4) << i;
   }
+}
+
+// A base with payloads: kept rows keep theirs, an upsert takes its new
+// line, an addition its own, a deleted id has none; the new version's
+// sidecar says it has payloads and knnd's load and checksums accept it.
+TEST(UpdateIndexFile, PayloadsFollowTheirRows) {
+  TempDir dir;
+  BuildSpec spec;
+  spec.n = kRows;
+  spec.d = kDim;
+  spec.factory = absl::StrCat("IVF", kNlist, ",PQ16x4fs");
+  spec.vectors = VectorsDtype::kFloat32;
+  for (int64_t r = 0; r < kRows; ++r) {
+    spec.ids.push_back(1000 + 7 * r);
+    spec.payloads.push_back(absl::StrCat(R"({"n":)", r, "}"));
+  }
+  const std::string base_path = dir.path("base.index");
+  BuildIndex(base_path, spec);
+  // Upsert the ids of rows 3 and 4, add one id, delete row 5's.
+  const std::vector<float> delta = MakeData(3, kDim, 31);
+  const Matrix input = AsMatrix(delta);
+  const std::string payloads = dir.path("delta.jsonl");
+  std::ofstream(payloads) << R"({"n":"upsert 3"})" << "\n"
+                          << R"("upsert 4")" << "\n"
+                          << R"({"n":"added"})" << "\n";
+  UpdateOptions options;
+  options.base_path = base_path;
+  options.output_path = dir.path("new.index");
+  options.input_name = "delta";
+  options.input = &input;
+  options.input_ids = {1000 + 7 * 3, 1000 + 7 * 4, 5};
+  options.deletions = {1000 + 7 * 5};
+  options.input_payloads = payloads;
+  options.recall_queries = 0;
+  absl::StatusOr<UpdateReport> report = UpdateIndexFile(options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->wrote_payloads);
+  auto meta = ReadIndexMetadata(MetadataPath(options.output_path));
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_TRUE(meta->payloads());
+  std::unique_ptr<IndexSnapshot> snapshot = LoadSnapshot(options.output_path);
+  ASSERT_NE(snapshot, nullptr);
+  ASSERT_TRUE(snapshot->VerifyChecksums().ok());
+  absl::StatusOr<PayloadSelection> all = snapshot->SelectPayloads(true, {});
+  ASSERT_TRUE(all.ok()) << all.status();
+  const auto payload_of = [&](int64_t id) {
+    std::string out;
+    snapshot->AppendPayload(id, *all, &out);
+    return out;
+  };
+  EXPECT_EQ(payload_of(1000), R"({"n":0})");
+  EXPECT_EQ(payload_of(1000 + 7 * 2999), R"({"n":2999})");
+  EXPECT_EQ(payload_of(1000 + 7 * 3), R"({"n":"upsert 3"})");
+  EXPECT_EQ(payload_of(1000 + 7 * 4), R"({"text":"upsert 4"})");
+  EXPECT_EQ(payload_of(5), R"({"n":"added"})");
+  EXPECT_EQ(payload_of(1000 + 7 * 5), "");  // deleted
+
+  // The delta's payloads are required, and must be one line per row.
+  options.input_payloads.clear();
+  absl::StatusOr<UpdateReport> missing = UpdateIndexFile(options);
+  EXPECT_TRUE(absl::IsInvalidArgument(missing.status())) << missing.status();
+  EXPECT_THAT(missing.status().message(), HasSubstr("--payloads"));
+  std::ofstream(payloads) << R"({"n":1})" << "\n";
+  options.input_payloads = payloads;
+  absl::StatusOr<UpdateReport> short_file = UpdateIndexFile(options);
+  EXPECT_THAT(short_file.status().message(),
+              HasSubstr("holds 1 lines for the input's 3 rows"));
 }
 
 TEST(UpdateIndexFile, RefusesWhatItCannotUpdate) {

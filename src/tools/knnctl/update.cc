@@ -21,6 +21,7 @@
 #include "knnd/monitoring/build_info.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
+#include "knnd/storage/payload_file.h"
 #include "knnd/storage/vector_io.h"
 #include "knnd/storage/vectors_file.h"
 
@@ -33,6 +34,7 @@ struct UpdateCommandOptions {
   std::string input;
   std::string ids;
   std::string deletions;
+  std::string payloads;
   int recall_queries = 200;
   uint32_t seed = 1;
   int threads = 0;
@@ -68,6 +70,11 @@ void PrintReport(const UpdateCommandOptions& options,
   if (report.wrote_id_table) {
     std::printf("wrote:    %s (row -> id; every kept id as before)\n",
                 IdTablePath(options.output).c_str());
+  }
+  if (report.wrote_payloads) {
+    std::printf("wrote:    %s (the base's rows' payloads, and --payloads' "
+                "for the input's)\n",
+                PayloadPath(options.output).c_str());
   }
   std::printf(
       "time:     %.2f s to write (no training), %.2f s to measure "
@@ -128,6 +135,7 @@ int Update(const UpdateCommandOptions& options) {
   update.base_path = options.base;
   update.output_path = options.output;
   update.input_name = options.input.empty() ? options.deletions : options.input;
+  update.input_payloads = options.payloads;
   update.recall_queries = options.recall_queries;
   update.seed = options.seed;
   update.built_by = absl::StrCat("knnctl update: ", BuildInfoLine());
@@ -185,6 +193,10 @@ std::function<int()> DefineUpdate(FlagSet& flags) {
             "int64/int32 .npy or .ivecs of ids to delete. In a row-id index "
             "the rows after a deleted one renumber, so the new version gets "
             "INDEX.ids keeping every id as it was.");
+  flags.Add("payloads", &options->payloads, "FILE.jsonl",
+            "JSON Lines, line i the payload of --input's row i, as build "
+            "--payloads reads it: required when the base has payloads and "
+            "--input is given. The base's other rows keep theirs.");
   flags.Add("recall_queries", &options->recall_queries, "N",
             "Rows of the delta (or of the new version, without --input) "
             "searched to estimate recall@10 against exact search over "
