@@ -36,7 +36,7 @@ FAISS_AVX2_PREFIX ?= $(CURDIR)/.deps/faiss-avx2
 # another compiler whose new warnings should not stop a build.
 WERROR ?= ON
 
-.PHONY: deps faiss build test demo bench bench-rerank bench-memory bench-designs bench-frontier bench-shards bench-client clean test-asan test-tsan fuzz check-thread-safety
+.PHONY: deps faiss build test demo bench bench-rerank bench-memory bench-designs bench-frontier bench-peers bench-shards bench-client clean test-asan test-tsan fuzz check-thread-safety
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -149,6 +149,23 @@ bench-rerank: build
 bench-frontier: build
 	@$(MAKE) --no-print-directory deps DEBIAN_PACKAGES="$(BENCH_PACKAGES)"
 	/usr/bin/python3 bench/frontier_run.py --build $(BUILD) --work /tmp/knnd_frontier
+
+# knnd against its peers (bench/RESULTS.md "Peers"): knnd's IndexSnapshot in
+# process (bench/peers_bench) and through gRPC, faiss-cpu on knnd's own
+# recipe with exact re-ranking, ScaNN and hnswlib, the newest of each in a
+# venv made under PEERS_WORK (never needed by `make test`), on Fashion-MNIST
+# and a seeded 384-dim embedding-like set, paired interleaved rounds; about
+# 25 minutes the first time on 2 cores (indexes are then reused).
+PEERS_WORK ?= /tmp/knnd_peers
+PEERS_PACKAGES ?= faiss-cpu scann hnswlib numpy
+bench-peers: build
+	@cmake --build $(BUILD) -j $(JOBS) --target peers_bench load_gen
+	@[ -f $(PEERS_WORK)/venv/.installed ] || { mkdir -p $(PEERS_WORK) && \
+	  /usr/bin/python3 -m venv $(PEERS_WORK)/venv && \
+	  $(PEERS_WORK)/venv/bin/pip install -q --upgrade $(PEERS_PACKAGES) && \
+	  touch $(PEERS_WORK)/venv/.installed; }
+	$(PEERS_WORK)/venv/bin/python bench/peers_run.py --build $(BUILD) --work $(PEERS_WORK) \
+	  --json $(PEERS_WORK)/peers.json
 
 # Memory benchmarks (bench/RESULTS.md "Memory"): seeded indexes built once
 # under /tmp (never committed); PSS of 8 python3-faiss workers vs knnd,

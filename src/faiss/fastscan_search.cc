@@ -23,7 +23,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "knnd/faiss/coarse_l2.h"
 #include "knnd/faiss/fastscan_kernel.h"
+#include "knnd/faiss/fastscan_lut.h"
 #include "knnd/faiss/faiss_types.h"
 
 namespace knnd {
@@ -70,8 +72,52 @@ void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf, size_t n,
   out->is_3d = ivf.by_residual && l2;
   out->has_bias = ivf.by_residual;
 
+  const size_t per_query = out->is_3d ? nprobe : 1;
+  out->tables.resize(n * per_query * dim12_2);
+  if (out->has_bias) out->biases.resize(n * nprobe);
+  out->normalizers.resize(2 * n);
+  std::vector<float> mins;
+  // Quantizes query i's float tables and biases.
+  auto quantize = [&](size_t i, const float* tab, const float* bias) {
+    if (out->is_3d) {
+      fastscan_lut::QuantizeResidualLuts(
+          nprobe, M, M2, tab, bias, out->tables.get() + i * nprobe * dim12_2,
+          out->biases.get() + i * nprobe, &out->normalizers[2 * i],
+          &out->normalizers[2 * i + 1], &mins);
+      return;
+    }
+    faiss::quantize_lut::quantize_LUT_and_bias(
+        nprobe, M, ksub, out->is_3d, tab, bias,
+        out->tables.get() + i * per_query * dim12_2, M2,
+        out->has_bias ? out->biases.get() + i * nprobe : nullptr,
+        &out->normalizers[2 * i], &out->normalizers[2 * i + 1]);
+  };
+
   // Float tables and biases (IndexIVFPQFastScan::compute_LUT).
   faiss::AlignedTable<float> ftab;
+  if (out->is_3d && ivf.use_precomputed_table == 1) {
+    // table(list, x) = precomputed(list) - 2 <x, centroid codes>; the
+    // coarse distance is the bias. Built and quantized one query at a
+    // time: its nprobe tables stay in cache and the batch's are never
+    // held at once.
+    faiss::AlignedTable<float> ip(n * dim12);
+    pq.compute_inner_prod_tables(n, x, ip.get());
+    ftab.resize(nprobe * dim12);
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < nprobe; ++j) {
+        float* tab = ftab.get() + j * dim12;
+        const idx_t list = coarse_ids[i * nprobe + j];
+        if (list < 0) {  // NaNs: ignored by the quantization
+          std::memset(tab, -1, sizeof(float) * dim12);
+          continue;
+        }
+        MultiplyAdd(dim12, ivf.precomputed_table.get() + list * dim12, -2.0f,
+                    ip.get() + i * dim12, tab);
+      }
+      quantize(i, ftab.get(), coarse_dis + i * nprobe);
+    }
+    return;
+  }
   faiss::AlignedTable<float> fbias;
   if (!ivf.by_residual) {
     ftab.resize(n * dim12);
@@ -83,55 +129,27 @@ void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf, size_t n,
   } else if (l2) {
     ftab.resize(n * nprobe * dim12);
     fbias.resize(n * nprobe);
-    if (ivf.use_precomputed_table == 1) {
-      // table(list, x) = precomputed(list) - 2 <x, centroid codes>; the
-      // coarse distance is the bias.
-      std::memcpy(fbias.get(), coarse_dis, sizeof(float) * n * nprobe);
-      faiss::AlignedTable<float> ip(n * dim12);
-      pq.compute_inner_prod_tables(n, x, ip.get());
-      for (size_t ij = 0; ij < n * nprobe; ++ij) {
-        float* tab = ftab.get() + ij * dim12;
-        const idx_t list = coarse_ids[ij];
-        if (list < 0) {  // NaNs: ignored by the quantization
-          std::memset(tab, -1, sizeof(float) * dim12);
-          continue;
-        }
-        MultiplyAdd(dim12, ivf.precomputed_table.get() + list * dim12, -2.0f,
-                    ip.get() + (ij / nprobe) * dim12, tab);
+    std::vector<float> residuals(n * nprobe * d);
+    std::memset(fbias.get(), 0, sizeof(float) * n * nprobe);
+    for (size_t ij = 0; ij < n * nprobe; ++ij) {
+      float* r = residuals.data() + ij * d;
+      const idx_t list = coarse_ids[ij];
+      if (list < 0) {
+        std::memset(r, -1, sizeof(float) * d);
+      } else {
+        ivf.quantizer->compute_residual(x + (ij / nprobe) * d, r, list);
       }
-    } else {
-      std::vector<float> residuals(n * nprobe * d);
-      std::memset(fbias.get(), 0, sizeof(float) * n * nprobe);
-      for (size_t ij = 0; ij < n * nprobe; ++ij) {
-        float* r = residuals.data() + ij * d;
-        const idx_t list = coarse_ids[ij];
-        if (list < 0) {
-          std::memset(r, -1, sizeof(float) * d);
-        } else {
-          ivf.quantizer->compute_residual(x + (ij / nprobe) * d, r, list);
-        }
-      }
-      pq.compute_distance_tables(n * nprobe, residuals.data(), ftab.get());
     }
+    pq.compute_distance_tables(n * nprobe, residuals.data(), ftab.get());
   } else {  // inner product with residuals: coarse similarity is the bias
     ftab.resize(n * dim12);
     pq.compute_inner_prod_tables(n, x, ftab.get());
     fbias.resize(n * nprobe);
     std::memcpy(fbias.get(), coarse_dis, sizeof(float) * n * nprobe);
   }
-
-  // Quantization to uint8 tables and uint16 biases.
-  const size_t per_query = out->is_3d ? nprobe : 1;
-  out->tables.resize(n * per_query * dim12_2);
-  if (out->has_bias) out->biases.resize(n * nprobe);
-  out->normalizers.resize(2 * n);
   for (size_t i = 0; i < n; ++i) {
-    faiss::quantize_lut::quantize_LUT_and_bias(
-        nprobe, M, ksub, out->is_3d, ftab.get() + i * per_query * dim12,
-        out->has_bias ? fbias.get() + i * nprobe : nullptr,
-        out->tables.get() + i * per_query * dim12_2, M2,
-        out->has_bias ? out->biases.get() + i * nprobe : nullptr,
-        &out->normalizers[2 * i], &out->normalizers[2 * i + 1]);
+    quantize(i, ftab.get() + i * per_query * dim12,
+             out->has_bias ? fbias.get() + i * nprobe : nullptr);
   }
 }
 
@@ -290,18 +308,22 @@ void ScanFiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
   }
 }
 
-// Queries per slice: FAISS (at one OpenMP thread) splits a batch so that
-// 3-D look-up tables stay under precomputed_table_max_bytes.
+// Look-up-table bytes of one slice of a batch: a batch is searched in slices
+// whose tables stay in the core's cache (L2) from their computation to the
+// scan; one slice of the whole batch (FAISS's choice under its 2 GiB
+// precomputed_table_max_bytes) spent a fifth of a 2,000-query Fashion-MNIST
+// call faulting in and streaming 300 MB of float tables. A query's results do
+// not depend on the slicing.
+constexpr size_t kSliceLutBytes = size_t{2} << 20;
+
 size_t NumSlices(const faiss::IndexIVFPQFastScan& ivf, size_t n,
                  size_t nprobe) {
-  if (n < 2 || !(ivf.by_residual && ivf.metric_type == faiss::METRIC_L2)) {
-    return 1;
-  }
-  const size_t lut_bytes_per_query =
-      ivf.M * ivf.ksub * nprobe * (sizeof(float) + sizeof(uint8_t));
-  const size_t nq_ok = std::max<size_t>(
-      faiss::precomputed_table_max_bytes / lut_bytes_per_query, 1);
-  return std::max<size_t>(n / nq_ok, 1);
+  const size_t tables = ivf.by_residual && ivf.metric_type == faiss::METRIC_L2
+                            ? nprobe
+                            : 1;
+  const size_t lut_bytes_per_query = ivf.M2 * ivf.ksub * tables;
+  const size_t nq_ok = std::max<size_t>(kSliceLutBytes / lut_bytes_per_query, 1);
+  return std::max<size_t>((n + nq_ok - 1) / nq_ok, 1);
 }
 
 }  // namespace
@@ -402,8 +424,13 @@ absl::Status FastScanSearcher::SearchImpl(size_t n, const float* x_in,
 
     coarse_ids.resize(ns * nprobe);
     coarse_dis.resize(ns * nprobe);
-    ivf.quantizer->search(ns, xs, nprobe, coarse_dis.data(),
-                          coarse_ids.data());
+    if (coarse_l2::Applies(*ivf.quantizer, ns, nprobe)) {
+      coarse_l2::Search(*ivf.quantizer, ns, xs, nprobe, coarse_dis.data(),
+                        coarse_ids.data());
+    } else {
+      ivf.quantizer->search(ns, xs, nprobe, coarse_dis.data(),
+                            coarse_ids.data());
+    }
     for (const idx_t list : coarse_ids) {
       if (list >= static_cast<idx_t>(ivf.nlist)) {
         return absl::InternalError(absl::StrCat(

@@ -17,6 +17,25 @@ float RowDistance(const VectorsFile& vectors, Metric metric,
                        static_cast<size_t>(vectors.dim()));
 }
 
+// The number of valid (id >= 0) entries when they come first and in order
+// of estimate (closest first), as an index's search returns them; -1 when
+// the entries are in any other order.
+int ValidInEstimateOrder(bool ascending, const int64_t* ids,
+                         const float* estimates, int kf) {
+  int valid = 0;
+  while (valid < kf && ids[valid] >= 0) ++valid;
+  for (int j = valid; j < kf; ++j) {
+    if (ids[j] >= 0) return -1;
+  }
+  for (int j = 1; j < valid; ++j) {
+    if (ascending ? estimates[j] < estimates[j - 1]
+                  : estimates[j] > estimates[j - 1]) {
+      return -1;
+    }
+  }
+  return valid;
+}
+
 }  // namespace
 
 void RerankExact(const VectorsFile& vectors, const ListIds& list_ids,
@@ -67,12 +86,30 @@ void KeepBestCandidates(Metric metric, const int64_t* ids,
     const int64_t* qi = ids + q * kf;
     const float* qe = estimates + q * kf;
     for (int j = 0; j < kf; ++j) order[j] = j;
-    std::partial_sort(
-        order.begin(), order.begin() + kc, order.end(), [&](int a, int b) {
-          if ((qi[a] < 0) != (qi[b] < 0)) return qi[b] < 0;
-          if (qe[a] != qe[b]) return ascending ? qe[a] < qe[b] : qe[a] > qe[b];
-          return list_ids.IdOf(qi[a]) < list_ids.IdOf(qi[b]);
-        });
+    if (ValidInEstimateOrder(ascending, qi, qe, kf) >= kc) {
+      // Already in estimate order with kc valid ones first (the usual
+      // case): only runs of equal estimates reaching into the first kc
+      // need ordering by id; the same order the sort below gives.
+      for (int a = 0; a < kc;) {
+        int b = a + 1;
+        while (b < kf && qi[b] >= 0 && qe[b] == qe[a]) ++b;
+        if (b - a > 1) {
+          std::sort(order.begin() + a, order.begin() + b, [&](int x, int y) {
+            return list_ids.IdOf(qi[x]) < list_ids.IdOf(qi[y]);
+          });
+        }
+        a = b;
+      }
+    } else {
+      std::partial_sort(
+          order.begin(), order.begin() + kc, order.end(), [&](int a, int b) {
+            if ((qi[a] < 0) != (qi[b] < 0)) return qi[b] < 0;
+            if (qe[a] != qe[b]) {
+              return ascending ? qe[a] < qe[b] : qe[a] > qe[b];
+            }
+            return list_ids.IdOf(qi[a]) < list_ids.IdOf(qi[b]);
+          });
+    }
     for (int j = 0; j < kc; ++j) {
       out_ids[q * kc + j] = qi[order[j]];
       out_estimates[q * kc + j] = qe[order[j]];

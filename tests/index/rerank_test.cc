@@ -3,7 +3,10 @@
 // vectors, and the whole path over gRPC.
 #include "knnd/index/rerank.h"
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -247,6 +250,63 @@ TEST(KeepBestCandidates, TakesTheBestEstimatesTiesByIdMissingLast) {
   KeepBestCandidates(Metric::kL2, two_ids, two_est, 2, 3, 3, two_out,
                      two_out_est);
   EXPECT_THAT(two_out, ::testing::ElementsAre(1, 3, -1, 6, 8, -1));
+}
+
+// Estimates in an index's order (closest first, missing ones last, many
+// ties) and in no order: both give the order of (missing last, estimate,
+// id), the kc first of every candidate.
+TEST(KeepBestCandidates, AnyInputOrderGivesTheSameChoice) {
+  std::mt19937_64 rng(11);
+  for (Metric metric : {Metric::kL2, Metric::kInnerProduct}) {
+    const bool ascending = SmallerIsCloser(metric);
+    for (int trial = 0; trial < 300; ++trial) {
+      const int kf = 1 + static_cast<int>(rng() % 40);
+      const int kc = 1 + static_cast<int>(rng() % kf);
+      const int missing = static_cast<int>(rng() % 3 == 0 ? rng() % kf : 0);
+      std::vector<std::pair<float, int64_t>> c(kf);
+      for (int j = 0; j < kf; ++j) {
+        c[j] = {static_cast<float>(rng() % 6),
+                j < kf - missing ? static_cast<int64_t>(rng() % 1000) : -1};
+      }
+      auto closer = [&](const std::pair<float, int64_t>& a,
+                        const std::pair<float, int64_t>& b) {
+        if ((a.second < 0) != (b.second < 0)) return b.second < 0;
+        if (a.first != b.first) {
+          return ascending ? a.first < b.first : a.first > b.first;
+        }
+        return a.second < b.second;
+      };
+      std::vector<std::pair<float, int64_t>> want = c;
+      std::sort(want.begin(), want.end(), closer);
+      // An index's order: by estimate alone, ties in any order.
+      std::vector<std::pair<float, int64_t>> indexed = c;
+      std::shuffle(indexed.begin(), indexed.end(), rng);
+      std::stable_sort(indexed.begin(), indexed.end(),
+                       [&](const auto& a, const auto& b) {
+                         if ((a.second < 0) != (b.second < 0)) {
+                           return b.second < 0;
+                         }
+                         return a.second >= 0 && (ascending ? a.first < b.first
+                                                            : a.first > b.first);
+                       });
+      for (const auto* input : {&c, &indexed}) {
+        std::vector<int64_t> ids(kf), out_ids(kc);
+        std::vector<float> est(kf), out_est(kc);
+        for (int j = 0; j < kf; ++j) {
+          est[j] = (*input)[j].first;
+          ids[j] = (*input)[j].second;
+        }
+        KeepBestCandidates(metric, ids.data(), est.data(), 1, kf, kc,
+                           out_ids.data(), out_est.data());
+        for (int j = 0; j < kc; ++j) {
+          ASSERT_EQ(out_ids[j], want[j].second) << trial << " at " << j;
+          if (want[j].second >= 0) {
+            ASSERT_EQ(out_est[j], want[j].first) << trial << " at " << j;
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

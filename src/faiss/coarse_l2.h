@@ -1,0 +1,38 @@
+// The coarse search of an IVF index over a flat L2 quantizer for a few
+// queries: what faiss::IndexFlatL2::search computes below FAISS's BLAS
+// threshold (distance_compute_blas_threshold queries), equal bit for bit to
+// FAISS 1.7.3's AVX2 build, but four centroids at a time: FAISS's one
+// chain of fused multiply-adds per centroid waits on its latency, and the
+// coarse search was a third of a single-query search of Fashion-MNIST
+// (256 centroids of 784 dims). Internal to src/faiss/ (fastscan_search.cc).
+//
+// Only compiled in (CoarseL2Applies true) with AVX2 and FMA, the flags of
+// an AVX2 FAISS build (src/faiss/CMakeLists.txt); elsewhere callers keep
+// FAISS's own search. Thread-safety: pure functions.
+#ifndef KNND_FAISS_COARSE_L2_H_
+#define KNND_FAISS_COARSE_L2_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace faiss {
+struct Index;
+}  // namespace faiss
+
+namespace knnd {
+namespace coarse_l2 {
+
+// Whether Search() gives `quantizer`'s own answer for n queries and k
+// results: an IndexFlatL2, n below FAISS's BLAS threshold, k below its
+// reservoir threshold, and this build AVX2 + FMA.
+bool Applies(const faiss::Index& quantizer, size_t n, size_t k);
+
+// The k nearest centroids of each of n queries (quantizer->d floats each),
+// nearest first, as quantizer.search writes them; needs Applies().
+void Search(const faiss::Index& quantizer, size_t n, const float* x,
+            size_t k, float* distances, int64_t* labels);
+
+}  // namespace coarse_l2
+}  // namespace knnd
+
+#endif  // KNND_FAISS_COARSE_L2_H_

@@ -1,0 +1,138 @@
+#include "knnd/faiss/fastscan_lut.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace knnd {
+namespace fastscan_lut {
+namespace {
+
+constexpr size_t kKsub = 16;
+
+// floor((x - lo) * a + 0.5), the rounding of FAISS's round_tab.
+inline int RoundScaled(float x, float lo, float a) {
+  const float t = (x - lo) * a;
+  return static_cast<int>(std::floor(t + 0.5f));
+}
+
+#if defined(__AVX2__)
+
+// Smallest / largest of 8 lanes.
+inline float LaneMin(__m256 v) {
+  __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_min_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+inline float LaneMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+// Minimum and maximum of one 16-entry table, NaNs skipped: min_ps / max_ps
+// return their second operand when either is NaN, and the accumulator
+// (never NaN) is always second.
+inline void TableRange(const float* t, float* lo, float* hi) {
+  const __m256 x0 = _mm256_loadu_ps(t), x1 = _mm256_loadu_ps(t + 8);
+  __m256 mn = _mm256_set1_ps(HUGE_VALF), mx = _mm256_set1_ps(-HUGE_VALF);
+  mn = _mm256_min_ps(x0, mn);
+  mn = _mm256_min_ps(x1, mn);
+  mx = _mm256_max_ps(x0, mx);
+  mx = _mm256_max_ps(x1, mx);
+  *lo = LaneMin(mn);
+  *hi = LaneMax(mx);
+}
+
+// RoundScaled of 16 entries into 16 bytes (as FAISS's int -> uint8_t
+// truncation for the values 0..255 a table quantizes to).
+inline void RoundTable(const float* t, float lo, float a, uint8_t* out) {
+  const __m256 vlo = _mm256_set1_ps(lo), va = _mm256_set1_ps(a);
+  const __m256 half = _mm256_set1_ps(0.5f);
+  auto round8 = [&](const float* p) {
+    const __m256 s = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(p), vlo), va);
+    return _mm256_cvttps_epi32(_mm256_floor_ps(_mm256_add_ps(s, half)));
+  };
+  const __m256i i0 = round8(t), i1 = round8(t + 8);
+  const __m128i w0 = _mm_packs_epi32(_mm256_castsi256_si128(i0),
+                                     _mm256_extracti128_si256(i0, 1));
+  const __m128i w1 = _mm_packs_epi32(_mm256_castsi256_si128(i1),
+                                     _mm256_extracti128_si256(i1, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w0, w1));
+}
+
+#else
+
+inline void TableRange(const float* t, float* lo, float* hi) {
+  float mn = HUGE_VALF, mx = -HUGE_VALF;
+  for (size_t i = 0; i < kKsub; ++i) {
+    if (t[i] < mn) mn = t[i];
+    if (t[i] > mx) mx = t[i];
+  }
+  *lo = mn;
+  *hi = mx;
+}
+
+inline void RoundTable(const float* t, float lo, float a, uint8_t* out) {
+  for (size_t i = 0; i < kKsub; ++i) {
+    out[i] = static_cast<uint8_t>(RoundScaled(t[i], lo, a));
+  }
+}
+
+#endif  // __AVX2__
+
+}  // namespace
+
+void QuantizeResidualLuts(size_t nprobe, size_t m, size_t m2,
+                          const float* luts, const float* biases,
+                          uint8_t* luts_q, uint16_t* biases_q, float* a,
+                          float* b, std::vector<float>* mins) {
+  mins->resize(nprobe * m + nprobe);
+  float* table_min = mins->data();
+  float* probe_bias = table_min + nprobe * m;  // bias + sum of table minima
+  float bias_min = HUGE_VALF;
+  for (size_t j = 0; j < nprobe; ++j) {
+    if (biases[j] < bias_min) bias_min = biases[j];
+  }
+  // The widest table and the widest probe (its bias's excess over the
+  // smallest plus its tables' spans) set the scale; the sums run in
+  // FAISS's order, so they round as its do.
+  float max_span_table = -HUGE_VALF, max_span_probe = -HUGE_VALF;
+  float lowest = HUGE_VALF;
+  for (size_t j = 0; j < nprobe; ++j) {
+    float span_probe = biases[j] - bias_min;
+    float low = biases[j];
+    for (size_t i = 0; i < m; ++i) {
+      float lo, hi;
+      TableRange(luts + (j * m + i) * kKsub, &lo, &hi);
+      table_min[j * m + i] = lo;
+      const float span = hi - lo;
+      if (span > max_span_table) max_span_table = span;
+      span_probe += span;
+      low += lo;
+    }
+    if (span_probe > max_span_probe) max_span_probe = span_probe;
+    probe_bias[j] = low;
+    if (low < lowest) lowest = low;
+  }
+  const float scale =
+      std::min(255 / max_span_table, 65535 / max_span_probe);
+  for (size_t j = 0; j < nprobe; ++j) {
+    for (size_t i = 0; i < m; ++i) {
+      RoundTable(luts + (j * m + i) * kKsub, table_min[j * m + i], scale,
+                 luts_q + (j * m2 + i) * kKsub);
+    }
+    std::memset(luts_q + (j * m2 + m) * kKsub, 0, kKsub * (m2 - m));
+    biases_q[j] = static_cast<uint16_t>(RoundScaled(probe_bias[j], lowest, scale));
+  }
+  *a = scale;
+  *b = lowest;
+}
+
+}  // namespace fastscan_lut
+}  // namespace knnd

@@ -1,0 +1,67 @@
+// knnd's coarse L2 search against faiss::IndexFlatL2::search: the same ids
+// and the same distances, bit for bit, below FAISS's BLAS threshold.
+#include "knnd/faiss/coarse_l2.h"
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <faiss/IndexFlat.h>
+#include <faiss/utils/distances.h>
+
+namespace knnd {
+namespace {
+
+TEST(CoarseL2, EqualsFaissFlatSearch) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> value(0, 10);
+  // Dimensions with every tail of FAISS's fvec_L2sqr (8-lane, 4-lane,
+  // masked); centroid counts around the 4-at-a-time grouping; k above the
+  // centroid count too (ids -1).
+  for (size_t d : {1, 3, 4, 7, 8, 12, 17, 64, 385, 784}) {
+    for (size_t nc : {1, 5, 64, 257}) {
+      faiss::IndexFlatL2 flat(static_cast<int>(d));
+      std::vector<float> centroids(nc * d);
+      for (float& v : centroids) v = value(rng);
+      flat.add(static_cast<faiss::Index::idx_t>(nc), centroids.data());
+      for (size_t k : {1, 4, 16, 300}) {
+        const size_t n = 1 + rng() % 19;
+        ASSERT_EQ(coarse_l2::Applies(flat, n, k), k < 100) << d;
+        if (!coarse_l2::Applies(flat, n, k)) continue;
+        std::vector<float> x(n * d);
+        for (float& v : x) v = value(rng);
+        // Near-ties: a query equal to a centroid, and a duplicated centroid.
+        std::memcpy(x.data(), centroids.data() + (nc / 2) * d,
+                    sizeof(float) * d);
+        std::vector<float> want_d(n * k), got_d(n * k);
+        std::vector<int64_t> want_i(n * k), got_i(n * k);
+        flat.search(static_cast<faiss::Index::idx_t>(n), x.data(),
+                    static_cast<faiss::Index::idx_t>(k), want_d.data(),
+                    want_i.data());
+        coarse_l2::Search(flat, n, x.data(), k, got_d.data(), got_i.data());
+        for (size_t j = 0; j < n * k; ++j) {
+          ASSERT_EQ(got_i[j], want_i[j]) << "d " << d << " nc " << nc << " k "
+                                         << k << " at " << j;
+          if (want_i[j] >= 0) {
+            ASSERT_EQ(std::memcmp(&got_d[j], &want_d[j], sizeof(float)), 0)
+                << "d " << d << " nc " << nc << " k " << k << " at " << j
+                << ": " << got_d[j] << " vs " << want_d[j];
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CoarseL2, LeavesManyQueriesToFaiss) {
+  faiss::IndexFlatL2 flat(8);
+  EXPECT_FALSE(coarse_l2::Applies(
+      flat, static_cast<size_t>(faiss::distance_compute_blas_threshold), 4));
+  faiss::IndexFlatIP ip(8);
+  EXPECT_FALSE(coarse_l2::Applies(ip, 1, 4));
+}
+
+}  // namespace
+}  // namespace knnd
