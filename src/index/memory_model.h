@@ -33,6 +33,10 @@ struct SearchShape {
   // Rows per FAISS call (the batcher's max_batch_rows); 0: one call for the
   // whole request. Each call has its own per-thread tables.
   int64_t unit_rows = 0;
+  // With an attribute filter: its rows (SearchArgs::allowed_rows), and how
+  // many of them are set.
+  bool filtered = false;
+  int64_t filter_matched_rows = 0;
 };
 
 // Upper estimate, in bytes, of the heap a request holds while admitted:
@@ -49,6 +53,11 @@ struct SearchShape {
 //                              the search borrows the sorted copy), and
 //                              with an id table filter_ids * 8 per FAISS
 //                              call (the allowed ids' rows)
+//   attribute filter           ntotal / 8 (its row bitmap), and per FAISS
+//                              call matched rows * 8 (the exact plan's
+//                              rows) or the IVF plan's copy of the rows it
+//                              widens, unit rows * (d * 4 + k * 12),
+//                              whichever is larger
 //   re-ranking candidates      nq * refine_factor * k * (8 + 4)
 // and the search's own buffers, by kind of index. IVF-PQ (FAISS's search):
 //   FAISS result heaps         nq * k * 12 while a unit runs

@@ -27,7 +27,9 @@ void ChecksumVerifier::Start(std::shared_ptr<const IndexSnapshot> snapshot,
                absl::StrCat(info.path,
                             info.has_vectors ? " and " + info.vectors_path : "",
                             info.has_id_table ? " and " + info.id_table_path
-                                              : ""));
+                                              : "",
+                            info.has_attributes ? " and " + info.attributes_path
+                                                : ""));
   absl::MutexLock lock(&mu_);
   started_ = true;
   thread_ = std::thread(

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -27,6 +28,8 @@
 #include "knnd/index/index_builder.h"
 #include "knnd/index/index_sharding.h"
 #include "knnd/monitoring/build_info.h"
+#include "knnd/storage/attribute_jsonl.h"
+#include "knnd/storage/attribute_store.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/vector_io.h"
@@ -46,6 +49,7 @@ struct BuildOptions {
   int m = 0;
   int64_t train_size = 0;
   std::string ids;
+  std::string attributes;
   int64_t add_batch = 65536;
   uint32_t seed = 1234;
   int stored_nprobe = 0;
@@ -237,6 +241,24 @@ absl::Status WriteOrRemoveIdTable(const std::string& index_path,
       path, absl::MakeConstSpan(ids.data() + first, end - first), source);
 }
 
+// Writes rows [first, end) of `attributes` beside `index_path` as its
+// attribute store, or removes one left by an earlier build (none given).
+absl::Status WriteOrRemoveAttributes(
+    const std::string& index_path,
+    const std::optional<AttributeColumns>& attributes, int64_t first,
+    int64_t end) {
+  const std::string path = AttributeStorePath(index_path);
+  if (!attributes.has_value()) {
+    if (unlink(path.c_str()) == 0) {
+      std::printf("removed:  %s (of a previous build)\n", path.c_str());
+    }
+    return absl::OkStatus();
+  }
+  return WriteAttributeStore(path, first == 0 && end == attributes->rows
+                                       ? *attributes
+                                       : SliceColumns(*attributes, first, end));
+}
+
 // --shards: the built index written as options.shards shards sharing its
 // quantizers (docs/sharding.md), each with its vectors file when kept and
 // its slice of the id table with --ids. The index holds row numbers, so
@@ -244,6 +266,7 @@ absl::Status WriteOrRemoveIdTable(const std::string& index_path,
 // printing why) on failure.
 bool WriteShards(const BuildOptions& options, const IndexBuilder& b,
                  const Matrix& x, const std::vector<int64_t>& ids,
+                 const std::optional<AttributeColumns>& attributes,
                  Metric metric, VectorsDtype dtype, bool keep_vectors,
                  int nprobe, const knnd::v1::IndexMetadata& metadata) {
   std::vector<int64_t> rows(static_cast<size_t>(x.rows));
@@ -261,6 +284,12 @@ bool WriteShards(const BuildOptions& options, const IndexBuilder& b,
     const std::string vectors_path = VectorsPath(path);
     if (absl::Status s = WriteOrRemoveIdTable(path, ids, shard.first_id,
                                               shard.end_id, options.ids);
+        !s.ok()) {
+      Fail(s);
+      return false;
+    }
+    if (absl::Status s = WriteOrRemoveAttributes(path, attributes,
+                                                 shard.first_id, shard.end_id);
         !s.ok()) {
       Fail(s);
       return false;
@@ -336,6 +365,17 @@ int Build(const BuildOptions& options) {
     if (!read_ids.ok()) return Fail(read_ids.status());
     ids = std::move(*read_ids);
   }
+  std::optional<AttributeColumns> attributes;
+  if (!options.attributes.empty()) {
+    absl::StatusOr<AttributeColumns> read_attributes =
+        ReadAttributesJsonl(options.attributes, x.rows);
+    if (!read_attributes.ok()) return Fail(read_attributes.status());
+    attributes = std::move(*read_attributes);
+    for (const AttributeColumn& column : attributes->columns) {
+      std::printf("attribute: %s (%s)\n", column.name.c_str(),
+                  AttributeTypeName(column.type));
+    }
+  }
 
   absl::StatusOr<std::string> factory = FactoryFor(options, x);
   if (!factory.ok()) return Fail(factory.status());
@@ -406,8 +446,9 @@ int Build(const BuildOptions& options) {
   metadata.set_train_rows(train_rows);
   metadata.set_built_by(absl::StrCat("knnctl build: ", BuildInfoLine()));
   metadata.set_id_table(!ids.empty());
+  metadata.set_attributes(attributes.has_value());
   if (options.shards > 0) {
-    return WriteShards(options, b, x, ids, *metric, *vectors_dtype,
+    return WriteShards(options, b, x, ids, attributes, *metric, *vectors_dtype,
                        keep_vectors, nprobe, metadata)
                ? kExitOk
                : kExitError;
@@ -417,6 +458,10 @@ int Build(const BuildOptions& options) {
   // sidecar.
   if (absl::Status s =
           WriteOrRemoveIdTable(output, ids, 0, x.rows, options.ids);
+      !s.ok()) {
+    return Fail(s);
+  }
+  if (absl::Status s = WriteOrRemoveAttributes(output, attributes, 0, x.rows);
       !s.ok()) {
     return Fail(s);
   }
@@ -458,6 +503,13 @@ int Build(const BuildOptions& options) {
                 "ids of %s)\n",
                 IdTablePath(output).c_str(), MiB(st.st_size),
                 options.ids.c_str());
+  }
+  if (attributes.has_value()) {
+    stat(AttributeStorePath(output).c_str(), &st);
+    std::printf("wrote:    %s (%zu attribute columns, %.1f MiB, for "
+                "filters)\n",
+                AttributeStorePath(output).c_str(),
+                attributes->columns.size(), MiB(st.st_size));
   }
   std::printf("next:     knnctl tune --index %s%s%s (records the fastest "
               "setting reaching a recall target)\n",
@@ -503,6 +555,13 @@ std::function<int()> DefineBuild(FlagSet& flags) {
             "them. Written to INDEX.ids (row -> id and id -> row), the index "
             "holding row numbers, so re-ranking works as with row ids. "
             "Default: row numbers.");
+  flags.Add("attributes", &options->attributes, "FILE",
+            "JSON Lines of the rows' attributes for filters: line i is a "
+            "JSON object holding row i's (e.g. {\"genre\": \"news\", "
+            "\"year\": 2021, \"tags\": [\"a\"]}; {} for none). Column "
+            "types are inferred: integer, float, timestamp (RFC 3339 "
+            "strings), keyword (other strings), keyword_list (arrays of "
+            "strings). Written to INDEX.attrs (docs/knnctl.md).");
   flags.Add("stored_nprobe", &options->stored_nprobe, "N",
             "nprobe stored in the index file: what knnd searches with when "
             "its config's default_nprobe is 0; 0 = nlist/32.");
