@@ -167,8 +167,9 @@ class ColumnCompiler {
         break;
     }
     return Invalid(where_, absl::StrCat(test, ": attribute \"", column_.name,
-                                        "\" is a ", AttributeTypeName(column_.type),
-                                        " column, which takes ", takes, ", not ",
+                                        "\" has type ",
+                                        AttributeTypeName(column_.type),
+                                        ", which takes ", takes, ", not ",
                                         Describe(value)));
   }
 
@@ -235,9 +236,10 @@ class ColumnCompiler {
   absl::Status AddRange(const knnd::v1::Range& range, RowBitmap& rows) const {
     if (!IsNumeric(column_.type)) {
       return Invalid(where_, absl::StrCat("range: attribute \"", column_.name,
-                                          "\" is a ", AttributeTypeName(column_.type),
-                                          " column; ranges apply to integer, "
-                                          "float and timestamp columns"));
+                                          "\" has type ",
+                                          AttributeTypeName(column_.type),
+                                          "; ranges apply to integer, float "
+                                          "and timestamp attributes"));
     }
     if (range.has_gt() && range.has_gte()) {
       return Invalid(where_, absl::StrCat("range on \"", column_.name,
