@@ -313,7 +313,18 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
   }
   if (args.allowed_rows != nullptr) {
     call.allowed_rows_first = info_.shard_first_id;
-    if (PlanFilter(args.allowed_rows->Count(), args) == FilterPlan::kExact) {
+    const int64_t matched = args.allowed_rows->Count();
+    if (matched == 0) {
+      // Nothing to search: an empty, padded answer.
+      const int64_t n = args.num_queries * ResultWidth(args);
+      std::fill_n(args.ids, n, int64_t{-1});
+      std::fill_n(args.distances, n, MissingDistance(info_.metric));
+      if (args.return_candidates && args.refine_factor > 0) {
+        std::fill_n(args.approx_distances, n, MissingDistance(info_.metric));
+      }
+      return absl::OkStatus();
+    }
+    if (PlanFilter(matched, args) == FilterPlan::kExact) {
       // Every matching row at its exact distance; with return_candidates
       // the best ResultWidth() of them, their estimates exact too.
       const absl::Time start = absl::Now();

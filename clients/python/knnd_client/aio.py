@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Tuple, cast)
 
 import grpc
 import grpc.aio
@@ -80,6 +81,7 @@ class AsyncKnnClient:
     async def search(self, queries: npt.NDArray[np.float32], k: int,
                      nprobe: Optional[int] = None, *,
                      allowed_ids: Optional[npt.ArrayLike] = None,
+                     filter: Optional[Mapping[str, Any]] = None,
                      refine_factor: Optional[int] = None,
                      timeout_s: Optional[float] = None,
                      ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
@@ -88,7 +90,7 @@ class AsyncKnnClient:
         grpc.RpcError). The arguments are checked before the call waits for
         a slot, so a bad one raises at once."""
         request, shape = _common.serialized_search_request(
-            queries, k, nprobe, allowed_ids, refine_factor)
+            queries, k, nprobe, allowed_ids, refine_factor, filter)
         return _common.search_result(
             await self._call(self._search, request, timeout_s, "Search"),
             shape)
@@ -211,6 +213,7 @@ class AsyncShardedKnnClient:
     async def search(self, queries: npt.NDArray[np.float32], k: int,
                      nprobe: Optional[int] = None, *,
                      allowed_ids: Optional[npt.ArrayLike] = None,
+                     filter: Optional[Mapping[str, Any]] = None,
                      refine_factor: Optional[int] = None,
                      timeout_s: Optional[float] = None,
                      allow_partial: Optional[bool] = None,
@@ -218,7 +221,7 @@ class AsyncShardedKnnClient:
         """ShardedKnnClient.search, awaited. Cancelling the awaiting task
         cancels every shard's RPC."""
         result = await self.search_result(
-            queries, k, nprobe, allowed_ids=allowed_ids,
+            queries, k, nprobe, allowed_ids=allowed_ids, filter=filter,
             refine_factor=refine_factor, timeout_s=timeout_s,
             allow_partial=allow_partial)
         return result.ids, result.distances
@@ -226,13 +229,14 @@ class AsyncShardedKnnClient:
     async def search_result(self, queries: npt.NDArray[np.float32], k: int,
                             nprobe: Optional[int] = None, *,
                             allowed_ids: Optional[npt.ArrayLike] = None,
+                            filter: Optional[Mapping[str, Any]] = None,
                             refine_factor: Optional[int] = None,
                             timeout_s: Optional[float] = None,
                             allow_partial: Optional[bool] = None,
                             ) -> ShardedSearchResult:
         """ShardedKnnClient.search_result, awaited."""
         request = _common.search_request(queries, k, nprobe, allowed_ids,
-                                         refine_factor)
+                                         refine_factor, filter)
         self._check_loop()
         scatter = sharding.SearchScatter(
             self._targets, self._versions, self._retry,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import queue
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Tuple, cast)
 
 import grpc
 import numpy as np
@@ -66,6 +67,7 @@ class KnnClient:
     def search(self, queries: npt.NDArray[np.float32], k: int,
                nprobe: Optional[int] = None, *,
                allowed_ids: Optional[npt.ArrayLike] = None,
+               filter: Optional[Mapping[str, Any]] = None,
                refine_factor: Optional[int] = None,
                timeout_s: Optional[float] = None,
                ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
@@ -76,6 +78,13 @@ class KnnClient:
         k: neighbours per query, 1 <= k <= the server's max_k.
         nprobe: inverted lists to visit; None: the server's default.
         allowed_ids: optional 1-D integer ids; only these can be returned.
+        filter: optional attribute filter (index built with `knnctl build
+          --attributes`), a dict in the style of Chroma and Qdrant:
+          {"genre": "news"}, {"year": {"$gte": 2020, "$lt": 2024}},
+          {"tags": {"$in": ["a", "b"]}}, {"$and": [...]}, {"$or": [...]},
+          {"$not": {...}}; operators $eq $ne $in $nin $gt $gte $lt $lte
+          $exists. Only rows it admits can be returned; with allowed_ids
+          too, rows both admit. A bad dict is ValueError naming the key.
         refine_factor: exact re-ranking of refine_factor * k IVF-PQ
           candidates from the raw vectors served beside the index (distances
           then exact); 0: off; None: the server's default. Needs an index
@@ -92,7 +101,7 @@ class KnnClient:
         field and limit) or the deadline passes (DEADLINE_EXCEEDED).
         """
         request, shape = _common.serialized_search_request(
-            queries, k, nprobe, allowed_ids, refine_factor)
+            queries, k, nprobe, allowed_ids, refine_factor, filter)
         return _common.search_result(
             self._call(self._search, request, timeout_s, "Search"), shape)
 
@@ -196,6 +205,7 @@ class ShardedKnnClient:
     def search(self, queries: npt.NDArray[np.float32], k: int,
                nprobe: Optional[int] = None, *,
                allowed_ids: Optional[npt.ArrayLike] = None,
+               filter: Optional[Mapping[str, Any]] = None,
                refine_factor: Optional[int] = None,
                timeout_s: Optional[float] = None,
                allow_partial: Optional[bool] = None,
@@ -212,7 +222,7 @@ class ShardedKnnClient:
         one version (docs/sharding.md, rule 4).
         """
         result = self.search_result(
-            queries, k, nprobe, allowed_ids=allowed_ids,
+            queries, k, nprobe, allowed_ids=allowed_ids, filter=filter,
             refine_factor=refine_factor, timeout_s=timeout_s,
             allow_partial=allow_partial)
         return result.ids, result.distances
@@ -220,6 +230,7 @@ class ShardedKnnClient:
     def search_result(self, queries: npt.NDArray[np.float32], k: int,
                       nprobe: Optional[int] = None, *,
                       allowed_ids: Optional[npt.ArrayLike] = None,
+                      filter: Optional[Mapping[str, Any]] = None,
                       refine_factor: Optional[int] = None,
                       timeout_s: Optional[float] = None,
                       allow_partial: Optional[bool] = None,
@@ -227,7 +238,7 @@ class ShardedKnnClient:
         """search() with where the answer came from: the index version and
         build, and with allow_partial the shards that are missing."""
         request = _common.search_request(queries, k, nprobe, allowed_ids,
-                                         refine_factor)
+                                         refine_factor, filter)
         self._fork_guard.check()
         scatter = sharding.SearchScatter(
             self._targets, self._versions, self._retry,
