@@ -7,8 +7,10 @@
 //          more than the IVF plan (few rows match), and only with the
 //          vectors file.
 //   ivf    the IVF scan with the rows as its filter (faiss/id_filter.h),
-//          starting at the nprobe where the probed lists hold, on average,
-//          as many matches as the query needs (nprobe / selectivity), and
+//          starting at nprobe / sqrt(selectivity) (a query's closest
+//          matches lie farther out than its closest rows), or more where
+//          the probed lists would hold, on average, fewer matches than the
+//          query needs, and
 //          doubling it for each query that found fewer, up to nlist (where
 //          every matching row is seen). Cost ~ nlist * dim (coarse search)
 //          + scanned codes * their cost + re-ranking.
@@ -41,8 +43,9 @@ struct FilterPlanInput {
   bool has_vectors = false;
 };
 
-// The nprobe at which the probed lists hold, on average, `candidates`
-// matching rows: nprobe / selectivity, within [nprobe, nlist].
+// The nprobe the IVF plan starts at: the larger of nprobe /
+// sqrt(selectivity) and the lists that hold, on average, `candidates`
+// matching rows; within [nprobe, nlist].
 int StartingNprobe(const IndexFacts& facts, const FilterPlanInput& input);
 
 FilterPlan ChooseFilterPlan(const IndexFacts& facts,

@@ -94,9 +94,13 @@ TEST(FilterPlanner, ChoosesExactForFewRowsAndOnlyWithVectors) {
   EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kExact);
   input.matched_rows = 500000;
   EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kIvf);
-  EXPECT_EQ(StartingNprobe(facts, input), 16);
-  input.matched_rows = 10000;  // 1%: 40 matches need ~17 lists' worth
-  EXPECT_EQ(StartingNprobe(facts, input), 17);
+  EXPECT_EQ(StartingNprobe(facts, input), 23);  // 16 / sqrt(0.5)
+  input.matched_rows = 10000;  // 1%: 16 / sqrt(0.01)
+  EXPECT_EQ(StartingNprobe(facts, input), 160);
+  input.matched_rows = 200000;  // 20%: 16 / sqrt(0.2) = 36, but
+  input.candidates = 4000;      // 4000 matches need 82 lists' worth
+  EXPECT_EQ(StartingNprobe(facts, input), 82);
+  input.candidates = 40;
   input.matched_rows = 1;
   EXPECT_EQ(StartingNprobe(facts, input), 4096);
   input.has_vectors = false;
