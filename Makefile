@@ -36,7 +36,7 @@ FAISS_AVX2_PREFIX ?= $(CURDIR)/.deps/faiss-avx2
 # another compiler whose new warnings should not stop a build.
 WERROR ?= ON
 
-.PHONY: deps faiss build test demo bench bench-rerank bench-memory bench-designs bench-frontier bench-peers bench-shards bench-client clean test-asan test-tsan fuzz check-thread-safety
+.PHONY: deps faiss build test demo bench bench-rerank bench-memory bench-designs bench-frontier bench-peers bench-shards bench-client bench-filter clean test-asan test-tsan fuzz check-thread-safety
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -132,6 +132,13 @@ BASELINE_REV ?= 42dbcf3
 bench-client: build
 	/usr/bin/python3 bench/client_cost.py --build $(BUILD) --baseline-rev $(BASELINE_REV) \
 	  --seconds 3 --rounds 5 $(if $(PG_PYTHON),--pg-python $(PG_PYTHON))
+
+# Attribute filters on Fashion-MNIST (bench/RESULTS.md, "Filters"): recall@10
+# and q/s at selectivities 0.1% to 99%, knnd's filter against a client-side
+# post-filter and FAISS's IDSelector search, and RssAnon with and without
+# INDEX.attrs; the index goes to /tmp/knnd_filter_bench (built once).
+bench-filter: build
+	/usr/bin/python3 bench/filter_bench.py --build $(BUILD) --workdir /tmp/knnd_filter_bench
 
 # Exact re-ranking on Fashion-MNIST (bench/RESULTS.md, "Re-ranking"): knnd
 # over gRPC vs python3-faiss IndexRefineFlat, recall, RSS split. The index is

@@ -85,6 +85,9 @@ LimitsConfig LimitsConfigFrom(const ServerConfig& config) {
         static_cast<int>(config.default_refine_factor());
   }
   limits.max_refine_factor = static_cast<int>(config.max_refine_factor());
+  limits.filter.max_conditions =
+      static_cast<int64_t>(config.max_filter_conditions());
+  limits.filter.max_depth = static_cast<int>(config.max_filter_depth());
   return limits;
 }
 

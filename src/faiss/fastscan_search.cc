@@ -384,13 +384,13 @@ absl::Status FastScanSearcher::Search(const SearchArgs& args) const {
                      " exceeds ", kMaxQueryProbes));
   }
   if (n == 0) return absl::OkStatus();
-  const IdFilter filter(args.allowed_ids);
+  const IdFilter filter(args);
   return faiss_types::CatchFaiss(
       absl::StatusCode::kInternal, absl::StrCat("search of ", name_), [&] {
         return SearchImpl(static_cast<size_t>(n), args.queries,
                           static_cast<size_t>(args.k),
                           static_cast<size_t>(nprobe),
-                          args.allowed_ids.empty() ? nullptr : &filter,
+                          filter.active() ? &filter : nullptr,
                           args.distances, args.ids);
       });
 }

@@ -1,14 +1,16 @@
-// IdFilter: a request's allow-list of vector ids, borrowed from the caller
-// and sorted ascending, for both searches: as a faiss::IDSelector for
-// FAISS's IVF-PQ search, and through Contains() for knnd's FastScan kernel
-// (fastscan_kernel.h). Internal to src/faiss/.
+// IdFilter: a search call's filter of list ids, borrowed from its
+// SearchArgs, for both searches: as a faiss::IDSelector for FAISS's IVF-PQ
+// search, and through Contains() for knnd's FastScan kernel
+// (fastscan_kernel.h). Internal to src/faiss/. It is either the request's
+// allow-list, sorted ascending, or an attribute filter's row bitmap.
 //
 // No copy and no allocation per search: Contains() binary-searches the
-// caller's ids, O(log n), and the FastScan kernel calls it only for
-// candidates that already beat the current k-th distance.
+// caller's ids, O(log n), or tests one bit, O(1); the FastScan kernel calls
+// it only for candidates that already beat the current k-th distance.
 //
-// Ownership: borrows the ids, which must outlive the filter (one search
-// call). Thread-safety: immutable; any number of threads may call it.
+// Ownership: borrows the ids or bitmap, which must outlive the filter (one
+// search call). Thread-safety: immutable; any number of threads may call
+// it.
 #ifndef KNND_FAISS_ID_FILTER_H_
 #define KNND_FAISS_ID_FILTER_H_
 
@@ -18,21 +20,36 @@
 #include <faiss/impl/IDSelector.h>
 
 #include "absl/types/span.h"
+#include "knnd/base/row_bitmap.h"
+#include "knnd/faiss/search_args.h"
 
 namespace knnd {
 
 class IdFilter final : public faiss::IDSelector {
  public:
-  // `sorted_ids` ascending (the request parser sorts them).
-  explicit IdFilter(absl::Span<const int64_t> sorted_ids) : ids_(sorted_ids) {}
+  // The filter of `args`: its allowed_rows when set, else its allowed_ids
+  // (ascending; the request parser sorts them).
+  explicit IdFilter(const SearchArgs& args)
+      : ids_(args.allowed_ids),
+        rows_(args.allowed_rows),
+        first_(args.allowed_rows_first) {}
 
+  // An allow-list, ascending.
+  explicit IdFilter(absl::Span<const int64_t> sorted_ids)
+      : ids_(sorted_ids), rows_(nullptr), first_(0) {}
+
+  // False when the call has no filter: every id is allowed.
+  bool active() const { return rows_ != nullptr || !ids_.empty(); }
   bool Contains(int64_t id) const {
+    if (rows_ != nullptr) return rows_->Test(id - first_);
     return std::binary_search(ids_.begin(), ids_.end(), id);
   }
   bool is_member(idx_t id) const override { return Contains(id); }
 
  private:
   const absl::Span<const int64_t> ids_;
+  const RowBitmap* const rows_;
+  const int64_t first_;
 };
 
 }  // namespace knnd

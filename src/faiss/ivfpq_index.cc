@@ -175,7 +175,7 @@ absl::Status IvfPqIndex::BuildPrecomputedTable() {
 }
 
 absl::Status IvfPqIndex::SearchUnpadded(const SearchArgs& args) const {
-  IdFilter filter(args.allowed_ids);  // SearchParameters takes it non-const
+  IdFilter filter(args);  // SearchParameters takes it non-const
   return CatchFaiss(absl::StatusCode::kInternal, "FAISS search failed", [&] {
     const float* x = args.queries;
     std::unique_ptr<const float[]> transformed;
@@ -185,7 +185,7 @@ absl::Status IvfPqIndex::SearchUnpadded(const SearchArgs& args) const {
     }
     faiss::SearchParametersIVF params;
     params.nprobe = static_cast<size_t>(args.nprobe);
-    if (!args.allowed_ids.empty()) params.sel = &filter;
+    if (filter.active()) params.sel = &filter;
     ivfpq_->search(args.num_queries, x, args.k, args.distances, args.ids,
                    &params);
   });

@@ -13,6 +13,7 @@
 
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "knnd/base/row_bitmap.h"
 
 namespace knnd {
 
@@ -41,6 +42,14 @@ struct SearchArgs {
   float* approx_distances = nullptr;
   // Optional out: time spent computing exact distances (0 without refine).
   absl::Duration* rerank_time = nullptr;
+  // An attribute filter's rows (index/attribute_filter.h), when not null:
+  // only list ids l with allowed_rows->Test(l - allowed_rows_first) can be
+  // returned. The request's allowed_ids are folded into it when it is
+  // compiled, so allowed_ids is then empty. The handler sets the rows;
+  // IndexSnapshot sets allowed_rows_first (a shard's first list id) and
+  // plans the search (filter_planner.h).
+  const RowBitmap* allowed_rows = nullptr;
+  int64_t allowed_rows_first = 0;
 };
 
 // Entries per query in the result buffers: k, or with re-ranking and

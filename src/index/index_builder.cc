@@ -8,6 +8,7 @@
 #include "knnd/faiss/serving_index.h"
 #include "knnd/faiss/vector_math.h"
 #include "knnd/storage/atomic_file.h"
+#include "knnd/storage/attribute_store.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/payload_file.h"
 #include "knnd/storage/index_metadata.h"
@@ -312,6 +313,17 @@ absl::StatusOr<std::vector<ShardSpec>> ShardIndexFile(
       }
     } else {
       std::remove(PayloadPath(path).c_str());  // of an earlier split
+    }
+    if (const AttributeStore* attributes = (*source)->attributes();
+        attributes != nullptr) {
+      if (absl::Status s = WriteAttributeStore(
+              AttributeStorePath(path),
+              attributes->Slice(shard.first_id, shard.end_id));
+          !s.ok()) {
+        return s;
+      }
+    } else {
+      std::remove(AttributeStorePath(path).c_str());  // of an earlier split
     }
     if (vectors != nullptr) {
       if (absl::Status s = WriteVectorRows(*vectors, shard.first_id,

@@ -169,7 +169,8 @@ absl::Status CommitIndexFile(const std::string& tmp, const std::string& path,
 // plus the shard's, a new build id and `built_by`, and, when the source
 // has a raw-vectors file, a vectors file of the shard's rows
 // (first_id .. end_id - 1), written before its index; likewise the slice
-// of its id table when it has one (own ids: the ranges are of rows). INVALID_ARGUMENT for
+// of its id table when it has one (own ids: the ranges are of rows) and of
+// its attribute store. INVALID_ARGUMENT for
 // an 8-bit IVF-PQ file, a file that is already a shard, or a split the ids
 // do not allow; the source's own errors (missing, corrupt, checksum) as
 // IndexSnapshot::Load reports them.

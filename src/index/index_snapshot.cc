@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -59,6 +60,7 @@ absl::Status ApplyMetadata(const std::string& path, bool verify_checksum,
   info.build_id = meta->build_id();
   info.has_id_table = meta->id_table();
   info.has_payloads = meta->payloads();
+  info.has_attributes = meta->attributes();
   if (meta->shard_count() > 0) {
     if (meta->shard_id() >= meta->shard_count() ||
         meta->shard_first_id() < 0 ||
@@ -150,16 +152,36 @@ absl::StatusOr<std::unique_ptr<PayloadFile>> OpenPayloads(
   return payloads;
 }
 
+// Opens AttributeStorePath(path) when the sidecar asked for one
+// (info.has_attributes) and fills in its path and size; null without one.
+absl::StatusOr<std::unique_ptr<AttributeStore>> OpenAttributes(
+    const std::string& path, bool verify_checksum, IndexInfo& info) {
+  if (!info.has_attributes) return nullptr;
+  absl::StatusOr<std::unique_ptr<AttributeStore>> store = AttributeStore::Open(
+      AttributeStorePath(path), info.ntotal, verify_checksum);
+  if (!store.ok()) {
+    return absl::Status(
+        store.status().code(),
+        absl::StrCat(store.status().message(), " (", MetadataPath(path),
+                     " says the index was built with attributes)"));
+  }
+  info.attributes_path = (*store)->path();
+  info.attributes_file_bytes = (*store)->file_bytes();
+  return store;
+}
+
 }  // namespace
 
 IndexSnapshot::IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info,
                              std::unique_ptr<VectorsFile> vectors,
                              std::unique_ptr<IdTable> id_table,
-                             std::unique_ptr<PayloadFile> payloads)
+                             std::unique_ptr<PayloadFile> payloads,
+                             std::unique_ptr<AttributeStore> attributes)
     : faiss_(std::move(faiss)),
       info_(std::move(info)),
       vectors_(std::move(vectors)),
       id_table_(std::move(id_table)),
+      attributes_(std::move(attributes)),
       list_ids_(info_.shard_first_id, info_.ntotal, id_table_.get()),
       payloads_(std::move(payloads)) {}
 
@@ -211,6 +233,9 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   absl::StatusOr<std::unique_ptr<PayloadFile>> payloads =
       OpenPayloads(path, options.verify_checksum, info);
   if (!payloads.ok()) return payloads.status();
+  absl::StatusOr<std::unique_ptr<AttributeStore>> attributes =
+      OpenAttributes(path, options.verify_checksum, info);
+  if (!attributes.ok()) return attributes.status();
   absl::StatusOr<std::unique_ptr<VectorsFile>> vectors =
       OpenVectors(path, options, info);
   if (!vectors.ok()) return vectors.status();
@@ -220,7 +245,7 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   return std::unique_ptr<IndexSnapshot>(
       new IndexSnapshot(std::move(*faiss), std::move(info),
                         std::move(*vectors), std::move(*id_table),
-                        std::move(*payloads)));
+                        std::move(*payloads), std::move(*attributes)));
 }
 
 absl::Status IndexSnapshot::VerifyChecksums(
@@ -239,6 +264,11 @@ absl::Status IndexSnapshot::VerifyChecksums(
   }
   if (payloads_ != nullptr) {
     if (absl::Status s = payloads_->VerifyChecksum(cancel); !s.ok()) return s;
+  }
+  if (attributes_ != nullptr) {
+    if (absl::Status s = attributes_->VerifyChecksum(cancel); !s.ok()) {
+      return s;
+    }
   }
   if (vectors_ != nullptr) return vectors_->VerifyChecksum(cancel);
   return absl::OkStatus();
@@ -265,6 +295,44 @@ void IndexSnapshot::AppendPayload(int64_t id,
                                   std::string* out) const {
   const int64_t row = list_ids_.RowOfId(id);
   if (row >= 0) payloads_->AppendJson(row, selection, out);
+}
+
+absl::StatusOr<RowBitmap> IndexSnapshot::CompileFilter(
+    const knnd::v1::Filter& filter, absl::Span<const int64_t> allowed_ids,
+    const FilterLimits& limits) const {
+  absl::StatusOr<RowBitmap> rows =
+      knnd::CompileFilter(filter, attributes_.get(), limits);
+  if (!rows.ok() || allowed_ids.empty()) return rows;
+  RowBitmap allowed(info_.ntotal);
+  for (int64_t list_id : list_ids_.ListIdsOf(allowed_ids)) {
+    const int64_t row = list_ids_.RowOf(list_id);
+    if (row >= 0) allowed.Set(row);
+  }
+  rows->And(allowed);
+  return rows;
+}
+
+FilterPlan IndexSnapshot::PlanFilter(int64_t matched_rows,
+                                     const SearchArgs& args) const {
+  FilterPlanInput input;
+  input.matched_rows = matched_rows;
+  input.nprobe = args.nprobe;
+  input.candidates =
+      args.refine_factor > 0 ? args.k * args.refine_factor : args.k;
+  input.has_vectors = vectors_ != nullptr;
+  return ChooseFilterPlan(info_, input);
+}
+
+absl::Status IndexSnapshot::SearchIndex(const SearchArgs& call,
+                                        int candidates) const {
+  if (call.allowed_rows == nullptr) return faiss_->Search(call);
+  FilterPlanInput input;
+  input.matched_rows = call.allowed_rows->Count();
+  input.nprobe = call.nprobe;
+  input.candidates = candidates;
+  return SearchIvfWidening(
+      *faiss_, call, StartingNprobe(info_, input),
+      std::min<int64_t>(candidates, input.matched_rows));
 }
 
 absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
@@ -295,8 +363,38 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
     NormalizeRows(normalized.data(), args.num_queries, info_.dim);
     call.queries = normalized.data();
   }
+  if (args.allowed_rows != nullptr) {
+    call.allowed_rows_first = info_.shard_first_id;
+    const int64_t matched = args.allowed_rows->Count();
+    if (matched == 0) {
+      // Nothing to search: an empty, padded answer.
+      const int64_t n = args.num_queries * ResultWidth(args);
+      std::fill_n(args.ids, n, int64_t{-1});
+      std::fill_n(args.distances, n, MissingDistance(info_.metric));
+      if (args.return_candidates && args.refine_factor > 0) {
+        std::fill_n(args.approx_distances, n, MissingDistance(info_.metric));
+      }
+      return absl::OkStatus();
+    }
+    if (PlanFilter(matched, args) == FilterPlan::kExact) {
+      // Every matching row at its exact distance; with return_candidates
+      // the best ResultWidth() of them, their estimates exact too.
+      const absl::Time start = absl::Now();
+      const int width = ResultWidth(args);
+      SearchExactRows(*vectors_, list_ids_, info_.metric, call.queries,
+                      args.num_queries,
+                      args.allowed_rows->Rows(info_.shard_first_id), width,
+                      args.distances, args.ids);
+      if (args.return_candidates && args.refine_factor > 0) {
+        std::copy_n(args.distances, args.num_queries * width,
+                    args.approx_distances);
+      }
+      if (args.rerank_time != nullptr) *args.rerank_time = absl::Now() - start;
+      return absl::OkStatus();
+    }
+  }
   if (args.refine_factor <= 0) {
-    if (absl::Status s = faiss_->Search(call); !s.ok()) return s;
+    if (absl::Status s = SearchIndex(call, args.k); !s.ok()) return s;
     list_ids_.ToAnswerIds(args.num_queries, args.k, args.distances, args.ids);
     return absl::OkStatus();
   }
@@ -311,7 +409,7 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
   call.k = kf;
   call.distances = fetched_distances.data();
   call.ids = fetched_ids.data();
-  if (absl::Status s = faiss_->Search(call); !s.ok()) return s;
+  if (absl::Status s = SearchIndex(call, kc); !s.ok()) return s;
   const absl::Time start = absl::Now();
   if (args.return_candidates) {
     // Every candidate with both distances, for a merger of shards.

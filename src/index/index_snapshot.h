@@ -16,6 +16,9 @@
 // rows its lists hold and the ids of requests and answers (list_ids.h),
 // and the payloads (payload_file.h) of an index built with them, from
 // which it cuts the fields a request asks for by the answers' ids.
+// And the attribute store (storage/attribute_store.h) of an index built
+// with attributes, over which request filters compile
+// (attribute_filter.h); filtered searches are planned by filter_planner.h.
 //
 // Thread-safety: an IndexSnapshot is immutable after Load(); Search() is const
 // and safe to call from any number of threads at once. Per-call parameters
@@ -36,8 +39,12 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "knnd/base/metric.h"
+#include "knnd/base/row_bitmap.h"
 #include "knnd/faiss/serving_index.h"
+#include "knnd/index/attribute_filter.h"
+#include "knnd/index/filter_planner.h"
 #include "knnd/index/list_ids.h"
+#include "knnd/storage/attribute_store.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/payload_file.h"
 #include "knnd/storage/vectors_file.h"
@@ -97,6 +104,12 @@ struct IndexInfo : IndexFacts {
   int64_t payloads_file_bytes = 0;
   std::vector<std::string> payload_fields;
   int64_t max_payload_json_bytes = 0;  // the largest row's, all fields
+  // The attribute store (attribute_store.h) of an index built with
+  // attributes (the sidecar's `attributes`): loaded whenever the sidecar
+  // asks for it.
+  bool has_attributes = false;
+  std::string attributes_path;
+  int64_t attributes_file_bytes = 0;
 };
 
 // What Load() does with the raw-vectors file VectorsPath(path).
@@ -127,7 +140,7 @@ struct LoadOptions {
   // its CRC-32 against the sidecar's (one sequential read of the file), so
   // that a file changed after it was built is refused instead of served.
   // Also checks the payload CRC-32 of the vectors file and of the id
-  // table against their headers.
+  // table and the attribute store against their headers.
   // Without it, IndexSnapshot::VerifyChecksums() does the same later.
   bool verify_checksum = true;
   VectorsPolicy vectors = VectorsPolicy::kOptional;
@@ -148,7 +161,8 @@ class IndexSnapshot {
   // list prefetch threads off.
   // A metadata sidecar (MetadataPath(path)), when present, must match the
   // file: checksum, dim, ntotal and metric; when it says id_table, the id
-  // table IdTablePath(path) must load with ntotal rows.
+  // table IdTablePath(path) must load with ntotal rows; when it says
+  // attributes, the store AttributeStorePath(path) likewise.
   // A missing, truncated, corrupt or unsupported file is an error whose
   // message says what is wrong; never a crash.
   static absl::StatusOr<std::unique_ptr<IndexSnapshot>> Load(
@@ -165,10 +179,26 @@ class IndexSnapshot {
   // a shard's first id).
   int64_t IdOfRow(int64_t row) const { return list_ids_.IdOfRow(row); }
 
+  // The attribute store; null for an index without attributes.
+  const AttributeStore* attributes() const { return attributes_.get(); }
+
+  // The rows `filter` admits (attribute_filter.h) and, when `allowed_ids`
+  // (ascending ids as answers carry them) is not empty, that list holds:
+  // what SearchArgs::allowed_rows takes. INVALID_ARGUMENT as
+  // CompileFilter() says.
+  absl::StatusOr<RowBitmap> CompileFilter(
+      const knnd::v1::Filter& filter, absl::Span<const int64_t> allowed_ids,
+      const FilterLimits& limits) const;
+
+  // The plan Search() follows for a request of these arguments with
+  // allowed_rows holding `matched_rows` rows (filter_planner.h).
+  FilterPlan PlanFilter(int64_t matched_rows, const SearchArgs& args) const;
+
   // k-NN search; with metric cosine the queries are L2-normalised first
   // (on a copy). With an id table, allowed_ids are translated to rows
   // before the search and the answers (candidates too) back to ids after
-  // it, equal distances ordered by id. Results of each query are sorted closest first; missing
+  // it, equal distances ordered by id. With allowed_rows, the search
+  // PlanFilter() chooses. Results of each query are sorted closest first; missing
   // neighbours are id -1 with distance +inf (L2) or -inf (inner product).
   // With refine_factor > 0 the distances are exact (squared L2, inner
   // product or cosine), computed from the memory-mapped raw vectors.
@@ -192,8 +222,9 @@ class IndexSnapshot {
 
   // The checks Load() skips without verify_checksum: the index file's size
   // and CRC-32 against its sidecar (when it has one) and the payload CRC-32
-  // of the vectors file, the id table and the payload file against their
-  // headers (when loaded); each reads its whole file once. DATA_LOSS naming the file and both values on a
+  // of the vectors file, the id table, the payload file and the attribute
+  // store against their headers (when loaded); each reads its whole file
+  // once. DATA_LOSS naming the file and both values on a
   // mismatch; CANCELLED when `cancel` turned true during a read. Safe to
   // call while searches run.
   absl::Status VerifyChecksums(const std::atomic<bool>* cancel = nullptr) const;
@@ -202,12 +233,19 @@ class IndexSnapshot {
   IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info,
                 std::unique_ptr<VectorsFile> vectors,
                 std::unique_ptr<IdTable> id_table,
-                std::unique_ptr<PayloadFile> payloads);
+                std::unique_ptr<PayloadFile> payloads,
+                std::unique_ptr<AttributeStore> attributes);
+
+  // ServingIndex::Search of `call`; with allowed_rows, the IVF plan of
+  // filter_planner.h, each query needing `candidates` results (or every
+  // matching row when fewer match).
+  absl::Status SearchIndex(const SearchArgs& call, int candidates) const;
 
   std::unique_ptr<ServingIndex> faiss_;
   IndexInfo info_;
   std::unique_ptr<VectorsFile> vectors_;  // null without re-ranking
   std::unique_ptr<IdTable> id_table_;     // null: list ids are the ids
+  std::unique_ptr<AttributeStore> attributes_;  // null: no attributes
   ListIds list_ids_;                      // borrows id_table_
   std::unique_ptr<PayloadFile> payloads_;  // null: no payloads
 };

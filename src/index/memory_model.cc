@@ -70,6 +70,14 @@ int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape) {
   bytes += shape.filter_ids * 16;
   // With an id table every call translates the allow-list into rows.
   if (index.has_id_table) bytes += calls * shape.filter_ids * 8;
+  if (shape.filtered) {
+    // The filter's bitmap; per call the exact plan's list ids of the
+    // matching rows or the IVF plan's copies of the queries it widens
+    // (filter_planner.h).
+    bytes += RowBitmap::WordsFor(index.ntotal) * 8;
+    bytes += calls * std::max(shape.filter_matched_rows * 8,
+                              rows * (d * 4 + int64_t{k} * 12));
+  }
   if (shape.refine_factor > 0) {
     // FAISS's kc + slack best and the kc kept (rerank.h), 12 bytes each.
     const int kc = static_cast<int>(shape.refine_factor * k);

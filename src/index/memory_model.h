@@ -37,6 +37,10 @@ struct SearchShape {
   // The most bytes of payloads the answer may carry (SearchRequest.payloads;
   // PayloadBytesBound()); 0: none asked for.
   int64_t payload_bytes = 0;
+  // With an attribute filter: its rows (SearchArgs::allowed_rows), and how
+  // many of them are set.
+  bool filtered = false;
+  int64_t filter_matched_rows = 0;
 };
 
 // The most bytes the payloads of `entries` results can add to an answer:
@@ -59,6 +63,11 @@ int64_t PayloadBytesBound(const IndexInfo& index, int64_t entries,
 //                              the search borrows the sorted copy), and
 //                              with an id table filter_ids * 8 per FAISS
 //                              call (the allowed ids' rows)
+//   attribute filter           ntotal / 8 (its row bitmap), and per FAISS
+//                              call matched rows * 8 (the exact plan's
+//                              rows) or the IVF plan's copy of the rows it
+//                              widens, unit rows * (d * 4 + k * 12),
+//                              whichever is larger
 //   re-ranking candidates      nq * refine_factor * k * (8 + 4)
 //   payloads                   2 * payload_bytes (the answer's JSON
 //                              objects and their serialised copy)

@@ -29,7 +29,9 @@ void ChecksumVerifier::Start(std::shared_ptr<const IndexSnapshot> snapshot,
                             info.has_id_table ? " and " + info.id_table_path
                                               : "",
                             info.has_payloads ? " and " + info.payloads_path
-                                              : ""));
+                                              : "",
+                            info.has_attributes ? " and " + info.attributes_path
+                                                : ""));
   absl::MutexLock lock(&mu_);
   started_ = true;
   thread_ = std::thread(

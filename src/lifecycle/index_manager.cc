@@ -34,6 +34,10 @@ void LogServed(const IndexInfo& info) {
     spdlog::info("own ids: id table {} ({:.1f} MiB mapped)", info.id_table_path,
                  MiB(info.id_table_file_bytes));
   }
+  if (info.has_attributes) {
+    spdlog::info("attributes: {} ({:.1f} MiB mapped)", info.attributes_path,
+                 MiB(info.attributes_file_bytes));
+  }
 }
 
 }  // namespace
@@ -320,7 +324,8 @@ absl::Status IndexManager::LoadAndPublish(const IndexVersion& target) {
   LogServed(info);
   metrics_->SetIndexInfo(info);
   const bool checkable =
-      info.has_metadata || info.has_vectors || info.has_id_table;
+      info.has_metadata || info.has_vectors || info.has_id_table ||
+      info.has_attributes;
   const Metrics::ChecksumState checksum =
       !checkable             ? Metrics::ChecksumState::kUnchecked
       : defer                ? Metrics::ChecksumState::kPending

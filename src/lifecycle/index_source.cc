@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "knnd/storage/atomic_file.h"
+#include "knnd/storage/attribute_store.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/payload_file.h"
 #include "knnd/storage/index_metadata.h"
@@ -178,10 +179,11 @@ absl::StatusOr<IndexVersion> PublishVersion(const std::string& dir,
       return absl::UnavailableError(absl::StrCat(
           "cannot copy ", index_file, " to ", staged, ": ", ec.message()));
     }
-    // The raw vectors for re-ranking, the id table and the payloads travel
-    // with their index, and must match it.
+    // The raw vectors for re-ranking, the id table, the payloads and the
+    // attribute store travel with their index, and must match it.
     const bool has_vectors = Exists(VectorsPath(index_file));
-    for (const auto& companion : {VectorsPath, IdTablePath, PayloadPath}) {
+    for (const auto& companion :
+         {VectorsPath, IdTablePath, PayloadPath, AttributeStorePath}) {
       const std::string file = companion(index_file);
       if (!Exists(file)) continue;
       fs::copy_file(file, companion(staged), ec);

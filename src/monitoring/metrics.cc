@@ -242,6 +242,11 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
       "Size of the payload file (INDEX.payloads) of an index built with "
       "payloads, mapped read-only (file-backed memory), in bytes; 0 when the "
       "index has none.");
+  m->attributes_file_size_ = index_gauge(
+      "knnd_index_attributes_file_size_bytes",
+      "Size of the attribute store (INDEX.attrs) that request filters are "
+      "compiled over, mapped read-only (file-backed memory), in bytes; 0 "
+      "when the index has no attributes.");
   m->index_serving_ = index_gauge(
       "knnd_index_serving",
       "1 while an index version serves searches; 0 before the first one and "
@@ -311,6 +316,7 @@ void Metrics::SetIndexInfo(const IndexInfo& info) {
   vectors_file_size_->Set(static_cast<double>(info.vectors_file_bytes));
   id_table_file_size_->Set(static_cast<double>(info.id_table_file_bytes));
   payloads_file_size_->Set(static_cast<double>(info.payloads_file_bytes));
+  attributes_file_size_->Set(static_cast<double>(info.attributes_file_bytes));
   if (absl::Status s = process_->TrackVectorsFile(info.vectors_path);
       !s.ok()) {
     spdlog::warn("vectors residency metrics unavailable: {}", s.ToString());

@@ -153,6 +153,7 @@ class Metrics {
   prometheus::Gauge* vectors_file_size_ = nullptr;
   prometheus::Gauge* id_table_file_size_ = nullptr;
   prometheus::Gauge* payloads_file_size_ = nullptr;
+  prometheus::Gauge* attributes_file_size_ = nullptr;
   prometheus::Gauge* index_serving_ = nullptr;
   // By ChecksumState: 1 for the served version's state, 0 for the others.
   prometheus::Gauge* index_checksum_[4] = {};

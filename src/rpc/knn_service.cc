@@ -141,8 +141,16 @@ absl::StatusOr<ParsedSearch> KnnServiceImpl::PinAndParse(
   }
   const IndexInfo& index = pinned->snapshot->info();
   if (wanted == 0) pinned->serving_version = index.version;
-  return ParseSearchRequest(request, index,
-                            ResolveLimits(options_.limits, index));
+  const SearchLimits limits = ResolveLimits(options_.limits, index);
+  absl::StatusOr<ParsedSearch> parsed =
+      ParseSearchRequest(request, index, limits);
+  if (!parsed.ok()) return parsed;
+  if (absl::Status s =
+          ParseFilter(request, *pinned->snapshot, limits, *parsed);
+      !s.ok()) {
+    return s;
+  }
+  return parsed;
 }
 
 SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed,
@@ -156,7 +164,9 @@ SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed,
       parsed.refine_factor,
       options_.max_batch_rows,
       PayloadBytesBound(index, payload_entries,
-                        options_.max_send_message_bytes)};
+                        options_.max_send_message_bytes),
+      parsed.filter_rows.has_value(),
+      parsed.filter_matched_rows};
 }
 
 std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
@@ -167,6 +177,7 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   auto job = std::make_unique<SearchJob>();
   job->query_storage = std::move(parsed.aligned_copy);
   job->allowed_ids_storage = std::move(parsed.allowed_ids);
+  job->filter_rows_storage = std::move(parsed.filter_rows);
   SearchArgs& args = job->args;
   args.queries = job->query_storage.empty() ? parsed.queries
                                             : job->query_storage.data();
@@ -177,6 +188,9 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   args.return_candidates =
       call->request().return_candidates() && args.refine_factor > 0;
   args.allowed_ids = job->allowed_ids_storage;
+  if (job->filter_rows_storage.has_value()) {
+    args.allowed_rows = &*job->filter_rows_storage;
+  }
 
   // The answer's header, and its result arrays, which the search fills in
   // place.
@@ -191,6 +205,15 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   response->set_nprobe(static_cast<uint32_t>(args.nprobe));
   response->set_refine_factor(static_cast<uint32_t>(args.refine_factor));
   if (index.shard_count > 0) SetShard(index, response->mutable_shard());
+  if (args.allowed_rows != nullptr) {
+    response->set_filter_matched_rows(
+        static_cast<uint64_t>(parsed.filter_matched_rows));
+    response->set_filter_plan(
+        pinned.snapshot->PlanFilter(parsed.filter_matched_rows, args) ==
+                FilterPlan::kExact
+            ? knnd::v1::FILTER_PLAN_EXACT
+            : knnd::v1::FILTER_PLAN_IVF);
+  }
   const ResultBuffers out =
       ResizeResults(results, args.return_candidates,
                     call->request().results_as_bytes(), 0.0f, response);
@@ -298,6 +321,22 @@ void KnnServiceImpl::GetIndexInfo(InfoCall* call) {
     response->add_payload_fields(field);
   }
   response->set_max_payload_bytes(index.max_payload_json_bytes);
+  if (const AttributeStore* attributes = snapshot->attributes();
+      attributes != nullptr) {
+    for (const AttributeStore::Column& column : attributes->columns()) {
+      knnd::v1::AttributeColumnInfo* out = response->add_attributes();
+      out->set_name(column.name);
+      out->set_type(AttributeTypeName(column.type));
+      const bool numeric = IsNumeric(column.type);
+      out->set_rows_with_value(numeric ? column.count
+                                       : RowBitmap::CountWords(
+                                             column.presence, column.rows));
+      out->set_distinct_keywords(numeric ? 0 : column.count);
+    }
+  }
+  response->set_max_filter_conditions(
+      static_cast<uint32_t>(limits.filter.max_conditions));
+  response->set_max_filter_depth(static_cast<uint32_t>(limits.filter.max_depth));
   response->set_vectors_dtype(index.vectors_dtype);
   response->set_default_refine_factor(
       static_cast<uint32_t>(limits.default_refine_factor));

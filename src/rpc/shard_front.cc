@@ -335,6 +335,24 @@ absl::Status ShardFront::SetInfo(GetIndexInfoResponse* response) const {
         response->add_payload_fields(field);
       }
     }
+    response->set_max_filter_conditions(std::min(
+        response->max_filter_conditions(), info.max_filter_conditions()));
+    response->set_max_filter_depth(
+        std::min(response->max_filter_depth(), info.max_filter_depth()));
+  }
+  // Every shard has the columns of one build: rows with a value add up;
+  // a shard's distinct keywords are a lower bound of the set's.
+  for (knnd::v1::AttributeColumnInfo& column : *response->mutable_attributes()) {
+    int64_t rows = 0;
+    for (const auto& shard : shards_) {
+      for (const knnd::v1::AttributeColumnInfo& c : shard->info.attributes()) {
+        if (c.name() != column.name()) continue;
+        rows += c.rows_with_value();
+        column.set_distinct_keywords(
+            std::max(column.distinct_keywords(), c.distinct_keywords()));
+      }
+    }
+    column.set_rows_with_value(rows);
   }
   if (!response->has_payloads()) response->clear_payload_fields();
   knnd::v1::ShardInfo* set = response->mutable_shard();

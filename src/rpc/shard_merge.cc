@@ -163,6 +163,16 @@ void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
   merged->set_metric(first.metric());
   merged->set_nprobe(first.nprobe());
   merged->set_refine_factor(first.refine_factor());
+  // A filter's matches are the sum of every shard's; the plan theirs when
+  // they agree.
+  uint64_t matched = 0;
+  knnd::v1::FilterPlan plan = first.filter_plan();
+  for (const ShardAnswer& a : answers) {
+    matched += a.response->filter_matched_rows();
+    if (a.response->filter_plan() != plan) plan = knnd::v1::FILTER_PLAN_MIXED;
+  }
+  merged->set_filter_matched_rows(matched);
+  merged->set_filter_plan(plan);
   const ResultBuffers out = ResizeResults(num_queries * k, /*candidates=*/false,
                                          as_bytes, pad, merged);
   std::vector<ResultColumns> columns;

@@ -78,7 +78,8 @@ bool Batcher::SameKey(const Running& a, const Running& b) {
          x.nprobe == y.nprobe && x.refine_factor == y.refine_factor &&
          x.return_candidates == y.return_candidates &&
          a.filter_hash == b.filter_hash &&
-         a.job->allowed_ids_storage == b.job->allowed_ids_storage;
+         a.job->allowed_ids_storage == b.job->allowed_ids_storage &&
+         x.allowed_rows == y.allowed_rows;
 }
 
 void Batcher::Submit(std::unique_ptr<SearchJob> job) {

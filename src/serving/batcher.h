@@ -4,7 +4,8 @@
 //   that many rows, which run on several workers in parallel; the request
 //   completes when its last unit does.
 // - Coalescing: queued units of different requests with the same key
-//   (pinned snapshot, k, nprobe, refine_factor, allow-list) are merged into one
+//   (pinned snapshot, k, nprobe, refine_factor, allow-list; requests with
+//   an attribute filter never share one) are merged into one
 //   FAISS call of up to max_batch_rows rows: their query rows are copied into
 //   one buffer and the results scattered back. A worker whose batch is short
 //   may wait up to max_queue_delay_us for more rows of its key, but only while
@@ -33,6 +34,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -63,6 +65,8 @@ struct SearchJob {
   SearchArgs args;
   std::vector<float> query_storage;  // owns args.queries when it is a copy
   std::vector<int64_t> allowed_ids_storage;  // sorted ascending
+  // Owns args.allowed_rows (an attribute filter's rows) when set.
+  std::optional<RowBitmap> filter_rows_storage;
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> is_cancelled;  // optional
   // Called exactly once, on a worker thread, after the last unit.

@@ -19,6 +19,7 @@ SearchLimits ResolveLimits(const LimitsConfig& config, const IndexInfo& index) {
   limits.max_k = config.max_k;
   limits.max_queries_per_request = config.max_queries_per_request;
   limits.max_filter_ids = config.max_filter_ids;
+  limits.filter = config.filter;
   const int nlist = static_cast<int>(std::max<int64_t>(1, index.nlist));
   limits.max_nprobe =
       config.max_nprobe > 0 ? std::min(config.max_nprobe, nlist) : nlist;

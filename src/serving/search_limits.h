@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "knnd/index/attribute_filter.h"
 #include "knnd/index/index_snapshot.h"
 
 namespace knnd {
@@ -27,6 +28,8 @@ struct LimitsConfig {
   // Applies to indexes with raw vectors; unset: from the index.
   std::optional<int> default_refine_factor;
   int max_refine_factor = 64;
+  // max_filter_conditions, max_filter_depth.
+  FilterLimits filter;
 };
 
 // Where a snapshot's default nprobe and refine_factor came from.
@@ -44,6 +47,7 @@ struct SearchLimits {
   // at most max_refine_factor, and 0 for an index without raw vectors.
   int default_refine_factor = 0;
   int max_refine_factor = 0;
+  FilterLimits filter;
   // kConfig when the config set either default, else kTuned when the
   // index has tuned defaults, else kIndex.
   DefaultsSource defaults_source = DefaultsSource::kIndex;

@@ -120,4 +120,17 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
   return parsed;
 }
 
+absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
+                         const IndexSnapshot& snapshot,
+                         const SearchLimits& limits, ParsedSearch& parsed) {
+  if (!request.has_filter()) return absl::OkStatus();
+  absl::StatusOr<RowBitmap> rows =
+      snapshot.CompileFilter(request.filter(), parsed.allowed_ids, limits.filter);
+  if (!rows.ok()) return rows.status();
+  parsed.filter_matched_rows = rows->Count();
+  parsed.filter_rows = std::move(*rows);
+  parsed.allowed_ids.clear();
+  return absl::OkStatus();
+}
+
 }  // namespace knnd

@@ -9,6 +9,7 @@
 #define KNND_SERVING_SEARCH_REQUEST_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,12 +29,25 @@ struct ParsedSearch {
   int nprobe = 0;
   int refine_factor = 0;  // 0: no re-ranking
   std::vector<int64_t> allowed_ids;  // sorted, unique
+  // The rows request.filter admits, allowed_ids folded in (which is then
+  // empty); set by ParseFilter().
+  std::optional<RowBitmap> filter_rows;
+  int64_t filter_matched_rows = 0;  // rows set in filter_rows
   std::vector<float> aligned_copy;
 };
 
 absl::StatusOr<ParsedSearch> ParseSearchRequest(
     const knnd::v1::SearchRequest& request, const IndexInfo& index,
     const SearchLimits& limits);
+
+// Compiles request.filter, when set, against the pinned `snapshot`'s
+// attributes into parsed.filter_rows, with parsed.allowed_ids folded in:
+// INVALID_ARGUMENT as attribute_filter.h says (unknown attribute, wrong
+// type, malformed filter, over limits.filter). Runs before the request is
+// admitted, so that a bad filter never queues.
+absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
+                         const IndexSnapshot& snapshot,
+                         const SearchLimits& limits, ParsedSearch& parsed);
 
 }  // namespace knnd
 

@@ -20,7 +20,8 @@ using ::testing::StrEq;
 auto LimitsAre(const LimitsConfig& d) {
   return FieldsAre(d.max_k, d.max_queries_per_request, d.default_nprobe,
                    d.max_nprobe, d.max_filter_ids, d.default_refine_factor,
-                   d.max_refine_factor);
+                   d.max_refine_factor,
+                   FieldsAre(d.filter.max_conditions, d.filter.max_depth));
 }
 
 TEST(ServerOptions, WorkerPoolDefaultsAreTheConfigs) {

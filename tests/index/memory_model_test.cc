@@ -47,6 +47,20 @@ TEST(MemoryModel, EstimateCountsEachBufferOfTheModel) {
   EXPECT_EQ(EstimateSearchBytes(own_ids, filtered) -
                 EstimateSearchBytes(own_ids, one),
             1000 * 24);
+  // An attribute filter: its bitmap, and per call the larger of the exact
+  // plan's rows and the IVF plan's copy of the rows it widens.
+  IndexInfo million = info;
+  million.ntotal = 1000000;
+  SearchShape attributes = one;
+  attributes.filtered = true;
+  attributes.filter_matched_rows = 3000;
+  EXPECT_EQ(EstimateSearchBytes(million, attributes) -
+                EstimateSearchBytes(million, one),
+            1000000 / 8 + 3000 * 8);
+  attributes.filter_matched_rows = 1;
+  EXPECT_EQ(EstimateSearchBytes(million, attributes) -
+                EstimateSearchBytes(million, one),
+            1000000 / 8 + (128 * 4 + 10 * 12));
 }
 
 // Payloads: the answer's JSON objects and their serialised copy, at most

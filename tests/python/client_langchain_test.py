@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import unittest
 
+import grpc
 import numpy as np
 
 import client_testing
@@ -307,8 +308,12 @@ class LangChainTest(unittest.TestCase):
                 call()
             self.assertIn("knnctl build", str(err.exception))
             self.assertIn("knnctl publish", str(err.exception))
-        with self.assertRaisesRegex(TypeError, "allowed_ids"):
+        # filter= goes to knnd, which names the attribute this index lacks;
+        # a malformed dict is refused before any call.
+        with self.assertRaisesRegex(grpc.RpcError, "no attributes"):
             store.similarity_search("x", filter={"row": 1})
+        with self.assertRaisesRegex(ValueError, r"filter\['row'\]\['\$bogus'\]"):
+            store.similarity_search("x", filter={"row": {"$bogus": 1}})
         with self.assertRaisesRegex(TypeError, "got fetch_k"):
             store.similarity_search("x", fetch_k=20)
         with self.assertRaisesRegex(TypeError, "docstore must be None"):

@@ -21,9 +21,12 @@ namespace knnd {
 namespace {
 
 using ::testing::HasSubstr;
+using knnd::testing::BuildIndex;
+using knnd::testing::BuildSpec;
 using knnd::testing::CallSearch;
 using knnd::testing::FindSample;
 using knnd::testing::IndexSpec;
+using knnd::testing::MakeAttributes;
 using knnd::testing::MakeData;
 using knnd::testing::MakeSearchRequest;
 using knnd::testing::TempDir;
@@ -109,6 +112,26 @@ class KnnServiceTest : public ::testing::Test {
     ASSERT_TRUE(snapshot.ok()) << snapshot.status();
     holder_.Publish(std::move(*snapshot));
   }
+
+  // Builds an index with its raw vectors and the seeded attributes
+  // (MakeAttributes(kAttributeRows, 5)) as `version` and publishes it.
+  void ServeWithAttributes(int64_t version) {
+    BuildSpec spec;
+    spec.n = kAttributeRows;
+    spec.d = kDim;
+    spec.factory = "IVF16,PQ8x4fs";
+    spec.vectors = VectorsDtype::kFloat32;
+    spec.attributes = MakeAttributes(kAttributeRows, 5);
+    const std::string path = tmp_.path("a" + std::to_string(version));
+    BuildIndex(path, spec);
+    LoadOptions options;
+    options.version = version;
+    options.probe_in_subprocess = false;
+    absl::StatusOr<std::unique_ptr<IndexSnapshot>> snapshot =
+        IndexSnapshot::Load(path, options);
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    holder_.Publish(std::move(*snapshot));
+  }
   static constexpr int64_t kPayloadRows = 1000;
   // Row r's payload line; odd rows have no "page".
   static std::string PayloadLine(int64_t r) {
@@ -116,6 +139,8 @@ class KnnServiceTest : public ::testing::Test {
                ? absl::StrCat("{\"text\": \"row ", r, "\", \"page\": ", r, "}")
                : absl::StrCat("\"row ", r, "\"");
   }
+
+  static constexpr int64_t kAttributeRows = 3000;
 
   double Rejected(const std::string& reason) {
     return FindSample(knnd::testing::Scrape(metrics_->port()),
@@ -298,6 +323,86 @@ TEST_F(KnnServiceTest, AnswersWhosePayloadsExceedTheSendLimitAreRefused) {
   request.mutable_payloads()->set_all_fields(true);
   EXPECT_TRUE(CallSearch(*stub_, request, &response).ok());
   EXPECT_EQ(response.payloads_size(), 10);
+}
+
+// genre == "news" and u < 50000, as text for a Filter.
+knnd::v1::Filter NewsBelowHalf() {
+  knnd::v1::Filter filter;
+  knnd::v1::FilterList* all = filter.mutable_all_of();
+  knnd::v1::Condition* genre = all->add_filters()->mutable_condition();
+  genre->set_field("genre");
+  genre->mutable_eq()->set_keyword("news");
+  knnd::v1::Condition* u = all->add_filters()->mutable_condition();
+  u->set_field("u");
+  u->mutable_range()->mutable_lt()->set_int_value(50000);
+  return filter;
+}
+
+TEST_F(KnnServiceTest, AFilteredSearchAnswersOnlyMatchingRowsAndSaysHow) {
+  ServeWithAttributes(1);
+  const AttributeColumns columns = MakeAttributes(kAttributeRows, 5);
+  const AttributeColumn& u = columns.columns[0];
+  const AttributeColumn& genre = columns.columns[1];
+  auto admitted = [&](int64_t r) {
+    return genre.offsets[r + 1] > genre.offsets[r] &&
+           genre.dictionary[genre.codes[genre.offsets[r]]] == "news" &&
+           u.ints[r] < 50000;
+  };
+  int64_t matching = 0;
+  for (int64_t r = 0; r < kAttributeRows; ++r) matching += admitted(r);
+  SearchRequest request = MakeSearchRequest(MakeData(8, kDim, 4), 10);
+  *request.mutable_filter() = NewsBelowHalf();
+  SearchResponse response;
+  grpc::Status status = CallSearch(*stub_, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.filter_matched_rows(), static_cast<uint64_t>(matching));
+  EXPECT_NE(response.filter_plan(), knnd::v1::FILTER_PLAN_UNSPECIFIED);
+  ASSERT_EQ(response.ids_size(), 80);
+  for (int64_t id : response.ids()) {
+    ASSERT_GE(id, 0);
+    EXPECT_TRUE(admitted(id)) << id;
+  }
+  // A filter no row passes: an empty, padded answer.
+  request.mutable_filter()->mutable_condition()->set_field("genre");
+  request.mutable_filter()->mutable_condition()->mutable_eq()->set_keyword(
+      "opera");
+  status = CallSearch(*stub_, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.filter_matched_rows(), 0u);
+  for (int64_t id : response.ids()) EXPECT_EQ(id, -1);
+  // GetIndexInfo names the columns a filter may test.
+  grpc::ClientContext context;
+  knnd::v1::GetIndexInfoResponse info;
+  ASSERT_TRUE(stub_->GetIndexInfo(&context, {}, &info).ok());
+  ASSERT_EQ(info.attributes_size(), 5);
+  EXPECT_EQ(info.attributes(1).name(), "genre");
+  EXPECT_EQ(info.attributes(1).type(), "keyword");
+  EXPECT_EQ(info.attributes(1).distinct_keywords(), 4);
+  EXPECT_EQ(info.max_filter_conditions(), 1024u);
+}
+
+TEST_F(KnnServiceTest, ABadFilterIsRefusedNamingTheFieldAndCounted) {
+  ServeWithAttributes(1);
+  SearchRequest request = MakeSearchRequest(MakeData(1, kDim, 4), 5);
+  knnd::v1::Condition* c = request.mutable_filter()->mutable_condition();
+  c->set_field("year");
+  c->set_exists(true);
+  grpc::Status status = CallSearch(*stub_, request);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("unknown attribute \"year\""));
+  c->set_field("u");
+  c->mutable_eq()->set_keyword("x");
+  status = CallSearch(*stub_, request);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("\"u\" has type integer"));
+  EXPECT_EQ(Rejected("invalid"), 2);
+  // A version without attributes, swapped in: the schema goes with it.
+  Serve(2);
+  c->set_exists(true);
+  status = CallSearch(*stub_, request);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("\"u\": the index has no attributes"));
 }
 
 }  // namespace

@@ -53,6 +53,7 @@ BuildSpec Spec(uint32_t seed) {
   // 32 sub-quantizers: codes of sub-quantizers 16 and up are repacked too.
   spec.factory = "IVF32,PQ32x4fs";
   spec.vectors = VectorsDtype::kFloat32;
+  spec.attributes = knnd::testing::MakeAttributes(spec.n, seed);
   return spec;
 }
 
@@ -175,6 +176,51 @@ TEST_F(ShardFrontTest, MergedAnswersEqualTheUnshardedIndex) {
       }
     }
   }
+}
+
+// "u" below `bound` (of 100000): that fraction of the rows.
+knnd::v1::Filter UBelow(int64_t bound) {
+  knnd::v1::Filter filter;
+  knnd::v1::Condition* c = filter.mutable_condition();
+  c->set_field("u");
+  c->mutable_range()->mutable_lt()->set_int_value(bound);
+  return filter;
+}
+
+// A filter goes to every shard: few matching rows (every shard searches
+// them exactly) merge into the unsharded answer; many match rows of every
+// shard, and the merged answer holds k of them, its matched rows the sum.
+TEST_F(ShardFrontTest, FiltersReachEveryShardAndMerge) {
+  const std::vector<float> queries = MakeData(20, kDim, 98);
+  for (int refine : {0, 3}) {
+    SearchRequest request = MakeSearchRequest(queries, 10);
+    request.set_nprobe(4);
+    request.set_refine_factor(static_cast<uint32_t>(refine));
+    *request.mutable_filter() = UBelow(2000);
+    Compare(request, absl::StrCat("2% filter, refine ", refine));
+    SearchResponse merged;
+    ASSERT_TRUE(CallSearch(*front_.stub, request, &merged).ok());
+    SearchResponse whole;
+    ASSERT_TRUE(CallSearch(*whole_.stub, request, &whole).ok());
+    EXPECT_EQ(merged.filter_matched_rows(), whole.filter_matched_rows());
+    EXPECT_EQ(merged.filter_plan(), knnd::v1::FILTER_PLAN_EXACT);
+
+    *request.mutable_filter() = UBelow(60000);
+    ASSERT_TRUE(CallSearch(*front_.stub, request, &merged).ok());
+    ASSERT_TRUE(CallSearch(*whole_.stub, request, &whole).ok());
+    EXPECT_EQ(merged.filter_matched_rows(), whole.filter_matched_rows());
+    const AttributeColumns attributes = knnd::testing::MakeAttributes(3000, 7);
+    for (int64_t id : merged.ids()) {
+      ASSERT_GE(id, 0);
+      EXPECT_LT(attributes.columns[0].ints[id], 60000) << id;
+    }
+  }
+  grpc::ClientContext context;
+  knnd::v1::GetIndexInfoResponse info;
+  ASSERT_TRUE(front_.stub->GetIndexInfo(&context, {}, &info).ok());
+  ASSERT_EQ(info.attributes_size(), 5);
+  EXPECT_EQ(info.attributes(0).name(), "u");
+  EXPECT_EQ(info.attributes(0).rows_with_value(), 3000);
 }
 
 // A bytes field's values, in order (the host is little-endian).

@@ -129,9 +129,63 @@ std::vector<float> BuildIndex(const std::string& path, const BuildSpec& spec) {
     EXPECT_TRUE(s.ok()) << s;
     metadata.set_payloads(true);
   }
+  if (spec.attributes.has_value()) {
+    absl::Status s =
+        WriteAttributeStore(AttributeStorePath(path), *spec.attributes);
+    EXPECT_TRUE(s.ok()) << s;
+    metadata.set_attributes(true);
+  }
   absl::Status written = (*builder)->Write(path, 4, metadata);
   EXPECT_TRUE(written.ok()) << written;
   return x;
+}
+
+AttributeColumns MakeAttributes(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const size_t rows = static_cast<size_t>(n);
+  AttributeColumns out;
+  out.rows = n;
+  AttributeColumn& u = out.columns.emplace_back();
+  u.name = "u";
+  u.type = AttributeType::kInteger;
+  u.present.assign(rows, true);
+  for (size_t r = 0; r < rows; ++r) u.ints.push_back(rng() % 100000);
+  for (const char* name : {"genre", "tags"}) {
+    AttributeColumn& c = out.columns.emplace_back();
+    c.name = name;
+    const bool list = c.name == "tags";
+    c.type = list ? AttributeType::kKeywordList : AttributeType::kKeyword;
+    c.dictionary = list ? std::vector<std::string>{"t0", "t1", "t2", "t3", "t4",
+                                                   "t5", "t6", "t7", "t8", "t9"}
+                        : std::vector<std::string>{"news", "sport", "arts",
+                                                   "tech"};
+    c.offsets.push_back(0);
+    for (size_t r = 0; r < rows; ++r) {
+      const size_t held = list ? rng() % 4 : (r % 7 == 0 ? 0 : 1);
+      for (size_t i = 0; i < held; ++i) {
+        c.codes.push_back(static_cast<uint32_t>(rng() % c.dictionary.size()));
+      }
+      c.present.push_back(held > 0);
+      c.offsets.push_back(static_cast<int64_t>(c.codes.size()));
+    }
+  }
+  AttributeColumn& score = out.columns.emplace_back();
+  score.name = "score";
+  score.type = AttributeType::kFloat;
+  std::uniform_real_distribution<double> unit(0, 1);
+  for (size_t r = 0; r < rows; ++r) {
+    score.present.push_back(r % 5 != 0);
+    score.floats.push_back(r % 5 != 0 ? unit(rng) : 0);
+  }
+  AttributeColumn& ts = out.columns.emplace_back();
+  ts.name = "ts";
+  ts.type = AttributeType::kTimestamp;
+  ts.present.assign(rows, true);
+  const int64_t start = int64_t{1577836800} * 1000000;  // 2020-01-01
+  for (size_t r = 0; r < rows; ++r) {
+    ts.ints.push_back(start + static_cast<int64_t>(r) * 86400 * 1000000);
+  }
+  return out;
 }
 
 absl::Status WriteVectorsFile(const std::string& path,
@@ -182,7 +236,8 @@ std::unique_ptr<IndexSnapshot> LoadSnapshot(const std::string& path,
 SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
                              const std::vector<float>& queries, int k,
                              int nprobe, int refine_factor,
-                             absl::Span<const int64_t> allowed_ids) {
+                             absl::Span<const int64_t> allowed_ids,
+                             const RowBitmap* allowed_rows) {
   const int64_t n = static_cast<int64_t>(queries.size()) / snapshot.info().dim;
   SearchResults results;
   results.distances.resize(n * k);
@@ -193,6 +248,7 @@ SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
   args.k = k;
   args.nprobe = nprobe;
   args.allowed_ids = allowed_ids;
+  args.allowed_rows = allowed_rows;
   args.distances = results.distances.data();
   args.ids = results.ids.data();
   args.refine_factor = refine_factor;

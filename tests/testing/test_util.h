@@ -27,6 +27,7 @@
 #include "knnd/monitoring/metrics.h"
 #include "knnd/rpc/listener.h"
 #include "knnd/server.h"
+#include "knnd/storage/attribute_store.h"
 #include "knnd/storage/vectors_file.h"
 #include "knnd/v1/config.pb.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
@@ -92,7 +93,20 @@ struct BuildSpec {
   // Non-empty (n entries): row i's payload line (JSON), in
   // PayloadPath(path), as `knnctl build --payloads` writes them.
   std::vector<std::string> payloads;
+  // Set (n rows): the attribute store AttributeStorePath(path), as
+  // `knnctl build --attributes` writes it.
+  absl::optional<AttributeColumns> attributes;
 };
+
+// Seeded attributes of `n` rows, every type once:
+//   "u"      integer, uniform in [0, 100000) on every row: the range
+//            [0, 100000 * s) admits a fraction s of the rows
+//   "genre"  keyword, one of "news", "sport", "arts", "tech"; none on
+//            every 7th row
+//   "tags"   keyword_list, 0 to 3 of "t0" .. "t9"
+//   "score"  float in [0, 1); none on every 5th row
+//   "ts"     timestamp (epoch microseconds), a day apart from 2020-01-01
+AttributeColumns MakeAttributes(int64_t n, uint32_t seed);
 
 // Builds `spec` into `path` (one OpenMP thread: tests share the machine,
 // and threads spinning on busy cores made a build take 17 s instead of 2 s)
@@ -136,7 +150,8 @@ struct SearchResults {
 SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
                              const std::vector<float>& queries, int k,
                              int nprobe, int refine_factor = 0,
-                             absl::Span<const int64_t> allowed_ids = {});
+                             absl::Span<const int64_t> allowed_ids = {},
+                             const RowBitmap* allowed_rows = nullptr);
 
 // ---- exact answers, in double precision and independent of FAISS ----
 

@@ -33,6 +33,7 @@ namespace {
 using ::knnd::testing::FreePort;
 using ::knnd::testing::MakeData;
 using ::knnd::testing::ReadFile;
+using ::knnd::testing::WriteFile;
 using ::knnd::testing::ReferenceSearch;
 using ::knnd::testing::TempDir;
 using ::knnd::testing::WriteFile;
@@ -830,6 +831,65 @@ TEST(Knnctl, PayloadsBuildAndShardWithTheirRows) {
   EXPECT_EQ(e.exit_code, 2) << e.output;  // an invalid input
   EXPECT_THAT(e.output, HasSubstr(dir.path("bad.jsonl") + ":2: a payload is"));
   EXPECT_THAT(e.output, Not(HasSubstr("training")));
+}
+
+// --attributes: the columns are listed, written beside the index and
+// sliced for shards (build --shards and shard write the same stores);
+// mistakes stop the build naming the file, the line and the field.
+TEST(Knnctl, AttributesBuildShardAndRefuseMistakes) {
+  TempDir dir;
+  WriteData(dir.path("base.npy"), 3000, 32, 31);
+  std::string lines;
+  for (int row = 0; row < 3000; ++row) {
+    lines += absl::StrCat("{\"year\": ", 2000 + row % 25,
+                          row % 3 == 0 ? "" : ", \"genre\": \"news\"",
+                          ", \"tags\": [\"t", row % 7, "\"]}\n");
+  }
+  WriteFile(dir.path("attrs.jsonl"), lines);
+  const std::string common =
+      absl::StrCat("build --input ", dir.path("base.npy"), " --attributes ",
+                   dir.path("attrs.jsonl"));
+  const std::string built = dir.path("built.index");
+  const std::string whole = dir.path("whole.index");
+  CommandResult a =
+      Knnctl(absl::StrCat(common, " --output ", built, " --shards 2"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_THAT(a.output, HasSubstr("attribute: year (integer)"));
+  EXPECT_THAT(a.output, HasSubstr("attribute: tags (keyword_list)"));
+  CommandResult b = Knnctl(absl::StrCat(common, " --output ", whole));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_THAT(b.output, HasSubstr(whole + ".attrs (3 attribute columns"));
+  CommandResult info = Knnctl("info --index " + whole);
+  EXPECT_THAT(info.output, HasSubstr("genre          keyword, 1 distinct"));
+  ASSERT_EQ(Knnctl(absl::StrCat("shard --index ", whole, " --shards 2 "
+                                "--output ", dir.path("split")))
+                .exit_code,
+            0);
+  for (int s = 0; s < 2; ++s) {
+    const std::string x = absl::StrCat(built, ".shard-", s, "-of-2.attrs");
+    const std::string y =
+        absl::StrCat(dir.path("split"), ".shard-", s, "-of-2.attrs");
+    EXPECT_FALSE(ReadFile(x).empty()) << x;
+    EXPECT_EQ(ReadFile(x), ReadFile(y)) << s;
+  }
+
+  std::string mixed = "{\"year\": 2001}\n{\"year\": \"2002\"}\n";
+  for (int row = 2; row < 3000; ++row) mixed += "{}\n";
+  WriteFile(dir.path("mixed.jsonl"), mixed);
+  CommandResult c = Knnctl(absl::StrCat("build --input ", dir.path("base.npy"),
+                                        " --output ", dir.path("bad.index"),
+                                        " --attributes ",
+                                        dir.path("mixed.jsonl")));
+  EXPECT_EQ(c.exit_code, 2);
+  EXPECT_THAT(c.output, HasSubstr(absl::StrCat(
+                            dir.path("mixed.jsonl"),
+                            ": line 2: field \"year\" is a string")));
+  WriteFile(dir.path("short.jsonl"), "{}\n{}\n");
+  c = Knnctl(absl::StrCat("build --input ", dir.path("base.npy"), " --output ",
+                          dir.path("bad.index"), " --attributes ",
+                          dir.path("short.jsonl")));
+  EXPECT_EQ(c.exit_code, 2);
+  EXPECT_THAT(c.output, HasSubstr("has 2 lines but the input has 3000"));
 }
 
 // tune measures settings on a sample of the indexed vectors (no queries

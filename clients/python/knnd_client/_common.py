@@ -17,6 +17,7 @@ call is made here, once, so that the two cannot drift apart.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import json
 import logging
@@ -26,7 +27,7 @@ import os
 import random
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
@@ -338,8 +339,132 @@ def search_payloads(response: pb.SearchResponse, shape: Tuple[int, int]
                           for q in range(rows)])
 
 
+# The operators of a filter dict (filter_message), Chroma's and Qdrant's.
+_RANGE_OPERATORS = {"$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}
+_FIELD_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt",
+                    "$lte", "$exists")
+
+
+def _attribute_value(value: Any, where: str) -> pb.AttributeValue:
+    """One value of a filter as knnd's AttributeValue: int, float, str, or
+    a timezone-aware datetime (sent as RFC 3339, for timestamp columns)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{where}: {value!r} is a boolean; attributes hold "
+                         "integers, floats, strings and timestamps")
+    if isinstance(value, numbers.Integral):
+        return pb.AttributeValue(int_value=int(value))
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(float(value)):
+            raise ValueError(f"{where}: {value!r} is not a finite number")
+        return pb.AttributeValue(float_value=float(value))
+    if isinstance(value, str):
+        return pb.AttributeValue(keyword=value)
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"{where}: datetime {value} has no timezone; "
+                             "give an aware one (e.g. tzinfo=timezone.utc)")
+        return pb.AttributeValue(keyword=value.isoformat())
+    raise ValueError(f"{where}: {value!r} ({type(value).__name__}) is not an "
+                     "int, float, str or datetime")
+
+
+def _value_list(values: Any, where: str) -> pb.ValueList:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise ValueError(f"{where}: expected a list of values, got {values!r}")
+    if not values:
+        raise ValueError(f"{where}: the list is empty; give at least one value")
+    return pb.ValueList(values=[_attribute_value(v, f"{where}[{i}]")
+                                for i, v in enumerate(values)])
+
+
+def _all_of(parts: List[pb.Filter]) -> pb.Filter:
+    if len(parts) == 1:
+        return parts[0]
+    return pb.Filter(all_of=pb.FilterList(filters=parts))
+
+
+def _field_filter(field: str, spec: Any, where: str) -> pb.Filter:
+    """The filter of one field: a bare value (equality; for a keyword list:
+    contains) or a dict of operators, ANDed."""
+    if not isinstance(spec, Mapping):
+        return pb.Filter(condition=pb.Condition(
+            field=field, eq=_attribute_value(spec, where)))
+    if not spec:
+        raise ValueError(f"{where}: no operator; use one of "
+                         f"{', '.join(_FIELD_OPERATORS)}")
+    parts: List[pb.Filter] = []
+    bounds = pb.Range()
+    for op, value in spec.items():
+        at = f"{where}[{op!r}]"
+        if op in _RANGE_OPERATORS:
+            getattr(bounds, _RANGE_OPERATORS[op]).CopyFrom(
+                _attribute_value(value, at))
+        elif op in ("$eq", "$ne"):
+            eq = pb.Filter(condition=pb.Condition(
+                field=field, eq=_attribute_value(value, at)))
+            parts.append(eq if op == "$eq" else pb.Filter(negate=eq))
+        elif op in ("$in", "$nin"):
+            member = pb.Filter(condition=pb.Condition(
+                field=field, **{"in": _value_list(value, at)}))
+            parts.append(member if op == "$in" else pb.Filter(negate=member))
+        elif op == "$exists":
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"{at}: expected True or False, got {value!r}")
+            parts.append(pb.Filter(condition=pb.Condition(
+                field=field, exists=bool(value))))
+        else:
+            raise ValueError(f"{at}: unknown operator; use one of "
+                             f"{', '.join(_FIELD_OPERATORS)}")
+    if ("$gt" in spec and "$gte" in spec) or ("$lt" in spec and "$lte" in spec):
+        raise ValueError(f"{where}: give one of $gt and $gte, and one of $lt "
+                         "and $lte")
+    if bounds.ListFields():
+        parts.append(pb.Filter(condition=pb.Condition(field=field,
+                                                      range=bounds)))
+    return _all_of(parts)
+
+
+def filter_message(spec: Any, where: str = "filter") -> pb.Filter:
+    """A filter dict in the style of Chroma and Qdrant as knnd's Filter:
+    {"genre": "news"} (equality; on a keyword list: contains),
+    {"year": {"$gte": 2020, "$lt": 2024}}, {"tags": {"$in": ["a", "b"]}},
+    {"$and": [...]}, {"$or": [...]}, {"$not": {...}}; the operators $eq $ne
+    $in $nin $gt $gte $lt $lte $exists. Several keys in one dict are ANDed.
+    ValueError naming the key for anything else."""
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"{where}: expected a dict, got {spec!r}")
+    if not spec:
+        raise ValueError(f"{where}: the dict is empty; give a field or "
+                         "$and / $or / $not")
+    parts: List[pb.Filter] = []
+    for key, value in spec.items():
+        at = f"{where}[{key!r}]"
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"{at}: keys are attribute names or $and, $or, "
+                             "$not")
+        if key in ("$and", "$or"):
+            if isinstance(value, (str, bytes, Mapping)) or \
+                    not isinstance(value, Sequence) or not value:
+                raise ValueError(f"{at}: expected a non-empty list of filter "
+                                 "dicts")
+            items = pb.FilterList(filters=[
+                filter_message(item, f"{at}[{i}]")
+                for i, item in enumerate(value)])
+            parts.append(pb.Filter(all_of=items) if key == "$and"
+                         else pb.Filter(any_of=items))
+        elif key == "$not":
+            parts.append(pb.Filter(negate=filter_message(value, at)))
+        elif key.startswith("$"):
+            raise ValueError(f"{at}: unknown operator; at the top use $and, "
+                             "$or, $not or an attribute name")
+        else:
+            parts.append(_field_filter(key, value, at))
+    return _all_of(parts)
+
+
 def search_request(queries: Any, k: Any, nprobe: Any, allowed_ids: Any,
-                   refine_factor: Any, payloads: Any = None
+                   refine_factor: Any, payloads: Any = None,
+                   filter: Any = None
                    ) -> pb.SearchRequest:
     """The SearchRequest of one search() call, every argument checked
     before any RPC (TypeError / ValueError naming the argument); it asks
@@ -352,21 +477,24 @@ def search_request(queries: Any, k: Any, nprobe: Any, allowed_ids: Any,
     asked = payload_request(payloads)
     if asked is not None:
         request.payloads.CopyFrom(asked)
+    if filter is not None:
+        request.filter.CopyFrom(filter_message(filter))
     return request
 
 
 def serialized_search_request(queries: Any, k: Any, nprobe: Any,
                               allowed_ids: Any, refine_factor: Any,
-                              payloads: Any = None
+                              payloads: Any = None, filter: Any = None
                               ) -> Tuple[bytes, Tuple[int, int]]:
     """search_request() serialized, and the (num_queries, k) shape its
-    answer must have. Without an allow-list or payloads no message is
-    built: the serialized head of (dim, k, nprobe, refine_factor), cached,
-    followed by the vectors field (fields may come in any order on the
-    wire)."""
-    if allowed_ids is not None or payload_request(payloads) is not None:
+    answer must have. Without an allow-list, payloads or a filter no
+    message is built: the serialized head of (dim, k, nprobe,
+    refine_factor), cached, followed by the vectors field (fields may come
+    in any order on the wire)."""
+    if allowed_ids is not None or filter is not None or \
+            payload_request(payloads) is not None:
         request = search_request(queries, k, nprobe, allowed_ids,
-                                 refine_factor, payloads)
+                                 refine_factor, payloads, filter)
         return request.SerializeToString(), (
             len(request.vectors_f32le) // (4 * request.dim), request.k)
     vectors, rows, dim = query_bytes(queries)

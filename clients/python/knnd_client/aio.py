@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple,
-                    Union, cast)
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Tuple, Union, cast)
 
 import grpc
 import grpc.aio
@@ -81,6 +81,7 @@ class AsyncKnnClient:
     async def search(self, queries: npt.NDArray[np.float32], k: int,
                      nprobe: Optional[int] = None, *,
                      allowed_ids: Optional[npt.ArrayLike] = None,
+                     filter: Optional[Mapping[str, Any]] = None,
                      refine_factor: Optional[int] = None,
                      payloads: Union[bool, Sequence[str], None] = None,
                      timeout_s: Optional[float] = None,
@@ -90,7 +91,7 @@ class AsyncKnnClient:
         grpc.RpcError). The arguments are checked before the call waits for
         a slot, so a bad one raises at once."""
         request, shape = _common.serialized_search_request(
-            queries, k, nprobe, allowed_ids, refine_factor, payloads)
+            queries, k, nprobe, allowed_ids, refine_factor, payloads, filter)
         return _common.search_answer(
             await self._call(self._search, request, timeout_s, "Search"),
             shape, payloads)
@@ -213,6 +214,7 @@ class AsyncShardedKnnClient:
     async def search(self, queries: npt.NDArray[np.float32], k: int,
                      nprobe: Optional[int] = None, *,
                      allowed_ids: Optional[npt.ArrayLike] = None,
+                     filter: Optional[Mapping[str, Any]] = None,
                      refine_factor: Optional[int] = None,
                      payloads: Union[bool, Sequence[str], None] = None,
                      timeout_s: Optional[float] = None,
@@ -221,7 +223,7 @@ class AsyncShardedKnnClient:
         """ShardedKnnClient.search, awaited. Cancelling the awaiting task
         cancels every shard's RPC."""
         result = await self.search_result(
-            queries, k, nprobe, allowed_ids=allowed_ids,
+            queries, k, nprobe, allowed_ids=allowed_ids, filter=filter,
             refine_factor=refine_factor, payloads=payloads,
             timeout_s=timeout_s, allow_partial=allow_partial)
         if result.payloads is None:
@@ -231,6 +233,7 @@ class AsyncShardedKnnClient:
     async def search_result(self, queries: npt.NDArray[np.float32], k: int,
                             nprobe: Optional[int] = None, *,
                             allowed_ids: Optional[npt.ArrayLike] = None,
+                            filter: Optional[Mapping[str, Any]] = None,
                             refine_factor: Optional[int] = None,
                             payloads: Union[bool, Sequence[str], None] = None,
                             timeout_s: Optional[float] = None,
@@ -238,7 +241,7 @@ class AsyncShardedKnnClient:
                             ) -> ShardedSearchResult:
         """ShardedKnnClient.search_result, awaited."""
         request = _common.search_request(queries, k, nprobe, allowed_ids,
-                                         refine_factor, payloads)
+                                         refine_factor, payloads, filter)
         self._check_loop()
         scatter = sharding.SearchScatter(
             self._targets, self._versions, self._retry,

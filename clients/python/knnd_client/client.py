@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import queue
 import time
-from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple,
-                    Union, cast)
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Tuple, Union, cast)
 
 import grpc
 import numpy as np
@@ -67,6 +67,7 @@ class KnnClient:
     def search(self, queries: npt.NDArray[np.float32], k: int,
                nprobe: Optional[int] = None, *,
                allowed_ids: Optional[npt.ArrayLike] = None,
+               filter: Optional[Mapping[str, Any]] = None,
                refine_factor: Optional[int] = None,
                payloads: Union[bool, Sequence[str], None] = None,
                timeout_s: Optional[float] = None,
@@ -78,6 +79,13 @@ class KnnClient:
         k: neighbours per query, 1 <= k <= the server's max_k.
         nprobe: inverted lists to visit; None: the server's default.
         allowed_ids: optional 1-D integer ids; only these can be returned.
+        filter: optional attribute filter (index built with `knnctl build
+          --attributes`), a dict in the style of Chroma and Qdrant:
+          {"genre": "news"}, {"year": {"$gte": 2020, "$lt": 2024}},
+          {"tags": {"$in": ["a", "b"]}}, {"$and": [...]}, {"$or": [...]},
+          {"$not": {...}}; operators $eq $ne $in $nin $gt $gte $lt $lte
+          $exists. Only rows it admits can be returned; with allowed_ids
+          too, rows both admit. A bad dict is ValueError naming the key.
         refine_factor: exact re-ranking of refine_factor * k IVF-PQ
           candidates from the raw vectors served beside the index (distances
           then exact); 0: off; None: the server's default. Needs an index
@@ -101,7 +109,7 @@ class KnnClient:
         field and limit) or the deadline passes (DEADLINE_EXCEEDED).
         """
         request, shape = _common.serialized_search_request(
-            queries, k, nprobe, allowed_ids, refine_factor, payloads)
+            queries, k, nprobe, allowed_ids, refine_factor, payloads, filter)
         return _common.search_answer(
             self._call(self._search, request, timeout_s, "Search"), shape,
             payloads)
@@ -206,6 +214,7 @@ class ShardedKnnClient:
     def search(self, queries: npt.NDArray[np.float32], k: int,
                nprobe: Optional[int] = None, *,
                allowed_ids: Optional[npt.ArrayLike] = None,
+               filter: Optional[Mapping[str, Any]] = None,
                refine_factor: Optional[int] = None,
                payloads: Union[bool, Sequence[str], None] = None,
                timeout_s: Optional[float] = None,
@@ -223,7 +232,7 @@ class ShardedKnnClient:
         one version (docs/sharding.md, rule 4).
         """
         result = self.search_result(
-            queries, k, nprobe, allowed_ids=allowed_ids,
+            queries, k, nprobe, allowed_ids=allowed_ids, filter=filter,
             refine_factor=refine_factor, payloads=payloads,
             timeout_s=timeout_s, allow_partial=allow_partial)
         if result.payloads is None:
@@ -233,6 +242,7 @@ class ShardedKnnClient:
     def search_result(self, queries: npt.NDArray[np.float32], k: int,
                       nprobe: Optional[int] = None, *,
                       allowed_ids: Optional[npt.ArrayLike] = None,
+                      filter: Optional[Mapping[str, Any]] = None,
                       refine_factor: Optional[int] = None,
                       payloads: Union[bool, Sequence[str], None] = None,
                       timeout_s: Optional[float] = None,
@@ -241,7 +251,7 @@ class ShardedKnnClient:
         """search() with where the answer came from: the index version and
         build, and with allow_partial the shards that are missing."""
         request = _common.search_request(queries, k, nprobe, allowed_ids,
-                                         refine_factor, payloads)
+                                         refine_factor, payloads, filter)
         self._fork_guard.check()
         scatter = sharding.SearchScatter(
             self._targets, self._versions, self._retry,

@@ -61,7 +61,10 @@ _READ_ONLY = (
 
 # The search() arguments a caller may pass through similarity_search's
 # **kwargs (and a retriever's search_kwargs).
-_SEARCH_KWARGS = ("nprobe", "refine_factor", "allowed_ids", "timeout_s")
+# filter: knnd's attribute filter dict (KnnClient.search), evaluated by
+# the server over the attributes the index was built with.
+_SEARCH_KWARGS = ("nprobe", "refine_factor", "allowed_ids", "filter",
+                  "timeout_s")
 
 Docstore = Union[Mapping[int, Document], "BaseStore[str, Document]"]
 
@@ -282,10 +285,6 @@ class KnndVectorStore(VectorStore):
 
     def _search_arguments(self, k: int, kwargs: Dict[str, Any]
                           ) -> Dict[str, Any]:
-        if "filter" in kwargs:
-            raise TypeError(
-                "KnndVectorStore has no metadata filter: knnd filters by "
-                "vector id, pass allowed_ids=[...]")
         unknown = sorted(set(kwargs) - set(_SEARCH_KWARGS))
         if unknown:
             raise TypeError(

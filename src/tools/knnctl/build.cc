@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -33,6 +34,8 @@
 #include "knnd/index/index_sharding.h"
 #include "knnd/monitoring/build_info.h"
 #include "knnd/monitoring/process_stats.h"
+#include "knnd/storage/attribute_jsonl.h"
+#include "knnd/storage/attribute_store.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/payload_file.h"
@@ -54,6 +57,7 @@ struct BuildOptions {
   int64_t train_size = 0;
   std::string ids;
   std::string payloads;
+  std::string attributes;
   int64_t add_batch = 65536;
   uint32_t seed = 1234;
   int stored_nprobe = 0;
@@ -296,6 +300,24 @@ absl::Status WriteOrRemoveIdTable(const std::string& index_path,
       path, absl::MakeConstSpan(ids.data() + first, end - first), source);
 }
 
+// Writes rows [first, end) of `attributes` beside `index_path` as its
+// attribute store, or removes one left by an earlier build (none given).
+absl::Status WriteOrRemoveAttributes(
+    const std::string& index_path,
+    const std::optional<AttributeColumns>& attributes, int64_t first,
+    int64_t end) {
+  const std::string path = AttributeStorePath(index_path);
+  if (!attributes.has_value()) {
+    if (unlink(path.c_str()) == 0) {
+      std::printf("removed:  %s (of a previous build)\n", path.c_str());
+    }
+    return absl::OkStatus();
+  }
+  return WriteAttributeStore(path, first == 0 && end == attributes->rows
+                                       ? *attributes
+                                       : SliceColumns(*attributes, first, end));
+}
+
 // The payload files of the index the build writes (`plan` empty), or of
 // the shards of `plan`, each with the end of its rows.
 std::vector<PayloadPart> PayloadParts(const BuildOptions& options,
@@ -354,14 +376,21 @@ absl::Status WriteOrRemovePayloads(const BuildOptions& options,
 // false (after printing why) on failure.
 bool WriteShards(const BuildOptions& options, const IndexBuilder& b,
                  const std::vector<ShardSpec>& plan,
-                 const std::vector<int64_t>& ids, int nprobe,
-                 const knnd::v1::IndexMetadata& metadata) {
+                 const std::vector<int64_t>& ids,
+                 const std::optional<AttributeColumns>& attributes,
+                 int nprobe, const knnd::v1::IndexMetadata& metadata) {
   const std::string build_id = NewBuildId();
   for (const ShardSpec& shard : plan) {
     const std::string path =
         ShardPath(options.output, shard.shard_id, shard.shard_count);
     if (absl::Status s = WriteOrRemoveIdTable(path, ids, shard.first_id,
                                               shard.end_id, options.ids);
+        !s.ok()) {
+      Fail(s);
+      return false;
+    }
+    if (absl::Status s = WriteOrRemoveAttributes(path, attributes,
+                                                 shard.first_id, shard.end_id);
         !s.ok()) {
       Fail(s);
       return false;
@@ -492,6 +521,17 @@ int Build(const BuildOptions& options) {
     if (!read_ids.ok()) return Fail(read_ids.status());
     ids = std::move(*read_ids);
   }
+  std::optional<AttributeColumns> attributes;
+  if (!options.attributes.empty()) {
+    absl::StatusOr<AttributeColumns> read_attributes =
+        ReadAttributesJsonl(options.attributes, rows);
+    if (!read_attributes.ok()) return Fail(read_attributes.status());
+    attributes = std::move(*read_attributes);
+    for (const AttributeColumn& column : attributes->columns) {
+      std::printf("attribute: %s (%s)\n", column.name.c_str(),
+                  AttributeTypeName(column.type));
+    }
+  }
   absl::StatusOr<std::vector<ShardSpec>> plan =
       PlanRowShards(rows, options.shards);
   if (!plan.ok()) return Fail(plan.status());
@@ -596,8 +636,10 @@ int Build(const BuildOptions& options) {
   metadata.set_built_by(absl::StrCat("knnctl build: ", BuildInfoLine()));
   metadata.set_id_table(!ids.empty());
   metadata.set_payloads(!options.payloads.empty());
+  metadata.set_attributes(attributes.has_value());
   if (options.shards > 0) {
-    const bool ok = WriteShards(options, b, *plan, ids, nprobe, metadata);
+    const bool ok =
+        WriteShards(options, b, *plan, ids, attributes, nprobe, metadata);
     if (ok) PrintMemory(shape, b, baseline, peak_trained, peak_added);
     return ok ? kExitOk : kExitError;
   }
@@ -605,6 +647,10 @@ int Build(const BuildOptions& options) {
   // sidecar follow, and a loader takes a version as complete only with its
   // sidecar.
   if (absl::Status s = WriteOrRemoveIdTable(output, ids, 0, rows, options.ids);
+      !s.ok()) {
+    return Fail(s);
+  }
+  if (absl::Status s = WriteOrRemoveAttributes(output, attributes, 0, rows);
       !s.ok()) {
     return Fail(s);
   }
@@ -631,6 +677,13 @@ int Build(const BuildOptions& options) {
                 "ids of %s)\n",
                 IdTablePath(output).c_str(), MiB(st.st_size),
                 options.ids.c_str());
+  }
+  if (attributes.has_value()) {
+    stat(AttributeStorePath(output).c_str(), &st);
+    std::printf("wrote:    %s (%zu attribute columns, %.1f MiB, for "
+                "filters)\n",
+                AttributeStorePath(output).c_str(),
+                attributes->columns.size(), MiB(st.st_size));
   }
   PrintMemory(shape, b, baseline, peak_trained, peak_added);
   std::printf("next:     knnctl tune --index %s%s%s (records the fastest "
@@ -684,6 +737,13 @@ std::function<int()> DefineBuild(FlagSet& flags) {
             "a JSON string, stored as {\"text\": \"...\"}. Written to "
             "INDEX.payloads (mapped by knnd, file-backed), which knnd "
             "returns with the ids of a Search asking for them.");
+  flags.Add("attributes", &options->attributes, "FILE",
+            "JSON Lines of the rows' attributes for filters: line i is a "
+            "JSON object holding row i's (e.g. {\"genre\": \"news\", "
+            "\"year\": 2021, \"tags\": [\"a\"]}; {} for none). Column "
+            "types are inferred: integer, float, timestamp (RFC 3339 "
+            "strings), keyword (other strings), keyword_list (arrays of "
+            "strings). Written to INDEX.attrs (docs/knnctl.md).");
   flags.Add("stored_nprobe", &options->stored_nprobe, "N",
             "nprobe stored in the index file: what knnd searches with when "
             "its config's default_nprobe is 0; 0 = nlist/32.");

@@ -185,6 +185,18 @@ int InfoOfFile(const std::string& path) {
                 static_cast<long long>(i.max_payload_json_bytes),
                 absl::StrJoin(i.payload_fields, ", ").c_str());
   }
+  if (const AttributeStore* attributes = (*snapshot)->attributes();
+      attributes != nullptr) {
+    std::printf("attributes:      %s (%.1f MiB)\n", i.attributes_path.c_str(),
+                MiB(i.attributes_file_bytes));
+    for (const AttributeStore::Column& column : attributes->columns()) {
+      std::printf("  %-14s %s, %lld %s\n", column.name.c_str(),
+                  AttributeTypeName(column.type),
+                  static_cast<long long>(column.count),
+                  IsNumeric(column.type) ? "rows with a value"
+                                         : "distinct keywords");
+    }
+  }
   return kExitOk;
 }
 

@@ -1,0 +1,42 @@
+// Reads the attributes `knnctl build --attributes FILE` takes: JSON Lines,
+// line i holding the attributes of vector row i as one JSON object
+// ({"genre": "news", "year": 2021, "tags": ["a", "b"]}; {} for a row
+// without any). A missing member or null is no value. Each member name is
+// a column whose type is inferred over the whole file:
+//   integer       every value an integer (exact int64)
+//   float         numbers, at least one not an integer
+//   timestamp     every value an RFC 3339 date-time string
+//                 ("2023-05-01T12:00:00Z", offsets and fractions allowed),
+//                 stored as int64 microseconds since the Unix epoch
+//   keyword       strings (any other string)
+//   keyword_list  arrays of strings (tags; [] is no value)
+// Anything else (booleans, objects, arrays of non-strings) and a column
+// mixing kinds are INVALID_ARGUMENT naming the file, the line and the
+// field.
+//
+// Thread-safety: a pure function of the file.
+#ifndef KNND_STORAGE_ATTRIBUTE_JSONL_H_
+#define KNND_STORAGE_ATTRIBUTE_JSONL_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "knnd/storage/attribute_store.h"
+
+namespace knnd {
+
+// The columns of `path`, which must hold exactly `expect_rows` lines.
+absl::StatusOr<AttributeColumns> ReadAttributesJsonl(const std::string& path,
+                                                     int64_t expect_rows);
+
+// `text` as RFC 3339 date-time, in microseconds since the Unix epoch;
+// nullopt when it is not one. Filters compare timestamps given as strings
+// through it too.
+std::optional<int64_t> ParseTimestampMicros(absl::string_view text);
+
+}  // namespace knnd
+
+#endif  // KNND_STORAGE_ATTRIBUTE_JSONL_H_

@@ -1,0 +1,222 @@
+// Attribute filters compile to exactly the rows a brute-force evaluation of
+// the seeded attributes admits, for every test and combination; every
+// mistake is INVALID_ARGUMENT naming where it is, the field and the limit.
+#include "knnd/index/attribute_filter.h"
+
+#include <functional>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <google/protobuf/text_format.h>
+#include <gtest/gtest.h>
+
+#include "testing/test_util.h"
+
+namespace knnd {
+namespace {
+
+using ::knnd::testing::MakeAttributes;
+using ::knnd::testing::TempDir;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr int64_t kRows = 3000;
+
+knnd::v1::Filter Parse(const std::string& text) {
+  knnd::v1::Filter filter;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &filter))
+      << text;
+  return filter;
+}
+
+class AttributeFilterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    columns_ = MakeAttributes(kRows, 9);
+    const std::string path = tmp_.path("x.attrs");
+    ASSERT_TRUE(WriteAttributeStore(path, columns_).ok());
+    absl::StatusOr<std::unique_ptr<AttributeStore>> store =
+        AttributeStore::Open(path, kRows, true);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+  }
+
+  const AttributeColumn& Column(const std::string& name) const {
+    for (const AttributeColumn& c : columns_.columns) {
+      if (c.name == name) return c;
+    }
+    ADD_FAILURE() << name;
+    return columns_.columns[0];
+  }
+  bool HoldsKeyword(const std::string& name, int64_t r,
+                    const std::string& keyword) const {
+    const AttributeColumn& c = Column(name);
+    for (int64_t i = c.offsets[r]; i < c.offsets[r + 1]; ++i) {
+      if (c.dictionary[c.codes[i]] == keyword) return true;
+    }
+    return false;
+  }
+
+  // Compiles `text` and compares with `admits` row by row.
+  void ExpectRows(const std::string& text,
+                  const std::function<bool(int64_t)>& admits) const {
+    SCOPED_TRACE(text);
+    absl::StatusOr<RowBitmap> rows =
+        CompileFilter(Parse(text), store_.get(), FilterLimits{});
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    ASSERT_EQ(rows->size(), kRows);
+    int64_t admitted = 0;
+    for (int64_t r = 0; r < kRows; ++r) {
+      ASSERT_EQ(rows->Test(r), admits(r)) << "row " << r;
+      admitted += admits(r);
+    }
+    EXPECT_EQ(rows->Count(), admitted);
+  }
+
+  absl::Status Error(const std::string& text,
+                     const FilterLimits& limits = FilterLimits{}) const {
+    return CompileFilter(Parse(text), store_.get(), limits).status();
+  }
+
+  TempDir tmp_;
+  AttributeColumns columns_;
+  std::unique_ptr<AttributeStore> store_;
+};
+
+TEST_F(AttributeFilterTest, EveryTestMatchesBruteForce) {
+  const AttributeColumn& u = Column("u");
+  const AttributeColumn& score = Column("score");
+  const AttributeColumn& ts = Column("ts");
+  ExpectRows("condition { field: 'genre' eq { keyword: 'news' } }",
+             [&](int64_t r) { return HoldsKeyword("genre", r, "news"); });
+  ExpectRows("condition { field: 'genre' eq { keyword: 'opera' } }",
+             [](int64_t) { return false; });
+  ExpectRows("condition { field: 'tags' eq { keyword: 't3' } }",
+             [&](int64_t r) { return HoldsKeyword("tags", r, "t3"); });
+  ExpectRows(
+      "condition { field: 'tags' in { values { keyword: 't1' } values { "
+      "keyword: 't8' } } }",
+      [&](int64_t r) {
+        return HoldsKeyword("tags", r, "t1") || HoldsKeyword("tags", r, "t8");
+      });
+  ExpectRows(
+      "condition { field: 'u' range { gte { int_value: 1000 } lt { "
+      "int_value: 50000 } } }",
+      [&](int64_t r) { return u.ints[r] >= 1000 && u.ints[r] < 50000; });
+  ExpectRows(
+      "condition { field: 'u' range { gt { int_value: 1000 } lte { "
+      "int_value: 50000 } } }",
+      [&](int64_t r) { return u.ints[r] > 1000 && u.ints[r] <= 50000; });
+  ExpectRows("condition { field: 'u' eq { int_value: " +
+                 std::to_string(u.ints[17]) + " } }",
+             [&](int64_t r) { return u.ints[r] == u.ints[17]; });
+  ExpectRows("condition { field: 'score' range { lt { float_value: 0.25 } } }",
+             [&](int64_t r) { return score.present[r] && score.floats[r] < 0.25; });
+  ExpectRows("condition { field: 'score' range { gte { int_value: 0 } } }",
+             [&](int64_t r) { return score.present[r]; });
+  ExpectRows("condition { field: 'score' exists: false }",
+             [&](int64_t r) { return !score.present[r]; });
+  ExpectRows("condition { field: 'tags' exists: true }",
+             [&](int64_t r) { return Column("tags").present[r]; });
+  // 2020-01-01 + 100 days = 2020-04-10.
+  ExpectRows(
+      "condition { field: 'ts' range { gte { keyword: "
+      "'2020-04-10T00:00:00Z' } } }",
+      [&](int64_t r) { return r >= 100; });
+  ExpectRows("condition { field: 'ts' eq { int_value: " +
+                 std::to_string(ts.ints[5]) + " } }",
+             [](int64_t r) { return r == 5; });
+}
+
+TEST_F(AttributeFilterTest, AndOrNotCombineLikeBruteForce) {
+  const AttributeColumn& u = Column("u");
+  ExpectRows(
+      "all_of { filters { condition { field: 'genre' eq { keyword: 'news' } "
+      "} } filters { negate { condition { field: 'u' range { lt { "
+      "int_value: 30000 } } } } } }",
+      [&](int64_t r) {
+        return HoldsKeyword("genre", r, "news") && u.ints[r] >= 30000;
+      });
+  ExpectRows(
+      "any_of { filters { condition { field: 'genre' eq { keyword: 'arts' } "
+      "} } filters { condition { field: 'tags' eq { keyword: 't0' } } } }",
+      [&](int64_t r) {
+        return HoldsKeyword("genre", r, "arts") || HoldsKeyword("tags", r, "t0");
+      });
+  // NOT admits rows without a value.
+  ExpectRows("negate { condition { field: 'genre' eq { keyword: 'news' } } }",
+             [&](int64_t r) { return !HoldsKeyword("genre", r, "news"); });
+}
+
+TEST_F(AttributeFilterTest, MistakesNameWhereAndWhat) {
+  struct Case {
+    const char* filter;
+    std::vector<const char*> says;
+  };
+  const Case cases[] = {
+      {"condition { field: 'year' exists: true }",
+       {"filter.condition", "unknown attribute \"year\"", "u, genre"}},
+      {"condition { field: 'u' eq { keyword: 'x' } }",
+       {"\"u\"", "type integer", "int_value", "keyword \"x\""}},
+      {"condition { field: 'u' eq { float_value: 2.5 } }",
+       {"\"u\"", "float_value 2.5"}},
+      {"condition { field: 'genre' eq { int_value: 3 } }",
+       {"\"genre\"", "type keyword", "int_value 3"}},
+      {"condition { field: 'ts' eq { keyword: 'yesterday' } }",
+       {"\"ts\"", "RFC 3339"}},
+      {"condition { field: 'genre' in { } }", {"\"genre\"", "in-list", "empty"}},
+      {"condition { field: 'u' range { } }", {"\"u\"", "no bound"}},
+      {"condition { field: 'genre' range { gt { keyword: 'a' } } }",
+       {"\"genre\"", "ranges apply"}},
+      {"condition { field: 'u' range { gt { int_value: 1 } gte { int_value: "
+       "2 } } }",
+       {"\"u\"", "gt and gte"}},
+      {"condition { field: 'u' }", {"\"u\"", "no test"}},
+      {"condition { eq { int_value: 1 } }", {"field is empty"}},
+      {"all_of { }", {"filter.all_of", "no filter"}},
+      {"any_of { filters { condition { field: 'u' exists: true } } filters { "
+       "} }",
+       {"filter.any_of[1]", "none of"}},
+      {"all_of { filters { negate { condition { field: 'zz' exists: true } } "
+       "} }",
+       {"filter.all_of[0].negate.condition", "\"zz\""}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.filter);
+    const absl::Status s = Error(c.filter);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    for (const char* part : c.says) EXPECT_THAT(s.message(), HasSubstr(part));
+  }
+}
+
+TEST_F(AttributeFilterTest, LimitsAreCheckedBeforeAnyRow) {
+  FilterLimits limits;
+  limits.max_conditions = 2;
+  limits.max_depth = 2;
+  absl::Status s = Error(
+      "condition { field: 'genre' in { values { keyword: 'a' } values { "
+      "keyword: 'b' } } }",
+      limits);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("3 conditions"),
+                                 HasSubstr("max_filter_conditions=2")));
+  s = Error(
+      "negate { negate { condition { field: 'u' exists: true } } }", limits);
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("nested 3 deep"), HasSubstr("max_filter_depth=2")));
+  EXPECT_TRUE(Error("negate { condition { field: 'u' exists: true } }",
+                    limits)
+                  .ok());
+}
+
+TEST(AttributeFilter, IndexWithoutAttributesNamesTheField) {
+  const absl::Status s =
+      CompileFilter(Parse("condition { field: 'genre' exists: true }"),
+                    nullptr, FilterLimits{})
+          .status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("\"genre\""),
+                                 HasSubstr("no attributes")));
+}
+
+}  // namespace
+}  // namespace knnd

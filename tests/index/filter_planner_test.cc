@@ -1,0 +1,195 @@
+// The planner of filtered searches: few matching rows are searched exactly
+// (the true neighbours among them, recall 1.0); otherwise the IVF scan
+// widens nprobe until every query has k matches whenever k rows match, at
+// selectivities from 0.1% to 99%, for 8-bit IVF-PQ and FastScan alike; an
+// allow-list and a filter together admit only the rows both admit.
+#include "knnd/index/filter_planner.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <google/protobuf/text_format.h>
+#include <gtest/gtest.h>
+
+#include "testing/test_util.h"
+
+namespace knnd {
+namespace {
+
+using ::knnd::testing::BruteForceNeighbors;
+using ::knnd::testing::BuildIndex;
+using ::knnd::testing::BuildSpec;
+using ::knnd::testing::LoadSnapshot;
+using ::knnd::testing::MakeAttributes;
+using ::knnd::testing::MakeData;
+using ::knnd::testing::SearchResults;
+using ::knnd::testing::SearchSnapshot;
+using ::knnd::testing::TempDir;
+
+constexpr int64_t kRows = 4000;
+constexpr int kDim = 32;
+constexpr int kK = 10;
+
+// Rows whose "u" lies in [0, 100000 * fraction): about that fraction.
+knnd::v1::Filter UBelow(double fraction) {
+  knnd::v1::Filter filter;
+  knnd::v1::Condition* c = filter.mutable_condition();
+  c->set_field("u");
+  c->mutable_range()->mutable_lt()->set_int_value(
+      static_cast<int64_t>(100000 * fraction));
+  return filter;
+}
+
+struct Built {
+  std::vector<float> base;
+  AttributeColumns attributes;
+};
+
+Built Build(const std::string& path, const std::string& factory,
+            std::vector<int64_t> ids = {}) {
+  BuildSpec spec;
+  spec.n = kRows;
+  spec.d = kDim;
+  spec.factory = factory;
+  spec.vectors = VectorsDtype::kFloat32;
+  spec.ids = std::move(ids);
+  spec.attributes = MakeAttributes(kRows, 21);
+  Built built;
+  built.attributes = *spec.attributes;
+  built.base = BuildIndex(path, spec);
+  return built;
+}
+
+// The exact k nearest rows among those `rows` admits, as row numbers.
+std::vector<int64_t> ExactAmong(const std::vector<float>& base,
+                                const RowBitmap& rows,
+                                const std::vector<float>& queries) {
+  const std::vector<int64_t> held = rows.Rows();
+  std::vector<float> subset;
+  for (int64_t r : held) {
+    subset.insert(subset.end(), base.begin() + r * kDim,
+                  base.begin() + (r + 1) * kDim);
+  }
+  std::vector<int64_t> out =
+      BruteForceNeighbors(subset, queries, kDim, kK, Metric::kL2);
+  for (int64_t& i : out) i = i < 0 ? -1 : held[i];
+  return out;
+}
+
+TEST(FilterPlanner, ChoosesExactForFewRowsAndOnlyWithVectors) {
+  IndexFacts facts;
+  facts.dim = facts.ivf_dim = 128;
+  facts.ntotal = 1000000;
+  facts.nlist = 4096;
+  facts.pq_m = 64;
+  facts.fastscan = true;
+  FilterPlanInput input;
+  input.nprobe = 16;
+  input.candidates = 40;
+  input.has_vectors = true;
+  input.matched_rows = 1000;
+  EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kExact);
+  input.matched_rows = 500000;
+  EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kIvf);
+  EXPECT_EQ(StartingNprobe(facts, input), 23);  // 16 / sqrt(0.5)
+  input.matched_rows = 10000;  // 1%: 16 / sqrt(0.01)
+  EXPECT_EQ(StartingNprobe(facts, input), 160);
+  input.matched_rows = 200000;  // 20%: 16 / sqrt(0.2) = 36, but
+  input.candidates = 4000;      // 4000 matches need 82 lists' worth
+  EXPECT_EQ(StartingNprobe(facts, input), 82);
+  input.candidates = 40;
+  input.matched_rows = 1;
+  EXPECT_EQ(StartingNprobe(facts, input), 4096);
+  input.has_vectors = false;
+  EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kIvf);
+}
+
+TEST(FilterPlanner, ExactPlanReturnsTheTrueNeighboursAmongMatches) {
+  TempDir tmp;
+  const Built built = Build(tmp.path("x.index"), "IVF32,PQ8");
+  std::unique_ptr<IndexSnapshot> snapshot = LoadSnapshot(tmp.path("x.index"));
+  ASSERT_NE(snapshot, nullptr);
+  ASSERT_TRUE(snapshot->info().has_attributes);
+  absl::StatusOr<RowBitmap> rows =
+      snapshot->CompileFilter(UBelow(0.01), {}, FilterLimits{});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  SearchArgs args;
+  args.k = kK;
+  args.nprobe = 1;
+  ASSERT_EQ(snapshot->PlanFilter(rows->Count(), args), FilterPlan::kExact);
+  const std::vector<float> queries = MakeData(20, kDim, 99);
+  const std::vector<int64_t> want = ExactAmong(built.base, *rows, queries);
+  for (int refine : {0, 4}) {
+    const SearchResults got =
+        SearchSnapshot(*snapshot, queries, kK, 1, refine, {}, &*rows);
+    EXPECT_EQ(got.ids, want) << "refine_factor " << refine;
+  }
+}
+
+TEST(FilterPlanner, IvfPlanFindsKMatchesWheneverKRowsMatch) {
+  TempDir tmp;
+  const std::vector<float> queries = MakeData(30, kDim, 98);
+  for (const char* factory : {"IVF32,PQ8", "IVF32,PQ16x4fs"}) {
+    SCOPED_TRACE(factory);
+    const std::string path = tmp.path(absl::StrCat(factory, ".index"));
+    Build(path, factory);
+    // Without its vectors the index must take the IVF plan.
+    LoadOptions options;
+    options.vectors = VectorsPolicy::kIgnore;
+    std::unique_ptr<IndexSnapshot> snapshot = LoadSnapshot(path, options);
+    ASSERT_NE(snapshot, nullptr);
+    for (double fraction : {0.001, 0.01, 0.1, 0.5, 0.99}) {
+      SCOPED_TRACE(fraction);
+      absl::StatusOr<RowBitmap> rows =
+          snapshot->CompileFilter(UBelow(fraction), {}, FilterLimits{});
+      ASSERT_TRUE(rows.ok()) << rows.status();
+      const int64_t expect = std::min<int64_t>(kK, rows->Count());
+      const SearchResults got =
+          SearchSnapshot(*snapshot, queries, kK, 1, 0, {}, &*rows);
+      for (size_t q = 0; q < queries.size() / kDim; ++q) {
+        std::set<int64_t> seen;
+        for (int j = 0; j < kK; ++j) {
+          const int64_t id = got.ids[q * kK + j];
+          if (id < 0) continue;
+          EXPECT_TRUE(rows->Test(id)) << "id " << id;
+          seen.insert(id);
+        }
+        ASSERT_EQ(static_cast<int64_t>(seen.size()), expect) << "query " << q;
+      }
+    }
+  }
+}
+
+TEST(FilterPlanner, AllowListAndFilterAdmitOnlyRowsBothAdmit) {
+  TempDir tmp;
+  // Own sparse ids: the allow-list speaks them, the filter rows.
+  std::vector<int64_t> ids(kRows);
+  for (int64_t r = 0; r < kRows; ++r) ids[r] = 7 * r + 3;
+  Build(tmp.path("x.index"), "IVF32,PQ16x4fs", ids);
+  std::unique_ptr<IndexSnapshot> snapshot = LoadSnapshot(tmp.path("x.index"));
+  ASSERT_NE(snapshot, nullptr);
+  std::vector<int64_t> allowed;
+  for (int64_t r = 0; r < kRows; r += 2) allowed.push_back(ids[r]);
+  absl::StatusOr<RowBitmap> filter_only =
+      snapshot->CompileFilter(UBelow(0.5), {}, FilterLimits{});
+  absl::StatusOr<RowBitmap> rows =
+      snapshot->CompileFilter(UBelow(0.5), allowed, FilterLimits{});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  for (int64_t r = 0; r < kRows; ++r) {
+    ASSERT_EQ(rows->Test(r), filter_only->Test(r) && r % 2 == 0) << r;
+  }
+  const std::vector<float> queries = MakeData(10, kDim, 97);
+  const SearchResults got =
+      SearchSnapshot(*snapshot, queries, kK, 2, 4, {}, &*rows);
+  for (int64_t id : got.ids) {
+    ASSERT_GE(id, 0);
+    ASSERT_EQ((id - 3) % 7, 0);
+    EXPECT_TRUE(rows->Test((id - 3) / 7)) << id;
+  }
+}
+
+}  // namespace
+}  // namespace knnd
