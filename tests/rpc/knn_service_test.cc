@@ -74,6 +74,17 @@ class KnnServiceTest : public ::testing::Test {
 
   void TearDown() override { listener_.Close(absl::InfinitePast()); }
 
+  // Loads the index at `path` as `version` and publishes it.
+  void LoadAndPublish(const std::string& path, int64_t version) {
+    LoadOptions options;
+    options.version = version;
+    options.probe_in_subprocess = false;
+    absl::StatusOr<std::unique_ptr<IndexSnapshot>> snapshot =
+        IndexSnapshot::Load(path, options);
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    holder_.Publish(std::move(*snapshot));
+  }
+
   // Loads a small IVF-PQ index as `version` and publishes it.
   void Serve(int64_t version) {
     IndexSpec spec;
@@ -82,13 +93,7 @@ class KnnServiceTest : public ::testing::Test {
     spec.factory = "IVF16,PQ4";
     const std::string path = tmp_.path("v" + std::to_string(version));
     knnd::testing::WriteIndex(path, spec);
-    LoadOptions options;
-    options.version = version;
-    options.probe_in_subprocess = false;
-    absl::StatusOr<std::unique_ptr<IndexSnapshot>> snapshot =
-        IndexSnapshot::Load(path, options);
-    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
-    holder_.Publish(std::move(*snapshot));
+    LoadAndPublish(path, version);
   }
 
   // Builds and publishes an index of kPayloadRows rows with payloads
@@ -104,13 +109,7 @@ class KnnServiceTest : public ::testing::Test {
     }
     const std::string path = tmp_.path("p" + std::to_string(version));
     knnd::testing::BuildIndex(path, spec);
-    LoadOptions options;
-    options.version = version;
-    options.probe_in_subprocess = false;
-    absl::StatusOr<std::unique_ptr<IndexSnapshot>> snapshot =
-        IndexSnapshot::Load(path, options);
-    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
-    holder_.Publish(std::move(*snapshot));
+    LoadAndPublish(path, version);
   }
 
   // Builds an index with its raw vectors and the seeded attributes
@@ -124,13 +123,7 @@ class KnnServiceTest : public ::testing::Test {
     spec.attributes = MakeAttributes(kAttributeRows, 5);
     const std::string path = tmp_.path("a" + std::to_string(version));
     BuildIndex(path, spec);
-    LoadOptions options;
-    options.version = version;
-    options.probe_in_subprocess = false;
-    absl::StatusOr<std::unique_ptr<IndexSnapshot>> snapshot =
-        IndexSnapshot::Load(path, options);
-    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
-    holder_.Publish(std::move(*snapshot));
+    LoadAndPublish(path, version);
   }
   static constexpr int64_t kPayloadRows = 1000;
   // Row r's payload line; odd rows have no "page".
