@@ -52,16 +52,23 @@ Matrix AsMatrix(const std::vector<float>& values) {
   return m;
 }
 
-// A base of kRows seeded rows (own ids when `own_ids`), updated with 100
-// deletions, 50 upserts and 60 additions; every answer of the new version
-// is then checked against them.
-void UpdateAndCheck(bool own_ids) {
-  TempDir dir;
+// The base the update tests start from: kRows seeded rows in knnctl
+// build's FastScan recipe with their raw vectors.
+BuildSpec BaseSpec() {
   BuildSpec spec;
   spec.n = kRows;
   spec.d = kDim;
   spec.factory = absl::StrCat("IVF", kNlist, ",PQ16x4fs");
   spec.vectors = VectorsDtype::kFloat32;
+  return spec;
+}
+
+// A base of kRows seeded rows (own ids when `own_ids`), updated with 100
+// deletions, 50 upserts and 60 additions; every answer of the new version
+// is then checked against them.
+void UpdateAndCheck(bool own_ids) {
+  TempDir dir;
+  BuildSpec spec = BaseSpec();
   std::vector<int64_t> base_ids(kRows);
   for (int64_t r = 0; r < kRows; ++r) base_ids[r] = own_ids ? 1000 + 7 * r : r;
   if (own_ids) spec.ids = base_ids;
@@ -239,11 +246,7 @@ TEST(UpdateIndexFile, CosineDeltaIsNormalisedLikeTheBase) {
 // sidecar says it has payloads and knnd's load and checksums accept it.
 TEST(UpdateIndexFile, PayloadsFollowTheirRows) {
   TempDir dir;
-  BuildSpec spec;
-  spec.n = kRows;
-  spec.d = kDim;
-  spec.factory = absl::StrCat("IVF", kNlist, ",PQ16x4fs");
-  spec.vectors = VectorsDtype::kFloat32;
+  BuildSpec spec = BaseSpec();
   for (int64_t r = 0; r < kRows; ++r) {
     spec.ids.push_back(1000 + 7 * r);
     spec.payloads.push_back(absl::StrCat(R"({"n":)", r, "}"));
@@ -306,11 +309,7 @@ TEST(UpdateIndexFile, PayloadsFollowTheirRows) {
 // filters would all fail.
 TEST(UpdateIndexFile, ABaseWithAttributesIsRefused) {
   TempDir dir;
-  BuildSpec spec;
-  spec.n = kRows;
-  spec.d = kDim;
-  spec.factory = absl::StrCat("IVF", kNlist, ",PQ16x4fs");
-  spec.vectors = VectorsDtype::kFloat32;
+  BuildSpec spec = BaseSpec();
   spec.attributes = knnd::testing::MakeAttributes(kRows, 3);
   const std::string base_path = dir.path("base.index");
   BuildIndex(base_path, spec);
