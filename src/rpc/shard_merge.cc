@@ -149,8 +149,22 @@ void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
                               : -std::numeric_limits<float>::infinity();
   const int refine = static_cast<int>(first.refine_factor());
   // With re-ranking every shard sent its refine * k candidates with both
-  // distances (CheckShardAnswers made sure).
-  const bool candidates = refine > 0;
+  // distances (CheckShardAnswers made sure). Unfiltered, the merge keeps
+  // the candidates the unsharded index would have re-ranked (the refine * k
+  // best estimates over all shards), so that answers do not change with
+  // the shard count. Filtered, there is no such index to imitate: each
+  // shard planned alone (FILTER_PLAN_EXACT sends the matching rows' exact
+  // distances as its estimates, FILTER_PLAN_IVF the PQ estimates of a
+  // widened scan), and estimates of the two kinds do not compare. The k
+  // best exact distances over every shard's candidates are then the exact
+  // merge of what the shards found: a row is never displaced by one
+  // farther from the query, and when every shard planned exact the answer
+  // is the exact filtered k nearest.
+  const bool filtered =
+      std::any_of(answers.begin(), answers.end(), [](const ShardAnswer& a) {
+        return a.response->filter_plan() != knnd::v1::FILTER_PLAN_UNSPECIFIED;
+      });
+  const bool candidates = refine > 0 && !filtered;
   const int64_t num_queries = first.num_queries();
   merged->set_num_queries(first.num_queries());
   merged->set_k(k);

@@ -384,6 +384,34 @@ class MergeUnitTest(unittest.TestCase):
             distances, np.array([[0.5, 0.7, 1.0]], np.float32))
         self.assertEqual((ids.dtype, distances.dtype), (np.int64, np.float32))
 
+    def test_filtered_answers_merge_by_exact_distance(self):
+        # Filtered, shard 0 searched its matching rows exactly (estimates =
+        # exact distances), shard 1 scanned its lists (PQ estimates): the
+        # k best exact distances over every candidate win, as in the front.
+        from knnd_client import sharding
+        from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
+
+        def answer(ids, exact, approx, plan):
+            return pb.SearchResponse(
+                num_queries=1, k=2, ids=ids, distances=exact,
+                approx_distances=approx, metric=pb.METRIC_L2,
+                refine_factor=1, filter_plan=plan)
+        exact_shard = answer([4, 7], [0.5, 4.0], [0.5, 4.0],
+                             pb.FILTER_PLAN_EXACT)
+        ivf_shard = answer([6, 5], [2.0, 3.0], [0.1, 0.2],
+                           pb.FILTER_PLAN_IVF)
+        ids, distances, payloads = sharding.merge_answers_with_payloads(
+            [exact_shard, ivf_shard], 1, 1)
+        self.assertEqual(ids.tolist(), [[4]])
+        self.assertEqual(distances.tolist(), [[0.5]])
+        self.assertIsNone(payloads)
+        # Unfiltered, the same answers keep the unsharded candidates (the
+        # one best estimate at k 1, refine 1): id 6.
+        for a in (exact_shard, ivf_shard):
+            a.filter_plan = pb.FILTER_PLAN_UNSPECIFIED
+        ids, _ = sharding.merge_answers([exact_shard, ivf_shard], 1, 1)
+        self.assertEqual(ids.tolist(), [[6]])
+
     def test_shard_versions(self):
         import grpc
         from knnd_client import sharding

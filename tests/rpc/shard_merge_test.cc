@@ -128,6 +128,49 @@ TEST(MergeShardAnswers, RerankingReranksOnlyTheUnshardedCandidates) {
   EXPECT_EQ(merged.refine_factor(), 2u);
 }
 
+// Filtered, each shard planned alone: shard 0 searched its few matching
+// rows exactly (its estimates are those exact distances), shard 1 scanned
+// its lists (PQ estimates). Estimates of the two kinds do not compare, so
+// the merge takes the k best exact distances over every candidate: id 4
+// (exact 0.5) wins although shard 1's estimate of id 6 (0.1) is smaller.
+TEST(MergeShardAnswers, FilteredMergesTheExactDistancesOfEveryCandidate) {
+  std::vector<SearchResponse> r = {
+      Answer(0, 2, {4, 7}, {0.5f, 4.0f}, {0.5f, 4.0f}, knnd::v1::METRIC_L2,
+             2),
+      Answer(1, 2, {6, 5}, {2.0f, 3.0f}, {0.1f, 0.2f}, knnd::v1::METRIC_L2,
+             2)};
+  r[0].set_filter_plan(knnd::v1::FILTER_PLAN_EXACT);
+  r[0].set_filter_matched_rows(2);
+  r[1].set_filter_plan(knnd::v1::FILTER_PLAN_IVF);
+  r[1].set_filter_matched_rows(40);
+  ASSERT_TRUE(CheckShardAnswers(Of(r), 2, 1).ok());
+  SearchResponse merged;
+  MergeShardAnswers(Of(r), 2, /*as_bytes=*/false, &merged);
+  EXPECT_THAT(merged.ids(), ElementsAre(4, 6));
+  EXPECT_THAT(merged.distances(), ElementsAre(0.5f, 2.0f));
+  EXPECT_EQ(merged.filter_plan(), knnd::v1::FILTER_PLAN_MIXED);
+  EXPECT_EQ(merged.filter_matched_rows(), 42u);
+
+  // Unfiltered, the same answers merge as the unsharded index would have
+  // (its refine * k = 4 best estimates: 6, 5, 4, 7; then exact): the same
+  // ids here, but through the estimates: k = 1 with refine 1 keeps only
+  // the best estimate, id 6.
+  for (SearchResponse& answer : r) {
+    answer.clear_filter_plan();
+    answer.clear_filter_matched_rows();
+    answer.set_refine_factor(1);
+  }
+  SearchResponse unfiltered;
+  MergeShardAnswers(Of(r), 1, /*as_bytes=*/false, &unfiltered);
+  EXPECT_THAT(unfiltered.ids(), ElementsAre(6));
+  for (SearchResponse& answer : r) {
+    answer.set_filter_plan(knnd::v1::FILTER_PLAN_IVF);
+  }
+  SearchResponse filtered;
+  MergeShardAnswers(Of(r), 1, /*as_bytes=*/false, &filtered);
+  EXPECT_THAT(filtered.ids(), ElementsAre(4));
+}
+
 // Shards asked for bytes answer with them, or (older ones) with the
 // repeated fields: the merge reads both, and writes the form asked for.
 TEST(MergeShardAnswers, ReadsAndWritesTheBytesForm) {

@@ -267,7 +267,12 @@ def merge_answers_with_payloads(
              for a in answers], axis=1)
     ids = side_by_side("ids")
     distances = side_by_side("distances")
-    if refine_factor == 0:
+    # Filtered, each shard planned alone (exact over its matching rows, or
+    # a widened IVF scan): their estimates do not compare, so the k best
+    # exact distances over every candidate are taken (the front's rule).
+    filtered = any(a.filter_plan != pb.FILTER_PLAN_UNSPECIFIED
+                   for a in answers)
+    if refine_factor == 0 or filtered:
         columns = _top_k_columns(ids, distances, k, metric)
     else:
         columns = _candidate_columns(ids, side_by_side("approx_distances"),
