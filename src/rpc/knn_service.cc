@@ -80,7 +80,7 @@ void KnnServiceImpl::Search(SearchCall* call) {
   // Payloads go with every result entry: candidates too for a merger.
   const int64_t payload_entries =
       !payloads->has_value() ? 0
-      : call->request().return_candidates() && parsed->refine_factor > 0
+      : AnswersWithCandidates(call->request(), *parsed)
           ? parsed->num_queries * parsed->k * parsed->refine_factor
           : parsed->num_queries * parsed->k;
   const SearchShape shape =
@@ -174,6 +174,8 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
     absl::optional<PayloadSelection> payloads, const SearchShape& shape,
     AdmissionGate::Ticket ticket, absl::Time arrival) const {
   const IndexInfo& index = pinned.snapshot->info();
+  // Before parsed's storage moves into the job.
+  const bool return_candidates = AnswersWithCandidates(call->request(), parsed);
   auto job = std::make_unique<SearchJob>();
   job->query_storage = std::move(parsed.aligned_copy);
   job->allowed_ids_storage = std::move(parsed.allowed_ids);
@@ -185,8 +187,7 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   args.k = parsed.k;
   args.nprobe = parsed.nprobe;
   args.refine_factor = parsed.refine_factor;
-  args.return_candidates =
-      call->request().return_candidates() && args.refine_factor > 0;
+  args.return_candidates = return_candidates;
   args.allowed_ids = job->allowed_ids_storage;
   if (job->filter_rows_storage.has_value()) {
     args.allowed_rows = &*job->filter_rows_storage;

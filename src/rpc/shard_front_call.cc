@@ -131,14 +131,18 @@ class ShardFront::Call final {
   }
 
   // The copy of the request sent to the shards and their answers, each up
-  // to refine_factor * k entries of 16 bytes (id, two distances) per row;
+  // to refine_factor * k entries of 16 bytes (id, two distances) per row
+  // (k with a filter: AnswersWithCandidates);
   // with payloads asked for, each entry's (at most the largest row's), and
   // the merged answer's (at most max_send_message_bytes).
   int64_t EstimateBytes() const {
     const int64_t k = std::max(1, request_->k());
-    const int64_t refine = std::max<int64_t>(
-        1, request_->has_refine_factor() ? request_->refine_factor()
-                                         : front_->default_refine_factor());
+    const int64_t refine =
+        request_->has_filter()
+            ? 1
+            : std::max<int64_t>(1, request_->has_refine_factor()
+                                       ? request_->refine_factor()
+                                       : front_->default_refine_factor());
     const int64_t entries = EstimateQueries() * k * refine;
     const int64_t shards = static_cast<int64_t>(front_->shards_.size());
     int64_t bytes = static_cast<int64_t>(request_->ByteSizeLong()) +

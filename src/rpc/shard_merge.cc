@@ -100,9 +100,15 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
   auto refine_of = [](const SearchResponse& r) { return r.refine_factor(); };
   if (differ(refine_of)) return Disagree(answers, "refine_factor", refine_of);
   const int refine = static_cast<int>(first.refine_factor());
-  const int width = refine > 0 ? refine * k : k;
+  const int candidates_width = refine > 0 ? refine * k : k;
   for (const ShardAnswer& a : answers) {
     const SearchResponse& r = *a.response;
+    // A filtered answer holds the shard's k best exact distances
+    // (AnswersWithCandidates in search_request.h); a shard older than that
+    // sends its candidates with their estimates, which merge as well.
+    const bool filtered =
+        r.filter_plan() != knnd::v1::FILTER_PLAN_UNSPECIFIED;
+    const int width = filtered && r.k() == k ? k : candidates_width;
     const ResultColumns columns = ReadResults(r);
     if (columns.ids.size() < 0 || columns.distances.size() < 0 ||
         columns.approx_distances.size() < 0) {
@@ -114,7 +120,9 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
     const int64_t n = static_cast<int64_t>(r.num_queries()) * width;
     const bool sizes = r.k() == width && columns.ids.size() == n &&
                        columns.distances.size() == n &&
-                       columns.approx_distances.size() == (refine > 0 ? n : 0);
+                       (columns.approx_distances.size() ==
+                            (refine > 0 && width == candidates_width ? n : 0) ||
+                        (filtered && columns.approx_distances.size() == 0));
     if (!sizes) {
       return absl::FailedPreconditionError(absl::StrCat(
           Name(a), " answered ", columns.ids.size(), " ids, ",
@@ -131,7 +139,7 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
       });
   for (const ShardAnswer& a : answers) {
     const SearchResponse& r = *a.response;
-    const int64_t n = static_cast<int64_t>(r.num_queries()) * width;
+    const int64_t n = static_cast<int64_t>(r.num_queries()) * r.k();
     if (payloads && r.payloads_size() != n) {
       return absl::FailedPreconditionError(absl::StrCat(
           Name(a), " answered ", r.payloads_size(), " payloads for ", n,

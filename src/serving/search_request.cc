@@ -133,4 +133,10 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
   return absl::OkStatus();
 }
 
+bool AnswersWithCandidates(const knnd::v1::SearchRequest& request,
+                           const ParsedSearch& parsed) {
+  return request.return_candidates() && parsed.refine_factor > 0 &&
+         !parsed.filter_rows.has_value();
+}
+
 }  // namespace knnd

@@ -49,6 +49,15 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
                          const IndexSnapshot& snapshot,
                          const SearchLimits& limits, ParsedSearch& parsed);
 
+// Whether the answer holds every re-ranking candidate (refine_factor * k
+// per query, with their PQ estimates) for a merger of shards: asked by
+// return_candidates, with re-ranking, and without a filter. A merger of
+// filtered answers takes the k best exact distances over every shard's
+// (shard_merge.h: each shard planned alone), so a shard's own k best exact
+// are all it can use: k per query, and refine_factor times fewer payloads.
+bool AnswersWithCandidates(const knnd::v1::SearchRequest& request,
+                           const ParsedSearch& parsed);
+
 }  // namespace knnd
 
 #endif  // KNND_SERVING_SEARCH_REQUEST_H_

@@ -209,6 +209,17 @@ TEST_F(ShardFrontTest, FiltersReachEveryShardAndMerge) {
     ASSERT_TRUE(CallSearch(*front_.stub, request, &merged).ok());
     ASSERT_TRUE(CallSearch(*whole_.stub, request, &whole).ok());
     EXPECT_EQ(merged.filter_matched_rows(), whole.filter_matched_rows());
+
+    // What a front asks of a shard: filtered, its k best exact distances
+    // are all the merge can use, so no candidates come back.
+    SearchRequest to_shard = request;
+    to_shard.set_return_candidates(true);
+    SearchResponse shard;
+    ASSERT_TRUE(CallSearch(*shards_[0].stub, to_shard, &shard).ok());
+    EXPECT_EQ(shard.k(), 10) << "refine " << refine;
+    EXPECT_EQ(shard.ids_size(), 20 * 10);
+    EXPECT_EQ(shard.approx_distances_size(), 0);
+    EXPECT_EQ(shard.filter_plan(), knnd::v1::FILTER_PLAN_IVF);
     const AttributeColumns attributes = knnd::testing::MakeAttributes(3000, 7);
     for (int64_t id : merged.ids()) {
       ASSERT_GE(id, 0);

@@ -151,6 +151,22 @@ TEST(MergeShardAnswers, FilteredMergesTheExactDistancesOfEveryCandidate) {
   EXPECT_EQ(merged.filter_plan(), knnd::v1::FILTER_PLAN_MIXED);
   EXPECT_EQ(merged.filter_matched_rows(), 42u);
 
+  // Shards of this version answer a filtered search with their k best
+  // exact distances and no estimates: accepted and merged alike.
+  std::vector<SearchResponse> k_best = {
+      Answer(0, 2, {4}, {0.5f}, {}, knnd::v1::METRIC_L2, 2),
+      Answer(1, 2, {6}, {2.0f}, {}, knnd::v1::METRIC_L2, 2)};
+  for (SearchResponse& answer : k_best) {
+    answer.set_filter_plan(knnd::v1::FILTER_PLAN_IVF);
+  }
+  ASSERT_TRUE(CheckShardAnswers(Of(k_best), 2, 1).ok());
+  SearchResponse from_k_best;
+  MergeShardAnswers(Of(k_best), 1, /*as_bytes=*/false, &from_k_best);
+  EXPECT_THAT(from_k_best.ids(), ElementsAre(4));
+  // Unfiltered, the same width is refused: the merge needs candidates.
+  for (SearchResponse& answer : k_best) answer.clear_filter_plan();
+  EXPECT_FALSE(CheckShardAnswers(Of(k_best), 2, 1).ok());
+
   // Unfiltered, the same answers merge as the unsharded index would have
   // (its refine * k = 4 best estimates: 6, 5, 4, 7; then exact): the same
   // ids here, but through the estimates: k = 1 with refine 1 keeps only

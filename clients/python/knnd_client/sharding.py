@@ -462,15 +462,20 @@ def check_answers(targets: Sequence[str], versions: ShardVersions,
             f"shards answered with metric {first.metric}, which cannot be "
             "merged (a knnd older than this client?)")
     num_queries = len(request.vectors_f32le) // (4 * request.dim)
-    width = request.k * (first.refine_factor or 1)
+    candidates_width = request.k * (first.refine_factor or 1)
     for i, a in sorted(answers.items()):
+        # A filtered answer holds the shard's k best exact distances (all
+        # the merge can use, rule 3); an older knnd sends its candidates.
+        filtered = a.filter_plan != pb.FILTER_PLAN_UNSPECIFIED
+        width = (request.k if filtered and a.k == request.k
+                 else candidates_width)
         cells = num_queries * width
         ids = _common.result_column(a, "ids")
         shape_ok = (a.num_queries == num_queries and a.k == width
                     and ids.size == cells
                     and _common.result_column(a, "distances").size == cells)
-        if shape_ok and first.refine_factor and _common.result_column(
-                a, "approx_distances").size != cells:
+        if shape_ok and first.refine_factor and not filtered and \
+                _common.result_column(a, "approx_distances").size != cells:
             raise ShardedSearchError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"{name(i)} re-ranked without returning its candidates' "
