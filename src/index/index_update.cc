@@ -14,10 +14,12 @@
 #include "absl/time/clock.h"
 #include "knnd/faiss/fastscan_update.h"
 #include "knnd/faiss/vector_math.h"
+#include "knnd/index/attribute_update.h"
 #include "knnd/index/index_builder.h"
 #include "knnd/index/index_eval.h"
 #include "knnd/index/index_snapshot.h"
 #include "knnd/storage/atomic_file.h"
+#include "knnd/storage/attribute_store.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/payload_file.h"
@@ -362,14 +364,6 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
         absl::StrCat("ids for ", options.input_name, ": ", input_ids.size(),
                      " ids for ", input_rows, " rows"));
   }
-  if (info.has_attributes) {
-    // The attribute store is not carried through an update yet: a new
-    // version without it would refuse every filter its clients send.
-    return absl::UnimplementedError(absl::StrCat(
-        options.base_path, " has attributes (", info.attributes_path,
-        "), which knnctl update does not carry yet: rebuild it with knnctl "
-        "build --attributes"));
-  }
   if (!info.has_payloads && !options.input_payloads.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--payloads ", options.input_payloads, ": the base ",
@@ -389,7 +383,30 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
     if (!lines.ok()) return lines.status();
     payload_lines = std::move(*lines);
   }
+  // Without the delta's attributes a new row would match no filter but a
+  // negated one: required, as payloads are.
+  const AttributeStore* base_attributes = (*base)->attributes();
+  if (base_attributes == nullptr && !options.input_attributes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attributes ", options.input_attributes, ": the base ",
+        options.base_path, " has no attributes (build it with --attributes)"));
+  }
+  if (base_attributes != nullptr && input_rows > 0 &&
+      options.input_attributes.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the base ", options.base_path, " has attributes (",
+                     info.attributes_path, "): give the attributes of ",
+                     options.input_name, "'s rows with --attributes"));
+  }
+  AttributeDelta attribute_delta;
+  if (!options.input_attributes.empty()) {
+    absl::StatusOr<AttributeDelta> read = ReadAttributeDelta(
+        options.input_attributes, input_rows, *base_attributes);
+    if (!read.ok()) return read.status();
+    attribute_delta = std::move(*read);
+  }
   UpdateReport report;
+  report.attribute_columns_added = attribute_delta.added_columns;
   absl::StatusOr<UpdatePlan> plan =
       PlanUpdate(*base_ids, input_ids, options.deletions, options.input_name);
   if (!plan.ok()) return plan.status();
@@ -455,6 +472,21 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
   } else {
     std::remove(payloads_path.c_str());
   }
+  const std::string attributes_path = AttributeStorePath(options.output_path);
+  if (base_attributes != nullptr) {
+    absl::StatusOr<AttributeColumns> columns =
+        UpdatedAttributes(p, *base_attributes, attribute_delta);
+    if (!columns.ok()) return columns.status();
+    attribute_delta = AttributeDelta();
+    if (absl::Status s = WriteAttributeStore(attributes_path, *columns);
+        !s.ok()) {
+      return s;
+    }
+    report.wrote_attributes = true;
+    report.attribute_columns = static_cast<int64_t>(columns->columns.size());
+  } else {
+    std::remove(attributes_path.c_str());
+  }
   const std::string tmp = TempPathFor(options.output_path);
   if (absl::Status s = (*update)->Write(p.new_row_of_base, tmp); !s.ok()) {
     std::remove(tmp.c_str());
@@ -475,6 +507,7 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
   metadata.set_built_by(options.built_by);
   metadata.set_id_table(!p.row_ids);
   metadata.set_payloads(info.has_payloads);
+  metadata.set_attributes(base_attributes != nullptr);
   if (absl::Status s =
           CommitIndexFile(tmp, options.output_path, std::move(metadata));
       !s.ok()) {

@@ -2,9 +2,10 @@
 // training (`knnctl update`, docs/updates.md): deletions, upserts and
 // additions planned by UpdatePlan (update_plan.h), the kept vectors' codes
 // moved and the new ones encoded with the base's coarse quantizer and PQ
-// (faiss/fastscan_update.h), INDEX.vectors and INDEX.ids rewritten row by
-// row, the file committed as every builder commits one (CommitIndexFile:
-// it must load in knnd, then the sidecar with its checksum). Then drift:
+// (faiss/fastscan_update.h), INDEX.vectors, INDEX.ids, INDEX.payloads and
+// INDEX.attrs (attribute_update.h) rewritten row by row, the file
+// committed as every builder commits one (CommitIndexFile: it must load
+// in knnd, then the sidecar with its checksum). Then drift:
 // how far the new vectors' quantization error and the list sizes have
 // moved from the base's, and recall@10 on a sample of the delta (exact
 // search over the new INDEX.vectors against the index at its tuned
@@ -39,6 +40,11 @@ struct UpdateOptions {
   // delta has rows, refused when the base has none. The base's rows keep
   // theirs; an upsert takes its new line.
   std::string input_payloads;
+  // JSON Lines, line i the attributes of input row i (as knnctl build
+  // --attributes reads them): required when the base has attributes and
+  // the delta has rows, refused when the base has none. Carried as
+  // attribute_update.h says.
+  std::string input_attributes;
   // Queries for the recall estimate (drawn from the delta's rows, or the
   // new version's when the delta has none); 0: not measured.
   int recall_queries = 200;
@@ -79,6 +85,11 @@ struct UpdateDrift {
 
 struct UpdateReport {
   bool wrote_payloads = false;
+  bool wrote_attributes = false;
+  int64_t attribute_columns = 0;  // of the new version's INDEX.attrs
+  // The delta's attribute columns the base did not have, added without a
+  // value on the base's rows.
+  std::vector<std::string> attribute_columns_added;
   UpdatePlan plan;
   UpdateDrift drift;
   int64_t ntotal = 0;
@@ -89,7 +100,8 @@ struct UpdateReport {
 };
 
 // Writes the new version at options.output_path (its INDEX.vectors when the
-// base has one, INDEX.ids unless the rows are the ids, the index, then its
+// base has one, INDEX.ids unless the rows are the ids, INDEX.payloads and
+// INDEX.attrs when the base has them, the index, then its
 // sidecar: from the base's, with ntotal, checksum, created, built_by and
 // id_table new and the tuning kept). INVALID_ARGUMENT for a shard (update
 // the whole index and split it again), an 8-bit IVF-PQ base, an own-ids

@@ -69,7 +69,7 @@ absl::StatusOr<Kind> KindOf(const JsonValue& value) {
   return Kind::kNone;
 }
 
-AttributeColumn Finish(Pending& pending, int64_t rows) {
+AttributeColumn Finish(Pending& pending, int64_t rows, bool keep_keywords) {
   AttributeColumn column;
   column.name = pending.name;
   column.present.assign(static_cast<size_t>(rows), false);
@@ -91,7 +91,7 @@ AttributeColumn Finish(Pending& pending, int64_t rows) {
       }
       return column;
     case Kind::kString:
-      if (pending.all_timestamps) {
+      if (pending.all_timestamps && !keep_keywords) {
         column.type = AttributeType::kTimestamp;
         column.ints.assign(static_cast<size_t>(rows), 0);
         for (const auto& [row, value] : pending.values) {
@@ -140,8 +140,9 @@ std::optional<int64_t> ParseTimestampMicros(absl::string_view text) {
   return absl::ToUnixMicros(time);
 }
 
-absl::StatusOr<AttributeColumns> ReadAttributesJsonl(const std::string& path,
-                                                     int64_t expect_rows) {
+absl::StatusOr<AttributeColumns> ReadAttributesJsonl(
+    const std::string& path, int64_t expect_rows,
+    const absl::flat_hash_set<std::string>& keyword_columns) {
   std::ifstream in(path);
   if (!in) {
     return absl::NotFoundError(
@@ -206,7 +207,8 @@ absl::StatusOr<AttributeColumns> ReadAttributesJsonl(const std::string& path,
   AttributeColumns columns;
   columns.rows = expect_rows;
   for (Pending& column : pending) {
-    columns.columns.push_back(Finish(column, expect_rows));
+    columns.columns.push_back(
+        Finish(column, expect_rows, keyword_columns.contains(column.name)));
   }
   return columns;
 }

@@ -22,15 +22,20 @@
 #include <optional>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "knnd/storage/attribute_store.h"
 
 namespace knnd {
 
-// The columns of `path`, which must hold exactly `expect_rows` lines.
-absl::StatusOr<AttributeColumns> ReadAttributesJsonl(const std::string& path,
-                                                     int64_t expect_rows);
+// The columns of `path`, which must hold exactly `expect_rows` lines. A
+// column named in `keyword_columns` whose strings are all date-times stays
+// a keyword column: the delta of an update whose base holds that column
+// as keywords (index/attribute_update.h) keeps the base's type.
+absl::StatusOr<AttributeColumns> ReadAttributesJsonl(
+    const std::string& path, int64_t expect_rows,
+    const absl::flat_hash_set<std::string>& keyword_columns = {});
 
 // `text` as RFC 3339 date-time, in microseconds since the Unix epoch;
 // nullopt when it is not one. Filters compare timestamps given as strings

@@ -304,28 +304,6 @@ TEST(UpdateIndexFile, PayloadsFollowTheirRows) {
               HasSubstr("holds 1 lines for the input's 3 rows"));
 }
 
-// The attribute store is not carried through an update yet: a base with
-// attributes is refused by name rather than updated into a version whose
-// filters would all fail.
-TEST(UpdateIndexFile, ABaseWithAttributesIsRefused) {
-  TempDir dir;
-  BuildSpec spec = BaseSpec();
-  spec.attributes = knnd::testing::MakeAttributes(kRows, 3);
-  const std::string base_path = dir.path("base.index");
-  BuildIndex(base_path, spec);
-  UpdateOptions options;
-  options.base_path = base_path;
-  options.output_path = dir.path("new.index");
-  options.input_name = "gone";
-  options.deletions = {1};
-  options.recall_queries = 0;
-  absl::StatusOr<UpdateReport> report = UpdateIndexFile(options);
-  EXPECT_EQ(report.status().code(), absl::StatusCode::kUnimplemented)
-      << report.status();
-  EXPECT_THAT(report.status().message(), HasSubstr("has attributes"));
-  EXPECT_THAT(report.status().message(), HasSubstr(base_path + ".attrs"));
-}
-
 TEST(UpdateIndexFile, RefusesWhatItCannotUpdate) {
   TempDir dir;
   BuildSpec spec;

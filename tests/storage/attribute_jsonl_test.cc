@@ -72,6 +72,23 @@ TEST(AttributeJsonl, DatesThatAreNotAllTimestampsStayKeywords) {
   EXPECT_EQ(c->columns[0].type, AttributeType::kKeyword);
 }
 
+// An update's delta whose base holds "d" as keywords: date-times stay the
+// strings they are; a column not named is still inferred.
+TEST(AttributeJsonl, ColumnsNamedKeywordsStayKeywordsEvenWhenAllDates) {
+  TempDir tmp;
+  WriteFile(tmp.path("a.jsonl"),
+            "{\"d\": \"2023-05-01T00:00:00Z\", \"t\": \"2023-05-01T00:00:00Z\"}"
+            "\n");
+  absl::StatusOr<AttributeColumns> c =
+      ReadAttributesJsonl(tmp.path("a.jsonl"), 1, {"d"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const AttributeColumn* d = Named(*c, "d");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->type, AttributeType::kKeyword);
+  EXPECT_THAT(d->dictionary, ElementsAre("2023-05-01T00:00:00Z"));
+  EXPECT_EQ(Named(*c, "t")->type, AttributeType::kTimestamp);
+}
+
 TEST(AttributeJsonl, MistakesNameTheLineAndTheField) {
   TempDir tmp;
   absl::StatusOr<AttributeColumns> c =

@@ -1066,6 +1066,49 @@ TEST(Knnctl, UpdatePublishesAndShardsLikeABuild) {
   EXPECT_THAT(of_shard.output, HasSubstr("update the whole index"));
 }
 
+// update --attributes: the input's rows take the file's attributes, the
+// base's keep theirs, a column the base lacks is named in the report; a
+// base with attributes needs the flag with --input, and the flag --input.
+TEST(Knnctl, UpdateCarriesAttributes) {
+  TempDir dir;
+  WriteData(dir.path("base.npy"), 3000, 32, 53);
+  WriteData(dir.path("delta.npy"), 2, 32, 54);
+  std::string lines;
+  for (int row = 0; row < 3000; ++row) {
+    lines += absl::StrCat("{\"genre\": \"", row % 2 ? "a" : "b", "\"}\n");
+  }
+  WriteFile(dir.path("attrs.jsonl"), lines);
+  const std::string v1 = dir.path("v1.index");
+  const std::string v2 = dir.path("v2.index");
+  ASSERT_EQ(Knnctl(absl::StrCat("build --input ", dir.path("base.npy"),
+                                " --attributes ", dir.path("attrs.jsonl"),
+                                " --output ", v1))
+                .exit_code,
+            0);
+  WriteFile(dir.path("delta.jsonl"),
+            "{\"genre\": \"c\", \"color\": \"red\"}\n{}\n");
+  WriteIdsNpy(dir.path("delete.npy"), {0});
+  const std::string update =
+      absl::StrCat("update --base ", v1, " --output ", v2, " --delete ",
+                   dir.path("delete.npy"), " --recall_queries 0");
+  CommandResult missing =
+      Knnctl(absl::StrCat(update, " --input ", dir.path("delta.npy")));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.output, HasSubstr("rows with --attributes"));
+  CommandResult no_input =
+      Knnctl(absl::StrCat(update, " --attributes ", dir.path("delta.jsonl")));
+  EXPECT_EQ(no_input.exit_code, 2);
+  EXPECT_THAT(no_input.output, HasSubstr("give --input too"));
+  CommandResult done =
+      Knnctl(absl::StrCat(update, " --input ", dir.path("delta.npy"),
+                          " --attributes ", dir.path("delta.jsonl")));
+  ASSERT_EQ(done.exit_code, 0) << done.output;
+  EXPECT_THAT(done.output, HasSubstr(v2 + ".attrs (2 attribute columns"));
+  EXPECT_THAT(done.output, HasSubstr("attribute: \"color\" is new"));
+  CommandResult info = Knnctl("info --index " + v2);
+  EXPECT_THAT(info.output, HasSubstr("genre          keyword, 3 distinct"));
+}
+
 // publish copies a built index and its sidecar into the next numbered
 // version of a directory; a broken file is refused and publishes nothing.
 TEST(Knnctl, PublishWritesNumberedVersions) {

@@ -19,6 +19,7 @@
 #include "knnd/base/units.h"
 #include "knnd/index/index_update.h"
 #include "knnd/monitoring/build_info.h"
+#include "knnd/storage/attribute_store.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/payload_file.h"
@@ -35,6 +36,7 @@ struct UpdateCommandOptions {
   std::string ids;
   std::string deletions;
   std::string payloads;
+  std::string attributes;
   int recall_queries = 200;
   uint32_t seed = 1;
   int threads = 0;
@@ -75,6 +77,19 @@ void PrintReport(const UpdateCommandOptions& options,
     std::printf("wrote:    %s (the base's rows' payloads, and --payloads' "
                 "for the input's)\n",
                 PayloadPath(options.output).c_str());
+  }
+  if (report.wrote_attributes) {
+    std::printf(
+        "wrote:    %s (%lld attribute columns: the base's rows' "
+        "values, and --attributes' for the input's)\n",
+        AttributeStorePath(options.output).c_str(),
+        static_cast<long long>(report.attribute_columns));
+  }
+  for (const std::string& column : report.attribute_columns_added) {
+    std::printf(
+        "attribute: \"%s\" is new (from --attributes): the base's "
+        "rows have no value\n",
+        column.c_str());
   }
   std::printf(
       "time:     %.2f s to write (no training), %.2f s to measure "
@@ -136,6 +151,7 @@ int Update(const UpdateCommandOptions& options) {
   update.output_path = options.output;
   update.input_name = options.input.empty() ? options.deletions : options.input;
   update.input_payloads = options.payloads;
+  update.input_attributes = options.attributes;
   update.recall_queries = options.recall_queries;
   update.seed = options.seed;
   update.built_by = absl::StrCat("knnctl update: ", BuildInfoLine());
@@ -153,6 +169,10 @@ int Update(const UpdateCommandOptions& options) {
     }
   } else if (!options.ids.empty()) {
     return Fail("--ids names the ids of --input's rows; give --input too");
+  } else if (!options.attributes.empty()) {
+    return Fail(
+        "--attributes holds the attributes of --input's rows; give --input "
+        "too (a deletion carries the kept rows' attributes by itself)");
   }
   if (!options.deletions.empty()) {
     absl::StatusOr<IdMatrix> deletions = ReadIds(options.deletions);
@@ -180,7 +200,8 @@ std::function<int()> DefineUpdate(FlagSet& flags) {
             "Required.");
   flags.Add("output", &options->output, "INDEX",
             "The new version to write, beside the base (not over it), with "
-            "its sidecar, INDEX.vectors and INDEX.ids. Required.");
+            "its sidecar, INDEX.vectors and INDEX.ids (and INDEX.payloads "
+            "and INDEX.attrs when the base has them). Required.");
   flags.Add("input", &options->input, "FILE",
             "Vectors to add or replace, in any format build reads; an id "
             "the base holds is replaced in place (upsert), a new one "
@@ -197,6 +218,12 @@ std::function<int()> DefineUpdate(FlagSet& flags) {
             "JSON Lines, line i the payload of --input's row i, as build "
             "--payloads reads it: required when the base has payloads and "
             "--input is given. The base's other rows keep theirs.");
+  flags.Add("attributes", &options->attributes, "FILE.jsonl",
+            "JSON Lines, line i the attributes of --input's row i, as build "
+            "--attributes reads them: required when the base has attributes "
+            "and --input is given. The base's other rows keep theirs; a "
+            "column keeps its type, one the base lacks is added (no value "
+            "on the base's rows).");
   flags.Add("recall_queries", &options->recall_queries, "N",
             "Rows of the delta (or of the new version, without --input) "
             "searched to estimate recall@10 against exact search over "
