@@ -10,7 +10,9 @@ of a brute-force search, with scores knnd computed exactly (cosine,
 re-ranked); both
 workers answer, each through its own AsyncKnnClient created after the
 fork; knnd counts one Search per request; /search keeps answering while
-knnd swaps in a newly published version; bad queries are 422.
+knnd swaps in a newly published version; a version made by `knnctl update
+--payloads` (README, "Rebuild with updates") answers the edited and added
+chunks and never the removed one; bad queries are 422.
 Skipped, with the reason, only when PyPI cannot be reached.
 
   fastapi_rag_test.py --knnd BUILD/knnd --knnctl BUILD/knnctl --source-dir .
@@ -243,6 +245,56 @@ class FastApiRagTest(unittest.TestCase):
         self.assertTrue(after, "no search answered after the swap")
         for body in after:
             self.assertEqual([r["id"] for r in body["results"]], expected)
+
+    def test_updates_publish_edited_added_and_removed_chunks(self):
+        # The README's "Rebuild with updates": one chunk edited (its id
+        # keeps naming it), one added, one removed, through knnctl update
+        # with the payloads of the new rows, then publish and SIGHUP.
+        sys.path.insert(0, self.example)
+        try:
+            from embedder import embed_many
+        finally:
+            sys.path.remove(self.example)
+        edited_id, removed_id, added_id = 5, 200, len(self.chunks)
+        edited = ("glacier saxophone turmeric lighthouse meridian "
+                  "cobblestone")
+        added = "zebra harmonica quantum orchard velvet tundra"
+        work = os.path.join(self.work, "update")
+        os.makedirs(work, exist_ok=True)
+        np.save(os.path.join(work, "new.npy"), embed_many([edited, added]))
+        np.save(os.path.join(work, "new_ids.npy"),
+                np.array([edited_id, added_id], np.int64))
+        np.save(os.path.join(work, "gone.npy"), np.array([removed_id], np.int64))
+        with open(os.path.join(work, "new.jsonl"), "w", encoding="utf-8") as f:
+            for text, ordinal in ((edited, 0), (added, 0)):
+                f.write(json.dumps({"text": text, "source": "update",
+                                    "ordinal": ordinal}) + "\n")
+        reloads = 'knnd_index_reloads_total{result="ok"}'
+        before = self.knnd.scrape().get(reloads)
+        updated = os.path.join(work, "chunks2.index")
+        run([ARGS.knnctl, "update", "--base", os.path.join(self.work, "chunks.index"),
+             "--output", updated, "--input", os.path.join(work, "new.npy"),
+             "--ids", os.path.join(work, "new_ids.npy"),
+             "--payloads", os.path.join(work, "new.jsonl"),
+             "--delete", os.path.join(work, "gone.npy")],
+            check=True, capture_output=True)
+        run([ARGS.knnctl, "publish", "--index", updated,
+             "--dir", os.path.join(self.work, "versions")], check=True,
+            capture_output=True)
+        self.knnd.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 60
+        while self.knnd.scrape().get(reloads) == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.knnd.scrape().get(reloads), before + 1,
+                         self.knnd.read_log())
+        for text, vector_id in ((edited, edited_id), (added, added_id)):
+            best = self.search(text, k=3)["results"][0]
+            self.assertEqual((best["id"], best["text"], best["source"]),
+                             (vector_id, text, "update"))
+        removed_words = self.chunks[removed_id]["text"].split()
+        ids = [r["id"] for r in self.search(" ".join(removed_words[25:45]),
+                                            k=10)["results"]]
+        self.assertNotIn(removed_id, ids)
 
     def test_bad_queries_are_refused(self):
         for query, why in (({"q": "  ,;  "}, "no words"), ({"q": "x", "k": 0}, None),
