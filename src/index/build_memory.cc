@@ -8,8 +8,11 @@
 namespace knnd {
 
 int64_t BuildMemoryModel::PeakBytes() const {
-  return std::max({train_bytes, add_bytes, write_bytes}) + ids_bytes +
-         working_bytes;
+  // The attributes are written before FAISS or OpenBLAS allocate anything.
+  return std::max(attribute_bytes,
+                  std::max({train_bytes, add_bytes, write_bytes}) +
+                      working_bytes) +
+         ids_bytes;
 }
 
 BuildMemoryModel ModelBuildMemory(const BuildShape& shape, double list_growth) {
@@ -26,15 +29,21 @@ BuildMemoryModel ModelBuildMemory(const BuildShape& shape, double list_growth) {
                       pq_rows * row_bytes;
   model.add_bytes = lists + copies * batch_rows * row_bytes;
   model.write_bytes = lists + (shape.own_ids ? 16 * shape.rows : 0);
+  model.attribute_bytes = shape.attribute_bytes;
   model.ids_bytes = shape.own_ids ? 8 * shape.rows : 0;
   model.working_bytes = kBuildWorkingBytes;
   return model;
 }
 
 std::string DescribeBuildMemory(const BuildMemoryModel& model) {
-  std::string out = absl::StrFormat(
-      "train %.1f MiB, add %.1f MiB, write %.1f MiB", MiB(model.train_bytes),
-      MiB(model.add_bytes), MiB(model.write_bytes));
+  std::string out;
+  if (model.attribute_bytes > 0) {
+    out = absl::StrFormat("attributes %.1f MiB, ",
+                          MiB(model.attribute_bytes));
+  }
+  absl::StrAppendFormat(&out, "train %.1f MiB, add %.1f MiB, write %.1f MiB",
+                        MiB(model.train_bytes), MiB(model.add_bytes),
+                        MiB(model.write_bytes));
   if (model.ids_bytes > 0) {
     absl::StrAppendFormat(&out, " (+ ids %.1f MiB)", MiB(model.ids_bytes));
   }

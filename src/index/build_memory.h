@@ -28,6 +28,9 @@ struct BuildShape {
   int pq_centroids = 16;
   bool cosine = false;   // normalised copies of the sample and batches
   bool own_ids = false;  // --ids: the ids are held, then sorted
+  // --attributes: the columns read and the largest store image written
+  // from them, before training (then freed); measured by the build.
+  int64_t attribute_bytes = 0;
 };
 
 // The phases' heap bytes above the process's own (its code, libraries and
@@ -42,13 +45,17 @@ struct BuildMemoryModel {
   int64_t add_bytes = 0;
   // The lists, plus the id table's sort (16 bytes per row) with --ids.
   int64_t write_bytes = 0;
+  // The attribute columns and their store's image (--attributes), written
+  // and freed before training.
+  int64_t attribute_bytes = 0;
   // The ids read with --ids (8 bytes per row), held through every phase.
   int64_t ids_bytes = 0;
   // Working buffers of every phase: OpenBLAS's GEMM buffer (32 MiB per
   // thread it runs; knnd runs it on one) and FAISS's coarse-assignment
   // blocks (4096 rows x 1024 centroids of floats, 16 MiB, within it).
   int64_t working_bytes = 0;
-  // The largest phase plus the ids and the working buffers.
+  // The largest phase (the working buffers counted with FAISS's phases:
+  // train, add, write) plus the ids.
   int64_t PeakBytes() const;
 };
 

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -31,13 +32,57 @@ const char* KindName(Kind kind) {
   return "unknown";
 }
 
-// A column while the file is read: the values of its rows so far.
+// A column while the file is read: the values of its rows so far, held
+// compactly (a parsed JsonValue per value cost about 100 bytes, several
+// times the column it becomes): numbers as 8 bytes each, strings
+// dictionary-encoded as they come, in the order of first appearance.
 struct Pending {
   std::string name;
   Kind kind = Kind::kNone;  // of the values seen (integer widens to float)
   int64_t first_line = 0;   // where that kind was first seen
   bool all_timestamps = true;
-  std::vector<std::pair<int64_t, JsonValue>> values;  // (row, value)
+  std::vector<int64_t> rows;  // the rows holding a value, ascending
+  // Numbers: per value its int64, or its double's bits where is_double.
+  std::vector<int64_t> numbers;
+  std::vector<bool> is_double;
+  // Strings and string lists: per value the end of its codes.
+  absl::flat_hash_map<std::string, uint32_t> code_of;
+  std::vector<std::string> dictionary;
+  std::vector<uint32_t> codes;
+  std::vector<int64_t> code_ends;
+
+  void AddKeyword(const std::string& keyword) {
+    auto [it, inserted] =
+        code_of.try_emplace(keyword, static_cast<uint32_t>(code_of.size()));
+    if (inserted) dictionary.push_back(keyword);
+    codes.push_back(it->second);
+  }
+  void Add(int64_t row, const JsonValue& value) {
+    rows.push_back(row);
+    switch (value.type()) {
+      case JsonValue::Type::kInt:
+        numbers.push_back(value.int_value());
+        is_double.push_back(false);
+        return;
+      case JsonValue::Type::kDouble:
+        numbers.push_back(absl::bit_cast<int64_t>(value.number_value()));
+        is_double.push_back(true);
+        return;
+      case JsonValue::Type::kString:
+        AddKeyword(value.string_value());
+        break;
+      default:  // an array of strings (KindOf checked)
+        for (const JsonValue& item : value.items()) {
+          AddKeyword(item.string_value());
+        }
+        break;
+    }
+    code_ends.push_back(static_cast<int64_t>(codes.size()));
+  }
+  double Number(size_t i) const {
+    return is_double[i] ? absl::bit_cast<double>(numbers[i])
+                        : static_cast<double>(numbers[i]);
+  }
 };
 
 absl::StatusOr<Kind> KindOf(const JsonValue& value) {
@@ -73,29 +118,31 @@ AttributeColumn Finish(Pending& pending, int64_t rows, bool keep_keywords) {
   AttributeColumn column;
   column.name = pending.name;
   column.present.assign(static_cast<size_t>(rows), false);
-  for (const auto& [row, value] : pending.values) column.present[row] = true;
+  for (int64_t row : pending.rows) column.present[row] = true;
+  const size_t n = pending.rows.size();
   switch (pending.kind) {
     case Kind::kNone:
     case Kind::kInteger:
       column.type = AttributeType::kInteger;
       column.ints.assign(static_cast<size_t>(rows), 0);
-      for (const auto& [row, value] : pending.values) {
-        column.ints[row] = value.int_value();
+      for (size_t i = 0; i < n; ++i) {
+        column.ints[pending.rows[i]] = pending.numbers[i];
       }
       return column;
     case Kind::kFloat:
       column.type = AttributeType::kFloat;
       column.floats.assign(static_cast<size_t>(rows), 0);
-      for (const auto& [row, value] : pending.values) {
-        column.floats[row] = value.number_value();
+      for (size_t i = 0; i < n; ++i) {
+        column.floats[pending.rows[i]] = pending.Number(i);
       }
       return column;
     case Kind::kString:
       if (pending.all_timestamps && !keep_keywords) {
         column.type = AttributeType::kTimestamp;
         column.ints.assign(static_cast<size_t>(rows), 0);
-        for (const auto& [row, value] : pending.values) {
-          column.ints[row] = *ParseTimestampMicros(value.string_value());
+        for (size_t i = 0; i < n; ++i) {
+          column.ints[pending.rows[i]] =
+              *ParseTimestampMicros(pending.dictionary[pending.codes[i]]);
         }
         return column;
       }
@@ -105,26 +152,17 @@ AttributeColumn Finish(Pending& pending, int64_t rows, bool keep_keywords) {
       column.type = AttributeType::kKeywordList;
       break;
   }
-  absl::flat_hash_map<std::string, uint32_t> codes;
   column.offsets.assign(static_cast<size_t>(rows) + 1, 0);
-  auto add = [&](const std::string& keyword) {
-    auto [it, inserted] =
-        codes.try_emplace(keyword, static_cast<uint32_t>(codes.size()));
-    if (inserted) column.dictionary.push_back(keyword);
-    column.codes.push_back(it->second);
-  };
   size_t next = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    if (next < pending.values.size() && pending.values[next].first == r) {
-      const JsonValue& value = pending.values[next++].second;
-      if (value.type() == JsonValue::Type::kString) {
-        add(value.string_value());
-      } else {
-        for (const JsonValue& item : value.items()) add(item.string_value());
-      }
+    if (next < n && pending.rows[next] == r) {
+      column.offsets[r + 1] = pending.code_ends[next++];
+    } else {
+      column.offsets[r + 1] = column.offsets[r];
     }
-    column.offsets[r + 1] = static_cast<int64_t>(column.codes.size());
   }
+  column.codes = std::move(pending.codes);
+  column.dictionary = std::move(pending.dictionary);
   return column;
 }
 
@@ -194,7 +232,7 @@ absl::StatusOr<AttributeColumns> ReadAttributesJsonl(
           !ParseTimestampMicros(member.second.string_value())) {
         column.all_timestamps = false;
       }
-      column.values.emplace_back(row, member.second);
+      column.Add(row, member.second);
     }
     ++row;
   }
@@ -209,6 +247,7 @@ absl::StatusOr<AttributeColumns> ReadAttributesJsonl(
   for (Pending& column : pending) {
     columns.columns.push_back(
         Finish(column, expect_rows, keyword_columns.contains(column.name)));
+    column = Pending();  // freed as soon as its column is built
   }
   return columns;
 }

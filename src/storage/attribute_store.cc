@@ -233,6 +233,21 @@ AttributeColumns SliceColumns(const AttributeColumns& columns, int64_t first,
   return out;
 }
 
+int64_t AttributeColumnsHeldBytes(const AttributeColumns& columns) {
+  int64_t bytes = 0;
+  for (const AttributeColumn& column : columns.columns) {
+    bytes += static_cast<int64_t>(column.present.capacity() / 8 +
+                                  column.ints.capacity() * sizeof(int64_t) +
+                                  column.floats.capacity() * sizeof(double) +
+                                  column.offsets.capacity() * sizeof(int64_t) +
+                                  column.codes.capacity() * sizeof(uint32_t));
+    for (const std::string& keyword : column.dictionary) {
+      bytes += static_cast<int64_t>(sizeof(std::string) + keyword.capacity());
+    }
+  }
+  return bytes;
+}
+
 absl::Status WriteAttributeStore(const std::string& path,
                                  const AttributeColumns& columns) {
   absl::flat_hash_set<std::string> names;

@@ -93,6 +93,10 @@ struct AttributeColumns {
   std::vector<AttributeColumn> columns;  // distinct names
 };
 
+// The heap bytes `columns` holds (its arrays' capacities and keyword
+// strings), for the memory model of a build.
+int64_t AttributeColumnsHeldBytes(const AttributeColumns& columns);
+
 // Rows [first, end) of `columns`, for a shard's store.
 AttributeColumns SliceColumns(const AttributeColumns& columns, int64_t first,
                               int64_t end);

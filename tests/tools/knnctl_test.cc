@@ -859,6 +859,9 @@ TEST(Knnctl, AttributesBuildShardAndRefuseMistakes) {
   CommandResult b = Knnctl(absl::StrCat(common, " --output ", whole));
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_THAT(b.output, HasSubstr(whole + ".attrs (3 attribute columns"));
+  // Written and freed before training: a phase of the memory model.
+  EXPECT_THAT(b.output, HasSubstr("max(attributes "));
+  EXPECT_LT(b.output.find("attributes: "), b.output.find("training:"));
   CommandResult info = Knnctl("info --index " + whole);
   EXPECT_THAT(info.output, HasSubstr("genre          keyword, 1 distinct"));
   ASSERT_EQ(Knnctl(absl::StrCat("shard --index ", whole, " --shards 2 "
@@ -884,6 +887,7 @@ TEST(Knnctl, AttributesBuildShardAndRefuseMistakes) {
   EXPECT_THAT(c.output, HasSubstr(absl::StrCat(
                             dir.path("mixed.jsonl"),
                             ": line 2: field \"year\" is a string")));
+  EXPECT_THAT(c.output, Not(HasSubstr("training")));  // failed at once
   WriteFile(dir.path("short.jsonl"), "{}\n{}\n");
   c = Knnctl(absl::StrCat("build --input ", dir.path("base.npy"), " --output ",
                           dir.path("bad.index"), " --attributes ",

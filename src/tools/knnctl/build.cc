@@ -300,22 +300,74 @@ absl::Status WriteOrRemoveIdTable(const std::string& index_path,
       path, absl::MakeConstSpan(ids.data() + first, end - first), source);
 }
 
-// Writes rows [first, end) of `attributes` beside `index_path` as its
-// attribute store, or removes one left by an earlier build (none given).
-absl::Status WriteOrRemoveAttributes(
-    const std::string& index_path,
-    const std::optional<AttributeColumns>& attributes, int64_t first,
-    int64_t end) {
-  const std::string path = AttributeStorePath(index_path);
-  if (!attributes.has_value()) {
-    if (unlink(path.c_str()) == 0) {
-      std::printf("removed:  %s (of a previous build)\n", path.c_str());
-    }
-    return absl::OkStatus();
+// Reads --attributes (JSON Lines, line i for row i) and writes its store
+// beside the index or each shard (its rows' slice), or removes stores an
+// earlier build left there. Runs before training, like the payloads, so
+// that a bad line fails the build at once and the columns are freed before
+// the lists grow: returns the heap bytes the step holds at its peak (the
+// "attributes" phase of the memory model), 0 without --attributes.
+absl::StatusOr<int64_t> WriteOrRemoveAttributeStores(
+    const BuildOptions& options, const std::vector<ShardSpec>& plan,
+    int64_t rows, int* columns_written) {
+  std::vector<std::pair<std::string, ShardSpec>> parts;
+  for (const ShardSpec& shard : plan) {
+    parts.emplace_back(
+        ShardPath(options.output, shard.shard_id, shard.shard_count), shard);
   }
-  return WriteAttributeStore(path, first == 0 && end == attributes->rows
-                                       ? *attributes
-                                       : SliceColumns(*attributes, first, end));
+  if (plan.empty()) {
+    ShardSpec whole;
+    whole.first_id = 0;
+    whole.end_id = rows;
+    parts.emplace_back(options.output, whole);
+  }
+  *columns_written = 0;
+  if (options.attributes.empty()) {
+    for (const auto& [index_path, shard] : parts) {
+      const std::string path = AttributeStorePath(index_path);
+      if (unlink(path.c_str()) == 0) {
+        std::printf("removed:  %s (of a previous build)\n", path.c_str());
+      }
+    }
+    return 0;
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<AttributeColumns> columns =
+      ReadAttributesJsonl(options.attributes, rows);
+  if (!columns.ok()) return columns.status();
+  for (const AttributeColumn& column : columns->columns) {
+    std::printf("attribute: %s (%s)\n", column.name.c_str(),
+                AttributeTypeName(column.type));
+  }
+  int64_t largest_store = 0;
+  int64_t total = 0;
+  for (const auto& [index_path, shard] : parts) {
+    const std::string path = AttributeStorePath(index_path);
+    if (absl::Status s = WriteAttributeStore(
+            path, plan.empty() ? *columns
+                               : SliceColumns(*columns, shard.first_id,
+                                              shard.end_id));
+        !s.ok()) {
+      return s;
+    }
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0) {
+      largest_store = std::max<int64_t>(largest_store, st.st_size);
+      total += st.st_size;
+    }
+  }
+  *columns_written = static_cast<int>(columns->columns.size());
+  std::printf("attributes: %s: %zu columns to %s%s (%.1f MiB) in %.1f s\n",
+              options.attributes.c_str(), columns->columns.size(),
+              AttributeStorePath(parts.front().first).c_str(),
+              parts.size() > 1
+                  ? absl::StrCat(" and ", parts.size() - 1, " more").c_str()
+                  : "",
+              MiB(total), absl::ToDoubleSeconds(absl::Now() - start));
+  // The store is assembled in memory (WriteAttributeStore): a string
+  // that grows by doubling, up to twice the image while it reallocates,
+  // beside one numeric column's sort buffers (rows, sorted and held
+  // values: 24 bytes a row).
+  return AttributeColumnsHeldBytes(*columns) + 2 * largest_store + 24 * rows;
 }
 
 // The payload files of the index the build writes (`plan` empty), or of
@@ -376,21 +428,14 @@ absl::Status WriteOrRemovePayloads(const BuildOptions& options,
 // false (after printing why) on failure.
 bool WriteShards(const BuildOptions& options, const IndexBuilder& b,
                  const std::vector<ShardSpec>& plan,
-                 const std::vector<int64_t>& ids,
-                 const std::optional<AttributeColumns>& attributes,
-                 int nprobe, const knnd::v1::IndexMetadata& metadata) {
+                 const std::vector<int64_t>& ids, int nprobe,
+                 const knnd::v1::IndexMetadata& metadata) {
   const std::string build_id = NewBuildId();
   for (const ShardSpec& shard : plan) {
     const std::string path =
         ShardPath(options.output, shard.shard_id, shard.shard_count);
     if (absl::Status s = WriteOrRemoveIdTable(path, ids, shard.first_id,
                                               shard.end_id, options.ids);
-        !s.ok()) {
-      Fail(s);
-      return false;
-    }
-    if (absl::Status s = WriteOrRemoveAttributes(path, attributes,
-                                                 shard.first_id, shard.end_id);
         !s.ok()) {
       Fail(s);
       return false;
@@ -521,23 +566,16 @@ int Build(const BuildOptions& options) {
     if (!read_ids.ok()) return Fail(read_ids.status());
     ids = std::move(*read_ids);
   }
-  std::optional<AttributeColumns> attributes;
-  if (!options.attributes.empty()) {
-    absl::StatusOr<AttributeColumns> read_attributes =
-        ReadAttributesJsonl(options.attributes, rows);
-    if (!read_attributes.ok()) return Fail(read_attributes.status());
-    attributes = std::move(*read_attributes);
-    for (const AttributeColumn& column : attributes->columns) {
-      std::printf("attribute: %s (%s)\n", column.name.c_str(),
-                  AttributeTypeName(column.type));
-    }
-  }
   absl::StatusOr<std::vector<ShardSpec>> plan =
       PlanRowShards(rows, options.shards);
   if (!plan.ok()) return Fail(plan.status());
   if (absl::Status s = WriteOrRemovePayloads(options, *plan, rows); !s.ok()) {
     return Fail(s);
   }
+  int attribute_columns = 0;
+  absl::StatusOr<int64_t> attribute_bytes =
+      WriteOrRemoveAttributeStores(options, *plan, rows, &attribute_columns);
+  if (!attribute_bytes.ok()) return Fail(attribute_bytes.status());
 
   absl::StatusOr<std::string> factory = FactoryFor(options, rows, dim);
   if (!factory.ok()) return Fail(factory.status());
@@ -571,6 +609,7 @@ int Build(const BuildOptions& options) {
   shape.pq_centroids = 1 << b.pq_nbits();
   shape.cosine = *metric == Metric::kCosine;
   shape.own_ids = !ids.empty();
+  shape.attribute_bytes = *attribute_bytes;
   std::printf("metric:   %s%s\n", MetricName(*metric),
               *metric == Metric::kCosine
                   ? " (vectors L2-normalised; knnd normalises queries)"
@@ -636,10 +675,10 @@ int Build(const BuildOptions& options) {
   metadata.set_built_by(absl::StrCat("knnctl build: ", BuildInfoLine()));
   metadata.set_id_table(!ids.empty());
   metadata.set_payloads(!options.payloads.empty());
-  metadata.set_attributes(attributes.has_value());
+  metadata.set_attributes(!options.attributes.empty());
   if (options.shards > 0) {
     const bool ok =
-        WriteShards(options, b, *plan, ids, attributes, nprobe, metadata);
+        WriteShards(options, b, *plan, ids, nprobe, metadata);
     if (ok) PrintMemory(shape, b, baseline, peak_trained, peak_added);
     return ok ? kExitOk : kExitError;
   }
@@ -647,10 +686,6 @@ int Build(const BuildOptions& options) {
   // sidecar follow, and a loader takes a version as complete only with its
   // sidecar.
   if (absl::Status s = WriteOrRemoveIdTable(output, ids, 0, rows, options.ids);
-      !s.ok()) {
-    return Fail(s);
-  }
-  if (absl::Status s = WriteOrRemoveAttributes(output, attributes, 0, rows);
       !s.ok()) {
     return Fail(s);
   }
@@ -678,12 +713,12 @@ int Build(const BuildOptions& options) {
                 IdTablePath(output).c_str(), MiB(st.st_size),
                 options.ids.c_str());
   }
-  if (attributes.has_value()) {
+  if (attribute_columns > 0) {
     stat(AttributeStorePath(output).c_str(), &st);
-    std::printf("wrote:    %s (%zu attribute columns, %.1f MiB, for "
+    std::printf("wrote:    %s (%d attribute columns, %.1f MiB, for "
                 "filters)\n",
-                AttributeStorePath(output).c_str(),
-                attributes->columns.size(), MiB(st.st_size));
+                AttributeStorePath(output).c_str(), attribute_columns,
+                MiB(st.st_size));
   }
   PrintMemory(shape, b, baseline, peak_trained, peak_added);
   std::printf("next:     knnctl tune --index %s%s%s (records the fastest "
