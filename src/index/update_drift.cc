@@ -19,9 +19,8 @@ namespace knnd {
 namespace {
 
 constexpr int kRecallK = 10;
-// Rows per ExactScan::Add: one OpenMP region per 64Ki rows (32 MiB of
-// 128-dim float32, read in place from the mapping).
-constexpr int64_t kScanRows = 65536;
+// Rows of a float16 file decoded per ExactScan::Add (32 MiB at 128 dims).
+constexpr int64_t kDecodeRows = 65536;
 
 // The rows of a matrix or a vectors file as one row-major float matrix.
 Matrix Gather(int dim, const std::vector<int64_t>& rows,
@@ -39,21 +38,23 @@ Matrix Gather(int dim, const std::vector<int64_t>& rows,
 }
 
 // The exact k nearest rows of `file` for every query (closest first, equal
-// distances by lower row; -1 past the rows): float32 rows are scanned in
-// place, float16 ones decoded kScanRows at a time, so that the file is
-// never copied whole.
+// distances by lower row; -1 past the rows): float32 rows scanned in place
+// (one ExactScan::Add over the mapping), float16 ones decoded kDecodeRows
+// at a time, so that the file is never copied whole.
 std::vector<int64_t> ExactNeighborsInFile(const VectorsFile& file,
                                           const Matrix& queries, int k,
                                           Metric metric) {
   const int dim = file.dim();
   ExactScan scan(queries.values.data(), queries.rows, dim, k, metric);
-  std::vector<float> decoded;
-  for (int64_t begin = 0; begin < file.count(); begin += kScanRows) {
-    const int64_t n = std::min(kScanRows, file.count() - begin);
-    if (file.dtype() == VectorsDtype::kFloat32) {
-      scan.Add(static_cast<const float*>(file.row(begin)), n);
-      continue;
+  if (file.dtype() == VectorsDtype::kFloat32) {
+    if (file.count() > 0) {
+      scan.Add(static_cast<const float*>(file.row(0)), file.count());
     }
+    return scan.ids();
+  }
+  std::vector<float> decoded;
+  for (int64_t begin = 0; begin < file.count(); begin += kDecodeRows) {
+    const int64_t n = std::min(kDecodeRows, file.count() - begin);
     decoded.resize(static_cast<size_t>(n) * dim);
     for (int64_t i = 0; i < n; ++i) {
       float* out = decoded.data() + i * dim;
