@@ -221,6 +221,41 @@ TEST(UpdateDrift, ASidecarWithoutTheReferenceFallsBackToTheBase) {
               ::testing::Contains(HasSubstr("no trained reference")));
 }
 
+// The recall estimate's exact search over a float16 INDEX.vectors (decoded
+// block by block): at every list probed and with exact re-ranking over
+// the same vectors, the index finds nearly all of the true neighbours;
+// a wrong ground truth would find few.
+TEST(UpdateDrift, RecallEstimateOverFloat16Vectors) {
+  TempDir dir;
+  BuildSpec spec;
+  spec.n = kRows;
+  spec.d = kDim;
+  spec.factory = "IVF16,PQ16x4fs";
+  spec.vectors = VectorsDtype::kFloat16;
+  BuildIndex(dir.path("v1.index"), spec);
+  knnd::v1::IndexMetadata tuned = Sidecar(dir.path("v1.index"));
+  tuned.set_tuned_nprobe(16);
+  tuned.set_tuned_refine_factor(32);
+  ASSERT_TRUE(
+      WriteIndexMetadata(MetadataPath(dir.path("v1.index")), tuned).ok());
+  UpdateOptions options;
+  options.base_path = dir.path("v1.index");
+  options.output_path = dir.path("v2.index");
+  options.input_name = "delta";
+  Matrix input;
+  input.dim = kDim;
+  input.rows = 100;
+  input.values = MakeData(100, kDim, 9);
+  options.input = &input;
+  options.recall_queries = 40;
+  absl::StatusOr<UpdateReport> report = UpdateIndexFile(options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->drift.recall_queries, 40);
+  EXPECT_EQ(report->drift.recall_nprobe, 16);
+  EXPECT_GT(report->drift.recall, 0.8);
+  EXPECT_LE(report->drift.recall, 1.0);
+}
+
 // The trained-relative ratios judged like the base-relative ones.
 TEST(UpdateDrift, TrainedRatiosPastTheLimitsMakeARetrainDue) {
   UpdateDrift drift;
