@@ -67,11 +67,23 @@ void BuildWithReference(const std::string& path, const std::vector<float>& x,
   ASSERT_TRUE((*builder)->Write(path, 4, metadata).ok());
 }
 
+// kRows seeded rows built as before the sidecar recorded a trained
+// reference (the test builder writes none), with INDEX.vectors of `dtype`.
+void BuildWithoutReference(const std::string& path, VectorsDtype dtype) {
+  BuildSpec spec;
+  spec.n = kRows;
+  spec.d = kDim;
+  spec.factory = "IVF16,PQ16x4fs";
+  spec.vectors = dtype;
+  BuildIndex(path, spec);
+}
+
 // Updates `base` into `output`: `additions` appended (row ids), the ids
-// `deletions` removed; no recall estimate.
+// `deletions` removed, recall estimated on `recall_queries` rows.
 UpdateReport Update(const std::string& base, const std::string& output,
                     const std::vector<float>& additions,
-                    const std::vector<int64_t>& deletions) {
+                    const std::vector<int64_t>& deletions,
+                    int recall_queries = 0) {
   UpdateOptions options;
   options.base_path = base;
   options.output_path = output;
@@ -82,7 +94,7 @@ UpdateReport Update(const std::string& base, const std::string& output,
   input.values = additions;
   if (input.rows > 0) options.input = &input;
   options.deletions = deletions;
-  options.recall_queries = 0;
+  options.recall_queries = recall_queries;
   options.built_by = "update_drift_test";
   absl::StatusOr<UpdateReport> report = UpdateIndexFile(options);
   EXPECT_TRUE(report.ok()) << report.status();
@@ -199,12 +211,7 @@ TEST(UpdateDrift, DeletionsPastAThirdOfTheTrainedRowsMakeARetrainDue) {
 // only comparison, nothing is counted, and the report says so.
 TEST(UpdateDrift, ASidecarWithoutTheReferenceFallsBackToTheBase) {
   TempDir dir;
-  BuildSpec spec;
-  spec.n = kRows;
-  spec.d = kDim;
-  spec.factory = "IVF16,PQ16x4fs";
-  spec.vectors = VectorsDtype::kFloat32;
-  BuildIndex(dir.path("v1.index"), spec);
+  BuildWithoutReference(dir.path("v1.index"), VectorsDtype::kFloat32);
   ASSERT_FALSE(Sidecar(dir.path("v1.index")).has_trained());
   std::vector<int64_t> deletions;
   for (int64_t id = 0; id < kRows / 2; ++id) deletions.push_back(id);
@@ -227,33 +234,18 @@ TEST(UpdateDrift, ASidecarWithoutTheReferenceFallsBackToTheBase) {
 // a wrong ground truth would find few.
 TEST(UpdateDrift, RecallEstimateOverFloat16Vectors) {
   TempDir dir;
-  BuildSpec spec;
-  spec.n = kRows;
-  spec.d = kDim;
-  spec.factory = "IVF16,PQ16x4fs";
-  spec.vectors = VectorsDtype::kFloat16;
-  BuildIndex(dir.path("v1.index"), spec);
+  BuildWithoutReference(dir.path("v1.index"), VectorsDtype::kFloat16);
   knnd::v1::IndexMetadata tuned = Sidecar(dir.path("v1.index"));
   tuned.set_tuned_nprobe(16);
   tuned.set_tuned_refine_factor(32);
   ASSERT_TRUE(
       WriteIndexMetadata(MetadataPath(dir.path("v1.index")), tuned).ok());
-  UpdateOptions options;
-  options.base_path = dir.path("v1.index");
-  options.output_path = dir.path("v2.index");
-  options.input_name = "delta";
-  Matrix input;
-  input.dim = kDim;
-  input.rows = 100;
-  input.values = MakeData(100, kDim, 9);
-  options.input = &input;
-  options.recall_queries = 40;
-  absl::StatusOr<UpdateReport> report = UpdateIndexFile(options);
-  ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_EQ(report->drift.recall_queries, 40);
-  EXPECT_EQ(report->drift.recall_nprobe, 16);
-  EXPECT_GT(report->drift.recall, 0.8);
-  EXPECT_LE(report->drift.recall, 1.0);
+  const UpdateReport report = Update(dir.path("v1.index"), dir.path("v2.index"),
+                                     MakeData(100, kDim, 9), {}, 40);
+  EXPECT_EQ(report.drift.recall_queries, 40);
+  EXPECT_EQ(report.drift.recall_nprobe, 16);
+  EXPECT_GT(report.drift.recall, 0.8);
+  EXPECT_LE(report.drift.recall, 1.0);
 }
 
 // The trained-relative ratios judged like the base-relative ones.
