@@ -4,10 +4,11 @@
 // moved and the new ones encoded with the base's coarse quantizer and PQ
 // (faiss/fastscan_update.h), INDEX.vectors and INDEX.ids rewritten row by
 // row, the file committed as every builder commits one (CommitIndexFile:
-// it must load in knnd, then the sidecar with its checksum). Then drift
-// (update_drift.h): how far the new vectors' quantization error and the
-// list sizes have moved from the base's and from the trained reference,
-// recall@10 on a sample of the delta, and whether a full retrain is due.
+// it must load in knnd, then the sidecar with its checksum). Then drift:
+// how far the new vectors' quantization error and the list sizes have
+// moved from the base's and from the build's trained reference, recall@10
+// on a sample of the delta, and whether a full retrain is due
+// (update_drift.h).
 //
 // Thread-safety: pure function (FAISS may use all cores inside it).
 #ifndef KNND_INDEX_INDEX_UPDATE_H_
