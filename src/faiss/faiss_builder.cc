@@ -11,9 +11,10 @@
 #include <faiss/invlists/InvertedLists.h>
 
 #include "absl/strings/str_cat.h"
+#include "knnd/faiss/faiss_types.h"
 #include "knnd/faiss/fastscan_checks.h"
 #include "knnd/faiss/fastscan_writer.h"
-#include "knnd/faiss/faiss_types.h"
+#include "knnd/faiss/quantization_error.h"
 
 namespace knnd {
 
@@ -88,6 +89,20 @@ int64_t FaissBuilder::ntotal() const { return objects_->root->ntotal; }
 
 int64_t FaissBuilder::list_bytes_per_vector() const {
   return static_cast<int64_t>(objects_->ivf->code_size + sizeof(int64_t));
+}
+
+std::vector<int64_t> FaissBuilder::ListSizes() const {
+  const faiss::InvertedLists* lists = objects_->ivf->invlists;
+  std::vector<int64_t> sizes(lists->nlist);
+  for (size_t l = 0; l < lists->nlist; ++l) {
+    sizes[l] = static_cast<int64_t>(lists->list_size(l));
+  }
+  return sizes;
+}
+
+absl::StatusOr<QuantizationError> FaissBuilder::MeasureError(
+    const float* vectors, int64_t rows) const {
+  return MeasureQuantizationError(*objects_->root, vectors, rows);
 }
 
 int64_t FaissBuilder::HeldListBytes() const {

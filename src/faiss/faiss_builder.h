@@ -13,10 +13,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "knnd/base/metric.h"
+#include "knnd/faiss/quantization_error.h"
 
 namespace knnd {
 
@@ -42,7 +44,14 @@ class FaissBuilder {
   // grows ahead of their content.
   int64_t HeldListBytes() const;
 
+  // The vectors in each list.
+  std::vector<int64_t> ListSizes() const;
+
   absl::Status Train(const float* vectors, int64_t rows);
+  // The quantization error of `rows` vectors under the trained quantizers
+  // (quantization_error.h).
+  absl::StatusOr<QuantizationError> MeasureError(const float* vectors,
+                                                 int64_t rows) const;
   // `ids` (rows entries) or null for sequential ids from ntotal().
   absl::Status Add(const float* vectors, int64_t rows, const int64_t* ids);
   // Writes the index, with `nprobe` as its stored default, to `path` as

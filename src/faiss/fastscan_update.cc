@@ -4,7 +4,6 @@
 #include <vector>
 
 #include <faiss/IndexIVFPQFastScan.h>
-#include <faiss/IndexPreTransform.h>
 
 #include "absl/strings/str_cat.h"
 #include "knnd/faiss/faiss_types.h"
@@ -22,21 +21,6 @@ const faiss::IndexIVFPQFastScan& IvfOf(const faiss::Index& index) {
   FastScanParts parts;
   CheckFastScanIndex(index, parts);  // checked when opened
   return *parts.ivf;
-}
-
-double SquaredNorm(const float* a, int64_t dim) {
-  double sum = 0;
-  for (int64_t j = 0; j < dim; ++j) sum += static_cast<double>(a[j]) * a[j];
-  return sum;
-}
-
-double SquaredDistance(const float* a, const float* b, int64_t dim) {
-  double sum = 0;
-  for (int64_t j = 0; j < dim; ++j) {
-    const double d = static_cast<double>(a[j]) - b[j];
-    sum += d * d;
-  }
-  return sum;
 }
 
 }  // namespace
@@ -78,36 +62,7 @@ absl::Status FastScanUpdate::Add(const float* vectors, int64_t n,
 
 absl::StatusOr<FastScanUpdate::QuantizationError> FastScanUpdate::MeasureError(
     const float* vectors, int64_t n) const {
-  QuantizationError error;
-  if (n <= 0) return error;
-  const faiss::Index& root = *added_;
-  const faiss::IndexIVFPQFastScan& ivf = IvfOf(root);
-  const auto* pre = dynamic_cast<const faiss::IndexPreTransform*>(&root);
-  absl::Status status = CatchFaiss(
-      absl::StatusCode::kInternal, "measuring the quantization error", [&] {
-        const float* x =
-            pre != nullptr ? pre->apply_chain(n, vectors) : vectors;
-        const int64_t d = ivf.d;
-        std::vector<faiss::Index::idx_t> list(static_cast<size_t>(n));
-        ivf.quantizer->assign(n, x, list.data());
-        std::vector<float> residual(d);
-        std::vector<float> decoded(d);
-        std::vector<uint8_t> code(ivf.pq.code_size);
-        for (int64_t i = 0; i < n; ++i) {
-          const float* xi = x + i * d;
-          ivf.quantizer->compute_residual(xi, residual.data(), list[i]);
-          error.coarse += SquaredNorm(residual.data(), d);
-          const float* target = ivf.by_residual ? residual.data() : xi;
-          ivf.pq.compute_code(target, code.data());
-          ivf.pq.decode(code.data(), decoded.data());
-          error.pq += SquaredDistance(target, decoded.data(), d);
-        }
-        if (x != vectors) delete[] x;
-      });
-  if (!status.ok()) return status;
-  error.coarse /= static_cast<double>(n);
-  error.pq /= static_cast<double>(n);
-  return error;
+  return MeasureQuantizationError(*added_, vectors, n);
 }
 
 std::vector<int64_t> FastScanUpdate::BaseListSizes() const {

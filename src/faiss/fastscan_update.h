@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "knnd/faiss/quantization_error.h"
 
 namespace faiss {
 struct Index;
@@ -45,13 +46,9 @@ class FastScanUpdate {
   // under `ids`, their rows in the new version.
   absl::Status Add(const float* vectors, int64_t n, const int64_t* ids);
 
-  // Means over vectors of the squared distance to the nearest coarse
-  // centroid, and of the squared error of the PQ reconstruction of what
-  // the index encodes (the residual, or the vector itself).
-  struct QuantizationError {
-    double coarse = 0;
-    double pq = 0;
-  };
+  // The quantization error of `n` vectors under the base's quantizers
+  // (quantization_error.h).
+  using QuantizationError = ::knnd::QuantizationError;
   absl::StatusOr<QuantizationError> MeasureError(const float* vectors,
                                                  int64_t n) const;
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "knnd/base/units.h"
+#include "knnd/index/update_drift.h"
 
 namespace knnd {
 
@@ -27,7 +28,10 @@ BuildMemoryModel ModelBuildMemory(const BuildShape& shape, double list_growth) {
       std::min<int64_t>(shape.train_rows, int64_t{256} * shape.pq_centroids);
   model.train_bytes = (shape.cosine ? 2 : 1) * shape.train_rows * row_bytes +
                       pq_rows * row_bytes;
-  model.add_bytes = lists + copies * batch_rows * row_bytes;
+  // The trained reference's sample rows (update_drift.h) are held from
+  // the first batch on, and copied once more to normalise them for cosine.
+  const int64_t reference_rows = std::min(kDriftSampleRows, shape.rows);
+  model.add_bytes = lists + copies * (batch_rows + reference_rows) * row_bytes;
   model.write_bytes = lists + (shape.own_ids ? 16 * shape.rows : 0);
   model.attribute_bytes = shape.attribute_bytes;
   model.ids_bytes = shape.own_ids ? 8 * shape.rows : 0;

@@ -41,7 +41,8 @@ struct BuildMemoryModel {
   // centroid: 4,096 rows for FastScan, 65,536 for 8-bit PQ).
   int64_t train_bytes = 0;
   // The inverted lists being filled (the codes the build must hold), the
-  // batch read and a normalised copy of it for cosine.
+  // batch read and the trained reference's sample rows, and normalised
+  // copies of them for cosine.
   int64_t add_bytes = 0;
   // The lists, plus the id table's sort (16 bytes per row) with --ids.
   int64_t write_bytes = 0;

@@ -124,6 +124,17 @@ absl::Status IndexBuilder::Add(const float* vectors, int64_t rows,
                      ids);
 }
 
+std::vector<int64_t> IndexBuilder::ListSizes() const {
+  return faiss_->ListSizes();
+}
+
+absl::StatusOr<QuantizationError> IndexBuilder::MeasureError(
+    const float* vectors, int64_t rows) const {
+  const std::vector<float> normalized = NormalizedCopy(vectors, rows);
+  return faiss_->MeasureError(normalized.empty() ? vectors : normalized.data(),
+                              rows);
+}
+
 absl::Status IndexBuilder::Write(const std::string& path, int nprobe,
                                  knnd::v1::IndexMetadata metadata) const {
   const std::string tmp = TempPathFor(path);

@@ -111,6 +111,14 @@ class IndexBuilder {
   // continue from ntotal(). The caller bounds memory by the batch size.
   absl::Status Add(const float* vectors, int64_t rows, const int64_t* ids);
 
+  // The vectors in each list (after Add).
+  std::vector<int64_t> ListSizes() const;
+  // The quantization error of `rows` vectors (normalised here for cosine)
+  // under the trained quantizers: knnctl build's trained reference
+  // (update_drift.h).
+  absl::StatusOr<QuantizationError> MeasureError(const float* vectors,
+                                                 int64_t rows) const;
+
   // Writes the index to `path` with `nprobe` as its stored default: first to
   // a temporary file in the same directory, which must load in
   // IndexSnapshot (the daemon's own checks), then renamed over `path`, so a

@@ -28,110 +28,7 @@
 namespace knnd {
 namespace {
 
-constexpr int kRecallK = 10;
 constexpr int64_t kRowBatch = 4096;
-
-// nlist * sum(n^2) / (sum n)^2: 1 for equal lists, more as they skew.
-double Imbalance(const std::vector<int64_t>& sizes) {
-  double sum = 0;
-  double squares = 0;
-  for (int64_t n : sizes) {
-    sum += static_cast<double>(n);
-    squares += static_cast<double>(n) * static_cast<double>(n);
-  }
-  return sum > 0 ? static_cast<double>(sizes.size()) * squares / (sum * sum)
-                 : 0;
-}
-
-// min(count, rows) distinct rows out of `rows`, seeded, ascending
-// (selection sampling: one pass, only the sample held).
-std::vector<int64_t> SampleRowNumbers(int64_t rows, int64_t count,
-                                      uint32_t seed) {
-  count = std::min(count, rows);
-  std::vector<int64_t> sample;
-  sample.reserve(static_cast<size_t>(std::max<int64_t>(0, count)));
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> uniform(0, 1);
-  for (int64_t i = 0; i < rows && static_cast<int64_t>(sample.size()) < count;
-       ++i) {
-    const double need = static_cast<double>(count - sample.size());
-    if (uniform(rng) * static_cast<double>(rows - i) < need) {
-      sample.push_back(i);
-    }
-  }
-  return sample;
-}
-
-// The rows of a matrix or a vectors file as one row-major float matrix.
-Matrix Gather(int dim, const std::vector<int64_t>& rows,
-              const std::function<const float*(int64_t, float*)>& row_of) {
-  Matrix out;
-  out.rows = static_cast<int64_t>(rows.size());
-  out.dim = dim;
-  out.values.resize(rows.size() * static_cast<size_t>(dim));
-  std::vector<float> scratch(dim);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const float* row = row_of(rows[i], scratch.data());
-    std::copy(row, row + dim, out.values.data() + i * dim);
-  }
-  return out;
-}
-
-// The exact k nearest rows of `file` for every query (closest first): the
-// file scanned kRowBatch * 16 rows at a time, each chunk's k best merged
-// into the running k best, so that the file is never copied whole.
-absl::StatusOr<std::vector<int64_t>> ExactNeighborsInFile(
-    const VectorsFile& file, const Matrix& queries, int k, Metric metric) {
-  const int64_t nq = queries.rows;
-  const int dim = file.dim();
-  const bool larger_is_closer = metric != Metric::kL2;
-  std::vector<std::vector<std::pair<float, int64_t>>> best(nq);
-  const int64_t chunk_rows = kRowBatch * 16;
-  std::vector<float> chunk;
-  std::vector<float> scratch(dim);
-  std::vector<float> distances;
-  std::vector<int64_t> ids;
-  for (int64_t begin = 0; begin < file.count(); begin += chunk_rows) {
-    const int64_t n = std::min(chunk_rows, file.count() - begin);
-    chunk.resize(static_cast<size_t>(n) * dim);
-    for (int64_t i = 0; i < n; ++i) {
-      const float* row = file.RowAsFloats(begin + i, scratch.data());
-      std::copy(row, row + dim, chunk.data() + i * dim);
-    }
-    const int kk = static_cast<int>(std::min<int64_t>(k, n));
-    distances.resize(static_cast<size_t>(nq) * kk);
-    ids.resize(static_cast<size_t>(nq) * kk);
-    if (absl::Status s =
-            ExactKnn(chunk.data(), n, queries.values.data(), nq, dim, kk,
-                     metric, distances.data(), ids.data());
-        !s.ok()) {
-      return s;
-    }
-    for (int64_t q = 0; q < nq; ++q) {
-      auto& mine = best[q];
-      for (int j = 0; j < kk; ++j) {
-        if (ids[q * kk + j] >= 0) {
-          mine.emplace_back(distances[q * kk + j], begin + ids[q * kk + j]);
-        }
-      }
-      std::sort(mine.begin(), mine.end(),
-                [larger_is_closer](const auto& a, const auto& b) {
-                  if (a.first != b.first) {
-                    return larger_is_closer ? a.first > b.first
-                                            : a.first < b.first;
-                  }
-                  return a.second < b.second;
-                });
-      if (static_cast<int>(mine.size()) > k) mine.resize(k);
-    }
-  }
-  std::vector<int64_t> out(static_cast<size_t>(nq) * k, -1);
-  for (int64_t q = 0; q < nq; ++q) {
-    for (size_t j = 0; j < best[q].size(); ++j)
-      out[q * k + j] = best[q][j].second;
-  }
-  return out;
-}
 
 // Writes the new version's vectors file: row r from the base's file or the
 // (normalised) input, as plan.rows says, in batches.
@@ -174,83 +71,6 @@ absl::StatusOr<std::vector<int64_t>> BaseIds(const IndexInfo& info) {
     ids[row] = (*table)->IdOf(row);
   }
   return ids;
-}
-
-// Fills the drift figures that need the new version loaded: recall@10 on
-// a sample of the delta's rows (or of the new version's).
-absl::Status MeasureRecall(const UpdateOptions& options, const Matrix* input,
-                           UpdateDrift& drift) {
-  LoadOptions load;
-  load.probe_in_subprocess = false;
-  load.verify_checksum = false;
-  absl::StatusOr<std::unique_ptr<IndexSnapshot>> loaded =
-      IndexSnapshot::Load(options.output_path, load);
-  if (!loaded.ok()) return loaded.status();
-  const IndexSnapshot& snapshot = **loaded;
-  const IndexInfo& info = snapshot.info();
-  if (!info.has_vectors || info.ntotal < kRecallK) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<VectorsFile>> vectors = VectorsFile::Open(
-      info.vectors_path, info.dim, info.ntotal, /*verify_checksum=*/false);
-  if (!vectors.ok()) return vectors.status();
-  const bool from_input = input != nullptr && input->rows > 0;
-  const std::vector<int64_t> rows =
-      SampleRowNumbers(from_input ? input->rows : info.ntotal,
-                       options.recall_queries, options.seed + 1);
-  const Matrix queries =
-      from_input
-          ? Gather(info.dim, rows,
-                   [input](int64_t r, float*) { return input->row(r); })
-          : Gather(info.dim, rows, [&vectors](int64_t r, float* scratch) {
-              return (*vectors)->RowAsFloats(r, scratch);
-            });
-  absl::StatusOr<std::vector<int64_t>> truth =
-      ExactNeighborsInFile(**vectors, queries, kRecallK, info.metric);
-  if (!truth.ok()) return truth.status();
-  RowsToAnswerIds(snapshot, *truth);
-  SweepOptions sweep;
-  drift.recall_nprobe = static_cast<int>(std::min<int64_t>(
-      info.nlist,
-      info.tuned_nprobe > 0 ? info.tuned_nprobe : info.stored_nprobe));
-  drift.recall_refine_factor =
-      info.tuned_nprobe > 0 ? info.tuned_refine_factor : 0;
-  sweep.nprobes = {drift.recall_nprobe};
-  sweep.recall_at = {kRecallK};
-  sweep.refine_factor = drift.recall_refine_factor;
-  absl::StatusOr<std::vector<SweepRow>> rows_measured =
-      SweepNprobe(snapshot, queries, *truth, kRecallK, sweep);
-  if (!rows_measured.ok()) return rows_measured.status();
-  drift.recall = rows_measured->front().recall.front();
-  drift.recall_queries = queries.rows;
-  drift.tuned_recall = info.tuned_recall;
-  return absl::OkStatus();
-}
-
-void JudgeRetrain(UpdateDrift& drift) {
-  auto ratio_reason = [&drift](const char* what, double base, double now,
-                               double limit) {
-    if (base > 0 && now > limit * base) {
-      drift.retrain_reasons.push_back(absl::StrFormat(
-          "the new vectors' %s is %.2fx the base's (over %.2fx)", what,
-          now / base, limit));
-    }
-  };
-  ratio_reason("coarse quantization error", drift.base_coarse_error,
-               drift.new_coarse_error, kRetrainErrorRatio);
-  ratio_reason("PQ error", drift.base_pq_error, drift.new_pq_error,
-               kRetrainErrorRatio);
-  if (drift.base_imbalance > 0 &&
-      drift.new_imbalance > kRetrainImbalanceRatio * drift.base_imbalance) {
-    drift.retrain_reasons.push_back(absl::StrFormat(
-        "list imbalance %.2f is %.2fx the base's %.2f (over %.2fx)",
-        drift.new_imbalance, drift.new_imbalance / drift.base_imbalance,
-        drift.base_imbalance, kRetrainImbalanceRatio));
-  }
-  if (drift.tuned_recall > 0 && drift.recall >= 0 &&
-      drift.recall < drift.tuned_recall - kRetrainRecallDrop) {
-    drift.retrain_reasons.push_back(absl::StrFormat(
-        "recall@10 %.3f is below the tuned %.3f by more than %.2f",
-        drift.recall, drift.tuned_recall, kRetrainRecallDrop));
-  }
 }
 
 // The lines of `path`, which must hold exactly `rows` of them (the
@@ -498,6 +318,7 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
       read.ok()) {
     metadata = *read;
   }
+  CarryTrainedReference(p, metadata, report.drift);
   metadata.clear_file_bytes();
   metadata.clear_crc32();
   metadata.clear_build_id();
@@ -519,39 +340,19 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
   // Drift.
   const absl::Time drift_start = absl::Now();
   UpdateDrift& drift = report.drift;
-  drift.base_imbalance = Imbalance((*update)->BaseListSizes());
-  drift.new_imbalance = Imbalance((*update)->NewListSizes(p.new_row_of_base));
-  if (info.has_vectors) {
-    absl::StatusOr<std::unique_ptr<VectorsFile>> vectors = VectorsFile::Open(
-        info.vectors_path, info.dim, info.ntotal, /*verify_checksum=*/false);
-    if (!vectors.ok()) return vectors.status();
-    const Matrix sample = Gather(
-        info.dim,
-        SampleRowNumbers(info.ntotal, options.error_sample_rows, options.seed),
-        [&vectors](int64_t r, float* scratch) {
-          return (*vectors)->RowAsFloats(r, scratch);
-        });
-    absl::StatusOr<FastScanUpdate::QuantizationError> error =
-        (*update)->MeasureError(sample.values.data(), sample.rows);
-    if (!error.ok()) return error.status();
-    drift.base_coarse_error = error->coarse;
-    drift.base_pq_error = error->pq;
-  }
-  if (input_rows > 0) {
-    const Matrix sample = Gather(
-        info.dim,
-        SampleRowNumbers(input_rows, options.error_sample_rows, options.seed),
-        [input](int64_t r, float*) { return input->row(r); });
-    absl::StatusOr<FastScanUpdate::QuantizationError> error =
-        (*update)->MeasureError(sample.values.data(), sample.rows);
-    if (!error.ok()) return error.status();
-    drift.new_coarse_error = error->coarse;
-    drift.new_pq_error = error->pq;
+  if (absl::Status s = MeasureQuantizationDrift(
+          **update, info, input_rows > 0 ? input : nullptr, p.new_row_of_base,
+          options.error_sample_rows, options.seed, drift);
+      !s.ok()) {
+    return s;
   }
   update->reset();
   base->reset();
   if (options.recall_queries > 0) {
-    if (absl::Status s = MeasureRecall(options, input, drift); !s.ok()) {
+    if (absl::Status s =
+            MeasureUpdateRecall(options.output_path, input,
+                                options.recall_queries, options.seed, drift);
+        !s.ok()) {
       return s;
     }
   }

@@ -7,9 +7,9 @@
 // committed as every builder commits one (CommitIndexFile: it must load
 // in knnd, then the sidecar with its checksum). Then drift:
 // how far the new vectors' quantization error and the list sizes have
-// moved from the base's, and recall@10 on a sample of the delta (exact
-// search over the new INDEX.vectors against the index at its tuned
-// setting), and whether a full retrain is due.
+// moved from the base's and from the build's trained reference, recall@10
+// on a sample of the delta, and whether a full retrain is due
+// (update_drift.h).
 //
 // Thread-safety: pure function (FAISS may use all cores inside it).
 #ifndef KNND_INDEX_INDEX_UPDATE_H_
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "knnd/index/update_drift.h"
 #include "knnd/index/update_plan.h"
 #include "knnd/storage/vector_io.h"
 
@@ -49,38 +50,9 @@ struct UpdateOptions {
   // new version's when the delta has none); 0: not measured.
   int recall_queries = 200;
   // Rows whose quantization error is measured, from each side.
-  int64_t error_sample_rows = 10000;
-  uint32_t seed = 1;
+  int64_t error_sample_rows = kDriftSampleRows;
+  uint32_t seed = kDriftSeed;
   std::string built_by;  // the sidecar's built_by
-};
-
-// Thresholds past which a full retrain is due (docs/updates.md).
-inline constexpr double kRetrainErrorRatio = 1.2;
-inline constexpr double kRetrainImbalanceRatio = 1.5;
-inline constexpr double kRetrainRecallDrop = 0.02;
-
-struct UpdateDrift {
-  // Mean squared distance to the nearest centroid and PQ reconstruction
-  // error, of a sample of the base's vectors and of the delta's; 0 when a
-  // side has no vectors to sample.
-  double base_coarse_error = 0;
-  double base_pq_error = 0;
-  double new_coarse_error = 0;
-  double new_pq_error = 0;
-  // FAISS's imbalance factor of the list sizes: nlist * sum(n^2) /
-  // (sum n)^2, 1 when even.
-  double base_imbalance = 0;
-  double new_imbalance = 0;
-  // recall@10 of the new version on `recall_queries` rows at nprobe /
-  // refine_factor (the tuned setting, else the stored nprobe); -1: not
-  // measured. tuned_recall: what `knnctl tune` recorded, 0 if never tuned.
-  double recall = -1;
-  int64_t recall_queries = 0;
-  int recall_nprobe = 0;
-  int recall_refine_factor = 0;
-  double tuned_recall = 0;
-  // Why a full retrain is due; empty: not yet.
-  std::vector<std::string> retrain_reasons;
 };
 
 struct UpdateReport {

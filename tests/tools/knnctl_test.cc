@@ -1049,6 +1049,12 @@ TEST(Knnctl, UpdatePublishesAndShardsLikeABuild) {
   EXPECT_THAT(update.output, HasSubstr("drift:    PQ error"));
   EXPECT_THAT(update.output, HasSubstr("recall@10"));
   EXPECT_THAT(update.output, HasSubstr("retrain:"));
+  // The build recorded its trained reference; the update compared with it
+  // and carried it on (update_drift_test.cc has the rules).
+  EXPECT_THAT(update.output,
+              HasSubstr("drift:    PQ error (trained -> delta)"));
+  EXPECT_THAT(update.output,
+              HasSubstr("since training: 30 rows added, 3 deleted"));
   CommandResult published = Knnctl(absl::StrCat(
       "publish --index ", dir.path("v2.index"), " --dir ",
       dir.path("versions")));
@@ -1058,6 +1064,15 @@ TEST(Knnctl, UpdatePublishesAndShardsLikeABuild) {
   EXPECT_EQ(meta->ntotal(), 3027);
   EXPECT_TRUE(meta->id_table());
   EXPECT_THAT(meta->built_by(), HasSubstr("knnctl update"));
+  auto built = ReadIndexMetadata(MetadataPath(dir.path("v1.index")));
+  ASSERT_TRUE(built.ok()) << built.status();
+  ASSERT_TRUE(built->has_trained());
+  EXPECT_EQ(built->trained().ntotal(), 3000);
+  EXPECT_GT(built->trained().pq_error(), 0);
+  EXPECT_EQ(meta->trained().SerializeAsString(),
+            built->trained().SerializeAsString());
+  EXPECT_EQ(meta->rows_added_since_training(), 30);
+  EXPECT_EQ(meta->rows_deleted_since_training(), 3);
   CommandResult shard = Knnctl(absl::StrCat(
       "shard --index ", dir.path("v2.index"), " --shards 2"));
   EXPECT_EQ(shard.exit_code, 0) << shard.output;

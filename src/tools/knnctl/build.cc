@@ -32,6 +32,7 @@
 #include "knnd/index/build_memory.h"
 #include "knnd/index/index_builder.h"
 #include "knnd/index/index_sharding.h"
+#include "knnd/index/update_drift.h"
 #include "knnd/monitoring/build_info.h"
 #include "knnd/monitoring/process_stats.h"
 #include "knnd/storage/attribute_jsonl.h"
@@ -646,6 +647,9 @@ int Build(const BuildOptions& options) {
   VectorsSink vectors(VectorsParts(options, *plan, rows, keep_vectors), dim,
                       *metric, *vectors_dtype);
   std::vector<float> values(static_cast<size_t>(std::min(batch, rows)) * dim);
+  // The trained reference knnctl update compares its deltas with
+  // (index/update_drift.h): its sample rows copied as the batches pass.
+  TrainedReferenceSample reference(rows, dim);
   Progress progress("adding", rows);
   for (int64_t begin = 0; begin < rows; begin += batch) {
     const int64_t n = std::min(batch, rows - begin);
@@ -655,6 +659,7 @@ int Build(const BuildOptions& options) {
     if (absl::Status s = b.Add(values.data(), n, nullptr); !s.ok()) {
       return Fail(s);
     }
+    reference.Collect(begin, n, values.data());
     if (keep_vectors) {
       if (absl::Status s = vectors.Append(values.data(), n); !s.ok()) {
         return Fail(s);
@@ -676,6 +681,10 @@ int Build(const BuildOptions& options) {
   metadata.set_id_table(!ids.empty());
   metadata.set_payloads(!options.payloads.empty());
   metadata.set_attributes(!options.attributes.empty());
+  absl::StatusOr<knnd::v1::IndexMetadata::TrainedReference> trained =
+      reference.Measure(b);
+  if (!trained.ok()) return Fail(trained.status());
+  *metadata.mutable_trained() = std::move(*trained);
   if (options.shards > 0) {
     const bool ok =
         WriteShards(options, b, *plan, ids, nprobe, metadata);

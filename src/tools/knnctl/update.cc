@@ -42,12 +42,6 @@ struct UpdateCommandOptions {
   int threads = 0;
 };
 
-// "0.123 -> 0.130 (1.06x)", or "n/a" when the base side was not measured.
-std::string Moved(double before, double after) {
-  if (before <= 0) return "n/a (the base has no INDEX.vectors to sample)";
-  return absl::StrFormat("%.4g -> %.4g (%.2fx)", before, after, after / before);
-}
-
 void PrintReport(const UpdateCommandOptions& options,
                  const UpdateReport& report) {
   const UpdatePlan& p = report.plan;
@@ -95,32 +89,8 @@ void PrintReport(const UpdateCommandOptions& options,
       "time:     %.2f s to write (no training), %.2f s to measure "
       "drift\n",
       report.write_seconds, report.drift_seconds);
-  const UpdateDrift& d = report.drift;
-  if (d.new_pq_error > 0 || d.new_coarse_error > 0) {
-    std::printf("drift:    coarse error (base sample -> delta) %s\n",
-                Moved(d.base_coarse_error, d.new_coarse_error).c_str());
-    std::printf("drift:    PQ error (base sample -> delta) %s\n",
-                Moved(d.base_pq_error, d.new_pq_error).c_str());
-  }
-  std::printf("drift:    list imbalance %s\n",
-              Moved(d.base_imbalance, d.new_imbalance).c_str());
-  if (d.recall >= 0) {
-    std::printf(
-        "drift:    recall@10 %.3f on %lld sampled rows at nprobe %d, "
-        "refine_factor %d%s\n",
-        d.recall, static_cast<long long>(d.recall_queries), d.recall_nprobe,
-        d.recall_refine_factor,
-        d.tuned_recall > 0
-            ? absl::StrFormat(" (tuned: %.3f)", d.tuned_recall).c_str()
-            : " (never tuned: knnctl tune records a target)");
-  }
-  if (d.retrain_reasons.empty()) {
-    std::printf("retrain:  not due\n");
-  } else {
-    for (const std::string& why : d.retrain_reasons) {
-      std::printf("retrain:  DUE: %s\n", why.c_str());
-    }
-    std::printf("retrain:  rebuild with knnctl build from the whole corpus\n");
+  for (const std::string& line : DescribeDrift(report.drift)) {
+    std::printf("%s\n", line.c_str());
   }
   std::printf(
       "next:     knnctl publish --index %s --dir VERSIONS (knnd "
