@@ -75,8 +75,14 @@ absl::StatusOr<knnd::v1::IndexMetadata> ReadIndexMetadata(
   std::stringstream text;
   text << in.rdbuf();
   knnd::v1::IndexMetadata metadata;
+  // Fields this knnd does not know are a newer knnctl's additions (a
+  // change an older reader must not accept raises format_version instead):
+  // skipped, so that a knnd rolled back still serves the versions written
+  // since.
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
   if (auto s = google::protobuf::util::JsonStringToMessage(text.str(),
-                                                           &metadata);
+                                                           &metadata, options);
       !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "index metadata ", path, " is not valid: ", s.message().ToString()));

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "knnd/index/index_snapshot.h"
+#include "knnd/storage/atomic_file.h"
 #include "testing/test_util.h"
 
 namespace knnd {
@@ -54,6 +55,24 @@ TEST(IndexMetadata, RoundTripsThroughJson) {
   ASSERT_TRUE(WriteIndexMetadata(dir.path("m.json"), written).ok());
   EXPECT_THAT(ReadIndexMetadata(dir.path("m.json")).status().message(),
               HasSubstr("format_version"));
+}
+
+// A field a newer knnctl added is skipped (a knnd rolled back serves the
+// versions written since); the fields it knows are read; broken JSON is
+// still refused.
+TEST(IndexMetadata, FieldsOfANewerWriterAreSkipped) {
+  TempDir dir;
+  const std::string path = dir.path("m.json");
+  ASSERT_TRUE(WriteFileAtomically(
+                  path, "{\"formatVersion\": 1, \"dim\": 16, "
+                        "\"aFieldFromTheFuture\": {\"x\": [1, 2]}}")
+                  .ok());
+  absl::StatusOr<knnd::v1::IndexMetadata> read = ReadIndexMetadata(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->dim(), 16);
+  ASSERT_TRUE(WriteFileAtomically(path, "{\"dim\": 16,").ok());
+  EXPECT_THAT(ReadIndexMetadata(path).status().message(),
+              HasSubstr("is not valid"));
 }
 
 }  // namespace
