@@ -26,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/types/optional.h"
 #include "absl/time/clock.h"
+#include "build_outputs.h"
 #include "command.h"
 #include "knnd/base/metric.h"
 #include "knnd/faiss/vector_math.h"
@@ -46,28 +47,6 @@
 
 namespace knnd::knnctl {
 namespace {
-
-struct BuildOptions {
-  std::string input;
-  std::string output;
-  std::string metric = "l2";
-  std::string factory;
-  std::string recipe = "fastscan";
-  int64_t nlist = 0;
-  int m = 0;
-  int64_t train_size = 0;
-  std::string ids;
-  std::string payloads;
-  std::string attributes;
-  int64_t add_batch = 65536;
-  uint32_t seed = 1234;
-  int stored_nprobe = 0;
-  // Unset: kept.
-  absl::optional<bool> keep_vectors;
-  std::string vectors_dtype = "f32";
-  int threads = 0;
-  int shards = 0;
-};
 
 // Reports progress of a long loop on stderr: a bar redrawn in place with
 // rate and ETA when stderr is a terminal, otherwise a plain line about every
@@ -136,63 +115,6 @@ std::vector<int64_t> SampleRows(int64_t rows, int64_t count, uint32_t seed) {
   std::sort(sample.begin(), sample.end());
   return sample;
 }
-
-std::string DirectoryOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash + 1);
-}
-
-// Writes the rows streamed through it (L2-normalised for cosine, as the
-// index holds them) to the vectors files of consecutive row ranges: one
-// for the whole index, or one per shard. Each file is opened when its
-// first row arrives and finished (renamed into place) after its last.
-class VectorsSink {
- public:
-  struct Part {
-    std::string path;
-    int64_t end_row = 0;  // the part holds rows up to here
-  };
-  VectorsSink(std::vector<Part> parts, int dim, Metric metric,
-              VectorsDtype dtype)
-      : parts_(std::move(parts)), dim_(dim), metric_(metric), dtype_(dtype) {}
-
-  absl::Status Append(const float* rows, int64_t n) {
-    if (metric_ == Metric::kCosine) {
-      normalized_.assign(rows, rows + n * dim_);
-      NormalizeRows(normalized_.data(), n, dim_);
-      rows = normalized_.data();
-    }
-    while (n > 0) {
-      if (writer_ == nullptr) {
-        absl::StatusOr<std::unique_ptr<VectorsFileWriter>> writer =
-            VectorsFileWriter::Create(parts_[part_].path, dim_, dtype_);
-        if (!writer.ok()) return writer.status();
-        writer_ = std::move(*writer);
-      }
-      const int64_t take = std::min(n, parts_[part_].end_row - next_row_);
-      if (absl::Status s = writer_->Append(rows, take); !s.ok()) return s;
-      rows += take * dim_;
-      n -= take;
-      next_row_ += take;
-      if (next_row_ == parts_[part_].end_row) {
-        if (absl::Status s = writer_->Finish(); !s.ok()) return s;
-        writer_.reset();
-        ++part_;
-      }
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  const std::vector<Part> parts_;
-  const int dim_;
-  const Metric metric_;
-  const VectorsDtype dtype_;
-  size_t part_ = 0;
-  int64_t next_row_ = 0;
-  std::unique_ptr<VectorsFileWriter> writer_;
-  std::vector<float> normalized_;
-};
 
 constexpr char kFastScanRecipe[] = "fastscan";
 constexpr char kPq8Recipe[] = "pq8";
@@ -266,162 +188,6 @@ absl::Status Train(IndexBuilder& b, VectorReader& input, int64_t train_rows,
   return b.Train(sample.data(), train_rows);
 }
 
-// The line build --shards and shard print for each shard written: its
-// file, part and size, and whether its vectors file and id table are
-// beside it (with an id table the part is a range of rows).
-void PrintShardWritten(const std::string& path, const ShardSpec& shard) {
-  struct stat st;
-  stat(path.c_str(), &st);
-  const bool vectors = access(VectorsPath(path).c_str(), R_OK) == 0;
-  const bool id_table = access(IdTablePath(path).c_str(), R_OK) == 0;
-  const bool payloads = access(PayloadPath(path).c_str(), R_OK) == 0;
-  std::printf(
-      "wrote:    %s (shard %d of %d: %s [%lld, %lld), %.1f MiB%s%s%s)\n",
-      path.c_str(), shard.shard_id, shard.shard_count,
-      id_table ? "rows" : "ids", static_cast<long long>(shard.first_id),
-      static_cast<long long>(shard.end_id), MiB(st.st_size),
-      vectors ? ", with its .vectors" : "", id_table ? ", with its .ids" : "",
-      payloads ? ", with its .payloads" : "");
-}
-
-// Writes the id table of rows [first, end) of `ids` beside `index_path`
-// (own ids), or removes one left by an earlier build (row ids).
-absl::Status WriteOrRemoveIdTable(const std::string& index_path,
-                                  const std::vector<int64_t>& ids,
-                                  int64_t first, int64_t end,
-                                  const std::string& source) {
-  const std::string path = IdTablePath(index_path);
-  if (ids.empty()) {
-    if (unlink(path.c_str()) == 0) {
-      std::printf("removed:  %s (of a previous build)\n", path.c_str());
-    }
-    return absl::OkStatus();
-  }
-  return WriteIdTable(
-      path, absl::MakeConstSpan(ids.data() + first, end - first), source);
-}
-
-// Reads --attributes (JSON Lines, line i for row i) and writes its store
-// beside the index or each shard (its rows' slice), or removes stores an
-// earlier build left there. Runs before training, like the payloads, so
-// that a bad line fails the build at once and the columns are freed before
-// the lists grow: returns the heap bytes the step holds at its peak (the
-// "attributes" phase of the memory model), 0 without --attributes.
-absl::StatusOr<int64_t> WriteOrRemoveAttributeStores(
-    const BuildOptions& options, const std::vector<ShardSpec>& plan,
-    int64_t rows, int* columns_written) {
-  std::vector<std::pair<std::string, ShardSpec>> parts;
-  for (const ShardSpec& shard : plan) {
-    parts.emplace_back(
-        ShardPath(options.output, shard.shard_id, shard.shard_count), shard);
-  }
-  if (plan.empty()) {
-    ShardSpec whole;
-    whole.first_id = 0;
-    whole.end_id = rows;
-    parts.emplace_back(options.output, whole);
-  }
-  *columns_written = 0;
-  if (options.attributes.empty()) {
-    for (const auto& [index_path, shard] : parts) {
-      const std::string path = AttributeStorePath(index_path);
-      if (unlink(path.c_str()) == 0) {
-        std::printf("removed:  %s (of a previous build)\n", path.c_str());
-      }
-    }
-    return 0;
-  }
-  const absl::Time start = absl::Now();
-  absl::StatusOr<AttributeColumns> columns =
-      ReadAttributesJsonl(options.attributes, rows);
-  if (!columns.ok()) return columns.status();
-  for (const AttributeColumn& column : columns->columns) {
-    std::printf("attribute: %s (%s)\n", column.name.c_str(),
-                AttributeTypeName(column.type));
-  }
-  int64_t largest_store = 0;
-  int64_t total = 0;
-  for (const auto& [index_path, shard] : parts) {
-    const std::string path = AttributeStorePath(index_path);
-    if (absl::Status s = WriteAttributeStore(
-            path, plan.empty() ? *columns
-                               : SliceColumns(*columns, shard.first_id,
-                                              shard.end_id));
-        !s.ok()) {
-      return s;
-    }
-    struct stat st;
-    if (stat(path.c_str(), &st) == 0) {
-      largest_store = std::max<int64_t>(largest_store, st.st_size);
-      total += st.st_size;
-    }
-  }
-  *columns_written = static_cast<int>(columns->columns.size());
-  std::printf("attributes: %s: %zu columns to %s%s (%.1f MiB) in %.1f s\n",
-              options.attributes.c_str(), columns->columns.size(),
-              AttributeStorePath(parts.front().first).c_str(),
-              parts.size() > 1
-                  ? absl::StrCat(" and ", parts.size() - 1, " more").c_str()
-                  : "",
-              MiB(total), absl::ToDoubleSeconds(absl::Now() - start));
-  // The store is assembled in memory (WriteAttributeStore): a string
-  // that grows by doubling, up to twice the image while it reallocates,
-  // beside one numeric column's sort buffers (rows, sorted and held
-  // values: 24 bytes a row).
-  return AttributeColumnsHeldBytes(*columns) + 2 * largest_store + 24 * rows;
-}
-
-// The payload files of the index the build writes (`plan` empty), or of
-// the shards of `plan`, each with the end of its rows.
-std::vector<PayloadPart> PayloadParts(const BuildOptions& options,
-                                      const std::vector<ShardSpec>& plan,
-                                      int64_t rows) {
-  std::vector<PayloadPart> parts;
-  for (const ShardSpec& shard : plan) {
-    parts.push_back({PayloadPath(ShardPath(options.output, shard.shard_id,
-                                           shard.shard_count)),
-                     shard.end_id});
-  }
-  if (plan.empty()) parts.push_back({PayloadPath(options.output), rows});
-  return parts;
-}
-
-// Writes the payloads of --payloads (JSON Lines, line i for row i) beside
-// the index or each shard (its rows' lines), read one line at a time, or
-// removes payloads an earlier build left there. Runs before training, so
-// that a bad line fails the build at once.
-absl::Status WriteOrRemovePayloads(const BuildOptions& options,
-                                   const std::vector<ShardSpec>& plan,
-                                   int64_t rows) {
-  const std::vector<PayloadPart> parts = PayloadParts(options, plan, rows);
-  if (options.payloads.empty()) {
-    for (const PayloadPart& part : parts) {
-      if (unlink(part.path.c_str()) == 0) {
-        std::printf("removed:  %s (of a previous build)\n", part.path.c_str());
-      }
-    }
-    return absl::OkStatus();
-  }
-  const absl::Time start = absl::Now();
-  if (absl::Status s = WritePayloadsFromJsonLines(options.payloads, parts);
-      !s.ok()) {
-    return s;
-  }
-  const int64_t count = static_cast<int64_t>(parts.size());
-  int64_t bytes = 0;
-  for (const PayloadPart& part : parts) {
-    struct stat st;
-    if (stat(part.path.c_str(), &st) == 0) bytes += st.st_size;
-  }
-  std::printf("payloads: %s: %lld rows to %s%s (%.1f MiB) in %.1f s\n",
-              options.payloads.c_str(), static_cast<long long>(rows),
-              parts.front().path.c_str(),
-              count > 1 ? absl::StrCat(" and ", count - 1, " more").c_str()
-                        : "",
-              MiB(bytes), absl::ToDoubleSeconds(absl::Now() - start));
-  return absl::OkStatus();
-}
-
 // --shards: the built index written as the shards of `plan`, sharing its
 // quantizers (docs/sharding.md), each with its slice of the id table with
 // --ids (their vectors files were written while adding). The index holds
@@ -452,42 +218,6 @@ bool WriteShards(const BuildOptions& options, const IndexBuilder& b,
   std::printf("next:     serve each shard with its own knnd and merge with "
               "knnd --shard_targets (docs/sharding.md)\n");
   return true;
-}
-
-// The shards' row ranges with --shards (equal counts), else none.
-absl::StatusOr<std::vector<ShardSpec>> PlanRowShards(int64_t rows,
-                                                     int shards) {
-  if (shards <= 0) return std::vector<ShardSpec>();
-  std::vector<int64_t> all(static_cast<size_t>(rows));
-  for (int64_t i = 0; i < rows; ++i) all[i] = i;
-  return PlanShards(all, shards);
-}
-
-// The vectors files the add loop writes: one per shard of `plan`, or one
-// for the whole index. Without --keep_vectors none, and those of an earlier
-// build are removed.
-std::vector<VectorsSink::Part> VectorsParts(const BuildOptions& options,
-                                            const std::vector<ShardSpec>& plan,
-                                            int64_t rows, bool keep_vectors) {
-  std::vector<VectorsSink::Part> parts;
-  for (const ShardSpec& shard : plan) {
-    parts.push_back({VectorsPath(ShardPath(options.output, shard.shard_id,
-                                           shard.shard_count)),
-                     shard.end_id});
-  }
-  if (plan.empty()) parts.push_back({VectorsPath(options.output), rows});
-  if (keep_vectors) return parts;
-  for (const VectorsSink::Part& part : parts) {
-    if (unlink(part.path.c_str()) == 0 && plan.empty()) {
-      std::printf("removed:  %s (of a previous build)\n", part.path.c_str());
-    }
-  }
-  if (plan.empty()) {
-    std::printf("note:     no %s (--keep_vectors=false): knnd cannot "
-                "re-rank exactly (refine_factor)\n",
-                parts[0].path.c_str());
-  }
-  return {};
 }
 
 // The resident set now and at its highest (VmRSS, VmHWM), 0 when /proc
@@ -812,57 +542,6 @@ std::function<int()> DefineBuild(FlagSet& flags) {
             "(docs/sharding.md). 0: one index. FastScan recipe only.");
   AddThreadsFlag(flags, &options->threads);
   return [options] { return Build(*options); };
-}
-
-namespace {
-
-struct ShardOptions {
-  std::string index;
-  std::string output;
-  int shards = 0;
-};
-
-int Shard(const ShardOptions& options) {
-  if (options.index.empty() || options.shards <= 0) {
-    return Fail("shard needs --index INDEX and --shards N");
-  }
-  const std::string& output =
-      options.output.empty() ? options.index : options.output;
-  if (access(DirectoryOf(output).c_str(), W_OK) != 0) {
-    return Fail(absl::StrCat("cannot write into the directory of ", output,
-                             ": ", std::strerror(errno)));
-  }
-  const absl::Time start = absl::Now();
-  absl::StatusOr<std::vector<ShardSpec>> plan =
-      ShardIndexFile(options.index, options.shards, output,
-                     absl::StrCat("knnctl shard: ", BuildInfoLine()));
-  if (!plan.ok()) return Fail(plan.status());
-  for (const ShardSpec& shard : *plan) {
-    PrintShardWritten(ShardPath(output, shard.shard_id, shard.shard_count),
-                      shard);
-  }
-  std::printf("split %s into %d shards in %.1f s; serve each with its own "
-              "knnd and merge with knnd --shard_targets (docs/sharding.md)\n",
-              options.index.c_str(), options.shards,
-              absl::ToDoubleSeconds(absl::Now() - start));
-  return kExitOk;
-}
-
-}  // namespace
-
-std::function<int()> DefineShard(FlagSet& flags) {
-  auto options = std::make_shared<ShardOptions>();
-  flags.Add("index", &options->index, "INDEX",
-            "knnd FastScan index file to split (with its sidecar and "
-            "vectors file, when it has them). Required.");
-  flags.Add("shards", &options->shards, "N",
-            "Number of shards, 1 to 256: shard S holds the S-th range of "
-            "ids (equal counts). Required.");
-  flags.Add("output", &options->output, "PATH",
-            "Shard S is written to PATH.shard-S-of-N (with .meta.json, "
-            ".vectors, .ids and .payloads when the index has them); "
-            "default: the --index path.");
-  return [options] { return Shard(*options); };
 }
 
 }  // namespace knnd::knnctl

@@ -1,0 +1,223 @@
+#include "build_outputs.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "command.h"
+#include "knnd/base/units.h"
+#include "knnd/storage/attribute_jsonl.h"
+#include "knnd/storage/attribute_store.h"
+#include "knnd/storage/id_table.h"
+#include "knnd/storage/payload_file.h"
+
+namespace knnd::knnctl {
+namespace {
+
+// The payload files of the index the build writes (`plan` empty), or of
+// the shards of `plan`, each with the end of its rows.
+std::vector<PayloadPart> PayloadParts(const BuildOptions& options,
+                                      const std::vector<ShardSpec>& plan,
+                                      int64_t rows) {
+  std::vector<PayloadPart> parts;
+  for (const ShardSpec& shard : plan) {
+    parts.push_back({PayloadPath(ShardPath(options.output, shard.shard_id,
+                                           shard.shard_count)),
+                     shard.end_id});
+  }
+  if (plan.empty()) parts.push_back({PayloadPath(options.output), rows});
+  return parts;
+}
+
+}  // namespace
+
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash + 1);
+}
+
+// The line build --shards and shard print for each shard written: its
+// file, part and size, and whether its vectors file and id table are
+// beside it (with an id table the part is a range of rows).
+void PrintShardWritten(const std::string& path, const ShardSpec& shard) {
+  struct stat st;
+  stat(path.c_str(), &st);
+  const bool vectors = access(VectorsPath(path).c_str(), R_OK) == 0;
+  const bool id_table = access(IdTablePath(path).c_str(), R_OK) == 0;
+  const bool payloads = access(PayloadPath(path).c_str(), R_OK) == 0;
+  std::printf(
+      "wrote:    %s (shard %d of %d: %s [%lld, %lld), %.1f MiB%s%s%s)\n",
+      path.c_str(), shard.shard_id, shard.shard_count,
+      id_table ? "rows" : "ids", static_cast<long long>(shard.first_id),
+      static_cast<long long>(shard.end_id), MiB(st.st_size),
+      vectors ? ", with its .vectors" : "", id_table ? ", with its .ids" : "",
+      payloads ? ", with its .payloads" : "");
+}
+
+// Writes the id table of rows [first, end) of `ids` beside `index_path`
+// (own ids), or removes one left by an earlier build (row ids).
+absl::Status WriteOrRemoveIdTable(const std::string& index_path,
+                                  const std::vector<int64_t>& ids,
+                                  int64_t first, int64_t end,
+                                  const std::string& source) {
+  const std::string path = IdTablePath(index_path);
+  if (ids.empty()) {
+    if (unlink(path.c_str()) == 0) {
+      std::printf("removed:  %s (of a previous build)\n", path.c_str());
+    }
+    return absl::OkStatus();
+  }
+  return WriteIdTable(
+      path, absl::MakeConstSpan(ids.data() + first, end - first), source);
+}
+
+// Reads --attributes (JSON Lines, line i for row i) and writes its store
+// beside the index or each shard (its rows' slice), or removes stores an
+// earlier build left there. Runs before training, like the payloads, so
+// that a bad line fails the build at once and the columns are freed before
+// the lists grow: returns the heap bytes the step holds at its peak (the
+// "attributes" phase of the memory model), 0 without --attributes.
+absl::StatusOr<int64_t> WriteOrRemoveAttributeStores(
+    const BuildOptions& options, const std::vector<ShardSpec>& plan,
+    int64_t rows, int* columns_written) {
+  std::vector<std::pair<std::string, ShardSpec>> parts;
+  for (const ShardSpec& shard : plan) {
+    parts.emplace_back(
+        ShardPath(options.output, shard.shard_id, shard.shard_count), shard);
+  }
+  if (plan.empty()) {
+    ShardSpec whole;
+    whole.first_id = 0;
+    whole.end_id = rows;
+    parts.emplace_back(options.output, whole);
+  }
+  *columns_written = 0;
+  if (options.attributes.empty()) {
+    for (const auto& [index_path, shard] : parts) {
+      const std::string path = AttributeStorePath(index_path);
+      if (unlink(path.c_str()) == 0) {
+        std::printf("removed:  %s (of a previous build)\n", path.c_str());
+      }
+    }
+    return 0;
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<AttributeColumns> columns =
+      ReadAttributesJsonl(options.attributes, rows);
+  if (!columns.ok()) return columns.status();
+  for (const AttributeColumn& column : columns->columns) {
+    std::printf("attribute: %s (%s)\n", column.name.c_str(),
+                AttributeTypeName(column.type));
+  }
+  int64_t largest_store = 0;
+  int64_t total = 0;
+  for (const auto& [index_path, shard] : parts) {
+    const std::string path = AttributeStorePath(index_path);
+    if (absl::Status s = WriteAttributeStore(
+            path, plan.empty()
+                      ? *columns
+                      : SliceColumns(*columns, shard.first_id, shard.end_id));
+        !s.ok()) {
+      return s;
+    }
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0) {
+      largest_store = std::max<int64_t>(largest_store, st.st_size);
+      total += st.st_size;
+    }
+  }
+  *columns_written = static_cast<int>(columns->columns.size());
+  std::printf("attributes: %s: %zu columns to %s%s (%.1f MiB) in %.1f s\n",
+              options.attributes.c_str(), columns->columns.size(),
+              AttributeStorePath(parts.front().first).c_str(),
+              parts.size() > 1
+                  ? absl::StrCat(" and ", parts.size() - 1, " more").c_str()
+                  : "",
+              MiB(total), absl::ToDoubleSeconds(absl::Now() - start));
+  // The store is assembled in memory (WriteAttributeStore): a string
+  // that grows by doubling, up to twice the image while it reallocates,
+  // beside one numeric column's sort buffers (rows, sorted and held
+  // values: 24 bytes a row).
+  return AttributeColumnsHeldBytes(*columns) + 2 * largest_store + 24 * rows;
+}
+
+// Writes the payloads of --payloads (JSON Lines, line i for row i) beside
+// the index or each shard (its rows' lines), read one line at a time, or
+// removes payloads an earlier build left there. Runs before training, so
+// that a bad line fails the build at once.
+absl::Status WriteOrRemovePayloads(const BuildOptions& options,
+                                   const std::vector<ShardSpec>& plan,
+                                   int64_t rows) {
+  const std::vector<PayloadPart> parts = PayloadParts(options, plan, rows);
+  if (options.payloads.empty()) {
+    for (const PayloadPart& part : parts) {
+      if (unlink(part.path.c_str()) == 0) {
+        std::printf("removed:  %s (of a previous build)\n", part.path.c_str());
+      }
+    }
+    return absl::OkStatus();
+  }
+  const absl::Time start = absl::Now();
+  if (absl::Status s = WritePayloadsFromJsonLines(options.payloads, parts);
+      !s.ok()) {
+    return s;
+  }
+  const int64_t count = static_cast<int64_t>(parts.size());
+  int64_t bytes = 0;
+  for (const PayloadPart& part : parts) {
+    struct stat st;
+    if (stat(part.path.c_str(), &st) == 0) bytes += st.st_size;
+  }
+  std::printf(
+      "payloads: %s: %lld rows to %s%s (%.1f MiB) in %.1f s\n",
+      options.payloads.c_str(), static_cast<long long>(rows),
+      parts.front().path.c_str(),
+      count > 1 ? absl::StrCat(" and ", count - 1, " more").c_str() : "",
+      MiB(bytes), absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
+}
+
+// The shards' row ranges with --shards (equal counts), else none.
+absl::StatusOr<std::vector<ShardSpec>> PlanRowShards(int64_t rows, int shards) {
+  if (shards <= 0) return std::vector<ShardSpec>();
+  std::vector<int64_t> all(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) all[i] = i;
+  return PlanShards(all, shards);
+}
+
+// The vectors files the add loop writes: one per shard of `plan`, or one
+// for the whole index. Without --keep_vectors none, and those of an earlier
+// build are removed.
+std::vector<VectorsSink::Part> VectorsParts(const BuildOptions& options,
+                                            const std::vector<ShardSpec>& plan,
+                                            int64_t rows, bool keep_vectors) {
+  std::vector<VectorsSink::Part> parts;
+  for (const ShardSpec& shard : plan) {
+    parts.push_back({VectorsPath(ShardPath(options.output, shard.shard_id,
+                                           shard.shard_count)),
+                     shard.end_id});
+  }
+  if (plan.empty()) parts.push_back({VectorsPath(options.output), rows});
+  if (keep_vectors) return parts;
+  for (const VectorsSink::Part& part : parts) {
+    if (unlink(part.path.c_str()) == 0 && plan.empty()) {
+      std::printf("removed:  %s (of a previous build)\n", part.path.c_str());
+    }
+  }
+  if (plan.empty()) {
+    std::printf(
+        "note:     no %s (--keep_vectors=false): knnd cannot "
+        "re-rank exactly (refine_factor)\n",
+        parts[0].path.c_str());
+  }
+  return {};
+}
+
+}  // namespace knnd::knnctl

@@ -1,0 +1,144 @@
+// What knnctl build writes beside the index as the rows pass (the vectors
+// files), before training (payloads, attribute stores) and with the index
+// (the id table), for the whole index or each shard of --shards; and the
+// line build and shard print per shard. Shared by build.cc and shard.cc.
+//
+// Thread-safety: knnctl's commands run on one thread.
+#ifndef KNND_TOOLS_KNNCTL_BUILD_OUTPUTS_H_
+#define KNND_TOOLS_KNNCTL_BUILD_OUTPUTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/optional.h"
+#include "knnd/base/metric.h"
+#include "knnd/index/index_sharding.h"
+#include "knnd/storage/vectors_file.h"
+
+namespace knnd::knnctl {
+
+// knnctl build's flags.
+struct BuildOptions {
+  std::string input;
+  std::string output;
+  std::string metric = "l2";
+  std::string factory;
+  std::string recipe = "fastscan";
+  int64_t nlist = 0;
+  int m = 0;
+  int64_t train_size = 0;
+  std::string ids;
+  std::string payloads;
+  std::string attributes;
+  int64_t add_batch = 65536;
+  uint32_t seed = 1234;
+  int stored_nprobe = 0;
+  // Unset: kept.
+  absl::optional<bool> keep_vectors;
+  std::string vectors_dtype = "f32";
+  int threads = 0;
+  int shards = 0;
+};
+
+// The directory of `path`, with its trailing slash ("." for a bare name).
+std::string DirectoryOf(const std::string& path);
+
+// Writes the rows streamed through it (L2-normalised for cosine, as the
+// index holds them) to the vectors files of consecutive row ranges: one
+// for the whole index, or one per shard. Each file is opened when its
+// first row arrives and finished (renamed into place) after its last.
+class VectorsSink {
+ public:
+  struct Part {
+    std::string path;
+    int64_t end_row = 0;  // the part holds rows up to here
+  };
+  VectorsSink(std::vector<Part> parts, int dim, Metric metric,
+              VectorsDtype dtype)
+      : parts_(std::move(parts)), dim_(dim), metric_(metric), dtype_(dtype) {}
+
+  absl::Status Append(const float* rows, int64_t n) {
+    if (metric_ == Metric::kCosine) {
+      normalized_.assign(rows, rows + n * dim_);
+      NormalizeRows(normalized_.data(), n, dim_);
+      rows = normalized_.data();
+    }
+    while (n > 0) {
+      if (writer_ == nullptr) {
+        absl::StatusOr<std::unique_ptr<VectorsFileWriter>> writer =
+            VectorsFileWriter::Create(parts_[part_].path, dim_, dtype_);
+        if (!writer.ok()) return writer.status();
+        writer_ = std::move(*writer);
+      }
+      const int64_t take = std::min(n, parts_[part_].end_row - next_row_);
+      if (absl::Status s = writer_->Append(rows, take); !s.ok()) return s;
+      rows += take * dim_;
+      n -= take;
+      next_row_ += take;
+      if (next_row_ == parts_[part_].end_row) {
+        if (absl::Status s = writer_->Finish(); !s.ok()) return s;
+        writer_.reset();
+        ++part_;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::vector<Part> parts_;
+  const int dim_;
+  const Metric metric_;
+  const VectorsDtype dtype_;
+  size_t part_ = 0;
+  int64_t next_row_ = 0;
+  std::unique_ptr<VectorsFileWriter> writer_;
+  std::vector<float> normalized_;
+};
+
+// The line build --shards and shard print for each shard written: its
+// file, part and size, and whether its vectors file and id table are
+// beside it (with an id table the part is a range of rows).
+void PrintShardWritten(const std::string& path, const ShardSpec& shard);
+
+// Writes the id table of rows [first, end) of `ids` beside `index_path`
+// (own ids), or removes one left by an earlier build (row ids).
+absl::Status WriteOrRemoveIdTable(const std::string& index_path,
+                                  const std::vector<int64_t>& ids,
+                                  int64_t first, int64_t end,
+                                  const std::string& source);
+
+// Reads --attributes (JSON Lines, line i for row i) and writes its store
+// beside the index or each shard (its rows' slice), or removes stores an
+// earlier build left there. Runs before training, like the payloads, so
+// that a bad line fails the build at once and the columns are freed before
+// the lists grow: returns the heap bytes the step holds at its peak (the
+// "attributes" phase of the memory model), 0 without --attributes.
+absl::StatusOr<int64_t> WriteOrRemoveAttributeStores(
+    const BuildOptions& options, const std::vector<ShardSpec>& plan,
+    int64_t rows, int* columns_written);
+
+// Writes the payloads of --payloads (JSON Lines, line i for row i) beside
+// the index or each shard (its rows' lines), read one line at a time, or
+// removes payloads an earlier build left there. Runs before training, so
+// that a bad line fails the build at once.
+absl::Status WriteOrRemovePayloads(const BuildOptions& options,
+                                   const std::vector<ShardSpec>& plan,
+                                   int64_t rows);
+
+// The shards' row ranges with --shards (equal counts), else none.
+absl::StatusOr<std::vector<ShardSpec>> PlanRowShards(int64_t rows, int shards);
+
+// The vectors files the add loop writes: one per shard of `plan`, or one
+// for the whole index. Without --keep_vectors none, and those of an earlier
+// build are removed.
+std::vector<VectorsSink::Part> VectorsParts(const BuildOptions& options,
+                                            const std::vector<ShardSpec>& plan,
+                                            int64_t rows, bool keep_vectors);
+
+}  // namespace knnd::knnctl
+
+#endif  // KNND_TOOLS_KNNCTL_BUILD_OUTPUTS_H_
