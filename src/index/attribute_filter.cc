@@ -299,6 +299,21 @@ class ColumnCompiler {
       end = hi.inclusive ? std::upper_bound(begin, end, hi_value)
                          : std::lower_bound(begin, end, hi_value);
     }
+    if (end - begin > column_.count / 2) {
+      // Most of the column: setting its complement is cheaper, a bit per
+      // row outside the range (1M rows at 99%: ~1 ms a request the other
+      // way, bench/RESULTS.md "Filters"). Rows without a value stay out.
+      RowBitmap outside(rows.size());
+      const T* last = sorted + column_.count;
+      for (const T* it = sorted; it < begin; ++it) {
+        SetRow(column_.sorted_rows[it - sorted], outside);
+      }
+      for (const T* it = end; it < last; ++it) {
+        SetRow(column_.sorted_rows[it - sorted], outside);
+      }
+      rows.OrWordsExcept(column_.presence, outside);
+      return;
+    }
     for (const T* it = begin; it < end; ++it) {
       SetRow(column_.sorted_rows[it - sorted], rows);
     }

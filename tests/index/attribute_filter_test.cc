@@ -3,8 +3,10 @@
 // mistake is INVALID_ARGUMENT naming where it is, the field and the limit.
 #include "knnd/index/attribute_filter.h"
 
+#include <algorithm>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <google/protobuf/text_format.h>
@@ -126,6 +128,41 @@ TEST_F(AttributeFilterTest, EveryTestMatchesBruteForce) {
   ExpectRows("condition { field: 'ts' eq { int_value: " +
                  std::to_string(ts.ints[5]) + " } }",
              [](int64_t r) { return r == 5; });
+}
+
+// A range holding most of a column is set through its complement: the same
+// rows, rows without a value left out, whatever the range's width around
+// half the column; an in-list still sets the union of its values.
+TEST_F(AttributeFilterTest, WideRangesMatchBruteForce) {
+  const AttributeColumn& u = Column("u");
+  const AttributeColumn& score = Column("score");
+  std::vector<int64_t> sorted = u.ints;
+  std::sort(sorted.begin(), sorted.end());
+  for (double quantile : {0.01, 0.49, 0.5, 0.51, 0.99, 1.0}) {
+    const int64_t bound = quantile < 1.0
+                              ? sorted[static_cast<size_t>(quantile * kRows)]
+                              : sorted.back() + 1;
+    const std::string b = std::to_string(bound);
+    ExpectRows("condition { field: 'u' range { lt { int_value: " + b + " } } }",
+               [&](int64_t r) { return u.ints[r] < bound; });
+    ExpectRows(
+        "condition { field: 'u' range { gte { int_value: " + b + " } } }",
+        [&](int64_t r) { return u.ints[r] >= bound; });
+    const std::string f = std::to_string(quantile);
+    const double value = std::stod(f);
+    ExpectRows(
+        "condition { field: 'score' range { lte { float_value: " + f + " } } }",
+        [&](int64_t r) {
+          return score.present[r] && score.floats[r] <= value;
+        });
+  }
+  // Two equalities, each a narrow range, into one bitmap: their union.
+  ExpectRows("condition { field: 'u' in { values { int_value: " +
+                 std::to_string(u.ints[3]) + " } values { int_value: " +
+                 std::to_string(u.ints[4]) + " } } }",
+             [&](int64_t r) {
+               return u.ints[r] == u.ints[3] || u.ints[r] == u.ints[4];
+             });
 }
 
 TEST_F(AttributeFilterTest, AndOrNotCombineLikeBruteForce) {
