@@ -17,7 +17,7 @@ re-ranking, with an IDSelectorBitmap of the rows admitted by u < bound.
 
 Protocol, one line per request on stdin: "BOUND BEGIN END" searches queries
 [BEGIN, END) one per call (k, admitted rows u < BOUND); the answer on
-stdout is one line "SECONDS ID ID ...", the CPU-clock seconds of the
+stdout is one line "SECONDS ID ID ...", the wall-clock seconds of the
 searches (perf_counter) and (END - BEGIN) * k ids, row-major. The first
 line written is "ready FAISS_VERSION", or "error MESSAGE".
 """
@@ -66,7 +66,8 @@ def read_knnd_fastscan(faiss, path):
 def read_vectors(path, dim):
     with open(path, "rb") as f:
         header = f.read(VECTORS_HEADER_BYTES)
-    if header[:8] != b"KNNDVEC\0" or struct.unpack_from("<I", header, 12)[0] != 1:
+    dtype = struct.unpack_from("<I", header, 12)[0]
+    if header[:8] != b"KNNDVEC\0" or dtype != 1:
         raise ValueError(f"{path}: not float32 knnd vectors")
     return np.ascontiguousarray(np.memmap(
         path, dtype="<f4", mode="r", offset=VECTORS_HEADER_BYTES).reshape(
