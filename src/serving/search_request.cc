@@ -124,6 +124,18 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
                          const IndexSnapshot& snapshot,
                          const SearchLimits& limits, ParsedSearch& parsed) {
   if (!request.has_filter()) return absl::OkStatus();
+  if (parsed.allowed_ids.empty()) {
+    // One numeric condition needs no bitmap: two binary searches count its
+    // rows, and the search tests only the candidates it keeps.
+    absl::StatusOr<std::optional<ColumnRange>> range =
+        snapshot.CompileColumnRange(request.filter(), limits.filter);
+    if (!range.ok()) return range.status();
+    if (range->has_value()) {
+      parsed.filter_matched_rows = (*range)->matched;
+      parsed.filter_range = **range;
+      return absl::OkStatus();
+    }
+  }
   absl::StatusOr<RowBitmap> rows =
       snapshot.CompileFilter(request.filter(), parsed.allowed_ids, limits.filter);
   if (!rows.ok()) return rows.status();
