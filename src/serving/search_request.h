@@ -31,8 +31,9 @@ struct ParsedSearch {
   std::vector<int64_t> allowed_ids;  // sorted, unique
   // The rows request.filter admits, allowed_ids folded in (which is then
   // empty); set by ParseFilter(). Or, for one eq or range condition on a
-  // numeric attribute and no allowed_ids, filter_range instead: its bounds,
-  // tested per row by the search (base/column_range.h).
+  // numeric attribute and no allowed_ids where that costs less,
+  // filter_range instead: its bounds, tested per row by the search
+  // (base/column_range.h).
   std::optional<RowBitmap> filter_rows;
   std::optional<ColumnRange> filter_range;
   int64_t filter_matched_rows = 0;  // rows the filter admits

@@ -17,6 +17,7 @@
 
 #include "knnd/index/index_builder.h"
 #include "knnd/index/index_sharding.h"
+#include "knnd/serving/search_request.h"
 #include "testing/test_util.h"
 
 namespace knnd {
@@ -243,6 +244,29 @@ TEST(FilterPlanner, ColumnRangeSearchesLikeItsBitmapInAShard) {
   }
   EXPECT_TRUE(exact);
   EXPECT_TRUE(ivf);
+
+  // A request keeps the bounds where they cost less than a bitmap: one
+  // query at 50%; not 64 queries at 10%, whose scans test more codes than
+  // the bitmap sets rows. The matched rows are the bitmap's either way.
+  struct Case {
+    double fraction;
+    int64_t queries;
+    bool bounds;
+  };
+  for (const Case& c : {Case{0.5, 1, true}, Case{0.1, 64, false}}) {
+    SCOPED_TRACE(c.fraction);
+    knnd::v1::SearchRequest request;
+    *request.mutable_filter() = UBelow(c.fraction);
+    ParsedSearch parsed;
+    parsed.num_queries = c.queries;
+    parsed.k = kK;
+    parsed.nprobe = 2;
+    ASSERT_TRUE(ParseFilter(request, *shard, SearchLimits{}, parsed).ok());
+    EXPECT_EQ(parsed.filter_range.has_value(), c.bounds);
+    EXPECT_EQ(parsed.filter_rows.has_value(), !c.bounds);
+    EXPECT_EQ(parsed.filter_matched_rows,
+              shard->CompileFilter(UBelow(c.fraction), {}, {})->Count());
+  }
 }
 
 }  // namespace
