@@ -133,12 +133,22 @@ bench-client: build
 	/usr/bin/python3 bench/client_cost.py --build $(BUILD) --baseline-rev $(BASELINE_REV) \
 	  --seconds 3 --rounds 5 $(if $(PG_PYTHON),--pg-python $(PG_PYTHON))
 
-# Attribute filters on Fashion-MNIST (bench/RESULTS.md, "Filters"): recall@10
-# and q/s at selectivities 0.1% to 99%, knnd's filter against a client-side
-# post-filter and FAISS's IDSelector search, and RssAnon with and without
-# INDEX.attrs; the index goes to /tmp/knnd_filter_bench (built once).
+# Attribute filters on Fashion-MNIST and a seeded 1M x 128 set
+# (bench/RESULTS.md, "Filters"): recall@10 and q/s at selectivities 0.1% to
+# 99%, knnd's filter against a client-side post-filter and FAISS's
+# IDSelector search of the same index (faiss-cpu, the newest, in a venv
+# under FILTER_WORK: FAISS 1.7.3 takes no selector on FastScan), and
+# RssAnon with and without INDEX.attrs and INDEX.payloads; indexes go to
+# FILTER_WORK (built once).
+FILTER_WORK ?= /tmp/knnd_filter_bench
 bench-filter: build
-	/usr/bin/python3 bench/filter_bench.py --build $(BUILD) --workdir /tmp/knnd_filter_bench
+	@[ -f $(FILTER_WORK)/venv/.installed ] || { mkdir -p $(FILTER_WORK) && \
+	  /usr/bin/python3 -m venv $(FILTER_WORK)/venv && \
+	  $(FILTER_WORK)/venv/bin/pip install -q --upgrade faiss-cpu numpy && \
+	  touch $(FILTER_WORK)/venv/.installed; }
+	for set in fashion 1m; do \
+	  /usr/bin/python3 bench/filter_bench.py --build $(BUILD) --workdir $(FILTER_WORK) \
+	    --faiss_python $(FILTER_WORK)/venv/bin/python --set $$set || exit 1; done
 
 # Exact re-ranking on Fashion-MNIST (bench/RESULTS.md, "Re-ranking"): knnd
 # over gRPC vs python3-faiss IndexRefineFlat, recall, RSS split. The index is

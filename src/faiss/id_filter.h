@@ -2,14 +2,16 @@
 // SearchArgs, for both searches: as a faiss::IDSelector for FAISS's IVF-PQ
 // search, and through Contains() for knnd's FastScan kernel
 // (fastscan_kernel.h). Internal to src/faiss/. It is either the request's
-// allow-list, sorted ascending, or an attribute filter's row bitmap.
+// allow-list, sorted ascending, or an attribute filter: a row bitmap, or
+// the bounds of one numeric condition tested against the mapped column.
 //
 // No copy and no allocation per search: Contains() binary-searches the
 // caller's ids, O(log n), or tests one bit, O(1); the FastScan kernel calls
 // it only for candidates that already beat the current k-th distance.
+// A column range reads the row's presence bit and value, O(1).
 //
-// Ownership: borrows the ids or bitmap, which must outlive the filter (one
-// search call). Thread-safety: immutable; any number of threads may call
+// Ownership: borrows the ids, bitmap or range, which must outlive the filter
+// (one search call). Thread-safety: immutable; any number of threads may call
 // it.
 #ifndef KNND_FAISS_ID_FILTER_H_
 #define KNND_FAISS_ID_FILTER_H_
@@ -20,6 +22,7 @@
 #include <faiss/impl/IDSelector.h>
 
 #include "absl/types/span.h"
+#include "knnd/base/column_range.h"
 #include "knnd/base/row_bitmap.h"
 #include "knnd/faiss/search_args.h"
 
@@ -27,21 +30,25 @@ namespace knnd {
 
 class IdFilter final : public faiss::IDSelector {
  public:
-  // The filter of `args`: its allowed_rows when set, else its allowed_ids
-  // (ascending; the request parser sorts them).
+  // The filter of `args`: its allowed_rows or allowed_range when set,
+  // else its allowed_ids (ascending; the request parser sorts them).
   explicit IdFilter(const SearchArgs& args)
       : ids_(args.allowed_ids),
         rows_(args.allowed_rows),
+        range_(args.allowed_range),
         first_(args.allowed_rows_first) {}
 
   // An allow-list, ascending.
   explicit IdFilter(absl::Span<const int64_t> sorted_ids)
-      : ids_(sorted_ids), rows_(nullptr), first_(0) {}
+      : ids_(sorted_ids), rows_(nullptr), range_(nullptr), first_(0) {}
 
   // False when the call has no filter: every id is allowed.
-  bool active() const { return rows_ != nullptr || !ids_.empty(); }
+  bool active() const {
+    return rows_ != nullptr || range_ != nullptr || !ids_.empty();
+  }
   bool Contains(int64_t id) const {
     if (rows_ != nullptr) return rows_->Test(id - first_);
+    if (range_ != nullptr) return range_->Test(id - first_);
     return std::binary_search(ids_.begin(), ids_.end(), id);
   }
   bool is_member(idx_t id) const override { return Contains(id); }
@@ -49,6 +56,7 @@ class IdFilter final : public faiss::IDSelector {
  private:
   const absl::Span<const int64_t> ids_;
   const RowBitmap* const rows_;
+  const ColumnRange* const range_;
   const int64_t first_;
 };
 

@@ -13,6 +13,7 @@
 
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "knnd/base/column_range.h"
 #include "knnd/base/row_bitmap.h"
 
 namespace knnd {
@@ -50,7 +51,18 @@ struct SearchArgs {
   // plans the search (filter_planner.h).
   const RowBitmap* allowed_rows = nullptr;
   int64_t allowed_rows_first = 0;
+  // Instead of allowed_rows, a filter of one numeric condition tested per
+  // row (base/column_range.h): list id l can be returned only when
+  // allowed_range->Test(l - allowed_rows_first). Never set together with
+  // allowed_rows or allowed_ids.
+  const ColumnRange* allowed_range = nullptr;
 };
+
+// Whether `args` carries an attribute filter (allowed_rows or
+// allowed_range).
+inline bool FiltersRows(const SearchArgs& args) {
+  return args.allowed_rows != nullptr || args.allowed_range != nullptr;
+}
 
 // Entries per query in the result buffers: k, or with re-ranking and
 // return_candidates every candidate, k * refine_factor.

@@ -1,6 +1,7 @@
-// The planner of filtered searches (SearchArgs::allowed_rows): per request
-// it chooses between two plans by their estimated cost, and runs the IVF
-// plan so that a query gets k matches whenever k rows match.
+// The planner of filtered searches (SearchArgs::allowed_rows or
+// allowed_range): per request it chooses between two plans by their
+// estimated cost, and runs the IVF plan so that a query gets k matches
+// whenever k rows match.
 //
 //   exact  distances to every matching row, read from the raw-vectors file:
 //          recall 1.0, cost ~ matched_rows * dim. Chosen when it costs no
@@ -51,7 +52,7 @@ int StartingNprobe(const IndexFacts& facts, const FilterPlanInput& input);
 FilterPlan ChooseFilterPlan(const IndexFacts& facts,
                             const FilterPlanInput& input);
 
-// The IVF plan: `call` (allowed_rows set) searched at `start_nprobe`; each
+// The IVF plan: `call` (allowed_rows or allowed_range set) searched at `start_nprobe`; each
 // query that found fewer than `need` results searched again at twice the
 // nprobe, up to nlist. Queries are searched in groups of rows such that
 // rows * nprobe stays within call.num_queries * call.nprobe, the coarse

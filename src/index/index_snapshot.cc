@@ -170,6 +170,13 @@ absl::StatusOr<std::unique_ptr<AttributeStore>> OpenAttributes(
   return store;
 }
 
+// The rows an attribute filter of `args` admits (FiltersRows(args)): a
+// bitmap's count, or a column range's, counted when it was compiled.
+int64_t MatchedRows(const SearchArgs& args) {
+  return args.allowed_rows != nullptr ? args.allowed_rows->Count()
+                                      : args.allowed_range->matched;
+}
+
 }  // namespace
 
 IndexSnapshot::IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info,
@@ -312,6 +319,11 @@ absl::StatusOr<RowBitmap> IndexSnapshot::CompileFilter(
   return rows;
 }
 
+absl::StatusOr<std::optional<ColumnRange>> IndexSnapshot::CompileColumnRange(
+    const knnd::v1::Filter& filter, const FilterLimits& limits) const {
+  return knnd::CompileColumnRange(filter, attributes_.get(), limits);
+}
+
 FilterPlan IndexSnapshot::PlanFilter(int64_t matched_rows,
                                      const SearchArgs& args) const {
   FilterPlanInput input;
@@ -325,9 +337,9 @@ FilterPlan IndexSnapshot::PlanFilter(int64_t matched_rows,
 
 absl::Status IndexSnapshot::SearchIndex(const SearchArgs& call,
                                         int candidates) const {
-  if (call.allowed_rows == nullptr) return faiss_->Search(call);
+  if (!FiltersRows(call)) return faiss_->Search(call);
   FilterPlanInput input;
-  input.matched_rows = call.allowed_rows->Count();
+  input.matched_rows = MatchedRows(call);
   input.nprobe = call.nprobe;
   input.candidates = candidates;
   return SearchIvfWidening(
@@ -363,9 +375,9 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
     NormalizeRows(normalized.data(), args.num_queries, info_.dim);
     call.queries = normalized.data();
   }
-  if (args.allowed_rows != nullptr) {
+  if (FiltersRows(args)) {
     call.allowed_rows_first = info_.shard_first_id;
-    const int64_t matched = args.allowed_rows->Count();
+    const int64_t matched = MatchedRows(args);
     if (matched == 0) {
       // Nothing to search: an empty, padded answer.
       const int64_t n = args.num_queries * ResultWidth(args);
@@ -383,8 +395,10 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
       const int width = ResultWidth(args);
       SearchExactRows(*vectors_, list_ids_, info_.metric, call.queries,
                       args.num_queries,
-                      args.allowed_rows->Rows(info_.shard_first_id), width,
-                      args.distances, args.ids);
+                      args.allowed_rows != nullptr
+                          ? args.allowed_rows->Rows(info_.shard_first_id)
+                          : args.allowed_range->Rows(info_.shard_first_id),
+                      width, args.distances, args.ids);
       if (args.return_candidates && args.refine_factor > 0) {
         std::copy_n(args.distances, args.num_queries * width,
                     args.approx_distances);

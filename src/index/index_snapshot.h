@@ -26,10 +26,11 @@
 #ifndef KNND_INDEX_INDEX_SNAPSHOT_H_
 #define KNND_INDEX_INDEX_SNAPSHOT_H_
 
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -190,17 +191,25 @@ class IndexSnapshot {
       const knnd::v1::Filter& filter, absl::Span<const int64_t> allowed_ids,
       const FilterLimits& limits) const;
 
+  // `filter` as SearchArgs::allowed_range when it is one eq or range
+  // condition on a numeric attribute (attribute_filter.h
+  // CompileColumnRange), else nullopt: compile it with CompileFilter().
+  // The range borrows this snapshot's attribute store.
+  absl::StatusOr<std::optional<ColumnRange>> CompileColumnRange(
+      const knnd::v1::Filter& filter, const FilterLimits& limits) const;
+
   // The plan Search() follows for a request of these arguments with
-  // allowed_rows holding `matched_rows` rows (filter_planner.h).
+  // allowed_rows (or allowed_range) holding `matched_rows` rows
+  // (filter_planner.h).
   FilterPlan PlanFilter(int64_t matched_rows, const SearchArgs& args) const;
 
   // k-NN search; with metric cosine the queries are L2-normalised first
   // (on a copy). With an id table, allowed_ids are translated to rows
   // before the search and the answers (candidates too) back to ids after
-  // it, equal distances ordered by id. With allowed_rows, the search
-  // PlanFilter() chooses. Results of each query are sorted closest first; missing
-  // neighbours are id -1 with distance +inf (L2) or -inf (inner product).
-  // With refine_factor > 0 the distances are exact (squared L2, inner
+  // it, equal distances ordered by id. With allowed_rows or allowed_range, the
+  // search PlanFilter() chooses. Results of each query are sorted closest
+  // first; missing neighbours are id -1 with distance +inf (L2) or -inf (inner
+  // product). With refine_factor > 0 the distances are exact (squared L2, inner
   // product or cosine), computed from the memory-mapped raw vectors.
   // Arguments are assumed validated (see search_request.h); a FAISS error
   // is returned as INTERNAL, refine_factor > 0 without vectors as
@@ -236,7 +245,7 @@ class IndexSnapshot {
                 std::unique_ptr<PayloadFile> payloads,
                 std::unique_ptr<AttributeStore> attributes);
 
-  // ServingIndex::Search of `call`; with allowed_rows, the IVF plan of
+  // ServingIndex::Search of `call`; with an attribute filter, the IVF plan of
   // filter_planner.h, each query needing `candidates` results (or every
   // matching row when fewer match).
   absl::Status SearchIndex(const SearchArgs& call, int candidates) const;

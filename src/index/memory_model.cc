@@ -71,10 +71,10 @@ int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape) {
   // With an id table every call translates the allow-list into rows.
   if (index.has_id_table) bytes += calls * shape.filter_ids * 8;
   if (shape.filtered) {
-    // The filter's bitmap; per call the exact plan's list ids of the
-    // matching rows or the IVF plan's copies of the queries it widens
-    // (filter_planner.h).
-    bytes += RowBitmap::WordsFor(index.ntotal) * 8;
+    // The filter's bitmap, when it has one; per call the exact plan's list
+    // ids of the matching rows or the IVF plan's copies of the queries it
+    // widens (filter_planner.h).
+    if (shape.filter_bitmap) bytes += RowBitmap::WordsFor(index.ntotal) * 8;
     bytes += calls * std::max(shape.filter_matched_rows * 8,
                               rows * (d * 4 + int64_t{k} * 12));
   }

@@ -41,6 +41,10 @@ struct SearchShape {
   // many of them are set.
   bool filtered = false;
   int64_t filter_matched_rows = 0;
+  // Whether the filter is a bitmap of the index's rows: false for one
+  // numeric condition searched through its bounds (SearchArgs::
+  // allowed_range), which allocates none.
+  bool filter_bitmap = true;
 };
 
 // The most bytes the payloads of `entries` results can add to an answer:

@@ -165,8 +165,9 @@ SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed,
       options_.max_batch_rows,
       PayloadBytesBound(index, payload_entries,
                         options_.max_send_message_bytes),
-      parsed.filter_rows.has_value(),
-      parsed.filter_matched_rows};
+      parsed.filter_rows.has_value() || parsed.filter_range.has_value(),
+      parsed.filter_matched_rows,
+      parsed.filter_rows.has_value()};
 }
 
 std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
@@ -180,6 +181,7 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   job->query_storage = std::move(parsed.aligned_copy);
   job->allowed_ids_storage = std::move(parsed.allowed_ids);
   job->filter_rows_storage = std::move(parsed.filter_rows);
+  job->filter_range_storage = parsed.filter_range;
   SearchArgs& args = job->args;
   args.queries = job->query_storage.empty() ? parsed.queries
                                             : job->query_storage.data();
@@ -191,6 +193,9 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   args.allowed_ids = job->allowed_ids_storage;
   if (job->filter_rows_storage.has_value()) {
     args.allowed_rows = &*job->filter_rows_storage;
+  }
+  if (job->filter_range_storage.has_value()) {
+    args.allowed_range = &*job->filter_range_storage;
   }
 
   // The answer's header, and its result arrays, which the search fills in
@@ -206,7 +211,7 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   response->set_nprobe(static_cast<uint32_t>(args.nprobe));
   response->set_refine_factor(static_cast<uint32_t>(args.refine_factor));
   if (index.shard_count > 0) SetShard(index, response->mutable_shard());
-  if (args.allowed_rows != nullptr) {
+  if (FiltersRows(args)) {
     response->set_filter_matched_rows(
         static_cast<uint64_t>(parsed.filter_matched_rows));
     response->set_filter_plan(

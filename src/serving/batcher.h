@@ -65,8 +65,10 @@ struct SearchJob {
   SearchArgs args;
   std::vector<float> query_storage;  // owns args.queries when it is a copy
   std::vector<int64_t> allowed_ids_storage;  // sorted ascending
-  // Owns args.allowed_rows (an attribute filter's rows) when set.
+  // Owns args.allowed_rows (an attribute filter's rows) when set, or
+  // args.allowed_range (one numeric condition's bounds).
   std::optional<RowBitmap> filter_rows_storage;
+  std::optional<ColumnRange> filter_range_storage;
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> is_cancelled;  // optional
   // Called exactly once, on a worker thread, after the last unit.

@@ -30,9 +30,13 @@ struct ParsedSearch {
   int refine_factor = 0;  // 0: no re-ranking
   std::vector<int64_t> allowed_ids;  // sorted, unique
   // The rows request.filter admits, allowed_ids folded in (which is then
-  // empty); set by ParseFilter().
+  // empty); set by ParseFilter(). Or, for one eq or range condition on a
+  // numeric attribute and no allowed_ids where that costs less,
+  // filter_range instead: its bounds, tested per row by the search
+  // (base/column_range.h).
   std::optional<RowBitmap> filter_rows;
-  int64_t filter_matched_rows = 0;  // rows set in filter_rows
+  std::optional<ColumnRange> filter_range;
+  int64_t filter_matched_rows = 0;  // rows the filter admits
   std::vector<float> aligned_copy;
 };
 
@@ -41,7 +45,8 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
     const SearchLimits& limits);
 
 // Compiles request.filter, when set, against the pinned `snapshot`'s
-// attributes into parsed.filter_rows, with parsed.allowed_ids folded in:
+// attributes into parsed.filter_rows, with parsed.allowed_ids folded in,
+// or into parsed.filter_range (which borrows `snapshot`) when that applies:
 // INVALID_ARGUMENT as attribute_filter.h says (unknown attribute, wrong
 // type, malformed filter, over limits.filter). Runs before the request is
 // admitted, so that a bad filter never queues.

@@ -1,6 +1,7 @@
 #include "knnd/storage/attribute_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <utility>
@@ -170,6 +171,15 @@ absl::Status CheckColumn(const AttributeColumn& column, int64_t rows) {
       break;
     case AttributeType::kFloat:
       if (column.floats.size() != n) return wrong("floats", column.floats.size());
+      // NaN has no place among the sorted values a filter searches (and a
+      // filter never admits it): a row holds a number or nothing.
+      for (size_t r = 0; r < n; ++r) {
+        if (column.present[r] && std::isnan(column.floats[r])) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("attribute \"", column.name, "\": row ", r,
+                           " holds NaN; leave the value out instead"));
+        }
+      }
       break;
     case AttributeType::kKeyword:
     case AttributeType::kKeywordList:

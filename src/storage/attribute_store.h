@@ -7,7 +7,8 @@
 // Column types: integer (int64), float (double), timestamp (int64 epoch
 // microseconds), keyword (a string, dictionary-encoded) and keyword list
 // (a row holds any number of keywords: tags). Every row of every column
-// either holds a value or none.
+// either holds a value or none; a float value is never NaN (the writer
+// refuses it).
 //
 // Layout (little-endian; every array starts on a 64-byte boundary):
 //   offset 0   char[8]  magic "KNNDATTR"

@@ -3,13 +3,18 @@
 // mistake is INVALID_ARGUMENT naming where it is, the field and the limit.
 #include "knnd/index/attribute_filter.h"
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "testing/test_util.h"
 
 namespace knnd {
@@ -128,6 +133,41 @@ TEST_F(AttributeFilterTest, EveryTestMatchesBruteForce) {
              [](int64_t r) { return r == 5; });
 }
 
+// A range holding most of a column is set through its complement: the same
+// rows, rows without a value left out, whatever the range's width around
+// half the column; an in-list still sets the union of its values.
+TEST_F(AttributeFilterTest, WideRangesMatchBruteForce) {
+  const AttributeColumn& u = Column("u");
+  const AttributeColumn& score = Column("score");
+  std::vector<int64_t> sorted = u.ints;
+  std::sort(sorted.begin(), sorted.end());
+  for (double quantile : {0.01, 0.49, 0.5, 0.51, 0.99, 1.0}) {
+    const int64_t bound = quantile < 1.0
+                              ? sorted[static_cast<size_t>(quantile * kRows)]
+                              : sorted.back() + 1;
+    const std::string b = std::to_string(bound);
+    ExpectRows("condition { field: 'u' range { lt { int_value: " + b + " } } }",
+               [&](int64_t r) { return u.ints[r] < bound; });
+    ExpectRows(
+        "condition { field: 'u' range { gte { int_value: " + b + " } } }",
+        [&](int64_t r) { return u.ints[r] >= bound; });
+    const std::string f = std::to_string(quantile);
+    const double value = std::stod(f);
+    ExpectRows(
+        "condition { field: 'score' range { lte { float_value: " + f + " } } }",
+        [&](int64_t r) {
+          return score.present[r] && score.floats[r] <= value;
+        });
+  }
+  // Two equalities, each a narrow range, into one bitmap: their union.
+  ExpectRows("condition { field: 'u' in { values { int_value: " +
+                 std::to_string(u.ints[3]) + " } values { int_value: " +
+                 std::to_string(u.ints[4]) + " } } }",
+             [&](int64_t r) {
+               return u.ints[r] == u.ints[3] || u.ints[r] == u.ints[4];
+             });
+}
+
 TEST_F(AttributeFilterTest, AndOrNotCombineLikeBruteForce) {
   const AttributeColumn& u = Column("u");
   ExpectRows(
@@ -206,6 +246,145 @@ TEST_F(AttributeFilterTest, LimitsAreCheckedBeforeAnyRow) {
   EXPECT_TRUE(Error("negate { condition { field: 'u' exists: true } }",
                     limits)
                   .ok());
+}
+
+// One eq or range condition on a numeric column, kept as its bounds, admits
+// row for row what its bitmap admits (rows without a value never), counts
+// the same rows and lists them alike; an out-of-range row never matches.
+TEST_F(AttributeFilterTest, ColumnRangesAdmitWhatTheirBitmapsAdmit) {
+  const AttributeColumn& u = Column("u");
+  const AttributeColumn& score = Column("score");
+  const AttributeColumn& ts = Column("ts");
+  std::vector<int64_t> sorted_u = u.ints;
+  std::sort(sorted_u.begin(), sorted_u.end());
+  std::vector<std::string> filters;
+  for (double quantile : {0.0, 0.001, 0.1, 0.5, 0.99, 0.999}) {
+    const std::string b =
+        std::to_string(sorted_u[static_cast<size_t>(quantile * kRows)]);
+    const std::string f = std::to_string(quantile);
+    for (const char* lo : {"gt", "gte"}) {
+      filters.push_back(absl::StrCat("condition { field: 'u' range { ", lo,
+                                     " { int_value: ", b, " } } }"));
+      filters.push_back(absl::StrCat("condition { field: 'score' range { ", lo,
+                                     " { float_value: ", f, " } } }"));
+    }
+    for (const char* hi : {"lt", "lte"}) {
+      filters.push_back(absl::StrCat("condition { field: 'u' range { ", hi,
+                                     " { int_value: ", b, " } } }"));
+      filters.push_back(absl::StrCat("condition { field: 'score' range { ", hi,
+                                     " { float_value: ", f, " } } }"));
+      filters.push_back(absl::StrCat(
+          "condition { field: 'score' range { gt { int_value: 0 } ", hi,
+          " { float_value: ", f, " } } }"));
+    }
+    filters.push_back(
+        absl::StrCat("condition { field: 'u' eq { int_value: ", b, " } }"));
+  }
+  filters.push_back(absl::StrCat(
+      "condition { field: 'score' eq { float_value: ", score.floats[1],
+      " } }"));
+  // Rows without a score hold 0 in the file: eq 0 must not admit them.
+  filters.push_back("condition { field: 'score' eq { int_value: 0 } }");
+  filters.push_back(
+      "condition { field: 'u' range { gte { int_value: 50000 } lt { "
+      "int_value: 10 } } }");
+  filters.push_back(
+      "condition { field: 'u' range { gt { int_value: 9223372036854775807 } "
+      "} }");
+  filters.push_back(
+      absl::StrCat("condition { field: 'ts' range { gte { keyword: "
+                   "'2020-04-10T00:00:00Z' } lt { int_value: ",
+                   ts.ints[2000], " } } }"));
+  for (const std::string& text : filters) {
+    SCOPED_TRACE(text);
+    absl::StatusOr<RowBitmap> rows =
+        CompileFilter(Parse(text), store_.get(), FilterLimits{});
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    absl::StatusOr<std::optional<ColumnRange>> range =
+        CompileColumnRange(Parse(text), store_.get(), FilterLimits{});
+    ASSERT_TRUE(range.ok()) << range.status();
+    ASSERT_TRUE(range->has_value());
+    for (int64_t r = 0; r < kRows; ++r) {
+      ASSERT_EQ((*range)->Test(r), rows->Test(r)) << "row " << r;
+    }
+    EXPECT_FALSE((*range)->Test(-1));
+    EXPECT_FALSE((*range)->Test(kRows));
+    EXPECT_EQ((*range)->matched, rows->Count());
+    EXPECT_EQ((*range)->Rows(), rows->Rows());
+    EXPECT_EQ((*range)->Rows(1000), rows->Rows(1000));
+  }
+}
+
+// Every other shape is the bitmap's; mistakes are the bitmap's mistakes.
+TEST_F(AttributeFilterTest, OtherFiltersAreNoColumnRange) {
+  for (const char* text :
+       {"condition { field: 'genre' eq { keyword: 'news' } }",
+        "condition { field: 'u' in { values { int_value: 3 } } }",
+        "condition { field: 'u' exists: true }",
+        "negate { condition { field: 'u' eq { int_value: 3 } } }",
+        "all_of { filters { condition { field: 'u' eq { int_value: 3 } } } }",
+        "condition { field: 'year' eq { int_value: 3 } }"}) {
+    SCOPED_TRACE(text);
+    absl::StatusOr<std::optional<ColumnRange>> range =
+        CompileColumnRange(Parse(text), store_.get(), FilterLimits{});
+    ASSERT_TRUE(range.ok()) << range.status();
+    EXPECT_FALSE(range->has_value());
+  }
+  for (const char* text :
+       {"condition { field: 'u' eq { keyword: 'x' } }",
+        "condition { field: 'u' range { } }",
+        "condition { field: 'score' range { lt { float_value: nan } } }",
+        "condition { field: 'u' range { gt { int_value: 1 } gte { int_value: "
+        "2 } } }",
+        "condition { field: 'ts' eq { keyword: 'yesterday' } }"}) {
+    SCOPED_TRACE(text);
+    const absl::Status s =
+        CompileColumnRange(Parse(text), store_.get(), FilterLimits{}).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s, Error(text));
+  }
+  FilterLimits limits;
+  limits.max_conditions = 0;
+  EXPECT_EQ(CompileColumnRange(Parse("condition { field: 'u' eq { int_value: "
+                                     "3 } }"),
+                               store_.get(), limits)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A float column holds a number or nothing: the writer refuses NaN (the
+// sorted values a bitmap is compiled from have no place for it), and a
+// range tested against a mapped NaN, were one there, admits nothing.
+TEST(ColumnRange, NaNNeverMatchesAndIsNeverWritten) {
+  TempDir tmp;
+  AttributeColumns columns;
+  columns.rows = 3;
+  AttributeColumn& c = columns.columns.emplace_back();
+  c.name = "price";
+  c.type = AttributeType::kFloat;
+  c.present = {true, false, true};
+  c.floats = {1.0, std::nan(""), std::nan("")};
+  const absl::Status s = WriteAttributeStore(tmp.path("a.attrs"), columns);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("\"price\""), HasSubstr("row 2"),
+                                 HasSubstr("NaN")));
+  c.floats[2] = 2.0;  // NaN where a row holds no value is never read
+  ASSERT_TRUE(WriteAttributeStore(tmp.path("a.attrs"), columns).ok());
+
+  const uint64_t presence = 0b101;
+  const double values[] = {1.0, std::nan(""), std::nan("")};
+  ColumnRange range;
+  range.rows = 3;
+  range.presence = &presence;
+  range.floats = values;
+  EXPECT_TRUE(range.Test(0));  // unbounded: every row holding a number
+  EXPECT_FALSE(range.Test(1));
+  EXPECT_FALSE(range.Test(2));
+  range.lo_inclusive = false;
+  range.hi_float = 5;
+  EXPECT_TRUE(range.Test(0));
+  EXPECT_FALSE(range.Test(2));
 }
 
 TEST(AttributeFilter, IndexWithoutAttributesNamesTheField) {

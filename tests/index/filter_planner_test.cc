@@ -6,6 +6,7 @@
 #include "knnd/index/filter_planner.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,6 +15,9 @@
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
+#include "knnd/index/index_builder.h"
+#include "knnd/index/index_sharding.h"
+#include "knnd/serving/search_request.h"
 #include "testing/test_util.h"
 
 namespace knnd {
@@ -188,6 +192,80 @@ TEST(FilterPlanner, AllowListAndFilterAdmitOnlyRowsBothAdmit) {
     ASSERT_GE(id, 0);
     ASSERT_EQ((id - 3) % 7, 0);
     EXPECT_TRUE(rows->Test((id - 3) / 7)) << id;
+  }
+}
+
+// A filter of one numeric condition searched through its bounds
+// (SearchArgs::allowed_range) answers exactly what its bitmap answers, on
+// both plans, with and without re-ranking, in a shard whose list ids start
+// past 0 (rows without a score never match).
+TEST(FilterPlanner, ColumnRangeSearchesLikeItsBitmapInAShard) {
+  TempDir tmp;
+  const std::string path = tmp.path("x.index");
+  Build(path, "IVF32,PQ16x4fs");
+  ASSERT_TRUE(ShardIndexFile(path, 3, path, "test").ok());
+  std::unique_ptr<IndexSnapshot> shard = LoadSnapshot(ShardPath(path, 1, 3));
+  ASSERT_NE(shard, nullptr);
+  ASSERT_GT(shard->info().shard_first_id, 0);
+  const std::vector<float> queries = MakeData(12, kDim, 96);
+  std::vector<knnd::v1::Filter> filters;
+  for (double fraction : {0.002, 0.1, 0.5, 0.99}) {
+    filters.push_back(UBelow(fraction));
+    knnd::v1::Filter score;
+    knnd::v1::Condition* c = score.mutable_condition();
+    c->set_field("score");
+    c->mutable_range()->mutable_gte()->set_float_value(1 - fraction);
+    filters.push_back(score);
+  }
+  bool exact = false;
+  bool ivf = false;
+  for (const knnd::v1::Filter& filter : filters) {
+    SCOPED_TRACE(filter.ShortDebugString());
+    absl::StatusOr<RowBitmap> rows = shard->CompileFilter(filter, {}, {});
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    absl::StatusOr<std::optional<ColumnRange>> range =
+        shard->CompileColumnRange(filter, {});
+    ASSERT_TRUE(range.ok()) << range.status();
+    ASSERT_TRUE(range->has_value());
+    ASSERT_EQ((*range)->matched, rows->Count());
+    SearchArgs args;
+    args.k = kK;
+    args.nprobe = 2;
+    (shard->PlanFilter(rows->Count(), args) == FilterPlan::kExact ? exact
+                                                                  : ivf) = true;
+    for (int refine : {0, 4}) {
+      const SearchResults want =
+          SearchSnapshot(*shard, queries, kK, 2, refine, {}, &*rows);
+      const SearchResults got =
+          SearchSnapshot(*shard, queries, kK, 2, refine, {}, nullptr, &**range);
+      EXPECT_EQ(got.ids, want.ids) << "refine_factor " << refine;
+      EXPECT_EQ(got.distances, want.distances) << "refine_factor " << refine;
+    }
+  }
+  EXPECT_TRUE(exact);
+  EXPECT_TRUE(ivf);
+
+  // A request keeps the bounds where they cost less than a bitmap: one
+  // query at 50%; not 64 queries at 10%, whose scans test more codes than
+  // the bitmap sets rows. The matched rows are the bitmap's either way.
+  struct Case {
+    double fraction;
+    int64_t queries;
+    bool bounds;
+  };
+  for (const Case& c : {Case{0.5, 1, true}, Case{0.1, 64, false}}) {
+    SCOPED_TRACE(c.fraction);
+    knnd::v1::SearchRequest request;
+    *request.mutable_filter() = UBelow(c.fraction);
+    ParsedSearch parsed;
+    parsed.num_queries = c.queries;
+    parsed.k = kK;
+    parsed.nprobe = 2;
+    ASSERT_TRUE(ParseFilter(request, *shard, SearchLimits{}, parsed).ok());
+    EXPECT_EQ(parsed.filter_range.has_value(), c.bounds);
+    EXPECT_EQ(parsed.filter_rows.has_value(), !c.bounds);
+    EXPECT_EQ(parsed.filter_matched_rows,
+              shard->CompileFilter(UBelow(c.fraction), {}, {})->Count());
   }
 }
 

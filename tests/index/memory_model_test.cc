@@ -61,6 +61,11 @@ TEST(MemoryModel, EstimateCountsEachBufferOfTheModel) {
   EXPECT_EQ(EstimateSearchBytes(million, attributes) -
                 EstimateSearchBytes(million, one),
             1000000 / 8 + (128 * 4 + 10 * 12));
+  // One numeric condition searched through its bounds has no bitmap.
+  attributes.filter_bitmap = false;
+  EXPECT_EQ(EstimateSearchBytes(million, attributes) -
+                EstimateSearchBytes(million, one),
+            128 * 4 + 10 * 12);
 }
 
 // Payloads: the answer's JSON objects and their serialised copy, at most

@@ -374,6 +374,62 @@ TEST_F(KnnServiceTest, AFilteredSearchAnswersOnlyMatchingRowsAndSaysHow) {
   EXPECT_EQ(info.max_filter_conditions(), 1024u);
 }
 
+// One numeric condition, searched through its bounds, answers what the
+// same condition inside all_of (compiled into a bitmap) answers, with the
+// same matched rows and plan; with an allow-list it is folded into one.
+TEST_F(KnnServiceTest, AOneColumnFilterAnswersWhatItsBitmapAnswers) {
+  ServeWithAttributes(1);
+  // One query: wide ranges keep their bounds (search_request.cc).
+  SearchRequest request = MakeSearchRequest(MakeData(1, kDim, 4), 10);
+  request.set_nprobe(4);
+  for (double fraction : {0.01, 0.1, 0.5, 0.99}) {
+    for (const char* field : {"u", "score"}) {
+      knnd::v1::Filter filter;
+      knnd::v1::Condition* c = filter.mutable_condition();
+      c->set_field(field);
+      if (c->field() == "u") {
+        c->mutable_range()->mutable_lt()->set_int_value(
+            static_cast<int64_t>(100000 * fraction));
+      } else {
+        c->mutable_range()->mutable_gte()->set_float_value(1 - fraction);
+      }
+      SCOPED_TRACE(filter.ShortDebugString());
+      *request.mutable_filter() = filter;
+      SearchResponse lazy;
+      ASSERT_TRUE(CallSearch(*stub_, request, &lazy).ok());
+      *request.mutable_filter()->mutable_all_of()->add_filters() = filter;
+      SearchResponse bitmap;
+      ASSERT_TRUE(CallSearch(*stub_, request, &bitmap).ok());
+      EXPECT_EQ(lazy.filter_matched_rows(), bitmap.filter_matched_rows());
+      EXPECT_GT(lazy.filter_matched_rows(), 0u);
+      EXPECT_EQ(lazy.filter_plan(), bitmap.filter_plan());
+      EXPECT_THAT(lazy.ids(), ::testing::ElementsAreArray(bitmap.ids()));
+      EXPECT_THAT(lazy.distances(),
+                  ::testing::ElementsAreArray(bitmap.distances()));
+      request.clear_filter();
+    }
+  }
+  // The first 100 rows' ids, and u < 50000 among them.
+  const AttributeColumns columns = MakeAttributes(kAttributeRows, 5);
+  const AttributeColumn& u = columns.columns[0];
+  int64_t matching = 0;
+  for (int64_t r = 0; r < 100; ++r) {
+    request.add_allowed_ids(r);
+    matching += u.ints[r] < 50000;
+  }
+  knnd::v1::Condition* c = request.mutable_filter()->mutable_condition();
+  c->set_field("u");
+  c->mutable_range()->mutable_lt()->set_int_value(50000);
+  SearchResponse response;
+  ASSERT_TRUE(CallSearch(*stub_, request, &response).ok());
+  EXPECT_EQ(response.filter_matched_rows(), static_cast<uint64_t>(matching));
+  for (int64_t id : response.ids()) {
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, 100);
+    EXPECT_LT(u.ints[id], 50000) << id;
+  }
+}
+
 TEST_F(KnnServiceTest, ABadFilterIsRefusedNamingTheFieldAndCounted) {
   ServeWithAttributes(1);
   SearchRequest request = MakeSearchRequest(MakeData(1, kDim, 4), 5);

@@ -237,7 +237,8 @@ SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
                              const std::vector<float>& queries, int k,
                              int nprobe, int refine_factor,
                              absl::Span<const int64_t> allowed_ids,
-                             const RowBitmap* allowed_rows) {
+                             const RowBitmap* allowed_rows,
+                             const ColumnRange* allowed_range) {
   const int64_t n = static_cast<int64_t>(queries.size()) / snapshot.info().dim;
   SearchResults results;
   results.distances.resize(n * k);
@@ -249,6 +250,7 @@ SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
   args.nprobe = nprobe;
   args.allowed_ids = allowed_ids;
   args.allowed_rows = allowed_rows;
+  args.allowed_range = allowed_range;
   args.distances = results.distances.data();
   args.ids = results.ids.data();
   args.refine_factor = refine_factor;

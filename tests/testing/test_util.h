@@ -151,7 +151,8 @@ SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
                              const std::vector<float>& queries, int k,
                              int nprobe, int refine_factor = 0,
                              absl::Span<const int64_t> allowed_ids = {},
-                             const RowBitmap* allowed_rows = nullptr);
+                             const RowBitmap* allowed_rows = nullptr,
+                             const ColumnRange* allowed_range = nullptr);
 
 // ---- exact answers, in double precision and independent of FAISS ----
 
