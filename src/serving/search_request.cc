@@ -177,7 +177,7 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
 bool AnswersWithCandidates(const knnd::v1::SearchRequest& request,
                            const ParsedSearch& parsed) {
   return request.return_candidates() && parsed.refine_factor > 0 &&
-         !parsed.filter_rows.has_value();
+         !parsed.filter_rows.has_value() && !parsed.filter_range.has_value();
 }
 
 }  // namespace knnd

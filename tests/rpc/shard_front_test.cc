@@ -211,15 +211,23 @@ TEST_F(ShardFrontTest, FiltersReachEveryShardAndMerge) {
     EXPECT_EQ(merged.filter_matched_rows(), whole.filter_matched_rows());
 
     // What a front asks of a shard: filtered, its k best exact distances
-    // are all the merge can use, so no candidates come back.
-    SearchRequest to_shard = request;
-    to_shard.set_return_candidates(true);
-    SearchResponse shard;
-    ASSERT_TRUE(CallSearch(*shards_[0].stub, to_shard, &shard).ok());
-    EXPECT_EQ(shard.k(), 10) << "refine " << refine;
-    EXPECT_EQ(shard.ids_size(), 20 * 10);
-    EXPECT_EQ(shard.approx_distances_size(), 0);
-    EXPECT_EQ(shard.filter_plan(), knnd::v1::FILTER_PLAN_IVF);
+    // are all the merge can use, so no candidates come back; both for one
+    // numeric condition (searched through its bounds) and for a compound
+    // filter (a row bitmap).
+    knnd::v1::Filter compound;
+    *compound.mutable_all_of()->add_filters() = UBelow(60000);
+    *compound.mutable_all_of()->add_filters() = UBelow(90000);
+    for (const knnd::v1::Filter& filter : {UBelow(60000), compound}) {
+      SearchRequest to_shard = request;
+      *to_shard.mutable_filter() = filter;
+      to_shard.set_return_candidates(true);
+      SearchResponse shard;
+      ASSERT_TRUE(CallSearch(*shards_[0].stub, to_shard, &shard).ok());
+      EXPECT_EQ(shard.k(), 10) << "refine " << refine;
+      EXPECT_EQ(shard.ids_size(), 20 * 10);
+      EXPECT_EQ(shard.approx_distances_size(), 0);
+      EXPECT_EQ(shard.filter_plan(), knnd::v1::FILTER_PLAN_IVF);
+    }
     const AttributeColumns attributes = knnd::testing::MakeAttributes(3000, 7);
     for (int64_t id : merged.ids()) {
       ASSERT_GE(id, 0);
