@@ -1,16 +1,16 @@
 #include "knnd/faiss/vector_math.h"
 
-#include <memory>
+#include <algorithm>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-#include <faiss/IndexFlat.h>
 #include <faiss/utils/distances.h>
 #include <faiss/utils/fp16.h>
 
 #include "absl/strings/str_cat.h"
+#include "knnd/faiss/exact_scan.h"
 #include "knnd/faiss/faiss_types.h"
 
 namespace knnd {
@@ -112,16 +112,15 @@ void HalvesToFloats(const uint16_t* halves, size_t n, float* out) {
 absl::Status ExactKnn(const float* base, int64_t rows, const float* queries,
                       int64_t num_queries, int dim, int k, Metric metric,
                       float* distances, int64_t* ids) {
+  // ExactScan reads `base` in place (IndexFlat::add would copy it whole)
+  // and keeps one OpenMP region for the scan.
   return faiss_types::CatchFaiss(
       absl::StatusCode::kInternal, "exact search failed", [&] {
-        std::unique_ptr<faiss::IndexFlat> flat;
-        if (metric == Metric::kL2) {
-          flat = std::make_unique<faiss::IndexFlatL2>(dim);
-        } else {
-          flat = std::make_unique<faiss::IndexFlatIP>(dim);
-        }
-        flat->add(rows, base);
-        flat->search(num_queries, queries, k, distances, ids);
+        ExactScan scan(queries, num_queries, dim, k, metric);
+        scan.Add(base, rows);
+        std::copy(scan.ids().begin(), scan.ids().end(), ids);
+        std::copy(scan.distances().begin(), scan.distances().end(),
+                  distances);
       });
 }
 
