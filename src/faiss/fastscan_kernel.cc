@@ -113,11 +113,28 @@ void BlockDistances(const uint8_t* block, size_t m2, const uint8_t* lut,
 #endif
 }
 
-template <bool kKeepMin>
-void ScanListFiltered(const uint8_t* codes, size_t n, const int64_t* ids,
-                      size_t m2, const uint8_t* lut, uint16_t bias,
-                      const IdFilter& filter, size_t k, uint16_t* heap_dis,
-                      int64_t* heap_ids) {
+namespace {
+
+// Whether list id `id` is in the filter: the bitmap's bit, inline, or
+// IdFilter::Contains for the other kinds.
+struct BitmapTest {
+  const RowBitmap* rows;
+  int64_t first;
+  bool operator()(int64_t id) const { return rows->Test(id - first); }
+};
+struct FilterTest {
+  const IdFilter* filter;
+  bool operator()(int64_t id) const { return filter->Contains(id); }
+};
+
+// One list's scan. kPremask: the ids of a block are tested first and a
+// block none of whose vectors is admitted is skipped, distances and all
+// (a sparse filter: at 1% of the rows, 73% of 32-vector blocks hold
+// none); else only the vectors that beat the heap's top are tested.
+template <bool kKeepMin, bool kPremask, class Admits>
+void ScanList(const uint8_t* codes, size_t n, const int64_t* ids, size_t m2,
+              const uint8_t* lut, uint16_t bias, const Admits& admits,
+              size_t k, uint16_t* heap_dis, int64_t* heap_ids) {
   using C = typename std::conditional<kKeepMin,
                                       faiss::CMax<uint16_t, int64_t>,
                                       faiss::CMin<uint16_t, int64_t>>::type;
@@ -125,6 +142,13 @@ void ScanListFiltered(const uint8_t* codes, size_t n, const int64_t* ids,
   alignas(32) uint16_t dis[kBlock];
   for (size_t j0 = 0; j0 < n; j0 += kBlock, codes += block_bytes) {
     const size_t valid = n - j0 < kBlock ? n - j0 : kBlock;
+    uint32_t admitted = 0;
+    if (kPremask) {
+      for (size_t v = 0; v < valid; ++v) {
+        admitted |= static_cast<uint32_t>(admits(ids[j0 + v])) << v;
+      }
+      if (admitted == 0) continue;
+    }
 #if defined(__AVX2__)
     __m256i lo, hi;
     BlockDistancesAvx2(codes, m2, lut, bias, &lo, &hi);
@@ -133,19 +157,54 @@ void ScanListFiltered(const uint8_t* codes, size_t n, const int64_t* ids,
     if (mask == 0) continue;
     _mm256_store_si256(reinterpret_cast<__m256i*>(dis), lo);
     _mm256_store_si256(reinterpret_cast<__m256i*>(dis + 16), hi);
+    if (kPremask) {
+      // The admitted vectors, in order; the heap's top moves as they go in.
+      while (admitted != 0) {
+        const size_t v = static_cast<size_t>(__builtin_ctz(admitted));
+        admitted &= admitted - 1;
+        if ((mask >> (2 * v) & 1) == 0) continue;
+        const uint16_t d = dis[v];
+        if (!C::cmp(heap_dis[0], d)) continue;
+        faiss::heap_replace_top<C>(k, heap_dis, heap_ids, d, ids[j0 + v]);
+      }
+      continue;
+    }
     while (mask != 0) {
       const size_t v = static_cast<size_t>(__builtin_ctzll(mask)) >> 1;
       mask &= ~(uint64_t{3} << (2 * v));
 #else
     BlockDistancesScalar(codes, m2, lut, bias, dis);
     for (size_t v = 0; v < valid; ++v) {
+      if (kPremask && (admitted >> v & 1) == 0) continue;
 #endif
       const uint16_t d = dis[v];
       if (!C::cmp(heap_dis[0], d)) continue;
       const int64_t id = ids[j0 + v];
-      if (!filter.Contains(id)) continue;
+      if (!kPremask && !admits(id)) continue;
       faiss::heap_replace_top<C>(k, heap_dis, heap_ids, d, id);
     }
+  }
+}
+
+}  // namespace
+
+template <bool kKeepMin>
+void ScanListFiltered(const uint8_t* codes, size_t n, const int64_t* ids,
+                      size_t m2, const uint8_t* lut, uint16_t bias,
+                      const IdFilter& filter, size_t k, uint16_t* heap_dis,
+                      int64_t* heap_ids) {
+  if (filter.bitmap() == nullptr) {
+    ScanList<kKeepMin, false>(codes, n, ids, m2, lut, bias,
+                              FilterTest{&filter}, k, heap_dis, heap_ids);
+    return;
+  }
+  const BitmapTest bits{filter.bitmap(), filter.first()};
+  if (filter.sparse()) {
+    ScanList<kKeepMin, true>(codes, n, ids, m2, lut, bias, bits, k, heap_dis,
+                             heap_ids);
+  } else {
+    ScanList<kKeepMin, false>(codes, n, ids, m2, lut, bias, bits, k, heap_dis,
+                              heap_ids);
   }
 }
 

@@ -36,11 +36,22 @@ class IdFilter final : public faiss::IDSelector {
       : ids_(args.allowed_ids),
         rows_(args.allowed_rows),
         range_(args.allowed_range),
-        first_(args.allowed_rows_first) {}
+        first_(args.allowed_rows_first),
+        sparse_(rows_ != nullptr && args.allowed_rows_count >= 0 &&
+                args.allowed_rows_count * kSparseRatio <= rows_->size()) {}
 
   // An allow-list, ascending.
   explicit IdFilter(absl::Span<const int64_t> sorted_ids)
-      : ids_(sorted_ids), rows_(nullptr), range_(nullptr), first_(0) {}
+      : ids_(sorted_ids),
+        rows_(nullptr),
+        range_(nullptr),
+        first_(0),
+        sparse_(false) {}
+
+  // A bitmap admitting at most one row in kSparseRatio is sparse: the
+  // FastScan kernel then tests a block's ids before its distances, and
+  // skips the blocks that hold none of its rows (fastscan_kernel.h).
+  static constexpr int64_t kSparseRatio = 32;
 
   // False when the call has no filter: every id is allowed.
   bool active() const {
@@ -53,11 +64,19 @@ class IdFilter final : public faiss::IDSelector {
   }
   bool is_member(idx_t id) const override { return Contains(id); }
 
+  // The row bitmap and the list id of its row 0, or null when the filter
+  // is not a bitmap: the kernel tests its bits inline.
+  const RowBitmap* bitmap() const { return rows_; }
+  int64_t first() const { return first_; }
+  // A bitmap known to admit at most one row in kSparseRatio.
+  bool sparse() const { return sparse_; }
+
  private:
   const absl::Span<const int64_t> ids_;
   const RowBitmap* const rows_;
   const ColumnRange* const range_;
   const int64_t first_;
+  const bool sparse_;
 };
 
 }  // namespace knnd

@@ -51,6 +51,10 @@ struct SearchArgs {
   // plans the search (filter_planner.h).
   const RowBitmap* allowed_rows = nullptr;
   int64_t allowed_rows_first = 0;
+  // allowed_rows->Count() when the caller has counted it (the handler does,
+  // to plan), so that the search does not count again; -1: not known.
+  // Never set without allowed_rows, and never to another value.
+  int64_t allowed_rows_count = -1;
   // Instead of allowed_rows, a filter of one numeric condition tested per
   // row (base/column_range.h): list id l can be returned only when
   // allowed_range->Test(l - allowed_rows_first). Never set together with

@@ -78,6 +78,22 @@ double RecallAt(absl::Span<const int64_t> results, int results_k,
   return static_cast<double>(found) / static_cast<double>(n * r);
 }
 
+std::vector<int64_t> LeaveOut(absl::Span<const int64_t> ids, int k,
+                              absl::Span<const int64_t> leave_out) {
+  std::vector<int64_t> kept;
+  kept.reserve(leave_out.size() * static_cast<size_t>(k));
+  for (size_t q = 0; q < leave_out.size(); ++q) {
+    const int64_t* row = ids.data() + q * static_cast<size_t>(k + 1);
+    int taken = 0;
+    for (int j = 0; j <= k && taken < k; ++j) {
+      if (row[j] == leave_out[q] && row[j] >= 0) continue;
+      kept.push_back(row[j]);
+      ++taken;
+    }
+  }
+  return kept;
+}
+
 absl::StatusOr<std::vector<SweepRow>> SweepNprobe(
     const IndexSnapshot& snapshot, const Matrix& queries,
     absl::Span<const int64_t> truth, int truth_k, const SweepOptions& options) {
@@ -100,7 +116,15 @@ absl::StatusOr<std::vector<SweepRow>> SweepNprobe(
     }
     k = std::max(k, r);
   }
-  std::vector<int64_t> ids(static_cast<size_t>(queries.rows) * k);
+  const bool leaves_out = !options.leave_out.empty();
+  if (leaves_out &&
+      static_cast<int64_t>(options.leave_out.size()) != queries.rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "leave_out has ", options.leave_out.size(), " ids for ", queries.rows,
+        " queries"));
+  }
+  const int searched_k = leaves_out ? k + 1 : k;
+  std::vector<int64_t> ids(static_cast<size_t>(queries.rows) * searched_k);
   std::vector<float> distances(ids.size());
   const int64_t batch = std::max<int64_t>(1, options.batch_rows);
   std::vector<SweepRow> rows;
@@ -114,19 +138,21 @@ absl::StatusOr<std::vector<SweepRow>> SweepNprobe(
       SearchArgs args;
       args.queries = queries.row(begin);
       args.num_queries = std::min(batch, queries.rows - begin);
-      args.k = k;
+      args.k = searched_k;
       args.nprobe = nprobe;
       args.refine_factor = options.refine_factor;
-      args.distances = distances.data() + begin * k;
-      args.ids = ids.data() + begin * k;
+      args.distances = distances.data() + begin * searched_k;
+      args.ids = ids.data() + begin * searched_k;
       if (absl::Status s = snapshot.Search(args); !s.ok()) return s;
     }
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     SweepRow row;
     row.nprobe = nprobe;
     row.refine_factor = options.refine_factor;
+    const std::vector<int64_t> scored =
+        leaves_out ? LeaveOut(ids, k, options.leave_out) : ids;
     for (int r : options.recall_at) {
-      row.recall.push_back(RecallAt(ids, k, truth, truth_k, r));
+      row.recall.push_back(RecallAt(scored, k, truth, truth_k, r));
     }
     row.queries_per_second =
         seconds > 0 ? static_cast<double>(queries.rows) / seconds : 0;

@@ -50,7 +50,18 @@ struct SweepOptions {
   // Exact re-ranking of refine_factor * k candidates (0: off); > 0 needs
   // the snapshot's raw vectors.
   int refine_factor = 0;
+  // Empty, or one answer id per query that its results leave out: queries
+  // sampled from the indexed rows find themselves, which new queries
+  // cannot. Each query is then searched for one result more and scored on
+  // its results without that id (or without the last, when it is not
+  // among them); the truth must leave it out too (LeaveOut()).
+  absl::Span<const int64_t> leave_out;
 };
+
+// Per query, its `k` + 1 ids of `ids` (row-major) without `leave_out[q]`,
+// or without the last when that id is not among them: k ids per query.
+std::vector<int64_t> LeaveOut(absl::Span<const int64_t> ids, int k,
+                              absl::Span<const int64_t> leave_out);
 
 // Searches every query at each nprobe (and options.refine_factor) through
 // snapshot.Search() and scores

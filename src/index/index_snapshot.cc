@@ -173,8 +173,9 @@ absl::StatusOr<std::unique_ptr<AttributeStore>> OpenAttributes(
 // The rows an attribute filter of `args` admits (FiltersRows(args)): a
 // bitmap's count, or a column range's, counted when it was compiled.
 int64_t MatchedRows(const SearchArgs& args) {
-  return args.allowed_rows != nullptr ? args.allowed_rows->Count()
-                                      : args.allowed_range->matched;
+  if (args.allowed_rows == nullptr) return args.allowed_range->matched;
+  return args.allowed_rows_count >= 0 ? args.allowed_rows_count
+                                      : args.allowed_rows->Count();
 }
 
 }  // namespace
@@ -378,6 +379,7 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
   if (FiltersRows(args)) {
     call.allowed_rows_first = info_.shard_first_id;
     const int64_t matched = MatchedRows(args);
+    if (args.allowed_rows != nullptr) call.allowed_rows_count = matched;
     if (matched == 0) {
       // Nothing to search: an empty, padded answer.
       const int64_t n = args.num_queries * ResultWidth(args);

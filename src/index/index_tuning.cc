@@ -63,6 +63,7 @@ absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,
       sweep.recall_at = {options.k};
       sweep.batch_rows = 1;
       sweep.refine_factor = refine_factor;
+      sweep.leave_out = options.leave_out;
       absl::StatusOr<std::vector<SweepRow>> rows =
           SweepNprobe(snapshot, queries, truth, truth_k, sweep);
       if (!rows.ok()) return rows.status();
@@ -109,7 +110,8 @@ absl::Status RecordTunedDefaults(const std::string& index_path,
   return WriteIndexMetadata(sidecar, *meta);
 }
 
-Matrix SampleRows(const Matrix& base, int64_t count, uint32_t seed) {
+Matrix SampleRows(const Matrix& base, int64_t count, uint32_t seed,
+                  std::vector<int64_t>* rows) {
   std::vector<int64_t> order(static_cast<size_t>(base.rows));
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(seed);
@@ -121,6 +123,9 @@ Matrix SampleRows(const Matrix& base, int64_t count, uint32_t seed) {
   for (int64_t i = 0; i < sample.rows; ++i) {
     const float* row = base.row(order[static_cast<size_t>(i)]);
     sample.values.insert(sample.values.end(), row, row + base.dim);
+  }
+  if (rows != nullptr) {
+    rows->assign(order.begin(), order.begin() + sample.rows);
   }
   return sample;
 }

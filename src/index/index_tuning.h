@@ -31,6 +31,10 @@ struct TuneOptions {
   // DefaultRefineSweep(whether the snapshot has raw vectors).
   std::vector<int> nprobes;
   std::vector<int> refine_factors;
+  // Queries sampled from the index: per query the answer id of its own row,
+  // which the measured results and the truth leave out
+  // (SweepOptions::leave_out). Empty for held-out queries.
+  std::vector<int64_t> leave_out;
 };
 
 // The nprobe values tuning sweeps when none are given: 1, 2, 3, 4, 6, 8,
@@ -76,10 +80,12 @@ absl::Status RecordTunedDefaults(const std::string& index_path,
                                  const TuneResult& result,
                                  const std::string& tuned_on);
 
-// `count` rows of `base` chosen with a fixed seed, as held-out queries when
-// none are given (they are indexed too, so each finds itself: recall is
-// measured against exact neighbours that include it).
-Matrix SampleRows(const Matrix& base, int64_t count, uint32_t seed);
+// `count` rows of `base` chosen with a fixed seed, as queries when none
+// are given; their row numbers in `rows` when not null. They are indexed
+// too, so each finds itself: tuning leaves each one's own row out of its
+// results and its truth (TuneOptions::leave_out), as for a new query.
+Matrix SampleRows(const Matrix& base, int64_t count, uint32_t seed,
+                  std::vector<int64_t>* rows = nullptr);
 
 }  // namespace knnd
 

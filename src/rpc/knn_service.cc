@@ -193,6 +193,7 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   args.allowed_ids = job->allowed_ids_storage;
   if (job->filter_rows_storage.has_value()) {
     args.allowed_rows = &*job->filter_rows_storage;
+    args.allowed_rows_count = parsed.filter_matched_rows;
   }
   if (job->filter_range_storage.has_value()) {
     args.allowed_range = &*job->filter_range_storage;

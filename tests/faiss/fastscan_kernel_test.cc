@@ -12,6 +12,10 @@
 #include <faiss/impl/pq4_fast_scan.h>
 #include <faiss/utils/Heap.h>
 
+#include "knnd/base/row_bitmap.h"
+#include "knnd/faiss/id_filter.h"
+#include "knnd/faiss/search_args.h"
+
 namespace knnd {
 namespace {
 
@@ -119,6 +123,69 @@ TEST(FastScanKernel, ScanListFilteredKeepsBestAllowed) {
     for (size_t j = 0; j < k; ++j) {
       EXPECT_EQ(hd[j], expect[j].first) << "keep_min " << keep_min << " j " << j;
       EXPECT_EQ((hi[j] - 1000) % 6, 0) << "id " << hi[j] << " not allowed";
+    }
+  }
+}
+
+// A bitmap filter takes one of two paths: sparse (at most one row in
+// IdFilter::kSparseRatio admitted, its count known) tests a block's ids
+// first and skips the blocks without any; otherwise the ids of the vectors
+// that beat the heap's top are tested. Both keep what the allow-list of
+// the same rows keeps, the same ids in the same order, and those are the
+// best admitted distances of a direct computation.
+TEST(FastScanKernel, SparseAndDenseBitmapsKeepWhatTheirAllowListKeeps) {
+  const Packed p = MakePacked(32, 1000, 5);  // 31 full blocks and a part
+  constexpr int64_t kFirst = 1000;
+  std::vector<int64_t> ids(p.n);
+  for (size_t i = 0; i < p.n; ++i) ids[i] = kFirst + 3 * static_cast<int64_t>(i);
+  const size_t k = 8;
+  for (size_t every : {size_t{1}, size_t{2}, size_t{40}, size_t{300}}) {
+    RowBitmap rows(3 * static_cast<int64_t>(p.n));
+    std::vector<int64_t> allowed;
+    for (size_t i = 0; i < p.n; i += every) {
+      rows.Set(ids[i] - kFirst);
+      allowed.push_back(ids[i]);
+    }
+    SearchArgs args;
+    args.allowed_rows = &rows;
+    args.allowed_rows_first = kFirst;
+    args.allowed_rows_count = rows.Count();
+    const IdFilter bitmap(args);
+    EXPECT_EQ(bitmap.sparse(),
+              rows.Count() * IdFilter::kSparseRatio <= rows.size())
+        << "every " << every;
+    args.allowed_rows_count = -1;  // not counted: never sparse
+    const IdFilter uncounted(args);
+    EXPECT_FALSE(uncounted.sparse());
+    const IdFilter list(allowed);
+    std::vector<std::pair<uint16_t, int64_t>> expect;
+    for (size_t i = 0; i < p.n; i += every) {
+      expect.push_back({Direct(p, i, 7), ids[i]});
+    }
+    std::stable_sort(expect.begin(), expect.end(),
+                     [](auto& a, auto& b) { return a.first < b.first; });
+    using C = faiss::CMax<uint16_t, int64_t>;
+    auto scan = [&](const IdFilter& filter) {
+      std::vector<uint16_t> hd(k);
+      std::vector<int64_t> hi(k);
+      faiss::heap_heapify<C>(k, hd.data(), hi.data());
+      fastscan_kernel::ScanListFiltered<true>(p.blocks.data(), p.n,
+                                              ids.data(), p.m2, p.lut.data(),
+                                              7, filter, k, hd.data(),
+                                              hi.data());
+      faiss::heap_reorder<C>(k, hd.data(), hi.data());
+      return std::make_pair(hd, hi);
+    };
+    const auto from_list = scan(list);
+    EXPECT_EQ(scan(bitmap), from_list) << "every " << every;
+    EXPECT_EQ(scan(uncounted), from_list) << "every " << every;
+    for (size_t j = 0; j < k; ++j) {
+      if (j < expect.size()) {
+        EXPECT_EQ(from_list.first[j], expect[j].first) << "every " << every;
+        EXPECT_TRUE(rows.Test(from_list.second[j] - kFirst));
+      } else {
+        EXPECT_EQ(from_list.second[j], -1) << "fewer admitted than k";
+      }
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "knnd/index/index_builder.h"
+#include "knnd/index/index_eval.h"
 #include "knnd/storage/index_metadata.h"
 #include "testing/test_util.h"
 
@@ -103,6 +104,66 @@ TEST(IndexTuning, ChoosesTheFastestSettingThatReachesTheTarget) {
           .status()
           .message(),
       HasSubstr("target_recall=1.5 is outside (0, 1]"));
+}
+
+// LeaveOut drops each query's own id from its k + 1 results, or the last
+// result when the id is not there; -1 padding is kept.
+TEST(IndexTuning, LeaveOutDropsTheOwnIdOrTheLast) {
+  const std::vector<int64_t> ids = {5, 7, 9, 11,   // own 7, second
+                                    1, 2, 3, 4,    // own 8, absent
+                                    6, 0, 0, 2,    // own 6, first
+                                    3, -1, -1, -1};  // own -1: padding kept
+  EXPECT_EQ(LeaveOut(ids, 3, std::vector<int64_t>{7, 8, 6, -1}),
+            (std::vector<int64_t>{5, 9, 11, 1, 2, 3, 0, 0, 2, 3, -1, -1}));
+}
+
+// Sampled rows as queries find themselves; left out of their results and
+// of their truth they score lower (as a new query would), and the tuned
+// setting then needs at least the nprobe that the self-inclusive measure
+// needed.
+TEST(IndexTuning, SampledQueriesLeaveThemselvesOut) {
+  TempDir tmp;
+  const std::string path = tmp.path("t.index");
+  const Matrix base = BuildIndex(path);
+  std::unique_ptr<IndexSnapshot> snapshot = Load(path);
+  std::vector<int64_t> rows;
+  const Matrix queries = SampleRows(base, 200, 3, &rows);
+  ASSERT_EQ(rows.size(), 200u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ASSERT_EQ(std::vector<float>(queries.row(i), queries.row(i) + kDim),
+              std::vector<float>(base.row(rows[i]), base.row(rows[i]) + kDim));
+  }
+  auto with_self = ExactNeighbors(base, queries, 10, Metric::kL2);
+  auto eleven = ExactNeighbors(base, queries, 11, Metric::kL2);
+  ASSERT_TRUE(with_self.ok() && eleven.ok());
+  const std::vector<int64_t> without_self = LeaveOut(*eleven, 10, rows);
+  for (size_t q = 0; q < rows.size(); ++q) {
+    for (int j = 0; j < 10; ++j) ASSERT_NE(without_self[q * 10 + j], rows[q]);
+  }
+  SweepOptions sweep;
+  sweep.nprobes = {1};
+  sweep.recall_at = {10};
+  auto plain = SweepNprobe(*snapshot, queries, *with_self, 10, sweep);
+  sweep.leave_out = rows;
+  auto left_out = SweepNprobe(*snapshot, queries, without_self, 10, sweep);
+  ASSERT_TRUE(plain.ok() && left_out.ok());
+  EXPECT_LT(left_out->front().recall[0], plain->front().recall[0]);
+  sweep.leave_out = absl::Span<const int64_t>(rows).subspan(1);
+  EXPECT_THAT(SweepNprobe(*snapshot, queries, without_self, 10, sweep)
+                  .status()
+                  .message(),
+              HasSubstr("leave_out has 199 ids for 200 queries"));
+
+  TuneOptions options;
+  options.target_recall = 0.6;
+  auto inclusive = TuneSearchDefaults(*snapshot, queries, *with_self, 10,
+                                      options);
+  options.leave_out = rows;
+  auto exclusive = TuneSearchDefaults(*snapshot, queries, without_self, 10,
+                                      options);
+  ASSERT_TRUE(inclusive.ok() && exclusive.ok());
+  ASSERT_TRUE(inclusive->reached && exclusive->reached);
+  EXPECT_GE(exclusive->chosen.nprobe, inclusive->chosen.nprobe);
 }
 
 TEST(IndexTuning, RecordedDefaultsReachTheSnapshot) {

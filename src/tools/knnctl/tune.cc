@@ -82,6 +82,7 @@ int Tune(const TuneFlags& flags) {
 
   // Held-out queries: --queries, else a seeded sample of the base.
   Matrix queries;
+  std::vector<int64_t> sampled_rows;  // with sampled queries, their rows
   std::string tuned_on;
   if (!flags.query.queries.empty()) {
     absl::StatusOr<Matrix> read =
@@ -90,8 +91,9 @@ int Tune(const TuneFlags& flags) {
     queries = std::move(*read);
     tuned_on = absl::StrCat(queries.rows, " queries of ", flags.query.queries);
   } else {
-    queries = SampleRows(*base, flags.sample, 1);
-    tuned_on = absl::StrCat(queries.rows, " sampled base vectors");
+    queries = SampleRows(*base, flags.sample, 1, &sampled_rows);
+    tuned_on = absl::StrCat(queries.rows,
+                            " sampled base vectors, each without itself");
   }
   const int k = flags.query.k;
   if (k < 1 || k > info.ntotal) {
@@ -99,10 +101,24 @@ int Tune(const TuneFlags& flags) {
         absl::StrCat("--k=", k, " must be in [1, ntotal=", info.ntotal, "]"));
   }
   const absl::Time start = absl::Now();
+  // A sampled query's own row is left out of its truth and its results
+  // (one neighbour more is asked for): it would find itself, and score as
+  // no new query can.
+  const bool leave_out = !sampled_rows.empty();
+  if (leave_out && k + 1 > info.ntotal) {
+    return Fail(absl::StrCat("--k=", k, " leaves no other row for a sampled query "
+                             "among the ", info.ntotal, " indexed ones"));
+  }
   absl::StatusOr<std::vector<int64_t>> truth =
-      ExactNeighbors(*base, queries, k, info.metric);
+      ExactNeighbors(*base, queries, leave_out ? k + 1 : k, info.metric);
   if (!truth.ok()) return Fail(truth.status());
   RowsToAnswerIds(**snapshot, *truth);  // own ids: through the id table
+  std::vector<int64_t> own_ids;
+  if (leave_out) {
+    own_ids = sampled_rows;
+    RowsToAnswerIds(**snapshot, own_ids);
+    *truth = LeaveOut(*truth, k, own_ids);
+  }
   std::printf("index:    %s: %s, %lld vectors x %d, metric %s\n",
               flags.index.c_str(), info.index_type.c_str(),
               static_cast<long long>(info.ntotal), info.dim,
@@ -114,6 +130,7 @@ int Tune(const TuneFlags& flags) {
   TuneOptions options;
   options.k = k;
   options.target_recall = flags.target_recall;
+  options.leave_out = own_ids;
   // Unset lists leave TuneSearchDefaults its finer default sweeps.
   if (!flags.nprobes.empty()) {
     absl::StatusOr<std::vector<int>> nprobes =
