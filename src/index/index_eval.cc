@@ -1,6 +1,7 @@
 #include "knnd/index/index_eval.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -58,24 +59,40 @@ void RowsToAnswerIds(const IndexSnapshot& snapshot,
 }
 
 double RecallAt(absl::Span<const int64_t> results, int results_k,
-                absl::Span<const int64_t> truth, int truth_k, int r) {
+                absl::Span<const int64_t> truth, int truth_k, int r,
+                double* standard_error) {
   const int64_t n = static_cast<int64_t>(truth.size()) / truth_k;
+  if (standard_error != nullptr) *standard_error = 0;
   if (n == 0) return 0;
   int64_t found = 0;
+  double sum_sq = 0;  // of the per-query found counts
   std::vector<int64_t> expected;
   for (int64_t i = 0; i < n; ++i) {
     expected.assign(truth.begin() + i * truth_k,
                     truth.begin() + i * truth_k + r);
     std::sort(expected.begin(), expected.end());
+    int64_t found_here = 0;
     for (int j = 0; j < r; ++j) {
       const int64_t id = results[i * results_k + j];
       if (id >= 0 &&
           std::binary_search(expected.begin(), expected.end(), id)) {
-        ++found;
+        ++found_here;
       }
     }
+    found += found_here;
+    sum_sq += static_cast<double>(found_here * found_here);
   }
-  return static_cast<double>(found) / static_cast<double>(n * r);
+  const double mean = static_cast<double>(found) / static_cast<double>(n * r);
+  if (standard_error != nullptr && n > 1) {
+    // Per-query recalls f/r: variance from the sums of f and f^2.
+    const double m = static_cast<double>(found) / static_cast<double>(n);
+    const double variance =
+        std::max(0.0, (sum_sq - static_cast<double>(n) * m * m) /
+                          static_cast<double>(n - 1)) /
+        (static_cast<double>(r) * r);
+    *standard_error = std::sqrt(variance / static_cast<double>(n));
+  }
+  return mean;
 }
 
 std::vector<int64_t> LeaveOut(absl::Span<const int64_t> ids, int k,
@@ -152,7 +169,9 @@ absl::StatusOr<std::vector<SweepRow>> SweepNprobe(
     const std::vector<int64_t> scored =
         leaves_out ? LeaveOut(ids, k, options.leave_out) : ids;
     for (int r : options.recall_at) {
-      row.recall.push_back(RecallAt(scored, k, truth, truth_k, r));
+      double se = 0;
+      row.recall.push_back(RecallAt(scored, k, truth, truth_k, r, &se));
+      row.recall_se.push_back(se);
     }
     row.queries_per_second =
         seconds > 0 ? static_cast<double>(queries.rows) / seconds : 0;

@@ -33,12 +33,19 @@ void RowsToAnswerIds(const IndexSnapshot& snapshot, std::vector<int64_t>& rows);
 // |first R results ∩ first R true neighbours| / R. `results` has
 // `results_k` ids per query and `truth` `truth_k`; both must be >= r.
 double RecallAt(absl::Span<const int64_t> results, int results_k,
-                absl::Span<const int64_t> truth, int truth_k, int r);
+                absl::Span<const int64_t> truth, int truth_k, int r,
+                double* standard_error = nullptr);
+// With `standard_error`, also the standard error of that mean (the sample
+// standard deviation of the per-query recalls over sqrt(queries); 0 for
+// fewer than two queries).
 
 struct SweepRow {
   int nprobe = 0;
   int refine_factor = 0;
   std::vector<double> recall;  // one per SweepOptions::recall_at
+  // The standard error of each recall: the standard deviation of the
+  // queries' own recalls over sqrt(queries).
+  std::vector<double> recall_se;
   double queries_per_second = 0;
 };
 

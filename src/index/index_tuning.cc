@@ -9,11 +9,16 @@
 
 namespace knnd {
 
+double RecallBound(const SweepRow& row, size_t column, double z) {
+  const double se = column < row.recall_se.size() ? row.recall_se[column] : 0;
+  return row.recall[column] - z * se;
+}
+
 const SweepRow* FastestReaching(absl::Span<const SweepRow> rows, size_t column,
-                                double target) {
+                                double target, double z) {
   const SweepRow* fastest = nullptr;
   for (const SweepRow& row : rows) {
-    if (row.recall[column] >= target &&
+    if (RecallBound(row, column, z) >= target &&
         (fastest == nullptr ||
          row.queries_per_second > fastest->queries_per_second)) {
       fastest = &row;
@@ -49,6 +54,10 @@ absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,
     return absl::InvalidArgumentError(absl::StrCat(
         "target_recall=", options.target_recall, " is outside (0, 1]"));
   }
+  if (!(options.confidence_z >= 0 && options.confidence_z <= 10)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "confidence_z=", options.confidence_z, " is outside [0, 10]"));
+  }
   const std::vector<int> nprobes = options.nprobes.empty()
                                        ? DefaultNprobeSweep(info.nlist)
                                        : options.nprobes;
@@ -69,11 +78,15 @@ absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,
       if (!rows.ok()) return rows.status();
       result.measured.push_back(rows->front());
       // A larger nprobe only costs more.
-      if (rows->front().recall[0] >= options.target_recall) break;
+      if (RecallBound(rows->front(), 0, options.confidence_z) >=
+          options.target_recall) {
+        break;
+      }
     }
   }
   const SweepRow* fastest =
-      FastestReaching(result.measured, 0, options.target_recall);
+      FastestReaching(result.measured, 0, options.target_recall,
+                      options.confidence_z);
   result.reached = fastest != nullptr;
   if (fastest == nullptr) {
     fastest = &*std::max_element(

@@ -35,13 +35,25 @@ struct TuneOptions {
   // which the measured results and the truth leave out
   // (SweepOptions::leave_out). Empty for held-out queries.
   std::vector<int64_t> leave_out;
+  // A setting reaches the target when its recall less confidence_z
+  // standard errors (SweepRow::recall_se) does: 1.645, a one-sided 95%
+  // bound, so that new queries of the same kind reach it too, not only
+  // the measured ones (on the 1M set of bench/RESULTS.md "Filters", 0.952
+  // over 1,000 sampled rows was 0.941 over 400 new queries); 0: the
+  // measured mean itself.
+  double confidence_z = 1.645;
 };
+
+// A row's recall[column] less z of its standard errors: the recall it
+// reaches with the confidence z stands for.
+double RecallBound(const SweepRow& row, size_t column, double z);
 
 // The nprobe values tuning sweeps when none are given: 1, 2, 3, 4, 6, 8,
 // 12, 16, 24, ... (powers of two and 1.5 times them) below nlist, then
 // nlist. Steps of 1.5x instead of 2x: on Fashion-MNIST the fastest setting
-// reaching recall@10 0.95 is nprobe 6, refine_factor 3, 1.2x faster than
-// the best of a powers-of-two grid (bench/RESULTS.md, "Frontier"). The
+// whose mean recall@10 reaches 0.95 is nprobe 6, refine_factor 3, 1.2x
+// faster than the best of a powers-of-two grid (bench/RESULTS.md,
+// "Frontier"); by the confidence bound, nprobe 8, refine_factor 3. The
 // sweep stops at the first nprobe reaching the target, so the finer grid
 // costs little.
 std::vector<int> DefaultNprobeSweep(int64_t nlist);
@@ -60,10 +72,10 @@ struct TuneResult {
   std::vector<SweepRow> measured;
 };
 
-// The fastest of `rows` whose recall[column] reaches `target` (the first
-// of equally fast ones), or null when none does.
+// The fastest of `rows` whose RecallBound(row, column, z) reaches `target`
+// (the first of equally fast ones), or null when none does.
 const SweepRow* FastestReaching(absl::Span<const SweepRow> rows, size_t column,
-                                double target);
+                                double target, double z = 0);
 
 // `truth` holds truth_k >= options.k exact neighbour ids per query.
 absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,

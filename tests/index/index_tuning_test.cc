@@ -3,6 +3,8 @@
 // finds it.
 #include "knnd/index/index_tuning.h"
 
+#include <cmath>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -80,7 +82,7 @@ TEST(IndexTuning, ChoosesTheFastestSettingThatReachesTheTarget) {
   // sweep stopped at the first nprobe that reached it.
   int reached = 0;
   for (const SweepRow& row : result->measured) {
-    if (row.recall[0] >= 0.5) {
+    if (RecallBound(row, 0, options.confidence_z) >= 0.5) {
       ++reached;
       EXPECT_LE(row.queries_per_second, result->chosen.queries_per_second);
     }
@@ -164,6 +166,56 @@ TEST(IndexTuning, SampledQueriesLeaveThemselvesOut) {
   ASSERT_TRUE(inclusive.ok() && exclusive.ok());
   ASSERT_TRUE(inclusive->reached && exclusive->reached);
   EXPECT_GE(exclusive->chosen.nprobe, inclusive->chosen.nprobe);
+}
+
+// RecallAt's standard error is that of the mean of the per-query recalls.
+TEST(IndexTuning, RecallAtGivesTheStandardErrorOfThePerQueryRecalls) {
+  // Three queries, r = 2: recalls 1, 0.5 and 0.
+  const std::vector<int64_t> truth = {1, 2, 3, 4, 5, 6};
+  const std::vector<int64_t> results = {2, 1, 3, 9, 7, 8};
+  double se = -1;
+  EXPECT_DOUBLE_EQ(RecallAt(results, 2, truth, 2, 2, &se), 0.5);
+  // Sample standard deviation 0.5, over sqrt(3).
+  EXPECT_NEAR(se, 0.5 / std::sqrt(3.0), 1e-12);
+  EXPECT_DOUBLE_EQ(RecallAt(results, 2, truth, 2, 2, &se), 0.5);
+  // One query: no spread to measure.
+  EXPECT_DOUBLE_EQ(RecallAt(std::vector<int64_t>{1, 9},
+                            2, std::vector<int64_t>{1, 2}, 2, 2, &se),
+                   0.5);
+  EXPECT_EQ(se, 0);
+}
+
+// A setting reaches the target when its recall less confidence_z standard
+// errors does: the bound asks at least the nprobe the mean asks, and the
+// chosen setting's bound reaches the target.
+TEST(IndexTuning, TheTargetIsReachedByTheConfidenceBound) {
+  TempDir tmp;
+  const std::string path = tmp.path("t.index");
+  const Matrix base = BuildIndex(path);
+  std::unique_ptr<IndexSnapshot> snapshot = Load(path);
+  const Matrix queries = SampleRows(base, 100, 5);
+  auto truth = ExactNeighbors(base, queries, 10, Metric::kL2);
+  ASSERT_TRUE(truth.ok());
+  TuneOptions options;
+  options.target_recall = 0.45;
+  options.confidence_z = 0;
+  auto mean = TuneSearchDefaults(*snapshot, queries, *truth, 10, options);
+  options.confidence_z = 3;
+  auto bound = TuneSearchDefaults(*snapshot, queries, *truth, 10, options);
+  ASSERT_TRUE(mean.ok() && bound.ok());
+  ASSERT_TRUE(mean->reached && bound->reached);
+  EXPECT_GT(bound->chosen.recall_se[0], 0);
+  EXPECT_GE(RecallBound(bound->chosen, 0, 3), 0.45);
+  EXPECT_GE(bound->chosen.nprobe, mean->chosen.nprobe);
+  // The setting the mean chose falls short of the bound: a larger one.
+  if (RecallBound(mean->chosen, 0, 3) < 0.45) {
+    EXPECT_GT(bound->chosen.nprobe, mean->chosen.nprobe);
+  }
+  options.confidence_z = -1;
+  EXPECT_THAT(TuneSearchDefaults(*snapshot, queries, *truth, 10, options)
+                  .status()
+                  .message(),
+              HasSubstr("confidence_z=-1 is outside [0, 10]"));
 }
 
 TEST(IndexTuning, RecordedDefaultsReachTheSnapshot) {

@@ -601,7 +601,8 @@ std::map<std::pair<int, int>, double> TuneRows(const std::string& out) {
         absl::StrSplit(line, ' ', absl::SkipWhitespace());
     int nprobe, refine;
     double recall;
-    if (cols.size() == 4 && absl::SimpleAtoi(cols[0], &nprobe) &&
+    // nprobe, refine_factor, recall, its confidence bound, queries/s.
+    if (cols.size() == 5 && absl::SimpleAtoi(cols[0], &nprobe) &&
         absl::SimpleAtoi(cols[1], &refine) &&
         absl::SimpleAtod(cols[2], &recall)) {
       rows[{nprobe, refine}] = recall;
@@ -677,7 +678,7 @@ TEST(Knnctl, OwnIdsBuildEvalAndTuneLikeRowIds) {
     const std::map<std::pair<int, int>, double> own = TuneRows(tune.output);
     const std::map<std::pair<int, int>, double> by_row = TuneRows(row_tune);
     ASSERT_EQ(own.size(), by_row.size()) << tune.output << row_tune;
-    EXPECT_GE(own.size(), 3u) << tune.output;
+    ASSERT_GE(own.size(), 3u) << tune.output;
     EXPECT_GT(own.rbegin()->second, 0.9) << tune.output;  // nprobe 32
     for (const auto& [setting, recall] : own) {
       ASSERT_EQ(by_row.count(setting), 1u) << tune.output << row_tune;

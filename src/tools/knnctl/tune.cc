@@ -28,6 +28,7 @@ struct TuneFlags {
   std::string base;
   int64_t sample = 1000;
   double target_recall = 0.95;
+  double confidence_z = 1.645;
   std::string nprobes;
   std::string refine_factors;
   bool dry_run = false;
@@ -131,6 +132,7 @@ int Tune(const TuneFlags& flags) {
   options.k = k;
   options.target_recall = flags.target_recall;
   options.leave_out = own_ids;
+  options.confidence_z = flags.confidence_z;
   // Unset lists leave TuneSearchDefaults its finer default sweeps.
   if (!flags.nprobes.empty()) {
     absl::StatusOr<std::vector<int>> nprobes =
@@ -148,16 +150,19 @@ int Tune(const TuneFlags& flags) {
       TuneSearchDefaults(**snapshot, queries, *truth, k, options);
   if (!result.ok()) return Fail(result.status());
 
-  std::printf("\n%8s  %6s  %10s  %10s   (1 thread, 1 query per call)\n",
-              "nprobe", "refine", absl::StrCat("recall@", k).c_str(),
-              "queries/s");
+  std::printf("\n%8s  %6s  %10s  %8s  %10s   (1 thread, 1 query per call; "
+              "bound: recall - %.3g standard errors)\n",
+              "nprobe", "refine", absl::StrCat("recall@", k).c_str(), "bound",
+              "queries/s", flags.confidence_z);
   for (const SweepRow& row : result->measured) {
-    std::printf("%8d  %6d  %10.4f  %10.0f\n", row.nprobe, row.refine_factor,
-                row.recall[0], row.queries_per_second);
+    std::printf("%8d  %6d  %10.4f  %8.4f  %10.0f\n", row.nprobe,
+                row.refine_factor, row.recall[0],
+                RecallBound(row, 0, flags.confidence_z),
+                row.queries_per_second);
   }
   const SweepRow& chosen = result->chosen;
-  std::printf("\n%s: nprobe %d refine_factor %d, recall@%d %.4f at %.0f "
-              "queries/s\n",
+  std::printf("\n%s: nprobe %d refine_factor %d, recall@%d %.4f (bound "
+              "%.4f) at %.0f queries/s\n",
               result->reached
                   ? absl::StrCat("tuned (recall@", k, " >= ",
                                  flags.target_recall, ")")
@@ -167,6 +172,7 @@ int Tune(const TuneFlags& flags) {
                                  " not reached; most accurate")
                         .c_str(),
               chosen.nprobe, chosen.refine_factor, k, chosen.recall[0],
+              RecallBound(chosen, 0, flags.confidence_z),
               chosen.queries_per_second);
   if (flags.dry_run) return kExitOk;
   if (!result->reached) {
@@ -201,6 +207,11 @@ std::function<int()> DefineTune(FlagSet& flags) {
             "the queries.");
   flags.Add("target_recall", &options->target_recall, "R",
             "Recall@k the tuned defaults must reach.");
+  flags.Add("confidence_z", &options->confidence_z, "Z",
+            "A setting reaches --target_recall when its measured recall less "
+            "Z standard errors (over the queries) does: 1.645 is a one-sided "
+            "95% bound, so that new queries reach it too; 0: the measured "
+            "recall itself.");
   flags.Add("nprobes", &options->nprobes, "LIST",
             "Comma-separated nprobe values; default 1,2,3,4,6,8,12,16,... "
             "(powers of two and 1.5 times them) up to nlist.");
