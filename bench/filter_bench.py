@@ -31,7 +31,10 @@ seeded 1M-row set, measured in one run (bench/RESULTS.md, "Filters").
                    --faiss_python, in process)
      unfiltered    knnd, no filter (the q/s every ratio is taken against)
    The methods take turns every --chunk queries, --rounds times, so that
-   other load on the machine slows each alike.
+   other load on the machine slows each alike. knnd's own execution time
+   per request (its knnd_search_execution_duration_seconds histogram,
+   read around each turn) is printed for the filter and the unfiltered
+   searches: the search's cost without the client's.
 3. RssAnon of both knnd processes (/proc/PID/status) after the same
    unfiltered load (the copy with payloads returns them), before the
    filtered searches and again after them (the copy without attributes
@@ -307,15 +310,32 @@ def main():
         }
         results = {m: np.full((len(xq), K), -1) for m in methods}
         seconds = {m: 0.0 for m in methods}
+        # knnd's own execution time per request of each method served by
+        # the copy with attributes (its histogram's sum and count read
+        # around each chunk): what the search costs without the client.
+        served = {m: [0.0, 0.0] for m in ("knnd filter", "unfiltered")}
+        execution = "knnd_search_execution_duration_seconds_"
+
+        def execution_so_far():
+            page = daemons["with"].scrape()
+            return (sum(v for n, v in page.items()
+                        if n.startswith(execution + "sum")),
+                    sum(v for n, v in page.items()
+                        if n.startswith(execution + "count")))
         faiss_sel.seconds = 0.0
         order = list(methods)
         for r in range(args.rounds):
             for begin in range(0, len(xq), args.chunk):
                 chunk = range(begin, min(len(xq), begin + args.chunk))
                 for m in order:
+                    before = execution_so_far() if m in served else None
                     start = time.perf_counter()
                     results[m][chunk.start:chunk.stop] = methods[m](chunk)
                     seconds[m] += time.perf_counter() - start
+                    if before is not None:
+                        after = execution_so_far()
+                        served[m][0] += after[0] - before[0]
+                        served[m][1] += after[1] - before[1]
                 order = order[1:] + order[:1]
         seconds["faiss sel"] = faiss_sel.seconds  # its own clock, in process
         qps = {m: args.rounds * len(xq) / seconds[m] for m in methods}
@@ -323,7 +343,9 @@ def main():
         unfiltered_recall.append(recall(results["unfiltered"], truth_all))
         table.append((s, mask.sum(), {m: (recall(results[m], truth), qps[m])
                                       for m in methods if m != "unfiltered"}
-                      | {"unfiltered": (0.0, qps["unfiltered"])}))
+                      | {"unfiltered": (0.0, qps["unfiltered"])}
+                      | {"us": {m: 1e6 * t / max(1, c)
+                                for m, (t, c) in served.items()}}))
         print(f"{s:.1%} done after {time.time() - started:.0f} s",
               flush=True)
         # The copy without attributes gets the unfiltered searches of this
@@ -344,15 +366,20 @@ def main():
           f"{time.time() - started:.0f} s")
     print()
     print("| selectivity | rows | knnd filter recall | q/s | x unfiltered "
+          "| knnd us/request (unfiltered) "
           "| post-filter recall | q/s | FAISS IDSelector recall | q/s "
           "| knnd / FAISS q/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for s, n, r in table:
         f, p, fs, un = (r["knnd filter"], r["post-filter"], r["faiss sel"],
                         r["unfiltered"])
         print(f"| {s:.1%} | {n:,} | {f[0]:.3f} | {f[1]:,.0f} | "
-              f"{f[1] / un[1]:.2f} | {p[0]:.3f} | {p[1]:,.0f} | "
+              f"{f[1] / un[1]:.2f} | {r['us']['knnd filter']:.0f} "
+              f"({r['us']['unfiltered']:.0f}) | {p[0]:.3f} | {p[1]:,.0f} | "
               f"{fs[0]:.3f} | {fs[1]:,.0f} | {f[1] / fs[1]:.2f} |")
+    print("(knnd us/request: knnd_search_execution_duration_seconds over "
+          "the requests of the filter, and of the unfiltered searches in "
+          "the same turns)")
     print()
     print(f"unfiltered knnd: {np.median(unfiltered_qps):,.0f} q/s (median "
           f"of the five runs), recall@10 {np.mean(unfiltered_recall):.3f}")
