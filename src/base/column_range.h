@@ -49,6 +49,21 @@ struct ColumnRange {
                            : Within(floats[row], lo_float, hi_float);
   }
 
+  // Test() without a branch that depends on the row: its presence bit and
+  // value are always read (row 0's for a row outside the column), so that
+  // a loop testing many rows issues their reads, cache misses at random
+  // rows of a large column, without waiting for one to decide the next.
+  bool TestWithoutBranches(int64_t row) const {
+    const bool inside =
+        static_cast<uint64_t>(row) < static_cast<uint64_t>(rows);
+    const int64_t r = inside ? row : 0;
+    const bool present = (presence[r >> 6] >> (r & 63)) & 1;
+    const bool within = ints != nullptr
+                            ? WithinEither(ints[r], lo_int, hi_int)
+                            : WithinEither(floats[r], lo_float, hi_float);
+    return inside & present & within;
+  }
+
   // The matching rows, ascending, each plus `offset` (the exact plan's
   // list ids; it takes few rows).
   std::vector<int64_t> Rows(int64_t offset = 0) const {
@@ -66,6 +81,12 @@ struct ColumnRange {
   }
 
  private:
+  template <typename T>
+  bool WithinEither(T value, T lo, T hi) const {
+    const bool above = lo_inclusive ? value >= lo : value > lo;
+    const bool below = hi_inclusive ? value <= hi : value < hi;
+    return above & below;
+  }
   template <typename T>
   bool Within(T value, T lo, T hi) const {
     return (lo_inclusive ? value >= lo : value > lo) &&

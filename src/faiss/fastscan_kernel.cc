@@ -122,6 +122,13 @@ struct BitmapTest {
   int64_t first;
   bool operator()(int64_t id) const { return rows->Test(id - first); }
 };
+struct RangeTest {
+  const ColumnRange* range;
+  int64_t first;
+  bool operator()(int64_t id) const {
+    return range->TestWithoutBranches(id - first);
+  }
+};
 struct FilterTest {
   const IdFilter* filter;
   bool operator()(int64_t id) const { return filter->Contains(id); }
@@ -169,9 +176,17 @@ void ScanList(const uint8_t* codes, size_t n, const int64_t* ids, size_t m2,
       }
       continue;
     }
-    while (mask != 0) {
-      const size_t v = static_cast<size_t>(__builtin_ctzll(mask)) >> 1;
-      mask &= ~(uint64_t{3} << (2 * v));
+    // The filter of every candidate first, in a loop whose reads do not
+    // wait on each other (a column's values at random rows miss the cache:
+    // their misses overlap), then the heap, in order.
+    for (uint64_t m = mask; m != 0;) {
+      const size_t v = static_cast<size_t>(__builtin_ctzll(m)) >> 1;
+      m &= ~(uint64_t{3} << (2 * v));
+      admitted |= static_cast<uint32_t>(admits(ids[j0 + v])) << v;
+    }
+    while (admitted != 0) {
+      const size_t v = static_cast<size_t>(__builtin_ctz(admitted));
+      admitted &= admitted - 1;
 #else
     BlockDistancesScalar(codes, m2, lut, bias, dis);
     for (size_t v = 0; v < valid; ++v) {
@@ -180,7 +195,9 @@ void ScanList(const uint8_t* codes, size_t n, const int64_t* ids, size_t m2,
       const uint16_t d = dis[v];
       if (!C::cmp(heap_dis[0], d)) continue;
       const int64_t id = ids[j0 + v];
+#if !defined(__AVX2__)
       if (!kPremask && !admits(id)) continue;
+#endif
       faiss::heap_replace_top<C>(k, heap_dis, heap_ids, d, id);
     }
   }
@@ -193,6 +210,12 @@ void ScanListFiltered(const uint8_t* codes, size_t n, const int64_t* ids,
                       size_t m2, const uint8_t* lut, uint16_t bias,
                       const IdFilter& filter, size_t k, uint16_t* heap_dis,
                       int64_t* heap_ids) {
+  if (filter.range() != nullptr) {
+    ScanList<kKeepMin, false>(codes, n, ids, m2, lut, bias,
+                              RangeTest{filter.range(), filter.first()}, k,
+                              heap_dis, heap_ids);
+    return;
+  }
   if (filter.bitmap() == nullptr) {
     ScanList<kKeepMin, false>(codes, n, ids, m2, lut, bias,
                               FilterTest{&filter}, k, heap_dis, heap_ids);

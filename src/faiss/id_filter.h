@@ -67,6 +67,8 @@ class IdFilter final : public faiss::IDSelector {
   // The row bitmap and the list id of its row 0, or null when the filter
   // is not a bitmap: the kernel tests its bits inline.
   const RowBitmap* bitmap() const { return rows_; }
+  // The column range, or null when the filter is not one.
+  const ColumnRange* range() const { return range_; }
   int64_t first() const { return first_; }
   // A bitmap known to admit at most one row in kSparseRatio.
   bool sparse() const { return sparse_; }

@@ -250,7 +250,8 @@ TEST_F(AttributeFilterTest, LimitsAreCheckedBeforeAnyRow) {
 
 // One eq or range condition on a numeric column, kept as its bounds, admits
 // row for row what its bitmap admits (rows without a value never), counts
-// the same rows and lists them alike; an out-of-range row never matches.
+// the same rows and lists them alike, through Test() and the FastScan
+// kernel's TestWithoutBranches(); an out-of-range row never matches.
 TEST_F(AttributeFilterTest, ColumnRangesAdmitWhatTheirBitmapsAdmit) {
   const AttributeColumn& u = Column("u");
   const AttributeColumn& score = Column("score");
@@ -306,9 +307,13 @@ TEST_F(AttributeFilterTest, ColumnRangesAdmitWhatTheirBitmapsAdmit) {
     ASSERT_TRUE(range->has_value());
     for (int64_t r = 0; r < kRows; ++r) {
       ASSERT_EQ((*range)->Test(r), rows->Test(r)) << "row " << r;
+      // The kernel's form reads the same and answers the same.
+      ASSERT_EQ((*range)->TestWithoutBranches(r), rows->Test(r)) << "row " << r;
     }
-    EXPECT_FALSE((*range)->Test(-1));
-    EXPECT_FALSE((*range)->Test(kRows));
+    for (int64_t outside : {int64_t{-1}, kRows, int64_t{-kRows}, kRows * 9}) {
+      EXPECT_FALSE((*range)->Test(outside));
+      EXPECT_FALSE((*range)->TestWithoutBranches(outside));
+    }
     EXPECT_EQ((*range)->matched, rows->Count());
     EXPECT_EQ((*range)->Rows(), rows->Rows());
     EXPECT_EQ((*range)->Rows(1000), rows->Rows(1000));
@@ -381,10 +386,15 @@ TEST(ColumnRange, NaNNeverMatchesAndIsNeverWritten) {
   EXPECT_TRUE(range.Test(0));  // unbounded: every row holding a number
   EXPECT_FALSE(range.Test(1));
   EXPECT_FALSE(range.Test(2));
+  EXPECT_TRUE(range.TestWithoutBranches(0));
+  EXPECT_FALSE(range.TestWithoutBranches(1));
+  EXPECT_FALSE(range.TestWithoutBranches(2));
   range.lo_inclusive = false;
   range.hi_float = 5;
   EXPECT_TRUE(range.Test(0));
   EXPECT_FALSE(range.Test(2));
+  EXPECT_TRUE(range.TestWithoutBranches(0));
+  EXPECT_FALSE(range.TestWithoutBranches(2));
 }
 
 TEST(AttributeFilter, IndexWithoutAttributesNamesTheField) {
