@@ -50,10 +50,12 @@ struct ColumnRange {
   }
 
   // Test() without a branch that depends on the row: its presence bit and
-  // value are always read (row 0's for a row outside the column), so that
-  // a loop testing many rows issues their reads, cache misses at random
-  // rows of a large column, without waiting for one to decide the next.
+  // value are always read (row 0's for a row outside a non-empty column),
+  // so that a loop testing many rows issues their reads, cache misses at
+  // random rows of a large column, without waiting for one to decide the
+  // next.
   bool TestWithoutBranches(int64_t row) const {
+    if (rows <= 0) return false;  // no row 0 to read instead
     const bool inside =
         static_cast<uint64_t>(row) < static_cast<uint64_t>(rows);
     const int64_t r = inside ? row : 0;
