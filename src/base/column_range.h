@@ -60,9 +60,8 @@ struct ColumnRange {
         static_cast<uint64_t>(row) < static_cast<uint64_t>(rows);
     const int64_t r = inside ? row : 0;
     const bool present = (presence[r >> 6] >> (r & 63)) & 1;
-    const bool within = ints != nullptr
-                            ? WithinEither(ints[r], lo_int, hi_int)
-                            : WithinEither(floats[r], lo_float, hi_float);
+    const bool within = ints != nullptr ? Within(ints[r], lo_int, hi_int)
+                                        : Within(floats[r], lo_float, hi_float);
     return inside & present & within;
   }
 
@@ -83,16 +82,12 @@ struct ColumnRange {
   }
 
  private:
+  // Both bounds compared, without a branch on the first's outcome.
   template <typename T>
-  bool WithinEither(T value, T lo, T hi) const {
+  bool Within(T value, T lo, T hi) const {
     const bool above = lo_inclusive ? value >= lo : value > lo;
     const bool below = hi_inclusive ? value <= hi : value < hi;
     return above & below;
-  }
-  template <typename T>
-  bool Within(T value, T lo, T hi) const {
-    return (lo_inclusive ? value >= lo : value > lo) &&
-           (hi_inclusive ? value <= hi : value < hi);
   }
 };
 

@@ -164,29 +164,22 @@ void ScanList(const uint8_t* codes, size_t n, const int64_t* ids, size_t m2,
     if (mask == 0) continue;
     _mm256_store_si256(reinterpret_cast<__m256i*>(dis), lo);
     _mm256_store_si256(reinterpret_cast<__m256i*>(dis + 16), hi);
-    if (kPremask) {
-      // The admitted vectors, in order; the heap's top moves as they go in.
-      while (admitted != 0) {
-        const size_t v = static_cast<size_t>(__builtin_ctz(admitted));
-        admitted &= admitted - 1;
-        if ((mask >> (2 * v) & 1) == 0) continue;
-        const uint16_t d = dis[v];
-        if (!C::cmp(heap_dis[0], d)) continue;
-        faiss::heap_replace_top<C>(k, heap_dis, heap_ids, d, ids[j0 + v]);
+    if (!kPremask) {
+      // The filter of every candidate first, in a loop whose reads do not
+      // wait on each other (a column's values at random rows miss the
+      // cache: their misses overlap), then the heap.
+      for (uint64_t m = mask; m != 0;) {
+        const size_t v = static_cast<size_t>(__builtin_ctzll(m)) >> 1;
+        m &= ~(uint64_t{3} << (2 * v));
+        admitted |= static_cast<uint32_t>(admits(ids[j0 + v])) << v;
       }
-      continue;
     }
-    // The filter of every candidate first, in a loop whose reads do not
-    // wait on each other (a column's values at random rows miss the cache:
-    // their misses overlap), then the heap, in order.
-    for (uint64_t m = mask; m != 0;) {
-      const size_t v = static_cast<size_t>(__builtin_ctzll(m)) >> 1;
-      m &= ~(uint64_t{3} << (2 * v));
-      admitted |= static_cast<uint32_t>(admits(ids[j0 + v])) << v;
-    }
+    // The admitted vectors that beat the top at the block's start, in
+    // order; the top moves as they go in.
     while (admitted != 0) {
       const size_t v = static_cast<size_t>(__builtin_ctz(admitted));
       admitted &= admitted - 1;
+      if ((mask >> (2 * v) & 1) == 0) continue;
 #else
     BlockDistancesScalar(codes, m2, lut, bias, dis);
     for (size_t v = 0; v < valid; ++v) {
