@@ -27,7 +27,7 @@ inline __m128 ReadTail(const float* p, size_t r) {
 // otherwise keeps s8[] in memory, each fused multiply-add then waits on a
 // store and a reload, and four ways ran slower than one (25.5 against
 // 18.6 us a Fashion-MNIST query here; 8.9 us unrolled, bench/RESULTS.md
-// "Coarse search unrolled").
+// "Peers").
 #define KNND_EACH_WAY _Pragma("GCC unroll 16") for (int w = 0; w < kWays; ++w)
 
 // Squared L2 distances of x to the kWays rows y[0..kWays) of d floats, each

@@ -17,6 +17,17 @@ float RowDistance(const VectorsFile& vectors, Metric metric,
                        static_cast<size_t>(vectors.dim()));
 }
 
+// rows[j] = the row of candidates[j] (-1 for none), each row's read
+// started (VectorsFile::PrefetchRow) before any distance is computed.
+void PrefetchCandidateRows(const VectorsFile& vectors,
+                           const ListIds& list_ids, const int64_t* candidates,
+                           int kc, int64_t* rows) {
+  for (int j = 0; j < kc; ++j) {
+    rows[j] = list_ids.RowOf(candidates[j]);
+    if (rows[j] >= 0) vectors.PrefetchRow(rows[j]);
+  }
+}
+
 // The number of valid (id >= 0) entries when they come first and in order
 // of estimate (closest first), as an index's search returns them; -1 when
 // the entries are in any other order.
@@ -55,11 +66,14 @@ void RerankExact(const VectorsFile& vectors, const ListIds& list_ids,
     }
     return a.second < b.second;
   };
+  std::vector<int64_t> rows(static_cast<size_t>(kc));
   for (int64_t q = 0; q < num_queries; ++q) {
     const float* query = queries + q * dim;
+    PrefetchCandidateRows(vectors, list_ids, candidates + q * kc, kc,
+                          rows.data());
     scored.clear();
     for (int j = 0; j < kc; ++j) {
-      const int64_t row = list_ids.RowOf(candidates[q * kc + j]);
+      const int64_t row = rows[j];
       if (row < 0) continue;
       scored.emplace_back(
           RowDistance(vectors, metric, query, row, scratch.data()),
@@ -124,11 +138,14 @@ void ExactCandidateDistances(const VectorsFile& vectors,
   const float pad = MissingDistance(metric);
   const int dim = vectors.dim();
   std::vector<float> scratch(static_cast<size_t>(dim));
+  std::vector<int64_t> rows(static_cast<size_t>(kc));
   for (int64_t q = 0; q < num_queries; ++q) {
     const float* query = queries + q * dim;
+    PrefetchCandidateRows(vectors, list_ids, candidates + q * kc, kc,
+                          rows.data());
     for (int j = 0; j < kc; ++j) {
       int64_t& id = candidates[q * kc + j];
-      const int64_t row = list_ids.RowOf(id);
+      const int64_t row = rows[j];
       id = row < 0 ? -1 : list_ids.IdOfRow(row);
       distances[q * kc + j] =
           row < 0 ? pad

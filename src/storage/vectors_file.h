@@ -110,6 +110,17 @@ class VectorsFile {
   const void* row(int64_t id) const {
     return rows_ + id * row_bytes_;
   }
+  // Starts loading row `id`'s first two cache lines, and with them its
+  // page's address translation, without waiting: a caller about to read
+  // many scattered rows asks for all of them first, so that their misses
+  // overlap instead of each row's read starting with one (re-ranking 48
+  // Fashion-MNIST rows: 36 -> 21 us, bench/RESULTS.md "Peers"). Never
+  // faults, whatever the row.
+  void PrefetchRow(int64_t id) const {
+    const char* p = rows_ + id * row_bytes_;
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + 64);
+  }
   // Row `id` as dim floats: the mapped row itself for float32, else
   // `scratch` (dim floats) holding it decoded from float16.
   const float* RowAsFloats(int64_t id, float* scratch) const;
