@@ -134,5 +134,89 @@ void QuantizeResidualLuts(size_t nprobe, size_t m, size_t m2,
   *b = lowest;
 }
 
+void QuantizeQueryLuts(size_t m, size_t m2, const float* luts,
+                       uint8_t* luts_q, float* a, float* b,
+                       std::vector<float>* mins) {
+  mins->resize(m);
+  float* table_min = mins->data();
+  // FAISS's order: the widest table, the summed spans and the summed minima
+  // accumulate table by table.
+  float max_span_table = -HUGE_VALF, max_span_sum = 0, low = 0;
+  for (size_t i = 0; i < m; ++i) {
+    float lo, hi;
+    TableRange(luts + i * kKsub, &lo, &hi);
+    table_min[i] = lo;
+    const float span = hi - lo;
+    max_span_table = std::max(max_span_table, span);
+    max_span_sum += span;
+    low += lo;
+  }
+  const float scale = std::min(255 / max_span_table, 65535 / max_span_sum);
+  for (size_t i = 0; i < m; ++i) {
+    RoundTable(luts + i * kKsub, table_min[i], scale, luts_q + i * kKsub);
+  }
+  std::memset(luts_q + m * kKsub, 0, kKsub * (m2 - m));
+  *a = scale;
+  *b = low;
+}
+
+bool D4TablesApply(size_t dsub, size_t ksub) {
+#if defined(__AVX2__) && defined(__FMA__)
+  return dsub == 4 && ksub == kKsub;
+#else
+  (void)dsub;
+  (void)ksub;
+  return false;
+#endif
+}
+
+std::vector<float> CentroidsByDim(const float* centroids, size_t m) {
+  std::vector<float> by_dim(m * 4 * kKsub);
+  for (size_t j = 0; j < m; ++j) {
+    for (size_t c = 0; c < kKsub; ++c) {
+      for (size_t t = 0; t < 4; ++t) {
+        by_dim[(j * 4 + t) * kKsub + c] = centroids[(j * kKsub + c) * 4 + t];
+      }
+    }
+  }
+  return by_dim;
+}
+
+void D4DistanceTables(size_t n, const float* x, size_t m,
+                      const float* by_dim, float* out) {
+#if defined(__AVX2__) && defined(__FMA__)
+  for (size_t i = 0; i < n; ++i) {
+    const float* xi = x + i * 4 * m;
+    float* oi = out + i * m * kKsub;
+    for (size_t j = 0; j < m; ++j) {
+      const float* c = by_dim + j * 4 * kKsub;
+      const __m256 x0 = _mm256_set1_ps(xi[4 * j]);
+      const __m256 x1 = _mm256_set1_ps(xi[4 * j + 1]);
+      const __m256 x2 = _mm256_set1_ps(xi[4 * j + 2]);
+      const __m256 x3 = _mm256_set1_ps(xi[4 * j + 3]);
+      for (size_t h = 0; h < kKsub; h += 8) {
+        // FAISS's arithmetic: the first square rounded, then three fused
+        // multiply-adds in dimension order.
+        const __m256 d0 = _mm256_sub_ps(x0, _mm256_loadu_ps(c + h));
+        const __m256 d1 = _mm256_sub_ps(x1, _mm256_loadu_ps(c + kKsub + h));
+        const __m256 d2 = _mm256_sub_ps(x2, _mm256_loadu_ps(c + 2 * kKsub + h));
+        const __m256 d3 = _mm256_sub_ps(x3, _mm256_loadu_ps(c + 3 * kKsub + h));
+        __m256 dis = _mm256_mul_ps(d0, d0);
+        dis = _mm256_fmadd_ps(d1, d1, dis);
+        dis = _mm256_fmadd_ps(d2, d2, dis);
+        dis = _mm256_fmadd_ps(d3, d3, dis);
+        _mm256_storeu_ps(oi + j * kKsub + h, dis);
+      }
+    }
+  }
+#else
+  (void)n;
+  (void)x;
+  (void)m;
+  (void)by_dim;
+  (void)out;
+#endif
+}
+
 }  // namespace fastscan_lut
 }  // namespace knnd

@@ -29,6 +29,31 @@ void QuantizeResidualLuts(size_t nprobe, size_t m, size_t m2,
                           uint8_t* luts_q, uint16_t* biases_q, float* a,
                           float* b, std::vector<float>* mins);
 
+// The same for a table per query without biases (an index not by
+// residual): m tables of 16 floats in `luts`, m2 uint8 tables written to
+// `luts_q` (tables m..m2-1 zeroed); FAISS's quantize_LUT_and_bias with no
+// bias, bit for bit. `mins` is scratch.
+void QuantizeQueryLuts(size_t m, size_t m2, const float* luts,
+                       uint8_t* luts_q, float* a, float* b,
+                       std::vector<float>* mins);
+
+// Float L2 tables of product quantizers with 4-dim sub-vectors and 16
+// centroids each (knnctl build's default recipes: 784 / 196, 384 / 96),
+// equal bit for bit to ProductQuantizer::compute_distance_tables in
+// FAISS 1.7.3's AVX2 build, whose loop gathers each dimension of 8
+// centroids from memory (four gathers per 8 entries, 6% of a single-query
+// search in perf); here the centroids are kept by dimension (`by_dim`,
+// from CentroidsByDim) and read with plain loads. Only compiled in
+// (D4TablesApply true) with AVX2 + FMA, an AVX2 FAISS build's flags.
+bool D4TablesApply(size_t dsub, size_t ksub);
+// pq's centroids (m sub-quantizers x 16 centroids x 4 floats) as
+// m x 4 dimensions x 16 centroids.
+std::vector<float> CentroidsByDim(const float* centroids, size_t m);
+// out[(i * m + j) * 16 + c] = squared L2 distance of x_i's sub-vector j to
+// centroid c of sub-quantizer j, for n queries of d = 4 * m floats.
+void D4DistanceTables(size_t n, const float* x, size_t m,
+                      const float* by_dim, float* out);
+
 }  // namespace fastscan_lut
 }  // namespace knnd
 

@@ -61,7 +61,21 @@ void MultiplyAdd(size_t n, const float* __restrict a, float bf,
   for (; i < n; ++i) c[i] = a[i] + bf * b[i];
 }
 
-void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf, size_t n,
+// pq's L2 tables of n vectors (ProductQuantizer::compute_distance_tables),
+// by knnd's loop where `by_dim` holds the centroids rearranged for it.
+void DistanceTables(const faiss::ProductQuantizer& pq,
+                    const std::vector<float>& by_dim, size_t n,
+                    const float* x, float* out) {
+  if (by_dim.empty()) {
+    pq.compute_distance_tables(n, x, out);
+  } else {
+    fastscan_lut::D4DistanceTables(n, x, pq.M, by_dim.data(), out);
+  }
+}
+
+// `by_dim`: the centroids by dimension (FastScanSearcher), or empty.
+void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf,
+                          const std::vector<float>& by_dim, size_t n,
                           const float* x, const idx_t* coarse_ids,
                           const float* coarse_dis, size_t nprobe,
                           QuantizedLuts* out) {
@@ -84,6 +98,12 @@ void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf, size_t n,
           nprobe, M, M2, tab, bias, out->tables.get() + i * nprobe * dim12_2,
           out->biases.get() + i * nprobe, &out->normalizers[2 * i],
           &out->normalizers[2 * i + 1], &mins);
+      return;
+    }
+    if (!out->has_bias) {
+      fastscan_lut::QuantizeQueryLuts(
+          M, M2, tab, out->tables.get() + i * dim12_2,
+          &out->normalizers[2 * i], &out->normalizers[2 * i + 1], &mins);
       return;
     }
     faiss::quantize_lut::quantize_LUT_and_bias(
@@ -122,7 +142,7 @@ void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf, size_t n,
   if (!ivf.by_residual) {
     ftab.resize(n * dim12);
     if (l2) {
-      pq.compute_distance_tables(n, x, ftab.get());
+      DistanceTables(pq, by_dim, n, x, ftab.get());
     } else {
       pq.compute_inner_prod_tables(n, x, ftab.get());
     }
@@ -140,7 +160,7 @@ void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf, size_t n,
         ivf.quantizer->compute_residual(x + (ij / nprobe) * d, r, list);
       }
     }
-    pq.compute_distance_tables(n * nprobe, residuals.data(), ftab.get());
+    DistanceTables(pq, by_dim, n * nprobe, residuals.data(), ftab.get());
   } else {  // inner product with residuals: coarse similarity is the bias
     ftab.resize(n * dim12);
     pq.compute_inner_prod_tables(n, x, ftab.get());
@@ -353,8 +373,13 @@ absl::StatusOr<std::unique_ptr<FastScanSearcher>> FastScanSearcher::Create(
     return absl::FailedPreconditionError(
         absl::StrCat("cannot search ", name, ": the index has no lists"));
   }
-  return std::unique_ptr<FastScanSearcher>(
-      new FastScanSearcher(std::move(parts), std::move(name)));
+  const faiss::ProductQuantizer& pq = parts.ivf->pq;
+  std::vector<float> by_dim;
+  if (fastscan_lut::D4TablesApply(pq.dsub, pq.ksub)) {
+    by_dim = fastscan_lut::CentroidsByDim(pq.centroids.data(), pq.M);
+  }
+  return std::unique_ptr<FastScanSearcher>(new FastScanSearcher(
+      std::move(parts), std::move(by_dim), std::move(name)));
 }
 
 absl::Status FastScanSearcher::Search(const SearchArgs& args) const {
@@ -438,8 +463,8 @@ absl::Status FastScanSearcher::SearchImpl(size_t n, const float* x_in,
             " of nlist ", ivf.nlist));
       }
     }
-    ComputeQuantizedLuts(ivf, ns, xs, coarse_ids.data(), coarse_dis.data(),
-                         nprobe, &luts);
+    ComputeQuantizedLuts(ivf, centroids_by_dim_, ns, xs, coarse_ids.data(),
+                         coarse_dis.data(), nprobe, &luts);
     const std::vector<Probe> probes =
         SortedProbes(ns, nprobe, coarse_ids.data());
     const bool l2 = ivf.metric_type == faiss::METRIC_L2;

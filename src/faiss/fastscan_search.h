@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -57,8 +58,11 @@ class FastScanSearcher {
   absl::Status Search(const SearchArgs& args) const;
 
  private:
-  FastScanSearcher(FastScanParts parts, std::string name)
-      : parts_(std::move(parts)), name_(std::move(name)) {}
+  FastScanSearcher(FastScanParts parts, std::vector<float> centroids_by_dim,
+                   std::string name)
+      : parts_(std::move(parts)),
+        centroids_by_dim_(std::move(centroids_by_dim)),
+        name_(std::move(name)) {}
 
   // Search() after its checks; `filter` null: every id is allowed.
   absl::Status SearchImpl(size_t n, const float* x, size_t k, size_t nprobe,
@@ -66,6 +70,10 @@ class FastScanSearcher {
                           int64_t* labels) const;
 
   const FastScanParts parts_;
+  // The PQ centroids by dimension where knnd computes the float tables
+  // itself (fastscan_lut::D4TablesApply: 4-dim sub-vectors, AVX2); empty
+  // where FAISS does. pq.M * 64 floats (50 KiB for Fashion-MNIST's M 196).
+  const std::vector<float> centroids_by_dim_;
   const std::string name_;
 };
 

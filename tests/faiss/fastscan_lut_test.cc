@@ -1,5 +1,7 @@
-// knnd's quantization of residual look-up tables against FAISS's
-// quantize_LUT_and_bias: equal bit for bit on random tables of many shapes.
+// knnd's quantization of look-up tables against FAISS's
+// quantize_LUT_and_bias, and its float tables of 4-dim sub-vectors against
+// ProductQuantizer::compute_distance_tables: equal bit for bit on random
+// inputs of many shapes.
 #include "knnd/faiss/fastscan_lut.h"
 
 #include <cmath>
@@ -9,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <faiss/impl/ProductQuantizer.h>
 #include <faiss/utils/quantize_lut.h>
 
 namespace knnd {
@@ -72,6 +75,66 @@ TEST(FastScanLut, EqualsFaissOnRandomTables) {
 TEST(FastScanLut, IgnoresAProbeOfNoList) {
   Compare(/*nprobe=*/8, /*m=*/49, /*spread=*/3.0f, /*nan_probe=*/5, 1);
   Compare(/*nprobe=*/3, /*m=*/16, /*spread=*/300.0f, /*nan_probe=*/0, 2);
+}
+
+TEST(FastScanLut, QueryTablesEqualFaissOnRandomTables) {
+  std::mt19937_64 shapes(6);
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const size_t m = 1 + shapes() % 200;
+    const size_t m2 = (m + 1) / 2 * 2;
+    const float spread = 0.01f * static_cast<float>(1 + shapes() % 100000);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> value(0, spread);
+    std::vector<float> luts(m * 16);
+    for (float& v : luts) v = value(rng);
+    if (seed % 7 == 0) luts[rng() % luts.size()] = NAN;  // a NaN query value
+    Quantized theirs, ours;
+    for (Quantized* q : {&theirs, &ours}) q->luts.assign(m2 * 16, 0xAB);
+    faiss::quantize_lut::quantize_LUT_and_bias(
+        /*nprobe=*/5, m, 16, /*lut_is_3d=*/false, luts.data(),
+        /*bias=*/nullptr, theirs.luts.data(), m2, /*biasq=*/nullptr,
+        &theirs.a, &theirs.b);
+    std::vector<float> mins;
+    fastscan_lut::QuantizeQueryLuts(m, m2, luts.data(), ours.luts.data(),
+                                    &ours.a, &ours.b, &mins);
+    EXPECT_EQ(ours.a, theirs.a) << "m " << m << " seed " << seed;
+    EXPECT_EQ(ours.b, theirs.b) << "m " << m << " seed " << seed;
+    for (size_t e = 0; e < m2 * 16; ++e) {
+      ASSERT_EQ(ours.luts[e], theirs.luts[e])
+          << "m " << m << " seed " << seed << " entry " << e;
+    }
+  }
+}
+
+TEST(FastScanLut, D4DistanceTablesEqualFaissWhereTheyApply) {
+  if (!fastscan_lut::D4TablesApply(4, 16)) {
+    GTEST_SKIP() << "built without AVX2: FAISS computes the tables";
+  }
+  EXPECT_FALSE(fastscan_lut::D4TablesApply(2, 16));
+  EXPECT_FALSE(fastscan_lut::D4TablesApply(4, 256));
+  std::mt19937_64 rng(7);
+  for (size_t m : {1, 3, 96, 196}) {
+    faiss::ProductQuantizer pq(4 * m, m, 4);
+    std::normal_distribution<float> value(0, 1 + static_cast<float>(m));
+    for (float& c : pq.centroids) c = value(rng);
+    const size_t n = 13;
+    std::vector<float> x(n * 4 * m);
+    for (float& v : x) v = value(rng);
+    x[5] = 1e30f;  // far out: the squares overflow alike
+    std::vector<float> theirs(n * m * 16), ours(n * m * 16, -1);
+    pq.compute_distance_tables(n, x.data(), theirs.data());
+    const std::vector<float> by_dim =
+        fastscan_lut::CentroidsByDim(pq.centroids.data(), m);
+    fastscan_lut::D4DistanceTables(n, x.data(), m, by_dim.data(), ours.data());
+    for (size_t e = 0; e < theirs.size(); ++e) {
+      // Bitwise: +inf and NaN compared as the same bits.
+      uint32_t a, b;
+      std::memcpy(&a, &ours[e], 4);
+      std::memcpy(&b, &theirs[e], 4);
+      ASSERT_EQ(a, b) << "m " << m << " entry " << e << ": " << ours[e]
+                      << " vs " << theirs[e];
+    }
+  }
 }
 
 }  // namespace
