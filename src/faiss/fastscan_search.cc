@@ -41,7 +41,10 @@ constexpr int64_t kMaxQueryProbes = int64_t{1} << 31;  // FAISS indexes them by 
 struct QuantizedLuts {
   bool is_3d = false;    // one table per (query, probe) instead of per query
   bool has_bias = false;  // per (query, probe) uint16 bias
-  faiss::AlignedTable<uint8_t> tables;  // (n [* nprobe]) * 16 * M2
+  // (n [* nprobe]) * 16 * M2, allocated to size (FAISS's AlignedTable
+  // rounds up to a power of two: 784 KiB for 256 Fashion-MNIST rows became
+  // 1 MiB, mapped afresh and faulted in on every call, see kSliceLutBytes).
+  faiss::AlignedTableTightAlloc<uint8_t> tables;
   faiss::AlignedTable<uint16_t> biases;  // n * nprobe when has_bias
   std::vector<float> normalizers;        // per query: a, b (d = v / a + b)
 };
@@ -120,10 +123,16 @@ void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf,
     // coarse distance is the bias. Built and quantized one query at a
     // time: its nprobe tables stay in cache and the batch's are never
     // held at once.
-    faiss::AlignedTable<float> ip(n * dim12);
-    pq.compute_inner_prod_tables(n, x, ip.get());
+    // The inner products a query at a time where FAISS computes them so
+    // (sub-vectors under 16 dims), else for the whole slice (BLAS).
+    const size_t group = pq.dsub < 16 ? 1 : n;
+    faiss::AlignedTable<float> ip(group * dim12);
     ftab.resize(nprobe * dim12);
     for (size_t i = 0; i < n; ++i) {
+      if (i % group == 0) {
+        pq.compute_inner_prod_tables(std::min(group, n - i), x + i * d,
+                                     ip.get());
+      }
       for (size_t j = 0; j < nprobe; ++j) {
         float* tab = ftab.get() + j * dim12;
         const idx_t list = coarse_ids[i * nprobe + j];
@@ -132,44 +141,57 @@ void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf,
           continue;
         }
         MultiplyAdd(dim12, ivf.precomputed_table.get() + list * dim12, -2.0f,
-                    ip.get() + i * dim12, tab);
+                    ip.get() + (i % group) * dim12, tab);
       }
       quantize(i, ftab.get(), coarse_dis + i * nprobe);
     }
     return;
   }
+  // The float tables of a group of queries at a time, quantized before the
+  // next group's: one query where FAISS computes them query by query
+  // (sub-vectors under 16 dims: the same values), so that a batch's float
+  // tables (3 MiB for 256 Fashion-MNIST rows) are never held at once; the
+  // whole slice where FAISS multiplies matrices (BLAS), whose tables of at
+  // most d / 16 sub-quantizers are small.
+  const size_t group = pq.dsub < 16 ? 1 : n;
   faiss::AlignedTable<float> fbias;
-  if (!ivf.by_residual) {
-    ftab.resize(n * dim12);
-    if (l2) {
-      DistanceTables(pq, by_dim, n, x, ftab.get());
-    } else {
-      pq.compute_inner_prod_tables(n, x, ftab.get());
-    }
-  } else if (l2) {
-    ftab.resize(n * nprobe * dim12);
-    fbias.resize(n * nprobe);
-    std::vector<float> residuals(n * nprobe * d);
-    std::memset(fbias.get(), 0, sizeof(float) * n * nprobe);
-    for (size_t ij = 0; ij < n * nprobe; ++ij) {
-      float* r = residuals.data() + ij * d;
-      const idx_t list = coarse_ids[ij];
-      if (list < 0) {
-        std::memset(r, -1, sizeof(float) * d);
+  std::vector<float> residuals;
+  for (size_t g0 = 0; g0 < n; g0 += group) {
+    const size_t ng = std::min(group, n - g0);
+    const float* xg = x + g0 * d;
+    if (!ivf.by_residual) {
+      ftab.resize(ng * dim12);
+      if (l2) {
+        DistanceTables(pq, by_dim, ng, xg, ftab.get());
       } else {
-        ivf.quantizer->compute_residual(x + (ij / nprobe) * d, r, list);
+        pq.compute_inner_prod_tables(ng, xg, ftab.get());
       }
+    } else if (l2) {
+      ftab.resize(ng * nprobe * dim12);
+      fbias.resize(ng * nprobe);
+      residuals.resize(ng * nprobe * d);
+      std::memset(fbias.get(), 0, sizeof(float) * ng * nprobe);
+      for (size_t ij = 0; ij < ng * nprobe; ++ij) {
+        float* r = residuals.data() + ij * d;
+        const idx_t list = coarse_ids[g0 * nprobe + ij];
+        if (list < 0) {
+          std::memset(r, -1, sizeof(float) * d);
+        } else {
+          ivf.quantizer->compute_residual(xg + (ij / nprobe) * d, r, list);
+        }
+      }
+      DistanceTables(pq, by_dim, ng * nprobe, residuals.data(), ftab.get());
+    } else {  // inner product with residuals: coarse similarity is the bias
+      ftab.resize(ng * dim12);
+      pq.compute_inner_prod_tables(ng, xg, ftab.get());
+      fbias.resize(ng * nprobe);
+      std::memcpy(fbias.get(), coarse_dis + g0 * nprobe,
+                  sizeof(float) * ng * nprobe);
     }
-    DistanceTables(pq, by_dim, n * nprobe, residuals.data(), ftab.get());
-  } else {  // inner product with residuals: coarse similarity is the bias
-    ftab.resize(n * dim12);
-    pq.compute_inner_prod_tables(n, x, ftab.get());
-    fbias.resize(n * nprobe);
-    std::memcpy(fbias.get(), coarse_dis, sizeof(float) * n * nprobe);
-  }
-  for (size_t i = 0; i < n; ++i) {
-    quantize(i, ftab.get() + i * per_query * dim12,
-             out->has_bias ? fbias.get() + i * nprobe : nullptr);
+    for (size_t i = 0; i < ng; ++i) {
+      quantize(g0 + i, ftab.get() + i * per_query * dim12,
+               out->has_bias ? fbias.get() + i * nprobe : nullptr);
+    }
   }
 }
 
@@ -334,7 +356,12 @@ void ScanFiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
 // precomputed_table_max_bytes) spent a fifth of a 2,000-query Fashion-MNIST
 // call faulting in and streaming 300 MB of float tables. A query's results do
 // not depend on the slicing.
-constexpr size_t kSliceLutBytes = size_t{2} << 20;
+// 960 KiB: under glibc's mmap threshold as knnd fixes it (1 MiB,
+// malloc_mmap_threshold_bytes), so that a slice's tables come from the heap
+// instead of being mapped and faulted in on every call (with 2 MiB slices
+// and FAISS's rounding, 256-row Fashion-MNIST requests took ~1,000 page
+// faults each, 20% of knnd's time: bench/RESULTS.md "Peers").
+constexpr size_t kSliceLutBytes = size_t{960} << 10;
 
 size_t NumSlices(const faiss::IndexIVFPQFastScan& ivf, size_t n,
                  size_t nprobe) {
