@@ -34,6 +34,16 @@ int64_t ThreadMinorFaults() {
   return usage.ru_minflt;
 }
 
+// Minor page faults per search of `args` by `index` on this thread, over
+// `calls` searches after a first one (the heap grows once).
+double FaultsPerCall(const IndexSnapshot& index, const SearchArgs& args,
+                     int calls) {
+  EXPECT_TRUE(index.Search(args).ok());
+  const int64_t before = ThreadMinorFaults();
+  for (int i = 0; i < calls; ++i) EXPECT_TRUE(index.Search(args).ok());
+  return static_cast<double>(ThreadMinorFaults() - before) / calls;
+}
+
 // Under knnd's fixed 1 MiB mmap threshold, FAISS's default 16 MiB coarse
 // distance block is mapped afresh by every call of >= 20 rows and faulted in
 // page by page; sized under the threshold it is reused from the heap.
@@ -53,18 +63,12 @@ TEST(IndexSnapshot, CoarseSearchBlockUnderTheMmapThresholdStopsPageFaults) {
   std::vector<float> d(kRows * 10);
   std::vector<int64_t> ids(kRows * 10);
   SearchArgs args{q.data(), kRows, 10, 4, {}, d.data(), ids.data()};
-  auto faults_per_call = [&] {
-    EXPECT_TRUE((*s)->Search(args).ok());  // warm: the heap grows once
-    const int64_t before = ThreadMinorFaults();
-    for (int i = 0; i < kCalls; ++i) EXPECT_TRUE((*s)->Search(args).ok());
-    return static_cast<double>(ThreadMinorFaults() - before) / kCalls;
-  };
   const int faiss_default = faiss::distance_compute_blas_query_bs;
   ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
   ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 1 << 20), 1);
-  const double mapped = faults_per_call();
+  const double mapped = FaultsPerCall(**s, args, kCalls);
   EXPECT_EQ(SetCoarseBlockRowsUnder(1 << 20), 128);
-  const double reused = faults_per_call();
+  const double reused = FaultsPerCall(**s, args, kCalls);
   EXPECT_EQ(SetCoarseBlockRowsUnder(0), 128);  // 0 leaves it
   EXPECT_EQ(SetCoarseBlockRowsUnder(1 << 10), 20);
   EXPECT_EQ(SetCoarseBlockRowsUnder(int64_t{1} << 40), 4096);
@@ -109,11 +113,7 @@ TEST(IndexSnapshot, FastScanTablesStayUnderTheMmapThreshold) {
   ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
   ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 1 << 20), 1);
   SetCoarseBlockRowsUnder(1 << 20);
-  ASSERT_TRUE((*s)->Search(args).ok());  // warm: the heap grows once
-  const int64_t before = ThreadMinorFaults();
-  for (int i = 0; i < kCalls; ++i) ASSERT_TRUE((*s)->Search(args).ok());
-  const double per_call =
-      static_cast<double>(ThreadMinorFaults() - before) / kCalls;
+  const double per_call = FaultsPerCall(**s, args, kCalls);
   faiss::distance_compute_blas_query_bs = faiss_default;
   mallopt(M_MMAP_THRESHOLD, 128 << 10);
   mallopt(M_TRIM_THRESHOLD, 128 << 10);
