@@ -17,14 +17,29 @@ float RowDistance(const VectorsFile& vectors, Metric metric,
                        static_cast<size_t>(vectors.dim()));
 }
 
-// rows[j] = the row of candidates[j] (-1 for none), each row's read
-// started (VectorsFile::PrefetchRow) before any distance is computed.
+// Rows whose reads are in flight ahead of the distance being computed: all
+// of a query's candidates at once for re-ranking (40 to 160 rows), a
+// sliding window over the exact plan's thousands of matching rows, whose
+// first lines would otherwise leave the cache before their turn.
+constexpr int kRowsAhead = 512;
+
+// rows[j] = the row of candidates[j] (-1 for none); the reads of the first
+// kRowsAhead rows started (VectorsFile::PrefetchRow) before any distance is
+// computed. The caller starts row j + kRowsAhead's (PrefetchAhead) as it
+// reaches row j.
 void PrefetchCandidateRows(const VectorsFile& vectors,
                            const ListIds& list_ids, const int64_t* candidates,
                            int kc, int64_t* rows) {
   for (int j = 0; j < kc; ++j) {
     rows[j] = list_ids.RowOf(candidates[j]);
-    if (rows[j] >= 0) vectors.PrefetchRow(rows[j]);
+    if (j < kRowsAhead && rows[j] >= 0) vectors.PrefetchRow(rows[j]);
+  }
+}
+
+inline void PrefetchAhead(const VectorsFile& vectors, const int64_t* rows,
+                          int j, int kc) {
+  if (j + kRowsAhead < kc && rows[j + kRowsAhead] >= 0) {
+    vectors.PrefetchRow(rows[j + kRowsAhead]);
   }
 }
 
@@ -73,6 +88,7 @@ void RerankExact(const VectorsFile& vectors, const ListIds& list_ids,
                           rows.data());
     scored.clear();
     for (int j = 0; j < kc; ++j) {
+      PrefetchAhead(vectors, rows.data(), j, kc);
       const int64_t row = rows[j];
       if (row < 0) continue;
       scored.emplace_back(
@@ -144,6 +160,7 @@ void ExactCandidateDistances(const VectorsFile& vectors,
     PrefetchCandidateRows(vectors, list_ids, candidates + q * kc, kc,
                           rows.data());
     for (int j = 0; j < kc; ++j) {
+      PrefetchAhead(vectors, rows.data(), j, kc);
       int64_t& id = candidates[q * kc + j];
       const int64_t row = rows[j];
       id = row < 0 ? -1 : list_ids.IdOfRow(row);
