@@ -116,16 +116,20 @@ void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf,
         &out->normalizers[2 * i], &out->normalizers[2 * i + 1]);
   };
 
-  // Float tables and biases (IndexIVFPQFastScan::compute_LUT).
+  // Float tables and biases (IndexIVFPQFastScan::compute_LUT), for a group
+  // of queries at a time, each group's quantized before the next group's:
+  // one query where FAISS computes them query by query (sub-vectors under
+  // 16 dims: the same values), so that a batch's float tables (3 MiB for 256
+  // Fashion-MNIST rows) are never held at once; the whole slice where FAISS
+  // multiplies matrices (BLAS), whose tables of at most d / 16
+  // sub-quantizers are small.
+  const size_t group = pq.dsub < 16 ? 1 : n;
   faiss::AlignedTable<float> ftab;
   if (out->is_3d && ivf.use_precomputed_table == 1) {
     // table(list, x) = precomputed(list) - 2 <x, centroid codes>; the
     // coarse distance is the bias. Built and quantized one query at a
     // time: its nprobe tables stay in cache and the batch's are never
     // held at once.
-    // The inner products a query at a time where FAISS computes them so
-    // (sub-vectors under 16 dims), else for the whole slice (BLAS).
-    const size_t group = pq.dsub < 16 ? 1 : n;
     faiss::AlignedTable<float> ip(group * dim12);
     ftab.resize(nprobe * dim12);
     for (size_t i = 0; i < n; ++i) {
@@ -147,13 +151,6 @@ void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf,
     }
     return;
   }
-  // The float tables of a group of queries at a time, quantized before the
-  // next group's: one query where FAISS computes them query by query
-  // (sub-vectors under 16 dims: the same values), so that a batch's float
-  // tables (3 MiB for 256 Fashion-MNIST rows) are never held at once; the
-  // whole slice where FAISS multiplies matrices (BLAS), whose tables of at
-  // most d / 16 sub-quantizers are small.
-  const size_t group = pq.dsub < 16 ? 1 : n;
   faiss::AlignedTable<float> fbias;
   std::vector<float> residuals;
   for (size_t g0 = 0; g0 < n; g0 += group) {

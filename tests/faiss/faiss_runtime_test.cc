@@ -34,15 +34,41 @@ int64_t ThreadMinorFaults() {
   return usage.ru_minflt;
 }
 
-// Minor page faults per search of `args` by `index` on this thread, over
-// `calls` searches after a first one (the heap grows once).
-double FaultsPerCall(const IndexSnapshot& index, const SearchArgs& args,
+constexpr int kRows = 256;  // a request of max_batch_rows rows
+
+// Minor page faults per search on this thread of kRows seeded queries (k 10,
+// nprobe 4) by `index`, over `calls` searches after a first one (the heap
+// grows once).
+double FaultsPerCall(const IndexSnapshot& index, int dim, uint32_t seed,
                      int calls) {
+  const std::vector<float> q = MakeData(kRows, dim, seed);
+  std::vector<float> d(kRows * 10);
+  std::vector<int64_t> ids(kRows * 10);
+  const SearchArgs args{q.data(), kRows, 10, 4, {}, d.data(), ids.data()};
   EXPECT_TRUE(index.Search(args).ok());
   const int64_t before = ThreadMinorFaults();
   for (int i = 0; i < calls; ++i) EXPECT_TRUE(index.Search(args).ok());
   return static_cast<double>(ThreadMinorFaults() - before) / calls;
 }
+
+// glibc's thresholds as knnd fixes them (1 MiB, malloc_mmap_threshold_bytes)
+// for the scope's life; glibc's defaults and FAISS's coarse block rows are
+// restored after, whatever the test asserted.
+class KnndMallocThresholds {
+ public:
+  KnndMallocThresholds() {
+    EXPECT_EQ(mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
+    EXPECT_EQ(mallopt(M_TRIM_THRESHOLD, 1 << 20), 1);
+  }
+  ~KnndMallocThresholds() {
+    faiss::distance_compute_blas_query_bs = faiss_default_;
+    mallopt(M_MMAP_THRESHOLD, 128 << 10);
+    mallopt(M_TRIM_THRESHOLD, 128 << 10);
+  }
+
+ private:
+  const int faiss_default_ = faiss::distance_compute_blas_query_bs;
+};
 
 // Under knnd's fixed 1 MiB mmap threshold, FAISS's default 16 MiB coarse
 // distance block is mapped afresh by every call of >= 20 rows and faulted in
@@ -58,23 +84,17 @@ TEST(IndexSnapshot, CoarseSearchBlockUnderTheMmapThresholdStopsPageFaults) {
   WriteIndex(tmp.path("c.index"), spec);
   auto s = IndexSnapshot::Load(tmp.path("c.index"), {});
   ASSERT_TRUE(s.ok()) << s.status();
-  constexpr int kRows = 256, kCalls = 20;
-  const std::vector<float> q = MakeData(kRows, spec.d, 5);
-  std::vector<float> d(kRows * 10);
-  std::vector<int64_t> ids(kRows * 10);
-  SearchArgs args{q.data(), kRows, 10, 4, {}, d.data(), ids.data()};
-  const int faiss_default = faiss::distance_compute_blas_query_bs;
-  ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
-  ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 1 << 20), 1);
-  const double mapped = FaultsPerCall(**s, args, kCalls);
-  EXPECT_EQ(SetCoarseBlockRowsUnder(1 << 20), 128);
-  const double reused = FaultsPerCall(**s, args, kCalls);
-  EXPECT_EQ(SetCoarseBlockRowsUnder(0), 128);  // 0 leaves it
-  EXPECT_EQ(SetCoarseBlockRowsUnder(1 << 10), 20);
-  EXPECT_EQ(SetCoarseBlockRowsUnder(int64_t{1} << 40), 4096);
-  faiss::distance_compute_blas_query_bs = faiss_default;
-  mallopt(M_MMAP_THRESHOLD, 128 << 10);
-  mallopt(M_TRIM_THRESHOLD, 128 << 10);
+  constexpr int kCalls = 20;
+  double mapped, reused;
+  {
+    const KnndMallocThresholds thresholds;
+    mapped = FaultsPerCall(**s, spec.d, 5, kCalls);
+    EXPECT_EQ(SetCoarseBlockRowsUnder(1 << 20), 128);
+    reused = FaultsPerCall(**s, spec.d, 5, kCalls);
+    EXPECT_EQ(SetCoarseBlockRowsUnder(0), 128);  // 0 leaves it
+    EXPECT_EQ(SetCoarseBlockRowsUnder(1 << 10), 20);
+    EXPECT_EQ(SetCoarseBlockRowsUnder(int64_t{1} << 40), 4096);
+  }
   std::printf("page faults per %d-row call: %.1f with FAISS's block, %.1f "
               "with one under the threshold\n", kRows, mapped, reused);
   EXPECT_GE(mapped, 30) << "FAISS's default block";
@@ -104,19 +124,12 @@ TEST(IndexSnapshot, FastScanTablesStayUnderTheMmapThreshold) {
                   .ok());
   auto s = IndexSnapshot::Load(tmp.path("f.index"), {});
   ASSERT_TRUE(s.ok()) << s.status();
-  constexpr int kRows = 256, kCalls = 10;
-  const std::vector<float> q = MakeData(kRows, spec.d, 6);
-  std::vector<float> d(kRows * 10);
-  std::vector<int64_t> ids(kRows * 10);
-  SearchArgs args{q.data(), kRows, 10, 4, {}, d.data(), ids.data()};
-  const int faiss_default = faiss::distance_compute_blas_query_bs;
-  ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
-  ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 1 << 20), 1);
-  SetCoarseBlockRowsUnder(1 << 20);
-  const double per_call = FaultsPerCall(**s, args, kCalls);
-  faiss::distance_compute_blas_query_bs = faiss_default;
-  mallopt(M_MMAP_THRESHOLD, 128 << 10);
-  mallopt(M_TRIM_THRESHOLD, 128 << 10);
+  double per_call;
+  {
+    const KnndMallocThresholds thresholds;
+    SetCoarseBlockRowsUnder(1 << 20);
+    per_call = FaultsPerCall(**s, spec.d, 6, /*calls=*/10);
+  }
   std::printf("page faults per %d-row FastScan call: %.1f\n", kRows,
               per_call);
   EXPECT_LT(per_call, 32) << "the tables are mapped per call again";
