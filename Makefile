@@ -256,10 +256,12 @@ ASAN_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:detect_
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$(SAN_DIR)/ubsan.supp
 # The concurrency tests (binaries run directly): gate, batcher, worker
 # pool, index manager / hot swap, background checksum verifier, server,
-# front of shards, the completion-queue calls and the health streams.
+# front of shards, the completion-queue calls, the health streams and the
+# filter cache. A failing binary's reports are printed through
+# tests/sanitizers/tsan_digest.sh (the stacks that name a race last).
 TSAN_TESTS ?= admission_gate_test batcher_test worker_pool_test \
   index_manager_test checksum_verifier_test server_test shard_front_test \
-  async_call_test health_service_test
+  async_call_test health_service_test filter_cache_test
 # Each binary's limit in seconds (the slowest, index_manager_test, takes
 # ~60 s here): a hang fails with its name instead of holding CI.
 TSAN_TIMEOUT ?= 900
@@ -293,8 +295,12 @@ test-tsan: deps $(ABSL_SRC)/absl/synchronization/mutex.cc
 	  -DKNND_TSAN_ABSL_SOURCE_DIR=$(CURDIR)/$(ABSL_SRC) >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
 	@for t in $(TSAN_TESTS); do echo "tsan: $$t"; \
-	  OMP_NUM_THREADS=1 $(TSAN_ENV) timeout -k 30 $(TSAN_TIMEOUT) $(NO_ASLR) \
-	    $(TSAN_BUILD)/tests/$$t --gtest_brief=1 || { echo "tsan: $$t failed (status $$?)"; exit 1; }; \
+	  rm -f $(TSAN_BUILD)/tsan-report.$$t.*; \
+	  OMP_NUM_THREADS=1 $(TSAN_ENV):log_path=$(CURDIR)/$(TSAN_BUILD)/tsan-report.$$t \
+	    timeout -k 30 $(TSAN_TIMEOUT) $(NO_ASLR) \
+	    $(TSAN_BUILD)/tests/$$t --gtest_brief=1 || { status=$$?; \
+	      tests/sanitizers/tsan_digest.sh $(TSAN_BUILD)/tsan-report.$$t.*; \
+	      echo "tsan: $$t failed (status $$status; full reports: $(TSAN_BUILD)/tsan-report.$$t.*)"; exit 1; }; \
 	done
 
 # Clang's thread-safety analysis (docs/testing.md): abseil's lock

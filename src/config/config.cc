@@ -162,6 +162,10 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
         "; must be 0 (half of memory_headroom_bytes) or between ",
         uint64_t{1} << 20, " and ", uint64_t{1} << 40));
   }
+  if (c.filter_cache_bytes() > (uint64_t{1} << 40)) {
+    return out_of_range("filter_cache_bytes", c.filter_cache_bytes(), 0,
+                        uint64_t{1} << 40);
+  }
   if (c.grpc_poll_us() > 10000) {
     return out_of_range("grpc_poll_us", c.grpc_poll_us(), 0, 10000);
   }

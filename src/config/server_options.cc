@@ -154,6 +154,8 @@ IndexManager::Options IndexManagerOptionsFrom(const ServerConfig& config) {
   IndexManager::Options options;
   options.index_path = config.index_path();
   options.load.use_precomputed_table = config.use_precomputed_table();
+  options.load.filter_cache_bytes =
+      static_cast<int64_t>(config.filter_cache_bytes());
   options.load.probe_in_subprocess = config.probe_index_in_subprocess();
   options.load.probe_timeout = absl::Seconds(config.index_probe_timeout_s());
   options.load.vectors = !config.load_vectors()     ? VectorsPolicy::kIgnore

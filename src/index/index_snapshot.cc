@@ -78,6 +78,15 @@ absl::Status ApplyMetadata(const std::string& path, bool verify_checksum,
   return absl::OkStatus();
 }
 
+// Whether the metadata sidecar of `path` says the index has attributes
+// (read before the heap check, which counts their filter cache); a missing
+// or unreadable sidecar says no here, and ApplyMetadata() reports it.
+bool SidecarSaysAttributes(const std::string& path) {
+  absl::StatusOr<knnd::v1::IndexMetadata> meta =
+      ReadIndexMetadata(MetadataPath(path));
+  return meta.ok() && meta->attributes();
+}
+
 // Opens VectorsPath(path) as `options.vectors` asks; a file refused under
 // kOptional leaves the reason in info.vectors_error and returns null.
 absl::StatusOr<std::unique_ptr<VectorsFile>> OpenVectors(
@@ -191,7 +200,10 @@ IndexSnapshot::IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info
       id_table_(std::move(id_table)),
       attributes_(std::move(attributes)),
       list_ids_(info_.shard_first_id, info_.ntotal, id_table_.get()),
-      payloads_(std::move(payloads)) {}
+      payloads_(std::move(payloads)),
+      filter_cache_(info_.filter_cache_bytes > 0
+                        ? std::make_unique<FilterCache>(info_.filter_cache_bytes)
+                        : nullptr) {}
 
 IndexSnapshot::~IndexSnapshot() {
   faiss_.reset();
@@ -219,11 +231,15 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   if (!faiss.ok()) return faiss.status();
   const int64_t table_bytes =
       options.use_precomputed_table ? (*faiss)->PlannedTableBytes() : 0;
+  const int64_t cache_bytes =
+      SidecarSaysAttributes(path) ? std::max<int64_t>(options.filter_cache_bytes, 0)
+                                  : 0;
   if (options.check_heap) {
     IndexInfo planned;
     static_cast<IndexFacts&>(planned) = (*faiss)->facts();
     planned.precomputed_table_bytes = table_bytes;
-    planned.heap_bytes += table_bytes;
+    planned.filter_cache_bytes = cache_bytes;
+    planned.heap_bytes += table_bytes + cache_bytes;
     if (absl::Status s = options.check_heap(planned); !s.ok()) return s;
   }
   if (table_bytes > 0) {
@@ -247,6 +263,10 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   absl::StatusOr<std::unique_ptr<VectorsFile>> vectors =
       OpenVectors(path, options, info);
   if (!vectors.ok()) return vectors.status();
+  if (info.has_attributes) {
+    info.filter_cache_bytes = cache_bytes;
+    info.heap_bytes += cache_bytes;
+  }
   info.version = options.version;
   info.load_time = absl::Now();
   info.load_duration = info.load_time - start;

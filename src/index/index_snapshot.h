@@ -43,6 +43,7 @@
 #include "knnd/base/row_bitmap.h"
 #include "knnd/faiss/serving_index.h"
 #include "knnd/index/attribute_filter.h"
+#include "knnd/index/filter_cache.h"
 #include "knnd/index/filter_planner.h"
 #include "knnd/index/list_ids.h"
 #include "knnd/storage/attribute_store.h"
@@ -111,6 +112,10 @@ struct IndexInfo : IndexFacts {
   bool has_attributes = false;
   std::string attributes_path;
   int64_t attributes_file_bytes = 0;
+  // The most bytes the filter cache (filter_cache.h) may hold: counted in
+  // heap_bytes, as the index's own heap is; 0 without attributes or with
+  // the cache off (LoadOptions::filter_cache_bytes).
+  int64_t filter_cache_bytes = 0;
 };
 
 // What Load() does with the raw-vectors file VectorsPath(path).
@@ -145,6 +150,10 @@ struct LoadOptions {
   // Without it, IndexSnapshot::VerifyChecksums() does the same later.
   bool verify_checksum = true;
   VectorsPolicy vectors = VectorsPolicy::kOptional;
+  // Bound of the snapshot's cache of compiled attribute filters
+  // (filter_cache.h; knnd's config filter_cache_bytes, whose default this
+  // is), for an index with attributes; 0: no cache.
+  int64_t filter_cache_bytes = int64_t{16} << 20;
   // Called before the heap-heavy part of loading: the file has been read
   // with its inverted lists mapped and without the precomputed table, and
   // `planned` says the heap the loaded index will need (heap_bytes and
@@ -182,6 +191,10 @@ class IndexSnapshot {
 
   // The attribute store; null for an index without attributes.
   const AttributeStore* attributes() const { return attributes_.get(); }
+
+  // The cache of this version's compiled filters (search_request.cc's
+  // ParseFilter keeps them); null without attributes or with the cache off.
+  FilterCache* filter_cache() const { return filter_cache_.get(); }
 
   // The rows `filter` admits (attribute_filter.h) and, when `allowed_ids`
   // (ascending ids as answers carry them) is not empty, that list holds:
@@ -257,6 +270,7 @@ class IndexSnapshot {
   std::unique_ptr<AttributeStore> attributes_;  // null: no attributes
   ListIds list_ids_;                      // borrows id_table_
   std::unique_ptr<PayloadFile> payloads_;  // null: no payloads
+  std::unique_ptr<FilterCache> filter_cache_;  // null: none
 };
 
 }  // namespace knnd

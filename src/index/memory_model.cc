@@ -125,15 +125,23 @@ absl::Status CheckIndexFits(const IndexInfo& planned, int64_t other_heap_bytes,
         ", or set use_precomputed_table: false (saves %.1f MiB)",
         MiB(planned.precomputed_table_bytes));
   }
+  std::string cache;
+  if (planned.filter_cache_bytes > 0) {
+    cache = absl::StrFormat(" + filter cache %.1f MiB",
+                            MiB(planned.filter_cache_bytes));
+    absl::StrAppendFormat(&advice, ", or lower filter_cache_bytes (%.1f MiB)",
+                          MiB(planned.filter_cache_bytes));
+  }
   return absl::ResourceExhaustedError(absl::StrFormat(
       "index %s needs %.1f MiB of heap (centroids, codebooks and "
-      "pre-transforms %.1f MiB + precomputed table %.1f MiB)%s%s + "
+      "pre-transforms %.1f MiB + precomputed table %.1f MiB%s)%s%s + "
       "memory_headroom_bytes %.1f MiB = %.1f MiB, more than the memory limit "
       "of %.1f MiB; raise the limit, lower memory_headroom_bytes, serve a "
       "smaller index (fewer lists or sub-quantizers)%s",
       planned.path, MiB(planned.heap_bytes),
-      MiB(planned.heap_bytes - planned.precomputed_table_bytes),
-      MiB(planned.precomputed_table_bytes), reading, other,
+      MiB(planned.heap_bytes - planned.precomputed_table_bytes -
+          planned.filter_cache_bytes),
+      MiB(planned.precomputed_table_bytes), cache, reading, other,
       MiB(limits.headroom_bytes), MiB(need), MiB(limits.limit_bytes),
       advice));
 }

@@ -4,7 +4,8 @@
 // the AdmissionGate enforces.
 //
 //   anonymous = index heap (centroids + PQ codebooks + pre-transforms
-//                           + precomputed table nlist * M * 2^nbits * 4)
+//                           + precomputed table nlist * M * 2^nbits * 4
+//                           + the filter cache's bound, with attributes)
 //             + bytes admitted by the gate (<= max_inflight_bytes)
 //             + a fixed base (code, gRPC, thread stacks, allocator slack)
 //   file-backed (page cache, reclaimable) = the mapped inverted lists
@@ -41,9 +42,10 @@ struct SearchShape {
   // many of them are set.
   bool filtered = false;
   int64_t filter_matched_rows = 0;
-  // Whether the filter is a bitmap of the index's rows: false for one
-  // numeric condition searched through its bounds (SearchArgs::
-  // allowed_range), which allocates none.
+  // Whether the request holds a bitmap of the index's rows of its own:
+  // false for one numeric condition searched through its bounds
+  // (SearchArgs::allowed_range), which allocates none, and for a bitmap
+  // the filter cache holds (counted in the index's heap).
   bool filter_bitmap = true;
 };
 
@@ -67,7 +69,8 @@ int64_t PayloadBytesBound(const IndexInfo& index, int64_t entries,
 //                              the search borrows the sorted copy), and
 //                              with an id table filter_ids * 8 per FAISS
 //                              call (the allowed ids' rows)
-//   attribute filter           ntotal / 8 (its row bitmap), and per FAISS
+//   attribute filter           ntotal / 8 (its row bitmap, unless the
+//                              filter cache holds it), and per FAISS
 //                              call matched rows * 8 (the exact plan's
 //                              rows) or the IVF plan's copy of the rows it
 //                              widens, unit rows * (d * 4 + k * 12),

@@ -174,6 +174,32 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
                            .Register(r)
                            .Add({});
 
+  auto& filter_lookups =
+      BuildCounter()
+          .Name("knnd_filter_cache_lookups_total")
+          .Help("Filtered searches that looked their filter up in the serving "
+                "version's cache of compiled filters (filter_cache_bytes): "
+                "hit = its bitmap was used as kept, miss = it was compiled "
+                "or searched through a column's bounds.")
+          .Register(r);
+  m->filter_cache_hits_ = &filter_lookups.Add({{"result", "hit"}});
+  m->filter_cache_misses_ = &filter_lookups.Add({{"result", "miss"}});
+  m->filter_cache_bytes_ =
+      &BuildGauge()
+           .Name("knnd_filter_cache_bytes")
+           .Help("Bytes of compiled filters (bitmaps and keys) the serving "
+                 "version's filter cache holds, as of the last filtered "
+                 "search; at most knnd_index_filter_cache_limit_bytes.")
+           .Register(r)
+           .Add({});
+  m->filter_cache_entries_ =
+      &BuildGauge()
+           .Name("knnd_filter_cache_entries")
+           .Help("Compiled filters the serving version's filter cache holds, "
+                 "as of the last filtered search.")
+           .Register(r)
+           .Add({});
+
   auto& reloads =
       BuildCounter()
           .Name("knnd_index_reloads_total")
@@ -216,7 +242,13 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
   m->index_heap_ = index_gauge(
       "knnd_index_heap_bytes",
       "Heap memory of the index in bytes: coarse centroids, PQ codebooks, "
-      "pre-transforms and the precomputed table.");
+      "pre-transforms, the precomputed table and the bound of its filter "
+      "cache.");
+  m->filter_cache_limit_ = index_gauge(
+      "knnd_index_filter_cache_limit_bytes",
+      "The most bytes the served version's cache of compiled filters may "
+      "hold (filter_cache_bytes; part of knnd_index_heap_bytes); 0 without "
+      "attributes or with the cache off.");
   m->index_precomputed_table_ = index_gauge(
       "knnd_index_precomputed_table_bytes",
       "Heap bytes of the IVF-PQ precomputed table (part of "
@@ -306,6 +338,10 @@ void Metrics::SetIndexInfo(const IndexInfo& info) {
   index_heap_->Set(static_cast<double>(info.heap_bytes));
   index_precomputed_table_->Set(
       static_cast<double>(info.precomputed_table_bytes));
+  filter_cache_limit_->Set(static_cast<double>(info.filter_cache_bytes));
+  // A new version starts with an empty cache.
+  filter_cache_bytes_->Set(0);
+  filter_cache_entries_->Set(0);
   index_load_duration_->Set(absl::ToDoubleSeconds(info.load_duration));
   index_load_time_->Set(absl::ToDoubleSeconds(info.load_time - absl::UnixEpoch()));
   // A path that no longer resolves only costs the residency series; the
@@ -368,6 +404,12 @@ void Metrics::RecordRerank(absl::Duration duration) {
 
 void Metrics::RecordPayloadBytes(int64_t bytes) {
   payload_bytes_->Increment(static_cast<double>(bytes));
+}
+
+void Metrics::RecordFilterCache(bool hit, int64_t bytes, int64_t entries) {
+  (hit ? filter_cache_hits_ : filter_cache_misses_)->Increment();
+  filter_cache_bytes_->Set(static_cast<double>(bytes));
+  filter_cache_entries_->Set(static_cast<double>(entries));
 }
 
 void Metrics::AddShardTargets(const std::vector<std::string>& targets) {

@@ -99,6 +99,10 @@ class Metrics {
   void RecordRerank(absl::Duration duration);
   // A Search answered with `bytes` of payloads (SearchResponse.payloads).
   void RecordPayloadBytes(int64_t bytes);
+  // A filtered Search that asked the serving version's filter cache: found
+  // its filter compiled (`hit`) or not; the cache then held `entries`
+  // filters in `bytes`.
+  void RecordFilterCache(bool hit, int64_t bytes, int64_t entries);
 
   // A front of shards (shard_targets): creates the per-shard series for
   // `targets` (once, before any other shard call below; series labelled
@@ -135,6 +139,11 @@ class Metrics {
   prometheus::Histogram* batch_rows_ = nullptr;
   prometheus::Histogram* rerank_ = nullptr;
   prometheus::Counter* payload_bytes_ = nullptr;
+  prometheus::Counter* filter_cache_hits_ = nullptr;
+  prometheus::Counter* filter_cache_misses_ = nullptr;
+  prometheus::Gauge* filter_cache_bytes_ = nullptr;
+  prometheus::Gauge* filter_cache_entries_ = nullptr;
+  prometheus::Gauge* filter_cache_limit_ = nullptr;
   prometheus::Counter* reloads_ok_ = nullptr;
   prometheus::Counter* reloads_failed_ = nullptr;
 

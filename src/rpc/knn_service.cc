@@ -71,6 +71,12 @@ void KnnServiceImpl::Search(SearchCall* call) {
   RejectReason reason = RejectReason::kInvalid;
   absl::StatusOr<ParsedSearch> parsed = PinAndParse(call, &pinned, &reason);
   if (!parsed.ok()) return admission_.Refuse(reason, parsed.status(), answer);
+  if (parsed->filter_cache != ParsedSearch::FilterCacheUse::kNone) {
+    const FilterCache::Stats cache = pinned.snapshot->filter_cache()->stats();
+    metrics_->RecordFilterCache(
+        parsed->filter_cache == ParsedSearch::FilterCacheUse::kHit,
+        cache.bytes, cache.entries);
+  }
   absl::StatusOr<absl::optional<PayloadSelection>> payloads =
       RequestedPayloads(call->request(), *pinned.snapshot);
   if (!payloads.ok()) {
@@ -165,9 +171,9 @@ SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed,
       options_.max_batch_rows,
       PayloadBytesBound(index, payload_entries,
                         options_.max_send_message_bytes),
-      parsed.filter_rows.has_value() || parsed.filter_range.has_value(),
+      parsed.filter_rows != nullptr || parsed.filter_range.has_value(),
       parsed.filter_matched_rows,
-      parsed.filter_rows.has_value()};
+      parsed.filter_rows != nullptr && !parsed.filter_cached};
 }
 
 std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
@@ -191,8 +197,8 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   args.refine_factor = parsed.refine_factor;
   args.return_candidates = return_candidates;
   args.allowed_ids = job->allowed_ids_storage;
-  if (job->filter_rows_storage.has_value()) {
-    args.allowed_rows = &*job->filter_rows_storage;
+  if (job->filter_rows_storage != nullptr) {
+    args.allowed_rows = job->filter_rows_storage.get();
     args.allowed_rows_count = parsed.filter_matched_rows;
   }
   if (job->filter_range_storage.has_value()) {

@@ -65,9 +65,10 @@ struct SearchJob {
   SearchArgs args;
   std::vector<float> query_storage;  // owns args.queries when it is a copy
   std::vector<int64_t> allowed_ids_storage;  // sorted ascending
-  // Owns args.allowed_rows (an attribute filter's rows) when set, or
+  // Holds args.allowed_rows (an attribute filter's rows, shared with the
+  // snapshot's filter cache when it keeps them) when set, or owns
   // args.allowed_range (one numeric condition's bounds).
-  std::optional<RowBitmap> filter_rows_storage;
+  std::shared_ptr<const RowBitmap> filter_rows_storage;
   std::optional<ColumnRange> filter_range_storage;
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> is_cancelled;  // optional

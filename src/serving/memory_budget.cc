@@ -47,10 +47,11 @@ absl::Status MemoryBudget::CheckHeap(const IndexInfo& planned) const {
   std::shared_ptr<const IndexSnapshot> serving = holder_->Pin();
   const int64_t other = serving == nullptr ? 0 : serving->info().heap_bytes;
   spdlog::info("index {}: heap need {:.1f} MiB (precomputed table {:.1f} MiB"
-               "{}), mapped lists {:.1f} MiB",
+               "{}, filter cache {:.1f} MiB), mapped lists {:.1f} MiB",
                planned.path, MiB(planned.heap_bytes),
                MiB(planned.precomputed_table_bytes),
                options_.use_precomputed_table ? "" : ", turned off",
+               MiB(planned.filter_cache_bytes),
                MiB(planned.mapped_list_bytes));
   return CheckIndexFits(planned, other, limits_);
 }

@@ -122,28 +122,49 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
 
 namespace {
 
-// Whether a filter of one numeric condition is cheaper searched through its
-// bounds than through a bitmap. The bitmap sets a bit per matching row (per
-// other row past half the column); the bounds cost nothing up front but a
-// test, a read of the mapped column, per code the IVF plan looks at: at
-// most every code of the lists it starts with, and far fewer once a
-// query's heap holds matches. So the bitmap where its rows are fewer than
-// those codes (1M rows at 1%: 10,000 bits against 20 of 1,024 lists, ~20,000
-// codes; bench/RESULTS.md "Filters"), and always the bounds for the exact
-// plan, which lists the matches from the column's sorted slice.
-bool KeepsBounds(const IndexInfo& index, const ParsedSearch& parsed,
-                 int64_t matched_rows) {
+// The inputs of the filter planner for a filter admitting `matched_rows`.
+FilterPlanInput PlanInput(const IndexInfo& index, const ParsedSearch& parsed,
+                          int64_t matched_rows) {
   FilterPlanInput input;
   input.matched_rows = matched_rows;
   input.nprobe = parsed.nprobe;
   input.candidates =
       parsed.refine_factor > 0 ? parsed.k * parsed.refine_factor : parsed.k;
   input.has_vectors = index.has_vectors;
-  if (ChooseFilterPlan(index, input) == FilterPlan::kExact) return true;
+  return input;
+}
+
+// Whether the IVF plan of a filter of one numeric condition costs less
+// through its bounds than through a bitmap compiled for this request. The
+// bitmap sets a bit per matching row (per other row past half the column);
+// the bounds cost nothing up front but a test, a read of the mapped column,
+// per code the IVF plan looks at: at most every code of the lists it starts
+// with, and far fewer once a query's heap holds matches. So the bitmap
+// where its rows are fewer than those codes (1M rows at 1%: 10,000 bits
+// against 20 of 1,024 lists, ~20,000 codes; bench/RESULTS.md "Filters").
+// A bitmap the filter cache already holds costs nothing up front and a
+// test of ntotal / 8 bytes in cache per code: it beats the bounds.
+bool BoundsCheaperThanCompiling(const IndexInfo& index,
+                                const ParsedSearch& parsed,
+                                int64_t matched_rows) {
+  const FilterPlanInput input = PlanInput(index, parsed, matched_rows);
   const int64_t bits = std::min(matched_rows, index.ntotal - matched_rows);
   const int64_t codes = parsed.num_queries * StartingNprobe(index, input) *
                         (index.ntotal / std::max<int64_t>(index.nlist, 1));
   return bits > codes;
+}
+
+void UseBounds(const ColumnRange& range, ParsedSearch& parsed) {
+  parsed.filter_matched_rows = range.matched;
+  parsed.filter_range = range;
+}
+
+void UseRows(std::shared_ptr<const RowBitmap> rows, int64_t matched,
+             bool cached, ParsedSearch& parsed) {
+  parsed.filter_matched_rows = matched;
+  parsed.filter_rows = std::move(rows);
+  parsed.filter_cached = cached;
+  parsed.allowed_ids.clear();
 }
 
 }  // namespace
@@ -152,32 +173,65 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
                          const IndexSnapshot& snapshot,
                          const SearchLimits& limits, ParsedSearch& parsed) {
   if (!request.has_filter()) return absl::OkStatus();
+  const IndexInfo& index = snapshot.info();
+  std::optional<ColumnRange> range;
   if (parsed.allowed_ids.empty()) {
     // One numeric condition may need no bitmap: two binary searches count
-    // its rows, and the search tests only the candidates it looks at.
-    absl::StatusOr<std::optional<ColumnRange>> range =
+    // its rows, and the search tests only the candidates it looks at. The
+    // exact plan lists its few matches from the column's sorted rows.
+    absl::StatusOr<std::optional<ColumnRange>> compiled =
         snapshot.CompileColumnRange(request.filter(), limits.filter);
-    if (!range.ok()) return range.status();
-    if (range->has_value() &&
-        KeepsBounds(snapshot.info(), parsed, (*range)->matched)) {
-      parsed.filter_matched_rows = (*range)->matched;
-      parsed.filter_range = **range;
+    if (!compiled.ok()) return compiled.status();
+    range = std::move(*compiled);
+    if (range.has_value() &&
+        ChooseFilterPlan(index, PlanInput(index, parsed, range->matched)) ==
+            FilterPlan::kExact) {
+      UseBounds(*range, parsed);
       return absl::OkStatus();
     }
+  }
+  FilterCache* const cache =
+      parsed.allowed_ids.empty() ? snapshot.filter_cache() : nullptr;
+  std::string key;
+  if (cache != nullptr) {
+    key = request.filter().SerializeAsString();
+    FilterCache::Lookup found = cache->Find(key);
+    if (found.rows != nullptr) {
+      parsed.filter_cache = ParsedSearch::FilterCacheUse::kHit;
+      UseRows(std::move(found.rows), found.matched, /*cached=*/true, parsed);
+      return absl::OkStatus();
+    }
+    parsed.filter_cache = ParsedSearch::FilterCacheUse::kMiss;
+    if (range.has_value() &&
+        BoundsCheaperThanCompiling(index, parsed, range->matched) &&
+        !found.seen_before) {
+      UseBounds(*range, parsed);
+      return absl::OkStatus();
+    }
+  } else if (range.has_value() &&
+             BoundsCheaperThanCompiling(index, parsed, range->matched)) {
+    UseBounds(*range, parsed);
+    return absl::OkStatus();
   }
   absl::StatusOr<RowBitmap> rows =
       snapshot.CompileFilter(request.filter(), parsed.allowed_ids, limits.filter);
   if (!rows.ok()) return rows.status();
-  parsed.filter_matched_rows = rows->Count();
-  parsed.filter_rows = std::move(*rows);
-  parsed.allowed_ids.clear();
+  if (cache != nullptr) {
+    FilterCache::Inserted inserted =
+        cache->Insert(std::move(key), std::move(*rows));
+    UseRows(std::move(inserted.rows), inserted.matched, inserted.kept, parsed);
+  } else {
+    const int64_t matched = rows->Count();
+    UseRows(std::make_shared<const RowBitmap>(std::move(*rows)), matched,
+            /*cached=*/false, parsed);
+  }
   return absl::OkStatus();
 }
 
 bool AnswersWithCandidates(const knnd::v1::SearchRequest& request,
                            const ParsedSearch& parsed) {
   return request.return_candidates() && parsed.refine_factor > 0 &&
-         !parsed.filter_rows.has_value() && !parsed.filter_range.has_value();
+         parsed.filter_rows == nullptr && !parsed.filter_range.has_value();
 }
 
 }  // namespace knnd

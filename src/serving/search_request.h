@@ -9,6 +9,7 @@
 #define KNND_SERVING_SEARCH_REQUEST_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -30,13 +31,21 @@ struct ParsedSearch {
   int refine_factor = 0;  // 0: no re-ranking
   std::vector<int64_t> allowed_ids;  // sorted, unique
   // The rows request.filter admits, allowed_ids folded in (which is then
-  // empty); set by ParseFilter(). Or, for one eq or range condition on a
-  // numeric attribute and no allowed_ids where that costs less,
+  // empty); set by ParseFilter(), shared with the snapshot's filter cache
+  // when it keeps them (filter_cached). Or, for one eq or range condition
+  // on a numeric attribute and no allowed_ids where that costs less,
   // filter_range instead: its bounds, tested per row by the search
   // (base/column_range.h).
-  std::optional<RowBitmap> filter_rows;
+  std::shared_ptr<const RowBitmap> filter_rows;
   std::optional<ColumnRange> filter_range;
   int64_t filter_matched_rows = 0;  // rows the filter admits
+  // How the filter cache took part: kNone (no lookup: no filter, an
+  // allow-list, no cache, or bounds for the exact plan), kHit, or kMiss.
+  enum class FilterCacheUse { kNone, kHit, kMiss };
+  FilterCacheUse filter_cache = FilterCacheUse::kNone;
+  // filter_rows is held by the filter cache (counted with the index's heap,
+  // not with the request's).
+  bool filter_cached = false;
   std::vector<float> aligned_copy;
 };
 
@@ -50,6 +59,12 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
 // INVALID_ARGUMENT as attribute_filter.h says (unknown attribute, wrong
 // type, malformed filter, over limits.filter). Runs before the request is
 // admitted, so that a bad filter never queues.
+// Without allowed_ids, the snapshot's filter cache (filter_cache.h) is
+// asked first and a hit's bitmap used as it is, except where one
+// condition's bounds serve the exact plan (which lists the matches from
+// the column's sorted rows); a compiled bitmap is kept, and a filter
+// searched through its bounds is compiled and kept the second time it
+// misses.
 absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
                          const IndexSnapshot& snapshot,
                          const SearchLimits& limits, ParsedSearch& parsed);

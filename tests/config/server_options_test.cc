@@ -111,7 +111,8 @@ TEST(ServerOptions, IndexManagerDefaultsAreTheConfigs) {
               FieldsAre(d.index_path,
                         FieldsAre(load.version, load.use_precomputed_table,
                                   load.probe_in_subprocess, load.probe_timeout,
-                                  load.verify_checksum, load.vectors, IsNull()),
+                                  load.verify_checksum, load.vectors,
+                                  load.filter_cache_bytes, IsNull()),
                         d.poll_interval, IsNull(), d.keep_previous_versions,
                         d.checksum_check, IsNull()));
 }

@@ -263,10 +263,108 @@ TEST(FilterPlanner, ColumnRangeSearchesLikeItsBitmapInAShard) {
     parsed.nprobe = 2;
     ASSERT_TRUE(ParseFilter(request, *shard, SearchLimits{}, parsed).ok());
     EXPECT_EQ(parsed.filter_range.has_value(), c.bounds);
-    EXPECT_EQ(parsed.filter_rows.has_value(), !c.bounds);
+    EXPECT_EQ(parsed.filter_rows != nullptr, !c.bounds);
     EXPECT_EQ(parsed.filter_matched_rows,
               shard->CompileFilter(UBelow(c.fraction), {}, {})->Count());
   }
+}
+
+// The filter cache (filter_cache.h) through ParseFilter: a filter compiled
+// to a bitmap is kept at once and found next time (the same bitmap); one
+// searched through its bounds is compiled and kept on its second miss,
+// then found, and the search through the kept bitmap answers what the
+// bounds answered; the exact plan keeps its bounds and asks no cache; an
+// allow-list asks none. The cache's bound is counted with the index's heap.
+TEST(FilterPlanner, RepeatedFiltersAreServedFromTheSnapshotsCache) {
+  TempDir tmp;
+  const std::string path = tmp.path("x.index");
+  Build(path, "IVF32,PQ16x4fs");
+  LoadOptions options;
+  options.probe_in_subprocess = false;
+  options.filter_cache_bytes = 1 << 20;
+  std::unique_ptr<IndexSnapshot> snapshot = LoadSnapshot(path, options);
+  ASSERT_NE(snapshot, nullptr);
+  ASSERT_NE(snapshot->filter_cache(), nullptr);
+  options.filter_cache_bytes = 0;
+  std::unique_ptr<IndexSnapshot> uncached = LoadSnapshot(path, options);
+  ASSERT_NE(uncached, nullptr);
+  EXPECT_EQ(uncached->filter_cache(), nullptr);
+  EXPECT_EQ(snapshot->info().filter_cache_bytes, 1 << 20);
+  EXPECT_EQ(snapshot->info().heap_bytes - uncached->info().heap_bytes, 1 << 20);
+
+  using Use = ParsedSearch::FilterCacheUse;
+  auto parse = [&](const IndexSnapshot& s, const knnd::v1::Filter& filter,
+                   int64_t queries, std::vector<int64_t> allowed_ids = {}) {
+    knnd::v1::SearchRequest request;
+    *request.mutable_filter() = filter;
+    ParsedSearch parsed;
+    parsed.num_queries = queries;
+    parsed.k = kK;
+    parsed.nprobe = 2;
+    parsed.allowed_ids = std::move(allowed_ids);
+    EXPECT_TRUE(ParseFilter(request, s, SearchLimits{}, parsed).ok());
+    return parsed;
+  };
+  const std::vector<float> queries = MakeData(1, kDim, 77);
+
+  // 50% for one query: the bounds first, compiled and kept on the second
+  // miss, found on the third; the same answers each time.
+  const knnd::v1::Filter half = UBelow(0.5);
+  const ParsedSearch first = parse(*snapshot, half, 1);
+  EXPECT_EQ(first.filter_cache, Use::kMiss);
+  ASSERT_TRUE(first.filter_range.has_value());
+  const ParsedSearch second = parse(*snapshot, half, 1);
+  EXPECT_EQ(second.filter_cache, Use::kMiss);
+  ASSERT_NE(second.filter_rows, nullptr);
+  EXPECT_TRUE(second.filter_cached);
+  const ParsedSearch third = parse(*snapshot, half, 1);
+  EXPECT_EQ(third.filter_cache, Use::kHit);
+  EXPECT_EQ(third.filter_rows, second.filter_rows);
+  EXPECT_TRUE(third.filter_cached);
+  EXPECT_EQ(third.filter_matched_rows, first.filter_matched_rows);
+  EXPECT_EQ(third.filter_matched_rows, third.filter_rows->Count());
+  const SearchResults bounds = SearchSnapshot(*snapshot, queries, kK, 2, 4, {},
+                                              nullptr, &*first.filter_range);
+  const SearchResults kept = SearchSnapshot(*snapshot, queries, kK, 2, 4, {},
+                                            third.filter_rows.get());
+  EXPECT_EQ(kept.ids, bounds.ids);
+  EXPECT_EQ(kept.distances, bounds.distances);
+
+  // A filter compiled anyway (two conditions) is kept at once.
+  knnd::v1::Filter both;
+  *both.mutable_all_of()->add_filters() = UBelow(0.3);
+  *both.mutable_all_of()->add_filters() = UBelow(0.6);
+  const ParsedSearch compiled = parse(*snapshot, both, 1);
+  EXPECT_EQ(compiled.filter_cache, Use::kMiss);
+  EXPECT_TRUE(compiled.filter_cached);
+  const ParsedSearch found = parse(*snapshot, both, 1);
+  EXPECT_EQ(found.filter_cache, Use::kHit);
+  EXPECT_EQ(found.filter_rows, compiled.filter_rows);
+
+  // The exact plan (0.2% of 4,000 rows) keeps the bounds, asking nothing.
+  for (int i = 0; i < 3; ++i) {
+    const ParsedSearch exact = parse(*snapshot, UBelow(0.002), 1);
+    EXPECT_EQ(exact.filter_cache, Use::kNone);
+    EXPECT_TRUE(exact.filter_range.has_value());
+  }
+  // An allow-list folded into the bitmap: nothing asked, nothing kept.
+  const ParsedSearch listed = parse(*snapshot, both, 1, {1, 2, 3, 500});
+  EXPECT_EQ(listed.filter_cache, Use::kNone);
+  ASSERT_NE(listed.filter_rows, nullptr);
+  EXPECT_FALSE(listed.filter_cached);
+  EXPECT_NE(listed.filter_rows, compiled.filter_rows);
+  const FilterCache::Stats stats = snapshot->filter_cache()->stats();
+  EXPECT_EQ(stats.entries, 2);
+  EXPECT_EQ(stats.hits, 2);
+  EXPECT_EQ(stats.misses, 3);
+
+  // Without a cache: compiled per request, as before.
+  const ParsedSearch plain = parse(*uncached, both, 1);
+  EXPECT_EQ(plain.filter_cache, Use::kNone);
+  EXPECT_FALSE(plain.filter_cached);
+  EXPECT_EQ(*plain.filter_rows, *compiled.filter_rows);
+  EXPECT_TRUE(parse(*uncached, half, 1).filter_range.has_value());
+  EXPECT_TRUE(parse(*uncached, half, 1).filter_range.has_value());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "knnd/rpc/knn_service.h"
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -428,6 +429,49 @@ TEST_F(KnnServiceTest, AOneColumnFilterAnswersWhatItsBitmapAnswers) {
     ASSERT_LT(id, 100);
     EXPECT_LT(u.ints[id], 50000) << id;
   }
+}
+
+// A filter sent again is served from the version's filter cache (kept on
+// its second miss, found on its third) with the same answer, counted in
+// knnd_filter_cache_*; a new version starts with an empty cache.
+TEST_F(KnnServiceTest, ARepeatedFilterIsServedFromTheCacheWithTheSameAnswer) {
+  ServeWithAttributes(1);
+  SearchRequest request = MakeSearchRequest(MakeData(1, kDim, 4), 10);
+  request.set_nprobe(4);
+  knnd::v1::Condition* c = request.mutable_filter()->mutable_condition();
+  c->set_field("u");
+  c->mutable_range()->mutable_lt()->set_int_value(50000);
+  auto scraped = [&](const char* name,
+                     std::map<std::string, std::string> labels = {}) {
+    return FindSample(knnd::testing::Scrape(metrics_->port()), name, labels)
+        .value_or(-1);
+  };
+  std::vector<SearchResponse> answers(3);
+  for (SearchResponse& answer : answers) {
+    ASSERT_TRUE(CallSearch(*stub_, request, &answer).ok());
+  }
+  for (const SearchResponse& answer : answers) {
+    EXPECT_GT(answer.filter_matched_rows(), 0u);
+    EXPECT_EQ(answer.filter_matched_rows(), answers[0].filter_matched_rows());
+    EXPECT_THAT(answer.ids(), ::testing::ElementsAreArray(answers[0].ids()));
+    EXPECT_THAT(answer.distances(),
+                ::testing::ElementsAreArray(answers[0].distances()));
+  }
+  EXPECT_EQ(scraped("knnd_filter_cache_lookups_total", {{"result", "hit"}}), 1);
+  EXPECT_EQ(scraped("knnd_filter_cache_lookups_total", {{"result", "miss"}}),
+            2);
+  EXPECT_EQ(scraped("knnd_filter_cache_entries"), 1);
+  const double bitmap_bytes = RowBitmap::WordsFor(kAttributeRows) * 8;
+  EXPECT_GT(scraped("knnd_filter_cache_bytes"), bitmap_bytes);
+  EXPECT_LT(scraped("knnd_filter_cache_bytes"), bitmap_bytes + 100);
+
+  ServeWithAttributes(2);
+  SearchResponse after_swap;
+  ASSERT_TRUE(CallSearch(*stub_, request, &after_swap).ok());
+  EXPECT_EQ(after_swap.index_version(), 2);
+  EXPECT_EQ(scraped("knnd_filter_cache_lookups_total", {{"result", "miss"}}),
+            3);
+  EXPECT_EQ(scraped("knnd_filter_cache_lookups_total", {{"result", "hit"}}), 1);
 }
 
 TEST_F(KnnServiceTest, ABadFilterIsRefusedNamingTheFieldAndCounted) {

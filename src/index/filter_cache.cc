@@ -1,0 +1,67 @@
+#include "knnd/index/filter_cache.h"
+
+#include <utility>
+
+#include "absl/hash/hash.h"
+
+namespace knnd {
+
+FilterCache::Lookup FilterCache::Find(absl::string_view key) {
+  absl::MutexLock lock(&mu_);
+  Lookup found;
+  const auto it = index_.find(key);
+  if (it != index_.end()) {
+    ++stats_.hits;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    found.rows = it->second->rows;
+    found.matched = it->second->matched;
+    return found;
+  }
+  ++stats_.misses;
+  found.seen_before = seen_.contains(absl::HashOf(key));
+  if (!found.seen_before) RememberMiss(key);
+  return found;
+}
+
+void FilterCache::RememberMiss(absl::string_view key) {
+  const uint64_t hash = absl::HashOf(key);
+  seen_.insert(hash);
+  seen_order_.push_back(hash);
+  if (seen_order_.size() > static_cast<size_t>(kSeenKeys)) {
+    seen_.erase(seen_order_.front());
+    seen_order_.pop_front();
+  }
+}
+
+FilterCache::Inserted FilterCache::Insert(std::string key, RowBitmap rows) {
+  const int64_t bytes = Bytes(key, rows);
+  const int64_t matched = rows.Count();
+  auto shared = std::make_shared<const RowBitmap>(std::move(rows));
+  if (bytes > max_bytes_) return Inserted{std::move(shared), matched, false};
+  absl::MutexLock lock(&mu_);
+  const auto it = index_.find(key);
+  if (it != index_.end()) {
+    return Inserted{it->second->rows, it->second->matched, true};
+  }
+  while (!lru_.empty() && stats_.bytes + bytes > max_bytes_) {
+    Entry& oldest = lru_.back();
+    stats_.bytes -= oldest.bytes;
+    --stats_.entries;
+    ++stats_.evictions;
+    index_.erase(oldest.key);
+    lru_.pop_back();
+  }
+  lru_.push_front(Entry{std::move(key), shared, matched, bytes});
+  index_.emplace(lru_.front().key, lru_.begin());
+  stats_.bytes += bytes;
+  ++stats_.entries;
+  ++stats_.insertions;
+  return Inserted{std::move(shared), matched, true};
+}
+
+FilterCache::Stats FilterCache::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace knnd
