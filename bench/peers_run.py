@@ -24,8 +24,12 @@ every system once in a rotated order, 1 thread; q/s are from process CPU time, s
 time spent descheduled on a shared machine counts against nobody. The ratio
 knnd / best peer is taken inside each round (median, min-max printed).
 Then knnd through gRPC: build/knnd serving the same index, build/bench/load_gen
-sending 256-row requests from 2 clients, against peers_bench's 2 threads of
-256-row calls in process (wall q/s, rounds interleaved the same way).
+sending 256-row requests from each of --grpc_clients closed-loop client
+counts (2 and 4: with 2, a worker idles while its client's next request is
+in transit; 4 keeps both workers' queues filled, as a server's throughput is
+measured), against peers_bench's 2 threads of 256-row calls in process (wall
+q/s, rounds interleaved the same way). The load generator runs on the same
+cores: its share (client_cores) is printed.
 
 Sets: Fashion-MNIST (60,000 x 784, the first --nq test images as queries)
 and "minilm": seeded synthetic rows shaped like all-MiniLM-L6-v2 embeddings
@@ -311,7 +315,10 @@ def ratios(qps):
 
 
 def grpc_mode(knnd, work, queries, setting):
-    """knnd through gRPC (256-row requests, 2 clients) vs in process (2 threads)."""
+    """knnd through gRPC (256-row requests from each of --grpc_clients closed-
+    loop client counts) vs in process (2 threads), interleaved per round.
+    Returns {clients: [q/s per round]}, [in-process q/s per round] and
+    {clients: [load_gen's cores per round]}."""
     raw = f"{work}/queries.f32"
     queries.astype("<f4").tofile(raw)
     cfg = f"{work}/knnd.textproto"
@@ -326,6 +333,7 @@ def grpc_mode(knnd, work, queries, setting):
                                "--metrics_listen", f"127.0.0.1:{free_port()}"],
                               stdout=log, stderr=log,
                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    counts = [int(c) for c in ARGS.grpc_clients.split(",")]
     try:
         for _ in range(600):
             if subprocess.run([f"{ARGS.build}/knnctl", "health", "--addr", address],
@@ -335,27 +343,33 @@ def grpc_mode(knnd, work, queries, setting):
         else:
             raise RuntimeError("knnd did not become healthy (see knnd.log)")
         knnd.setting = setting
-        grpc, inproc = [], []
+        grpc = {c: [] for c in counts}
+        client_cores = {c: [] for c in counts}
+        inproc = []
+        runs = [("grpc", c) for c in counts] + [("inproc", 0)]
         for r in range(ARGS.rounds):
-            order = ["grpc", "inproc"] if r % 2 == 0 else ["inproc", "grpc"]
-            for which in order:
+            shift = r % len(runs)
+            for which, clients in runs[shift:] + runs[:shift]:
                 if which == "grpc":
                     text = subprocess.run(
                         [f"{ARGS.build}/bench/load_gen", "--target", address,
                          "--queries", raw, "--d", str(queries.shape[1]),
-                         "--batch", "256", "--clients", "2", "--seconds", "2",
+                         "--batch", "256", "--clients", str(clients),
+                         "--seconds", "2",
                          "--nprobe", str(setting[0]), "--refine_factor",
                          str(setting[1]), "--k", str(K)],
                         check=True, capture_output=True, text=True).stdout
                     res = json.loads(text)
                     if res["errors"]:
                         raise RuntimeError(f"load_gen: {res['first_error']}")
-                    grpc.append(res["qps"])
+                    grpc[clients].append(res["qps"])
+                    client_cores[clients].append(res["client_cores"])
                 else:
-                    reps = max(1, round(2.0 * (grpc[-1] if grpc else 2000) / len(queries)))
+                    last = [v[-1] for v in grpc.values() if v]
+                    reps = max(1, round(2.0 * (max(last) if last else 2000) / len(queries)))
                     res = knnd.run(256, 2, reps)
                     inproc.append(res["queries"] / res["wall_s"])
-        return grpc, inproc
+        return grpc, inproc, client_cores
     finally:
         daemon.terminate()
         daemon.wait()
@@ -407,13 +421,20 @@ def run_set(name, targets):
         result["targets"].append(row)
     pick = fastest(swept["batch"]["knnd"], ARGS.grpc_target)
     if pick is not None and not ARGS.no_grpc:
-        grpc, inproc = grpc_mode(knnd, work, queries, tuple(pick["setting"]))
-        ratio = sorted(g / i for g, i in zip(grpc, inproc))
-        result["grpc"] = {"setting": pick["setting"], "grpc_qps": grpc,
-                          "inproc_qps": inproc, "ratio": ratio}
-        print(f"  gRPC, 256-row requests, 2 clients, {pick['setting']}: "
-              f"{spread(grpc)} q/s; in process 2 threads x 256 rows: {spread(inproc)} "
-              f"q/s; gRPC / in process {spread(ratio, '{:.2f}')}x", flush=True)
+        grpc, inproc, cores = grpc_mode(knnd, work, queries,
+                                        tuple(pick["setting"]))
+        result["grpc"] = {"setting": pick["setting"], "inproc_qps": inproc,
+                          "by_clients": {}}
+        print(f"  in process 2 threads x 256 rows, {pick['setting']}: "
+              f"{spread(inproc)} q/s", flush=True)
+        for clients, qps in grpc.items():
+            ratio = sorted(g / i for g, i in zip(qps, inproc))
+            result["grpc"]["by_clients"][clients] = {
+                "grpc_qps": qps, "ratio": ratio,
+                "client_cores": cores[clients]}
+            print(f"  gRPC, 256-row requests, {clients} clients: {spread(qps)} "
+                  f"q/s (load_gen {spread(cores[clients], '{:.2f}')} cores); "
+                  f"gRPC / in process {spread(ratio, '{:.2f}')}x", flush=True)
     knnd.close()
     return result
 
@@ -434,6 +455,9 @@ def main():
     p.add_argument("--targets", default="0.95,0.98,0.99")
     p.add_argument("--grpc_target", type=float, default=0.98)
     p.add_argument("--no_grpc", action="store_true")
+    p.add_argument("--grpc_clients", default="2,4",
+                   help="closed-loop load_gen clients, each count measured "
+                        "against the same in-process rounds")
     p.add_argument("--json", default="", help="also write every figure here")
     ARGS = p.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"
