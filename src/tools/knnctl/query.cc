@@ -159,14 +159,15 @@ int InfoOfFile(const std::string& path) {
       "dim:             %d\nmetric:          %s\nnlist:           %lld\n"
       "pq:              M=%d x %d bits, %lld bytes/vector\n"
       "stored nprobe:   %d\nfile:            %.1f MiB (mapped lists %.1f MiB)\n"
-      "heap:            %.1f MiB (precomputed table %.1f MiB)\n"
+      "heap:            %.1f MiB (precomputed table %.1f MiB, filter cache "
+      "%.1f MiB)\n"
       "load:            %.1f ms\n",
       i.path.c_str(), i.index_type.c_str(), static_cast<long long>(i.ntotal),
       i.dim, MetricName(i.metric), static_cast<long long>(i.nlist), i.pq_m,
       i.pq_nbits, static_cast<long long>(i.code_size_bytes), i.stored_nprobe,
       MiB(i.file_bytes), MiB(i.mapped_list_bytes),
       MiB(i.heap_bytes), MiB(i.precomputed_table_bytes),
-      absl::ToDoubleMilliseconds(i.load_duration));
+      MiB(i.filter_cache_bytes), absl::ToDoubleMilliseconds(i.load_duration));
   if (i.has_vectors) {
     std::printf("raw vectors:     %s (%s, %.1f MiB) for refine_factor > 0\n",
                 i.vectors_path.c_str(), i.vectors_dtype.c_str(),
