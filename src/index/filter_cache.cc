@@ -18,13 +18,13 @@ FilterCache::Lookup FilterCache::Find(absl::string_view key) {
     return found;
   }
   ++stats_.misses;
-  found.seen_before = seen_.contains(absl::HashOf(key));
-  if (!found.seen_before) RememberMiss(key);
+  const uint64_t hash = absl::HashOf(key);
+  found.seen_before = seen_.contains(hash);
+  if (!found.seen_before) RememberMiss(hash);
   return found;
 }
 
-void FilterCache::RememberMiss(absl::string_view key) {
-  const uint64_t hash = absl::HashOf(key);
+void FilterCache::RememberMiss(uint64_t hash) {
   seen_.insert(hash);
   seen_order_.push_back(hash);
   if (seen_order_.size() > static_cast<size_t>(kSeenKeys)) {

@@ -16,8 +16,9 @@
 // Bounded: entries (bitmap + key bytes) are evicted least recently used
 // first so that their sum stays <= max_bytes, the bound the memory model
 // counts with the index's heap (IndexInfo::filter_cache_bytes); a bitmap
-// larger than max_bytes is not kept. Each version's cache goes with it: a
-// hot swap starts the new version with an empty one.
+// larger than max_bytes is not kept. The missed keys' hashes (at most
+// kSeenKeys, ~100 KiB) are outside that bound. Each version's cache goes
+// with it: a hot swap starts the new version with an empty one.
 //
 // Thread-safety: every method is thread-safe (one mutex, held for a hash
 // lookup or an insertion, never while a bitmap is compiled). Bitmaps are
@@ -101,7 +102,8 @@ class FilterCache {
   };
   using Lru = std::list<Entry>;  // most recently used first
 
-  void RememberMiss(absl::string_view key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Remembers a missed key's hash, forgetting the oldest past kSeenKeys.
+  void RememberMiss(uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t max_bytes_;
   mutable absl::Mutex mu_;

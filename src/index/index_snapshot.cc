@@ -201,9 +201,10 @@ IndexSnapshot::IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info
       attributes_(std::move(attributes)),
       list_ids_(info_.shard_first_id, info_.ntotal, id_table_.get()),
       payloads_(std::move(payloads)),
-      filter_cache_(info_.filter_cache_bytes > 0
-                        ? std::make_unique<FilterCache>(info_.filter_cache_bytes)
-                        : nullptr) {}
+      filter_cache_(
+          info_.filter_cache_bytes > 0
+              ? std::make_unique<FilterCache>(info_.filter_cache_bytes)
+              : nullptr) {}
 
 IndexSnapshot::~IndexSnapshot() {
   faiss_.reset();
@@ -232,8 +233,9 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   const int64_t table_bytes =
       options.use_precomputed_table ? (*faiss)->PlannedTableBytes() : 0;
   const int64_t cache_bytes =
-      SidecarSaysAttributes(path) ? std::max<int64_t>(options.filter_cache_bytes, 0)
-                                  : 0;
+      SidecarSaysAttributes(path)
+          ? std::max<int64_t>(options.filter_cache_bytes, 0)
+          : 0;
   if (options.check_heap) {
     IndexInfo planned;
     static_cast<IndexFacts&>(planned) = (*faiss)->facts();

@@ -193,6 +193,8 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
   FilterCache* const cache =
       parsed.allowed_ids.empty() ? snapshot.filter_cache() : nullptr;
   std::string key;
+  bool keep_bounds = range.has_value() &&
+                     BoundsCheaperThanCompiling(index, parsed, range->matched);
   if (cache != nullptr) {
     key = request.filter().SerializeAsString();
     FilterCache::Lookup found = cache->Find(key);
@@ -202,14 +204,10 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
       return absl::OkStatus();
     }
     parsed.filter_cache = ParsedSearch::FilterCacheUse::kMiss;
-    if (range.has_value() &&
-        BoundsCheaperThanCompiling(index, parsed, range->matched) &&
-        !found.seen_before) {
-      UseBounds(*range, parsed);
-      return absl::OkStatus();
-    }
-  } else if (range.has_value() &&
-             BoundsCheaperThanCompiling(index, parsed, range->matched)) {
+    // Seen before: compiled now, and kept for the next ones.
+    keep_bounds = keep_bounds && !found.seen_before;
+  }
+  if (keep_bounds) {
     UseBounds(*range, parsed);
     return absl::OkStatus();
   }

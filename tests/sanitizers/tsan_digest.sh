@@ -23,7 +23,8 @@ for report in "$@"; do
         if (block[i] ~ /^ +#[0-9]+ / && block[i] !~ ("^ +#([0-9]|1[01]) ")) {
           continue
         }
-        if (block[i] ~ /^ +#[0-9]+ / && limit == 5 && block[i] !~ /^ +#[0-4] /) {
+        if (block[i] ~ /^ +#[0-9]+ / && limit == 5 &&
+            block[i] !~ /^ +#[0-4] /) {
           continue
         }
         text[out] = text[out] shorten(block[i]) "\n"
