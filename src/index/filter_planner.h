@@ -44,6 +44,20 @@ struct FilterPlanInput {
   bool has_vectors = false;
 };
 
+// The input for a search of `k` results per query, re-ranked from k *
+// refine_factor candidates when refine_factor > 0, with a filter admitting
+// `matched_rows` rows: what the handler (choosing a filter's form) and the
+// search (choosing its plan) both ask the planner.
+inline FilterPlanInput PlanInputFor(int64_t matched_rows, int nprobe, int k,
+                                    int refine_factor, bool has_vectors) {
+  FilterPlanInput input;
+  input.matched_rows = matched_rows;
+  input.nprobe = nprobe;
+  input.candidates = refine_factor > 0 ? k * refine_factor : k;
+  input.has_vectors = has_vectors;
+  return input;
+}
+
 // The nprobe the IVF plan starts at: the larger of nprobe /
 // sqrt(selectivity) and the lists that hold, on average, `candidates`
 // matching rows; within [nprobe, nlist].

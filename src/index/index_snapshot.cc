@@ -16,12 +16,14 @@
 namespace knnd {
 namespace {
 
-// Applies the metadata sidecar of `path`, if it has one, to `info`: the
-// sidecar must describe this file (checksum, dim, ntotal, FAISS metric).
-absl::Status ApplyMetadata(const std::string& path, bool verify_checksum,
-                           IndexInfo& info) {
+// Applies `meta`, the metadata sidecar of `path` as read (NOT_FOUND: it
+// has none), to `info`: the sidecar must describe this file (checksum,
+// dim, ntotal, FAISS metric).
+absl::Status ApplyMetadata(
+    const std::string& path,
+    const absl::StatusOr<knnd::v1::IndexMetadata>& meta, bool verify_checksum,
+    IndexInfo& info) {
   const std::string sidecar = MetadataPath(path);
-  absl::StatusOr<knnd::v1::IndexMetadata> meta = ReadIndexMetadata(sidecar);
   if (absl::IsNotFound(meta.status())) return absl::OkStatus();
   if (!meta.ok()) return meta.status();
   if (verify_checksum) {
@@ -76,15 +78,6 @@ absl::Status ApplyMetadata(const std::string& path, bool verify_checksum,
     info.shard_end_id = meta->shard_end_id();
   }
   return absl::OkStatus();
-}
-
-// Whether the metadata sidecar of `path` says the index has attributes
-// (read before the heap check, which counts their filter cache); a missing
-// or unreadable sidecar says no here, and ApplyMetadata() reports it.
-bool SidecarSaysAttributes(const std::string& path) {
-  absl::StatusOr<knnd::v1::IndexMetadata> meta =
-      ReadIndexMetadata(MetadataPath(path));
-  return meta.ok() && meta->attributes();
 }
 
 // Opens VectorsPath(path) as `options.vectors` asks; a file refused under
@@ -232,8 +225,13 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   if (!faiss.ok()) return faiss.status();
   const int64_t table_bytes =
       options.use_precomputed_table ? (*faiss)->PlannedTableBytes() : 0;
+  // The sidecar, read once: whether the index has attributes is needed by
+  // the heap check (their filter cache counts), the rest after it; a
+  // missing or unreadable sidecar is ApplyMetadata()'s to report.
+  const absl::StatusOr<knnd::v1::IndexMetadata> meta =
+      ReadIndexMetadata(MetadataPath(path));
   const int64_t cache_bytes =
-      SidecarSaysAttributes(path)
+      meta.ok() && meta->attributes()
           ? std::max<int64_t>(options.filter_cache_bytes, 0)
           : 0;
   if (options.check_heap) {
@@ -249,7 +247,8 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   }
   IndexInfo info;
   static_cast<IndexFacts&>(info) = (*faiss)->facts();
-  if (absl::Status s = ApplyMetadata(path, options.verify_checksum, info);
+  if (absl::Status s =
+          ApplyMetadata(path, meta, options.verify_checksum, info);
       !s.ok()) {
     return s;
   }
@@ -349,13 +348,9 @@ absl::StatusOr<std::optional<ColumnRange>> IndexSnapshot::CompileColumnRange(
 
 FilterPlan IndexSnapshot::PlanFilter(int64_t matched_rows,
                                      const SearchArgs& args) const {
-  FilterPlanInput input;
-  input.matched_rows = matched_rows;
-  input.nprobe = args.nprobe;
-  input.candidates =
-      args.refine_factor > 0 ? args.k * args.refine_factor : args.k;
-  input.has_vectors = vectors_ != nullptr;
-  return ChooseFilterPlan(info_, input);
+  return ChooseFilterPlan(
+      info_, PlanInputFor(matched_rows, args.nprobe, args.k, args.refine_factor,
+                          vectors_ != nullptr));
 }
 
 absl::Status IndexSnapshot::SearchIndex(const SearchArgs& call,

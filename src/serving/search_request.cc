@@ -125,13 +125,8 @@ namespace {
 // The inputs of the filter planner for a filter admitting `matched_rows`.
 FilterPlanInput PlanInput(const IndexInfo& index, const ParsedSearch& parsed,
                           int64_t matched_rows) {
-  FilterPlanInput input;
-  input.matched_rows = matched_rows;
-  input.nprobe = parsed.nprobe;
-  input.candidates =
-      parsed.refine_factor > 0 ? parsed.k * parsed.refine_factor : parsed.k;
-  input.has_vectors = index.has_vectors;
-  return input;
+  return PlanInputFor(matched_rows, parsed.nprobe, parsed.k,
+                      parsed.refine_factor, index.has_vectors);
 }
 
 // Whether the IVF plan of a filter of one numeric condition costs less
