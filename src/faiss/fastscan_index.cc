@@ -235,4 +235,9 @@ absl::Status FastScanIndex::WritePart(const std::string& path,
   return WriteFastScanFilePart(*index_, path, IdRange{first_id, end_id});
 }
 
+std::unique_ptr<const FilteredLists> FastScanIndex::FilterLists(
+    const RowBitmap& rows, int64_t first) const {
+  return FilteredLists::Build(*ivf_->invlists, ivf_->M2, rows, first);
+}
+
 }  // namespace knnd

@@ -56,6 +56,8 @@ class FastScanIndex final : public ServingIndex {
   absl::Status BuildPrecomputedTable() override;
   absl::Status WritePart(const std::string& path, int64_t first_id,
                          int64_t end_id) const override;
+  std::unique_ptr<const FilteredLists> FilterLists(
+      const RowBitmap& rows, int64_t first) const override;
 
   // The searcher, for its own tests (empty filters, unpadded results).
   const FastScanSearcher& searcher() const { return *searcher_; }

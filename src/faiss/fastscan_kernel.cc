@@ -101,6 +101,21 @@ void BlockDistancesScalar(const uint8_t* block, size_t m2, const uint8_t* lut,
   }
 }
 
+void CopyPackedCode(const uint8_t* from, size_t from_v, uint8_t* to,
+                    size_t to_v, size_t m2) {
+  for (size_t sq = 0; sq < m2; ++sq) {
+    size_t from_byte, to_byte;
+    bool from_high, to_high;
+    Slot(from_v, sq, &from_byte, &from_high);
+    Slot(to_v, sq, &to_byte, &to_high);
+    const uint8_t b = from[(sq / 2) * 32 + from_byte];
+    const uint8_t code = from_high ? b >> 4 : b & 15;
+    uint8_t& out = to[(sq / 2) * 32 + to_byte];
+    out = to_high ? static_cast<uint8_t>((out & 0x0f) | (code << 4))
+                  : static_cast<uint8_t>((out & 0xf0) | code);
+  }
+}
+
 void BlockDistances(const uint8_t* block, size_t m2, const uint8_t* lut,
                     uint16_t bias, uint16_t out[32]) {
 #if defined(__AVX2__)
@@ -224,6 +239,51 @@ void ScanListFiltered(const uint8_t* codes, size_t n, const int64_t* ids,
   }
 }
 
+template <bool kKeepMin>
+void ScanRowsAdmitted(const uint8_t* codes, size_t begin, size_t end,
+                      const int64_t* ids, size_t m2, const uint8_t* lut,
+                      uint16_t bias, size_t k, uint16_t* heap_dis,
+                      int64_t* heap_ids) {
+  using C = typename std::conditional<kKeepMin,
+                                      faiss::CMax<uint16_t, int64_t>,
+                                      faiss::CMin<uint16_t, int64_t>>::type;
+  const size_t block_bytes = 16 * m2;
+  alignas(32) uint16_t dis[kBlock];
+  for (size_t j0 = begin / kBlock * kBlock; j0 < end; j0 += kBlock) {
+    // Vectors [lo, hi) of this block are in the range.
+    const size_t lo = begin > j0 ? begin - j0 : 0;
+    const size_t hi = end - j0 < kBlock ? end - j0 : kBlock;
+    const uint8_t* block = codes + (j0 / kBlock) * block_bytes;
+#if defined(__AVX2__)
+    __m256i lo_d, hi_d;
+    BlockDistancesAvx2(block, m2, lut, bias, &lo_d, &hi_d);
+    uint64_t mask = BeatMask<kKeepMin>(lo_d, hi_d, heap_dis[0]);
+    const uint64_t below_hi =
+        hi == kBlock ? ~uint64_t{0} : (uint64_t{1} << (2 * hi)) - 1;
+    mask &= below_hi & ~((uint64_t{1} << (2 * lo)) - 1);
+    if (mask == 0) continue;
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dis), lo_d);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dis + 16), hi_d);
+    while (mask != 0) {
+      const size_t v = static_cast<size_t>(__builtin_ctzll(mask)) >> 1;
+      mask &= ~(uint64_t{3} << (2 * v));
+#else
+    BlockDistancesScalar(block, m2, lut, bias, dis);
+    for (size_t v = lo; v < hi; ++v) {
+#endif
+      const uint16_t d = dis[v];
+      if (!C::cmp(heap_dis[0], d)) continue;
+      faiss::heap_replace_top<C>(k, heap_dis, heap_ids, d, ids[j0 + v]);
+    }
+  }
+}
+
+template void ScanRowsAdmitted<true>(const uint8_t*, size_t, size_t,
+                                     const int64_t*, size_t, const uint8_t*,
+                                     uint16_t, size_t, uint16_t*, int64_t*);
+template void ScanRowsAdmitted<false>(const uint8_t*, size_t, size_t,
+                                      const int64_t*, size_t, const uint8_t*,
+                                      uint16_t, size_t, uint16_t*, int64_t*);
 template void ScanListFiltered<true>(const uint8_t*, size_t, const int64_t*,
                                      size_t, const uint8_t*, uint16_t,
                                      const IdFilter&, size_t, uint16_t*,

@@ -35,6 +35,12 @@ void BlockDistances(const uint8_t* block, size_t m2, const uint8_t* lut,
 void BlockDistancesScalar(const uint8_t* block, size_t m2, const uint8_t* lut,
                           uint16_t bias, uint16_t out[32]);
 
+// Copies the code of vector `from_v` (< 32) of the block at `from` to vector
+// `to_v` of the block at `to`, all m2 sub-quantizers (blocks of 16 * m2
+// bytes): what FilteredLists repacks a filter's vectors with.
+void CopyPackedCode(const uint8_t* from, size_t from_v, uint8_t* to,
+                    size_t to_v, size_t m2);
+
 // Scans the n vectors of one list for one query and offers each one whose
 // distance beats the heap's top, and whose id `filter` contains, to the heap.
 // The heap is FAISS's (faiss/utils/Heap.h) of k (distance, id) pairs:
@@ -46,6 +52,16 @@ void ScanListFiltered(const uint8_t* codes, size_t n, const int64_t* ids,
                       const IdFilter& filter, size_t k, uint16_t* heap_dis,
                       int64_t* heap_ids);
 
+// Scans vectors [begin, end) of the dense blocks at `codes` (vector r:
+// vector r % 32 of block r / 32; a FilteredLists' rows, every one admitted,
+// ids[r] its id) for one query, offering each whose distance beats the
+// heap's top to the heap (as ScanListFiltered, no id tested).
+template <bool kKeepMin>
+void ScanRowsAdmitted(const uint8_t* codes, size_t begin, size_t end,
+                      const int64_t* ids, size_t m2, const uint8_t* lut,
+                      uint16_t bias, size_t k, uint16_t* heap_dis,
+                      int64_t* heap_ids);
+
 extern template void ScanListFiltered<true>(const uint8_t*, size_t,
                                             const int64_t*, size_t,
                                             const uint8_t*, uint16_t,
@@ -55,6 +71,15 @@ extern template void ScanListFiltered<false>(const uint8_t*, size_t,
                                              const int64_t*, size_t,
                                              const uint8_t*, uint16_t,
                                              const IdFilter&, size_t,
+                                             uint16_t*, int64_t*);
+
+extern template void ScanRowsAdmitted<true>(const uint8_t*, size_t, size_t,
+                                            const int64_t*, size_t,
+                                            const uint8_t*, uint16_t, size_t,
+                                            uint16_t*, int64_t*);
+extern template void ScanRowsAdmitted<false>(const uint8_t*, size_t, size_t,
+                                             const int64_t*, size_t,
+                                             const uint8_t*, uint16_t, size_t,
                                              uint16_t*, int64_t*);
 
 }  // namespace fastscan_kernel

@@ -27,6 +27,7 @@
 #include "knnd/faiss/fastscan_kernel.h"
 #include "knnd/faiss/fastscan_lut.h"
 #include "knnd/faiss/faiss_types.h"
+#include "knnd/faiss/filtered_lists.h"
 
 namespace knnd {
 namespace {
@@ -310,12 +311,14 @@ void ScanUnfiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
 }
 
 // Filtered scan: knnd's kernel, one query at a time per list (lists still in
-// order, so a list is read while it is hot for all its queries).
+// order, so a list is read while it is hot for all its queries); with the
+// filter's lists (`admitted` not null) only their codes, none tested.
 template <bool kKeepMin>
 void ScanFiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
                   size_t nprobe, const QuantizedLuts& luts,
                   const std::vector<Probe>& probes, const IdFilter& filter,
-                  float* distances, idx_t* labels) {
+                  const FilteredLists* admitted, float* distances,
+                  idx_t* labels) {
   using C = typename std::conditional<kKeepMin,
                                       faiss::CMax<uint16_t, int64_t>,
                                       faiss::CMin<uint16_t, int64_t>>::type;
@@ -326,12 +329,20 @@ void ScanFiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
     faiss::heap_heapify<C>(k, heap_dis.data() + q * k, labels + q * k);
   }
   for (const Probe& p : probes) {
-    const size_t list_size = lists.list_size(p.list_no);
+    const size_t list_size = admitted != nullptr ? admitted->size(p.list_no)
+                                                 : lists.list_size(p.list_no);
     if (list_size == 0) continue;
     const size_t ij = static_cast<size_t>(p.qno) * nprobe + p.rank;
     const uint8_t* lut =
         luts.tables.get() + (luts.is_3d ? ij : p.qno) * dim12_2;
     const uint16_t bias = luts.has_bias ? luts.biases[ij] : 0;
+    if (admitted != nullptr) {
+      const size_t begin = static_cast<size_t>(admitted->begin(p.list_no));
+      fastscan_kernel::ScanRowsAdmitted<kKeepMin>(
+          admitted->codes(), begin, begin + list_size, admitted->ids(), ivf.M2,
+          lut, bias, k, heap_dis.data() + p.qno * k, labels + p.qno * k);
+      continue;
+    }
     faiss::InvertedLists::ScopedCodes codes(&lists, p.list_no);
     faiss::InvertedLists::ScopedIds ids(&lists, p.list_no);
     fastscan_kernel::ScanListFiltered<kKeepMin>(
@@ -344,6 +355,33 @@ void ScanFiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
     const float one_a = 1 / luts.normalizers[2 * q];
     const float b = luts.normalizers[2 * q + 1];
     for (size_t j = 0; j < k; ++j) distances[q * k + j] = hd[j] * one_a + b;
+  }
+}
+
+// The flat plan: every row of `admitted` for each query, through its one
+// table (codes that are not residuals), the best k kept.
+template <bool kKeepMin>
+void ScanAdmittedRows(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
+                      const QuantizedLuts& luts, const FilteredLists& admitted,
+                      float* distances, idx_t* labels) {
+  using C = typename std::conditional<kKeepMin,
+                                      faiss::CMax<uint16_t, int64_t>,
+                                      faiss::CMin<uint16_t, int64_t>>::type;
+  const size_t dim12_2 = ivf.ksub * ivf.M2;
+  std::vector<uint16_t> heap_dis(k);
+  for (size_t q = 0; q < n; ++q) {
+    int64_t* ids = labels + q * k;
+    faiss::heap_heapify<C>(k, heap_dis.data(), ids);
+    fastscan_kernel::ScanRowsAdmitted<kKeepMin>(
+        admitted.codes(), 0, static_cast<size_t>(admitted.rows()),
+        admitted.ids(), ivf.M2, luts.tables.get() + q * dim12_2, 0, k,
+        heap_dis.data(), ids);
+    faiss::heap_reorder<C>(k, heap_dis.data(), ids);
+    const float one_a = 1 / luts.normalizers[2 * q];
+    const float b = luts.normalizers[2 * q + 1];
+    for (size_t j = 0; j < k; ++j) {
+      distances[q * k + j] = heap_dis[j] * one_a + b;
+    }
   }
 }
 
@@ -432,6 +470,20 @@ absl::Status FastScanSearcher::Search(const SearchArgs& args) const {
         absl::StrCat("search of ", name_, ": n * nprobe = ", n, " * ", nprobe,
                      " exceeds ", kMaxQueryProbes));
   }
+  if (args.allowed_lists != nullptr &&
+      (args.allowed_rows == nullptr ||
+       args.allowed_lists->nlist() != static_cast<int64_t>(parts_.ivf->nlist))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search of ", name_, ": filtered lists of ",
+        args.allowed_lists->nlist(), " lists given for an index of ",
+        parts_.ivf->nlist, args.allowed_rows == nullptr ? ", without rows" : ""));
+  }
+  if (args.allowed_lists_flat &&
+      (args.allowed_lists == nullptr || parts_.ivf->by_residual)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search of ", name_, ": the flat plan needs filtered lists and codes "
+        "that are not residuals"));
+  }
   if (n == 0) return absl::OkStatus();
   const IdFilter filter(args);
   return faiss_types::CatchFaiss(
@@ -440,6 +492,7 @@ absl::Status FastScanSearcher::Search(const SearchArgs& args) const {
                           static_cast<size_t>(args.k),
                           static_cast<size_t>(nprobe),
                           filter.active() ? &filter : nullptr,
+                          args.allowed_lists, args.allowed_lists_flat,
                           args.distances, args.ids);
       });
 }
@@ -447,7 +500,8 @@ absl::Status FastScanSearcher::Search(const SearchArgs& args) const {
 absl::Status FastScanSearcher::SearchImpl(size_t n, const float* x_in,
                                           size_t k, size_t nprobe,
                                           const IdFilter* filter,
-                                          float* distances,
+                                          const FilteredLists* admitted,
+                                          bool flat, float* distances,
                                           int64_t* labels) const {
   const faiss::IndexIVFPQFastScan& ivf = *parts_.ivf;
 
@@ -459,6 +513,25 @@ absl::Status FastScanSearcher::SearchImpl(size_t n, const float* x_in,
     if (x != x_in) transformed.reset(x);
   }
   const size_t d = ivf.d;
+  const bool l2 = ivf.metric_type == faiss::METRIC_L2;
+  if (flat) {  // one table per query, no coarse search
+    const size_t nslice = NumSlices(ivf, n, 1);
+    QuantizedLuts luts;
+    for (size_t s = 0; s < nslice; ++s) {
+      const size_t i0 = n * s / nslice, i1 = n * (s + 1) / nslice;
+      if (i1 == i0) continue;
+      ComputeQuantizedLuts(ivf, centroids_by_dim_, i1 - i0, x + i0 * d,
+                           nullptr, nullptr, 1, &luts);
+      if (l2) {
+        ScanAdmittedRows<true>(ivf, i1 - i0, k, luts, *admitted,
+                               distances + i0 * k, labels + i0 * k);
+      } else {
+        ScanAdmittedRows<false>(ivf, i1 - i0, k, luts, *admitted,
+                                distances + i0 * k, labels + i0 * k);
+      }
+    }
+    return absl::OkStatus();
+  }
   const size_t nslice = NumSlices(ivf, n, nprobe);
   std::vector<idx_t> coarse_ids;
   std::vector<float> coarse_dis;
@@ -491,13 +564,13 @@ absl::Status FastScanSearcher::SearchImpl(size_t n, const float* x_in,
                          coarse_dis.data(), nprobe, &luts);
     const std::vector<Probe> probes =
         SortedProbes(ns, nprobe, coarse_ids.data());
-    const bool l2 = ivf.metric_type == faiss::METRIC_L2;
     if (filter != nullptr) {
       if (l2) {
-        ScanFiltered<true>(ivf, ns, k, nprobe, luts, probes, *filter, ds, ls);
+        ScanFiltered<true>(ivf, ns, k, nprobe, luts, probes, *filter, admitted,
+                           ds, ls);
       } else {
-        ScanFiltered<false>(ivf, ns, k, nprobe, luts, probes, *filter, ds,
-                            ls);
+        ScanFiltered<false>(ivf, ns, k, nprobe, luts, probes, *filter,
+                            admitted, ds, ls);
       }
     } else if (l2) {
       ScanUnfiltered<faiss::CMax<uint16_t, int64_t>>(ivf, ns, k, nprobe, luts,

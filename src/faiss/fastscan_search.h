@@ -31,7 +31,9 @@ namespace knnd {
 // own search runs one OpenMP thread (it splits batches by thread count).
 // With a filter it uses knnd's kernel (fastscan_kernel.h) on the same
 // quantized tables and returns the best k among the allowed ids of the
-// probed lists (ties at the k-th distance broken by scan order).
+// probed lists (ties at the k-th distance broken by scan order); with the
+// filter's lists (SearchArgs::allowed_lists) it scans those instead, with
+// the same results, or, with allowed_lists_flat, every row of them.
 // A query with fewer than k candidates gets id -1 in the remaining slots,
 // with a distance that means nothing (ServingIndex::Search replaces it).
 //
@@ -64,10 +66,13 @@ class FastScanSearcher {
         centroids_by_dim_(std::move(centroids_by_dim)),
         name_(std::move(name)) {}
 
-  // Search() after its checks; `filter` null: every id is allowed.
+  // Search() after its checks; `filter` null: every id is allowed;
+  // `admitted` (with a filter): the filter's lists, scanned instead; with
+  // `flat`, all of them without the coarse search.
   absl::Status SearchImpl(size_t n, const float* x, size_t k, size_t nprobe,
-                          const IdFilter* filter, float* distances,
-                          int64_t* labels) const;
+                          const IdFilter* filter,
+                          const FilteredLists* admitted, bool flat,
+                          float* distances, int64_t* labels) const;
 
   const FastScanParts parts_;
   // The PQ centroids by dimension where knnd computes the float tables

@@ -18,6 +18,8 @@
 
 namespace knnd {
 
+class FilteredLists;
+
 // Buffers are owned by the caller and hold num_queries * k entries
 // (num_queries * k * refine_factor with return_candidates).
 struct SearchArgs {
@@ -51,6 +53,16 @@ struct SearchArgs {
   // plans the search (filter_planner.h).
   const RowBitmap* allowed_rows = nullptr;
   int64_t allowed_rows_first = 0;
+  // allowed_rows's lists cut down to its rows (filtered_lists.h), when the
+  // snapshot keeps them with the filter: a FastScan index's IVF scan reads
+  // these instead of testing allowed_rows per code. Never set without
+  // allowed_rows.
+  const FilteredLists* allowed_lists = nullptr;
+  // With allowed_lists, where the index's codes are not residuals (one
+  // look-up table per query): every row of allowed_lists is scanned, with
+  // no coarse search and nprobe unused (the flat plan of
+  // index/filter_planner.h).
+  bool allowed_lists_flat = false;
   // allowed_rows->Count() when the caller has counted it (the handler does,
   // to plan), so that the search does not count again; -1: not known.
   // Never set without allowed_rows, and never to another value.

@@ -32,6 +32,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "knnd/base/metric.h"
+#include "knnd/base/row_bitmap.h"
+#include "knnd/faiss/filtered_lists.h"
 #include "knnd/faiss/index_facts.h"
 #include "knnd/faiss/search_args.h"
 
@@ -76,6 +78,14 @@ class ServingIndex {
   // allowed_ids, the best k allowed ids of the probed lists. A FAISS error
   // is INTERNAL.
   absl::Status Search(const SearchArgs& args) const;
+
+  // This index's lists cut down to the list ids l with rows.Test(l -
+  // first) (filtered_lists.h), for SearchArgs::allowed_lists; null where
+  // the index's scan cannot use them (a FAISS IVF-PQ file).
+  virtual std::unique_ptr<const FilteredLists> FilterLists(
+      const RowBitmap& rows, int64_t first) const {
+    return nullptr;
+  }
 
   // Every id the index holds, ascending (ntotal int64s on the heap).
   std::vector<int64_t> SortedIds() const;

@@ -15,6 +15,7 @@ FilterCache::Lookup FilterCache::Find(absl::string_view key) {
     lru_.splice(lru_.begin(), lru_, it->second);
     found.rows = it->second->rows;
     found.matched = it->second->matched;
+    found.lists = it->second->lists;
     return found;
   }
   ++stats_.misses;
@@ -33,15 +34,22 @@ void FilterCache::RememberMiss(uint64_t hash) {
   }
 }
 
-FilterCache::Inserted FilterCache::Insert(std::string key, RowBitmap rows) {
-  const int64_t bytes = Bytes(key, rows);
+FilterCache::Inserted FilterCache::Insert(
+    std::string key, RowBitmap rows,
+    std::unique_ptr<const FilteredLists> lists) {
+  const int64_t bytes = Bytes(key, rows, lists.get());
   const int64_t matched = rows.Count();
   auto shared = std::make_shared<const RowBitmap>(std::move(rows));
-  if (bytes > max_bytes_) return Inserted{std::move(shared), matched, false};
+  std::shared_ptr<const FilteredLists> shared_lists = std::move(lists);
+  if (bytes > max_bytes_) {
+    return Inserted{std::move(shared), matched, std::move(shared_lists),
+                    false};
+  }
   absl::MutexLock lock(&mu_);
   const auto it = index_.find(key);
   if (it != index_.end()) {
-    return Inserted{it->second->rows, it->second->matched, true};
+    return Inserted{it->second->rows, it->second->matched, it->second->lists,
+                    true};
   }
   while (!lru_.empty() && stats_.bytes + bytes > max_bytes_) {
     Entry& oldest = lru_.back();
@@ -51,12 +59,12 @@ FilterCache::Inserted FilterCache::Insert(std::string key, RowBitmap rows) {
     index_.erase(oldest.key);
     lru_.pop_back();
   }
-  lru_.push_front(Entry{std::move(key), shared, matched, bytes});
+  lru_.push_front(Entry{std::move(key), shared, matched, shared_lists, bytes});
   index_.emplace(lru_.front().key, lru_.begin());
   stats_.bytes += bytes;
   ++stats_.entries;
   ++stats_.insertions;
-  return Inserted{std::move(shared), matched, true};
+  return Inserted{std::move(shared), matched, std::move(shared_lists), true};
 }
 
 FilterCache::Stats FilterCache::stats() const {

@@ -13,7 +13,12 @@
 // kSeenKeys distinct filters missed (Find's seen_before), so a filter sent
 // once costs nothing more than before.
 //
-// Bounded: entries (bitmap + key bytes) are evicted least recently used
+// A kept filter admitting few rows may come with its FastScan lists cut
+// down to those rows (faiss/filtered_lists.h; the caller builds them,
+// IndexSnapshot::FilterLists): the IVF scan then reads only the matching
+// codes.
+//
+// Bounded: entries (bitmap + lists + key bytes) are evicted least recently used
 // first so that their sum stays <= max_bytes, the bound the memory model
 // counts with the index's heap (IndexInfo::filter_cache_bytes); a bitmap
 // larger than max_bytes is not kept. The missed keys' hashes (at most
@@ -39,6 +44,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "knnd/base/row_bitmap.h"
+#include "knnd/faiss/filtered_lists.h"
 
 namespace knnd {
 
@@ -51,6 +57,8 @@ class FilterCache {
     // The kept bitmap and its count of rows set; null on a miss.
     std::shared_ptr<const RowBitmap> rows;
     int64_t matched = 0;
+    // Its lists, when kept with it; else null.
+    std::shared_ptr<const FilteredLists> lists;
     // On a miss: whether this key missed before, among the last kSeenKeys
     // distinct keys that missed.
     bool seen_before = false;
@@ -62,7 +70,7 @@ class FilterCache {
     int64_t insertions = 0;
     int64_t evictions = 0;
     int64_t entries = 0;
-    int64_t bytes = 0;  // bitmaps and keys kept now
+    int64_t bytes = 0;  // bitmaps, lists and keys kept now
   };
 
   explicit FilterCache(int64_t max_bytes) : max_bytes_(max_bytes) {}
@@ -78,19 +86,24 @@ class FilterCache {
   struct Inserted {
     std::shared_ptr<const RowBitmap> rows;
     int64_t matched = 0;  // rows->Count()
+    std::shared_ptr<const FilteredLists> lists;
     bool kept = false;  // false: larger than max_bytes, handed back only
   };
-  // Keeps `rows` for `key` (evicting the least recently used entries it
-  // needs room from) and returns the bitmap to use: the one another thread
-  // kept first for the same key, or `rows` itself, shared, and kept only
-  // when it fits (Bytes(key, rows) <= max_bytes).
-  Inserted Insert(std::string key, RowBitmap rows);
+  // Keeps `rows` (and `lists`, when not null: rows' lists) for `key`
+  // (evicting the least recently used entries it needs room from) and
+  // returns the bitmap and lists to use: those another thread kept first
+  // for the same key, or these, shared, and kept only when they fit
+  // (Bytes(key, rows, lists) <= max_bytes).
+  Inserted Insert(std::string key, RowBitmap rows,
+                  std::unique_ptr<const FilteredLists> lists = nullptr);
 
   Stats stats() const;
 
   // What an entry counts against max_bytes.
-  static int64_t Bytes(absl::string_view key, const RowBitmap& rows) {
-    return rows.bytes() + static_cast<int64_t>(key.size());
+  static int64_t Bytes(absl::string_view key, const RowBitmap& rows,
+                       const FilteredLists* lists = nullptr) {
+    return rows.bytes() + static_cast<int64_t>(key.size()) +
+           (lists != nullptr ? lists->bytes() : 0);
   }
 
  private:
@@ -98,6 +111,7 @@ class FilterCache {
     std::string key;
     std::shared_ptr<const RowBitmap> rows;
     int64_t matched = 0;
+    std::shared_ptr<const FilteredLists> lists;
     int64_t bytes = 0;
   };
   using Lru = std::list<Entry>;  // most recently used first

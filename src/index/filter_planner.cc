@@ -20,7 +20,15 @@ double CodeCost(const IndexFacts& facts) {
 }  // namespace
 
 const char* FilterPlanName(FilterPlan plan) {
-  return plan == FilterPlan::kExact ? "exact" : "ivf";
+  switch (plan) {
+    case FilterPlan::kExact:
+      return "exact";
+    case FilterPlan::kIvf:
+      return "ivf";
+    case FilterPlan::kFlat:
+      return "flat";
+  }
+  return "?";
 }
 
 int StartingNprobe(const IndexFacts& facts, const FilterPlanInput& input) {
@@ -44,15 +52,36 @@ int StartingNprobe(const IndexFacts& facts, const FilterPlanInput& input) {
 
 FilterPlan ChooseFilterPlan(const IndexFacts& facts,
                             const FilterPlanInput& input) {
-  if (!input.has_vectors) return FilterPlan::kIvf;
   const double dim = facts.dim;
-  const double exact = static_cast<double>(input.matched_rows) * dim;
+  const double matched = static_cast<double>(input.matched_rows);
   const double nlist = std::max<double>(static_cast<double>(facts.nlist), 1);
-  const double scanned = StartingNprobe(facts, input) *
-                         static_cast<double>(facts.ntotal) / nlist;
-  const double ivf = nlist * facts.ivf_dim + scanned * CodeCost(facts) +
-                     input.candidates * dim;
-  return exact <= ivf ? FilterPlan::kExact : FilterPlan::kIvf;
+  const double probes = StartingNprobe(facts, input);
+  const double scanned =
+      probes *
+      (input.filtered_lists ? matched : static_cast<double>(facts.ntotal)) /
+      nlist;
+  // Look-up tables of 2^nbits entries per sub-quantizer: the query's
+  // (distances to every sub-centroid, then quantized), and where codes are
+  // residuals of an L2 index one more per probed list (the precomputed
+  // table's, added and quantized).
+  const double ksub = 1 << std::min(std::max(facts.pq_nbits, 1), 8);
+  const double table = ksub * (facts.ivf_dim + facts.pq_m);
+  const bool per_list = facts.by_residual && facts.metric == Metric::kL2;
+  const double rerank = input.has_vectors ? input.candidates * dim : 0;
+  const double ivf = nlist * facts.ivf_dim + table +
+                     (per_list ? probes * 2 * ksub * facts.pq_m : 0) +
+                     scanned * CodeCost(facts) + rerank;
+  FilterPlan plan = FilterPlan::kIvf;
+  double cost = ivf;
+  if (input.filtered_lists && facts.fastscan && !facts.by_residual) {
+    const double flat = table + matched * CodeCost(facts) + rerank;
+    if (flat < cost) {
+      plan = FilterPlan::kFlat;
+      cost = flat;
+    }
+  }
+  if (input.has_vectors && matched * dim <= cost) plan = FilterPlan::kExact;
+  return plan;
 }
 
 absl::Status SearchIvfWidening(const ServingIndex& index, const SearchArgs& call,

@@ -1,5 +1,5 @@
 // The planner of filtered searches (SearchArgs::allowed_rows or
-// allowed_range): per request it chooses between two plans by their
+// allowed_range): per request it chooses among three plans by their
 // estimated cost, and runs the IVF plan so that a query gets k matches
 // whenever k rows match.
 //
@@ -7,14 +7,23 @@
 //          recall 1.0, cost ~ matched_rows * dim. Chosen when it costs no
 //          more than the IVF plan (few rows match), and only with the
 //          vectors file.
-//   ivf    the IVF scan with the rows as its filter (faiss/id_filter.h),
+//   ivf    the IVF scan with the rows as its filter (faiss/id_filter.h), or
+//          of the filter's own lists (faiss/filtered_lists.h) when the
+//          snapshot keeps them,
 //          starting at nprobe / sqrt(selectivity) (a query's closest
 //          matches lie farther out than its closest rows), or more where
 //          the probed lists would hold, on average, fewer matches than the
 //          query needs, and
 //          doubling it for each query that found fewer, up to nlist (where
 //          every matching row is seen). Cost ~ nlist * dim (coarse search)
-//          + scanned codes * their cost + re-ranking.
+//          + the probed lists' look-up tables + scanned codes (every code of
+//          a probed list, or only its matches with the filter's lists) *
+//          their cost + re-ranking.
+//   flat   with the filter's lists, where codes are not residuals (one
+//          look-up table per query, knnd's default recipe): every matching
+//          row's code, without the coarse search, then re-ranking; every
+//          match is seen. Cost ~ the query's table + matched_rows * code
+//          cost + re-ranking.
 //
 // Thread-safety: pure functions; the index and vectors are only read.
 #ifndef KNND_INDEX_FILTER_PLANNER_H_
@@ -31,8 +40,8 @@
 
 namespace knnd {
 
-enum class FilterPlan { kExact, kIvf };
-const char* FilterPlanName(FilterPlan plan);  // "exact" or "ivf"
+enum class FilterPlan { kExact, kIvf, kFlat };
+const char* FilterPlanName(FilterPlan plan);  // "exact", "ivf" or "flat"
 
 // What a filtered search of one request looks like to the planner.
 struct FilterPlanInput {
@@ -42,6 +51,9 @@ struct FilterPlanInput {
   // candidates with re-ranking.
   int candidates = 1;
   bool has_vectors = false;
+  // The search carries the filter's lists (SearchArgs::allowed_lists): the
+  // IVF scan reads only the matching codes of a list.
+  bool filtered_lists = false;
 };
 
 // The input for a search of `k` results per query, re-ranked from k *

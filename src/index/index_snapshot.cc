@@ -346,20 +346,40 @@ absl::StatusOr<std::optional<ColumnRange>> IndexSnapshot::CompileColumnRange(
   return knnd::CompileColumnRange(filter, attributes_.get(), limits);
 }
 
+bool IndexSnapshot::KeepsFilterLists(int64_t matched) const {
+  return filter_cache_ != nullptr && info_.fastscan &&
+         matched * kFilteredListsRatio <= info_.ntotal &&
+         FilteredLists::Bytes(info_.nlist,
+                              static_cast<size_t>(2 * info_.code_size_bytes),
+                              matched) <= filter_cache_->max_bytes() / 2;
+}
+
+std::unique_ptr<const FilteredLists> IndexSnapshot::FilterLists(
+    const RowBitmap& rows, int64_t matched) const {
+  if (!KeepsFilterLists(matched)) return nullptr;
+  return faiss_->FilterLists(rows, info_.shard_first_id);
+}
+
 FilterPlan IndexSnapshot::PlanFilter(int64_t matched_rows,
                                      const SearchArgs& args) const {
-  return ChooseFilterPlan(
-      info_, PlanInputFor(matched_rows, args.nprobe, args.k, args.refine_factor,
-                          vectors_ != nullptr));
+  FilterPlanInput input =
+      PlanInputFor(matched_rows, args.nprobe, args.k, args.refine_factor,
+                   vectors_ != nullptr);
+  input.filtered_lists = args.allowed_lists != nullptr;
+  return ChooseFilterPlan(info_, input);
 }
 
 absl::Status IndexSnapshot::SearchIndex(const SearchArgs& call,
                                         int candidates) const {
-  if (!FiltersRows(call)) return faiss_->Search(call);
+  // Unfiltered, or the flat plan: every match is seen in one call.
+  if (!FiltersRows(call) || call.allowed_lists_flat) {
+    return faiss_->Search(call);
+  }
   FilterPlanInput input;
   input.matched_rows = MatchedRows(call);
   input.nprobe = call.nprobe;
   input.candidates = candidates;
+  input.filtered_lists = call.allowed_lists != nullptr;
   return SearchIvfWidening(
       *faiss_, call, StartingNprobe(info_, input),
       std::min<int64_t>(candidates, input.matched_rows));
@@ -407,7 +427,9 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
       }
       return absl::OkStatus();
     }
-    if (PlanFilter(matched, args) == FilterPlan::kExact) {
+    const FilterPlan plan = PlanFilter(matched, args);
+    if (plan == FilterPlan::kFlat) call.allowed_lists_flat = true;
+    if (plan == FilterPlan::kExact) {
       // Every matching row at its exact distance; with return_candidates
       // the best ResultWidth() of them, their estimates exact too.
       const absl::Time start = absl::Now();

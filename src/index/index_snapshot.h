@@ -41,6 +41,7 @@
 #include "absl/types/span.h"
 #include "knnd/base/metric.h"
 #include "knnd/base/row_bitmap.h"
+#include "knnd/faiss/filtered_lists.h"
 #include "knnd/faiss/serving_index.h"
 #include "knnd/index/attribute_filter.h"
 #include "knnd/index/filter_cache.h"
@@ -210,6 +211,19 @@ class IndexSnapshot {
   // The range borrows this snapshot's attribute store.
   absl::StatusOr<std::optional<ColumnRange>> CompileColumnRange(
       const knnd::v1::Filter& filter, const FilterLimits& limits) const;
+
+  // The lists of this index cut down to `rows` (a compiled filter
+  // admitting `matched` rows), for the filter cache to keep with it and
+  // searches to pass as SearchArgs::allowed_lists: null where they would
+  // not pay, i.e. the filter admits more than one row in
+  // kFilteredListsRatio (its scan would read most of each block anyway),
+  // they could take more than half the cache, or the index's scan cannot
+  // use them (a FAISS IVF-PQ file).
+  static constexpr int64_t kFilteredListsRatio = 4;
+  std::unique_ptr<const FilteredLists> FilterLists(const RowBitmap& rows,
+                                                   int64_t matched) const;
+  // Whether FilterLists() builds lists for a filter of `matched` rows.
+  bool KeepsFilterLists(int64_t matched) const;
 
   // The plan Search() follows for a request of these arguments with
   // allowed_rows (or allowed_range) holding `matched_rows` rows

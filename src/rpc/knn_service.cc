@@ -187,6 +187,7 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   job->query_storage = std::move(parsed.aligned_copy);
   job->allowed_ids_storage = std::move(parsed.allowed_ids);
   job->filter_rows_storage = std::move(parsed.filter_rows);
+  job->filter_lists_storage = std::move(parsed.filter_lists);
   job->filter_range_storage = parsed.filter_range;
   SearchArgs& args = job->args;
   args.queries = job->query_storage.empty() ? parsed.queries
@@ -200,6 +201,7 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   if (job->filter_rows_storage != nullptr) {
     args.allowed_rows = job->filter_rows_storage.get();
     args.allowed_rows_count = parsed.filter_matched_rows;
+    args.allowed_lists = job->filter_lists_storage.get();
   }
   if (job->filter_range_storage.has_value()) {
     args.allowed_range = &*job->filter_range_storage;
@@ -221,11 +223,17 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   if (FiltersRows(args)) {
     response->set_filter_matched_rows(
         static_cast<uint64_t>(parsed.filter_matched_rows));
-    response->set_filter_plan(
-        pinned.snapshot->PlanFilter(parsed.filter_matched_rows, args) ==
-                FilterPlan::kExact
-            ? knnd::v1::FILTER_PLAN_EXACT
-            : knnd::v1::FILTER_PLAN_IVF);
+    switch (pinned.snapshot->PlanFilter(parsed.filter_matched_rows, args)) {
+      case FilterPlan::kExact:
+        response->set_filter_plan(knnd::v1::FILTER_PLAN_EXACT);
+        break;
+      case FilterPlan::kIvf:
+        response->set_filter_plan(knnd::v1::FILTER_PLAN_IVF);
+        break;
+      case FilterPlan::kFlat:
+        response->set_filter_plan(knnd::v1::FILTER_PLAN_FLAT);
+        break;
+    }
   }
   const ResultBuffers out =
       ResizeResults(results, args.return_candidates,

@@ -79,7 +79,9 @@ bool Batcher::SameKey(const Running& a, const Running& b) {
          x.return_candidates == y.return_candidates &&
          a.filter_hash == b.filter_hash &&
          a.job->allowed_ids_storage == b.job->allowed_ids_storage &&
-         x.allowed_rows == y.allowed_rows && x.allowed_range == y.allowed_range;
+         x.allowed_rows == y.allowed_rows &&
+         x.allowed_lists == y.allowed_lists &&
+         x.allowed_range == y.allowed_range;
 }
 
 void Batcher::Submit(std::unique_ptr<SearchJob> job) {

@@ -69,6 +69,8 @@ struct SearchJob {
   // snapshot's filter cache when it keeps them) when set, or owns
   // args.allowed_range (one numeric condition's bounds).
   std::shared_ptr<const RowBitmap> filter_rows_storage;
+  // Holds args.allowed_lists (the filter cache's lists of those rows).
+  std::shared_ptr<const FilteredLists> filter_lists_storage;
   std::optional<ColumnRange> filter_range_storage;
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> is_cancelled;  // optional

@@ -155,9 +155,11 @@ void UseBounds(const ColumnRange& range, ParsedSearch& parsed) {
 }
 
 void UseRows(std::shared_ptr<const RowBitmap> rows, int64_t matched,
-             bool cached, ParsedSearch& parsed) {
+             std::shared_ptr<const FilteredLists> lists, bool cached,
+             ParsedSearch& parsed) {
   parsed.filter_matched_rows = matched;
   parsed.filter_rows = std::move(rows);
+  parsed.filter_lists = std::move(lists);
   parsed.filter_cached = cached;
   parsed.allowed_ids.clear();
 }
@@ -169,33 +171,41 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
                          const SearchLimits& limits, ParsedSearch& parsed) {
   if (!request.has_filter()) return absl::OkStatus();
   const IndexInfo& index = snapshot.info();
+  FilterCache* const cache =
+      parsed.allowed_ids.empty() ? snapshot.filter_cache() : nullptr;
   std::optional<ColumnRange> range;
+  bool exact_plan = false;
   if (parsed.allowed_ids.empty()) {
     // One numeric condition may need no bitmap: two binary searches count
     // its rows, and the search tests only the candidates it looks at. The
-    // exact plan lists its few matches from the column's sorted rows.
+    // exact plan lists its few matches from the column's sorted rows;
+    // where the snapshot would keep the filter with its lists (flat plan,
+    // cheaper still), it is kept on its second sighting.
     absl::StatusOr<std::optional<ColumnRange>> compiled =
         snapshot.CompileColumnRange(request.filter(), limits.filter);
     if (!compiled.ok()) return compiled.status();
     range = std::move(*compiled);
-    if (range.has_value() &&
+    exact_plan =
+        range.has_value() &&
         ChooseFilterPlan(index, PlanInput(index, parsed, range->matched)) ==
-            FilterPlan::kExact) {
+            FilterPlan::kExact;
+    if (exact_plan &&
+        (cache == nullptr || !snapshot.KeepsFilterLists(range->matched))) {
       UseBounds(*range, parsed);
       return absl::OkStatus();
     }
   }
-  FilterCache* const cache =
-      parsed.allowed_ids.empty() ? snapshot.filter_cache() : nullptr;
   std::string key;
-  bool keep_bounds = range.has_value() &&
-                     BoundsCheaperThanCompiling(index, parsed, range->matched);
+  bool keep_bounds =
+      range.has_value() &&
+      (exact_plan || BoundsCheaperThanCompiling(index, parsed, range->matched));
   if (cache != nullptr) {
     key = request.filter().SerializeAsString();
     FilterCache::Lookup found = cache->Find(key);
     if (found.rows != nullptr) {
       parsed.filter_cache = ParsedSearch::FilterCacheUse::kHit;
-      UseRows(std::move(found.rows), found.matched, /*cached=*/true, parsed);
+      UseRows(std::move(found.rows), found.matched, std::move(found.lists),
+              /*cached=*/true, parsed);
       return absl::OkStatus();
     }
     parsed.filter_cache = ParsedSearch::FilterCacheUse::kMiss;
@@ -210,13 +220,18 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
       snapshot.CompileFilter(request.filter(), parsed.allowed_ids, limits.filter);
   if (!rows.ok()) return rows.status();
   if (cache != nullptr) {
+    // A filter admitting few rows is kept with its lists cut down to them.
+    std::unique_ptr<const FilteredLists> lists =
+        snapshot.FilterLists(*rows, rows->Count());
     FilterCache::Inserted inserted =
-        cache->Insert(std::move(key), std::move(*rows));
-    UseRows(std::move(inserted.rows), inserted.matched, inserted.kept, parsed);
+        cache->Insert(std::move(key), std::move(*rows), std::move(lists));
+    UseRows(std::move(inserted.rows), inserted.matched,
+            inserted.kept ? std::move(inserted.lists) : nullptr,
+            inserted.kept, parsed);
   } else {
     const int64_t matched = rows->Count();
     UseRows(std::make_shared<const RowBitmap>(std::move(*rows)), matched,
-            /*cached=*/false, parsed);
+            nullptr, /*cached=*/false, parsed);
   }
   return absl::OkStatus();
 }

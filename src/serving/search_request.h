@@ -37,6 +37,9 @@ struct ParsedSearch {
   // filter_range instead: its bounds, tested per row by the search
   // (base/column_range.h).
   std::shared_ptr<const RowBitmap> filter_rows;
+  // filter_rows's lists, when the filter cache keeps them with it
+  // (IndexSnapshot::FilterLists); else null.
+  std::shared_ptr<const FilteredLists> filter_lists;
   std::optional<ColumnRange> filter_range;
   int64_t filter_matched_rows = 0;  // rows the filter admits
   // How the filter cache took part: kNone (no lookup: no filter, an
@@ -62,9 +65,10 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
 // Without allowed_ids, the snapshot's filter cache (filter_cache.h) is
 // asked first and a hit's bitmap used as it is, except where one
 // condition's bounds serve the exact plan (which lists the matches from
-// the column's sorted rows); a compiled bitmap is kept, and a filter
-// searched through its bounds is compiled and kept the second time it
-// misses.
+// the column's sorted rows) and the snapshot would keep no lists for it
+// (IndexSnapshot::KeepsFilterLists); a compiled bitmap is kept (with its
+// lists where the snapshot makes them), and a filter searched through its
+// bounds is compiled and kept the second time it misses.
 absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
                          const IndexSnapshot& snapshot,
                          const SearchLimits& limits, ParsedSearch& parsed);

@@ -78,6 +78,72 @@ TEST(FastScanKernel, BlockDistancesMatchUnpackedCodes) {
   }
 }
 
+// Codes copied vector by vector into dense blocks at an offset (as
+// FilteredLists does, a list's rows starting anywhere in a block) give the
+// same distances there, and the scan of that row range keeps what the
+// bitmap-filtered scan of the whole list keeps.
+TEST(FastScanKernel, CopiedCodesScanLikeTheirFilteredList) {
+  for (size_t m : {size_t{7}, size_t{16}, size_t{64}}) {
+    const Packed p = MakePacked(m, 200, 11 + m);
+    RowBitmap rows(static_cast<int64_t>(p.n));
+    std::vector<size_t> picked;
+    for (size_t v = 0; v < p.n; v += 1 + v % 5) {
+      rows.Set(static_cast<int64_t>(v));
+      picked.push_back(v);
+    }
+    const size_t block_bytes = 16 * p.m2;
+    // Rows [kAt, kAt + picked) of the copy; the rows around them hold
+    // vector 0's code, which the range scan must never return.
+    constexpr size_t kAt = 13;
+    const size_t rows_end = kAt + picked.size();
+    std::vector<uint8_t> copied((rows_end + 40 + 31) / 32 * block_bytes);
+    std::vector<int64_t> copied_ids(rows_end + 40, -7);
+    for (size_t r = 0; r < rows_end + 40; ++r) {
+      const bool in = r >= kAt && r < rows_end;
+      const size_t v = in ? picked[r - kAt] : 0;
+      fastscan_kernel::CopyPackedCode(p.blocks.data() + (v / 32) * block_bytes,
+                                      v % 32,
+                                      copied.data() + (r / 32) * block_bytes,
+                                      r % 32, p.m2);
+      if (in) copied_ids[r] = static_cast<int64_t>(v);
+    }
+    for (size_t r0 = 0; r0 < rows_end; r0 += 32) {
+      uint16_t out[32];
+      fastscan_kernel::BlockDistancesScalar(
+          copied.data() + (r0 / 32) * block_bytes, p.m2, p.lut.data(), 5, out);
+      for (size_t r = std::max(r0, kAt); r < std::min(rows_end, r0 + 32);
+           ++r) {
+        ASSERT_EQ(out[r - r0], Direct(p, picked[r - kAt], 5))
+            << "m " << m << " row " << r << " of vector " << picked[r - kAt];
+      }
+    }
+    std::vector<int64_t> ids(p.n);
+    for (size_t i = 0; i < p.n; ++i) ids[i] = static_cast<int64_t>(i);
+    SearchArgs args;
+    args.allowed_rows = &rows;
+    args.allowed_rows_count = rows.Count();
+    const IdFilter filter(args);
+    using C = faiss::CMax<uint16_t, int64_t>;
+    for (size_t k : {size_t{1}, size_t{10}, size_t{300}}) {
+      std::vector<uint16_t> want_d(k), d(k);
+      std::vector<int64_t> want_l(k), l(k);
+      faiss::heap_heapify<C>(k, want_d.data(), want_l.data());
+      faiss::heap_heapify<C>(k, d.data(), l.data());
+      fastscan_kernel::ScanListFiltered<true>(p.blocks.data(), p.n, ids.data(),
+                                              p.m2, p.lut.data(), 5, filter, k,
+                                              want_d.data(), want_l.data());
+      fastscan_kernel::ScanRowsAdmitted<true>(copied.data(), kAt, rows_end,
+                                              copied_ids.data(), p.m2,
+                                              p.lut.data(), 5, k, d.data(),
+                                              l.data());
+      faiss::heap_reorder<C>(k, want_d.data(), want_l.data());
+      faiss::heap_reorder<C>(k, d.data(), l.data());
+      EXPECT_EQ(l, want_l) << "m " << m << " k " << k;
+      EXPECT_EQ(d, want_d) << "m " << m << " k " << k;
+    }
+  }
+}
+
 TEST(FastScanKernel, WrapsModulo65536LikeFaiss) {
   // 392 sub-quantizers of 255 overflow 16 bits; the sum wraps.
   Packed p = MakePacked(392, 32, 7);

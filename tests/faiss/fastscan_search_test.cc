@@ -273,6 +273,161 @@ TEST_P(FastScanSearchTest, AllowAllFilterEqualsUnfiltered) {
   }
 }
 
+// A filter's own lists (filtered_lists.h) hold exactly its rows, and a
+// search scanning them returns what the bitmap-filtered scan returns: the
+// same ids, in the same order, at the same distances, for any nprobe, k
+// and batch; a filter of no rows finds nothing.
+TEST_P(FastScanSearchTest, FilteredListsSearchLikeTheirBitmap) {
+  constexpr int64_t kFirst = 0;
+  for (int64_t every : {int64_t{3}, int64_t{37}, int64_t{400}, kBase + 1}) {
+    RowBitmap rows(kBase);
+    for (int64_t id = every / 2; id < kBase; id += every) rows.Set(id);
+    const std::unique_ptr<const FilteredLists> lists =
+        built_->mapped->FilterLists(rows, kFirst);
+    ASSERT_NE(lists, nullptr);
+    ASSERT_EQ(lists->nlist(), built_->nlist);
+    ASSERT_EQ(lists->rows(), rows.Count()) << "every " << every;
+    EXPECT_EQ(lists->bytes(),
+              FilteredLists::Bytes(
+                  built_->nlist,
+                  static_cast<size_t>(2 * built_->mapped->facts().code_size_bytes),
+                  rows.Count()))
+        << "every " << every;
+    int64_t next = 0;
+    for (int64_t list = 0; list < lists->nlist(); ++list) {
+      ASSERT_EQ(lists->begin(list), next);  // lists after each other
+      next += static_cast<int64_t>(lists->size(list));
+    }
+    ASSERT_EQ(next, lists->rows());
+    for (int64_t r = 0; r < lists->rows(); ++r) {
+      ASSERT_TRUE(rows.Test(lists->ids()[r] - kFirst));
+    }
+    for (int64_t nprobe : {int64_t{1}, int64_t{6}, built_->nlist}) {
+      for (int k : {1, 10, 50}) {
+        std::vector<float> want_d(kQueries * k), d(kQueries * k);
+        std::vector<int64_t> want_l(kQueries * k), l(kQueries * k);
+        SearchArgs p;
+        p.k = k;
+        p.nprobe = nprobe;
+        p.allowed_rows = &rows;
+        p.allowed_rows_first = kFirst;
+        p.allowed_rows_count = rows.Count();
+        SearchArgs with_lists = p;
+        with_lists.allowed_lists = lists.get();
+        // The same batches: a batch's tables may round differently.
+        for (int64_t batch : {int64_t{1}, int64_t{64}, kQueries}) {
+          for (int64_t q0 = 0; q0 < kQueries; q0 += batch) {
+            const int64_t n = std::min(batch, kQueries - q0);
+            ASSERT_TRUE(Search(queries_, q0, n, p, want_d, want_l).ok());
+            ASSERT_TRUE(Search(queries_, q0, n, with_lists, d, l).ok());
+          }
+          const std::string where =
+              "every " + std::to_string(every) + " nprobe " +
+              std::to_string(nprobe) + " k " + std::to_string(k) +
+              " batch " + std::to_string(batch);
+          ASSERT_EQ(l, want_l) << where;
+          for (size_t i = 0; i < l.size(); ++i) {
+            if (l[i] >= 0) {
+              ASSERT_EQ(d[i], want_d[i]) << where;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// With lists given, the scan reads them and not the bitmap's lists: lists
+// of a subset of the bitmap's rows (never what IndexSnapshot passes) give
+// only that subset's ids.
+TEST_P(FastScanSearchTest, TheScanReadsTheFilteredLists) {
+  RowBitmap rows(kBase), subset(kBase);
+  for (int64_t id = 0; id < kBase; id += 5) {
+    rows.Set(id);
+    if (id % 10 == 0) subset.Set(id);
+  }
+  const std::unique_ptr<const FilteredLists> lists =
+      built_->mapped->FilterLists(subset, 0);
+  const int k = 10;
+  std::vector<float> d(kQueries * k);
+  std::vector<int64_t> l(kQueries * k);
+  SearchArgs p;
+  p.k = k;
+  p.nprobe = 4;
+  p.allowed_rows = &rows;
+  p.allowed_rows_count = rows.Count();
+  p.allowed_lists = lists.get();
+  ASSERT_TRUE(Search(queries_, 0, kQueries, p, d, l).ok());
+  int64_t found = 0;
+  for (int64_t id : l) {
+    if (id < 0) continue;
+    ++found;
+    ASSERT_TRUE(subset.Test(id)) << id;
+  }
+  EXPECT_GT(found, kQueries * k / 2);
+}
+
+// The flat plan (codes that are not residuals): every row of the lists,
+// no coarse search: what the bitmap's scan of every list returns. Refused
+// where codes are residuals (a table per list).
+TEST_P(FastScanSearchTest, FlatPlanScansEveryFilteredRow) {
+  RowBitmap rows(kBase);
+  for (int64_t id = 4; id < kBase; id += 23) rows.Set(id);
+  const std::unique_ptr<const FilteredLists> lists =
+      built_->mapped->FilterLists(rows, 0);
+  const bool residual = built_->mapped->facts().by_residual;
+  for (int k : {1, 10, 50}) {
+    std::vector<float> want_d(kQueries * k), d(kQueries * k);
+    std::vector<int64_t> want_l(kQueries * k), l(kQueries * k);
+    SearchArgs p;
+    p.k = k;
+    p.nprobe = built_->nlist;
+    p.allowed_rows = &rows;
+    p.allowed_rows_count = rows.Count();
+    SearchArgs flat = p;
+    flat.nprobe = 1;  // unused
+    flat.allowed_lists = lists.get();
+    flat.allowed_lists_flat = true;
+    for (int64_t batch : {int64_t{1}, kQueries}) {
+      for (int64_t q0 = 0; q0 < kQueries; q0 += batch) {
+        const int64_t n = std::min(batch, kQueries - q0);
+        ASSERT_TRUE(Search(queries_, q0, n, p, want_d, want_l).ok());
+        const absl::Status s = Search(queries_, q0, n, flat, d, l);
+        if (residual) {
+          ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+          return;
+        }
+        ASSERT_TRUE(s.ok()) << s;
+      }
+      const std::string where =
+          "k " + std::to_string(k) + " batch " + std::to_string(batch);
+      ASSERT_EQ(l, want_l) << where;
+      for (size_t i = 0; i < l.size(); ++i) {
+        if (l[i] >= 0) {
+          ExpectNear(d[i], want_d[i], where);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(FastScanSearchTest, FilteredListsOfAnotherIndexAreRefused) {
+  RowBitmap rows(kBase);
+  rows.Set(1);
+  const std::unique_ptr<const FilteredLists> lists =
+      built_->mapped->FilterLists(rows, 0);
+  std::vector<float> d(10);
+  std::vector<int64_t> l(10);
+  SearchArgs p;
+  p.k = 10;
+  p.nprobe = 2;
+  p.allowed_lists = lists.get();  // without allowed_rows
+  const absl::Status no_rows = Search(queries_, 0, 1, p, d, l);
+  EXPECT_EQ(no_rows.code(), absl::StatusCode::kInvalidArgument) << no_rows;
+  EXPECT_NE(no_rows.message().find("without rows"), absl::string_view::npos)
+      << no_rows;
+}
+
 // An allow-list of ids the index does not hold (as IndexSnapshot passes
 // for own ids none of which it holds) finds nothing.
 TEST_P(FastScanSearchTest, FilterOfAbsentIdsFindsNothing) {

@@ -83,13 +83,20 @@ std::vector<int64_t> ExactAmong(const std::vector<float>& base,
   return out;
 }
 
-TEST(FilterPlanner, ChoosesExactForFewRowsAndOnlyWithVectors) {
+// A FastScan index of 1M rows of 128 dims, M 64, in `nlist` lists.
+IndexFacts OneMillionRows(int64_t nlist) {
   IndexFacts facts;
   facts.dim = facts.ivf_dim = 128;
   facts.ntotal = 1000000;
-  facts.nlist = 4096;
+  facts.nlist = nlist;
   facts.pq_m = 64;
+  facts.pq_nbits = 4;
   facts.fastscan = true;
+  return facts;
+}
+
+TEST(FilterPlanner, ChoosesExactForFewRowsAndOnlyWithVectors) {
+  const IndexFacts facts = OneMillionRows(4096);
   FilterPlanInput input;
   input.nprobe = 16;
   input.candidates = 40;
@@ -109,6 +116,34 @@ TEST(FilterPlanner, ChoosesExactForFewRowsAndOnlyWithVectors) {
   EXPECT_EQ(StartingNprobe(facts, input), 4096);
   input.has_vectors = false;
   EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kIvf);
+}
+
+// A filter's own lists make the IVF plan read only its matching codes:
+// where the whole lists' codes made it dearer than the exact plan, their
+// matches alone can make it cheaper (1M rows, 1,024 lists, 2,000 matches:
+// 45 lists' look-up tables and 88 codes against 2,000 rows' distances).
+TEST(FilterPlanner, FilteredListsMakeTheIvfPlanCheaper) {
+  IndexFacts facts = OneMillionRows(1024);
+  facts.by_residual = true;
+  FilterPlanInput input = PlanInputFor(2000, 2, 10, 6, true);
+  EXPECT_EQ(StartingNprobe(facts, input), 45);  // 2 / sqrt(0.002)
+  EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kExact);
+  input.filtered_lists = true;
+  EXPECT_EQ(StartingNprobe(facts, input), 45);  // the same lists
+  EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kIvf);
+  input.matched_rows = 200;  // few enough for the exact plan still
+  EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kExact);
+  // Codes that are not residuals (knnd's default recipe): one table per
+  // query, so every match's code without the coarse search beats both.
+  facts.by_residual = false;
+  EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kFlat);
+  input.matched_rows = 2000;
+  EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kFlat);
+  input.matched_rows = 200000;  // 20%: the IVF scan of the matches
+  EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kIvf);
+  input.filtered_lists = false;  // the flat plan needs the lists
+  input.matched_rows = 2000;
+  EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kExact);
 }
 
 TEST(FilterPlanner, ExactPlanReturnsTheTrueNeighboursAmongMatches) {
@@ -341,12 +376,17 @@ TEST(FilterPlanner, RepeatedFiltersAreServedFromTheSnapshotsCache) {
   EXPECT_EQ(found.filter_cache, Use::kHit);
   EXPECT_EQ(found.filter_rows, compiled.filter_rows);
 
-  // The exact plan (0.2% of 4,000 rows) keeps the bounds, asking nothing.
-  for (int i = 0; i < 3; ++i) {
-    const ParsedSearch exact = parse(*snapshot, UBelow(0.002), 1);
-    EXPECT_EQ(exact.filter_cache, Use::kNone);
-    EXPECT_TRUE(exact.filter_range.has_value());
-  }
+  // The exact plan (0.2% of 4,000 rows) keeps the bounds the first time,
+  // and, since the snapshot keeps lists for so few rows (for the flat
+  // plan), is compiled and kept the second time.
+  const ParsedSearch exact = parse(*snapshot, UBelow(0.002), 1);
+  EXPECT_EQ(exact.filter_cache, Use::kMiss);
+  EXPECT_TRUE(exact.filter_range.has_value());
+  const ParsedSearch exact_kept = parse(*snapshot, UBelow(0.002), 1);
+  EXPECT_EQ(exact_kept.filter_cache, Use::kMiss);
+  EXPECT_TRUE(exact_kept.filter_cached);
+  EXPECT_NE(exact_kept.filter_lists, nullptr);
+  EXPECT_EQ(parse(*snapshot, UBelow(0.002), 1).filter_cache, Use::kHit);
   // An allow-list folded into the bitmap: nothing asked, nothing kept.
   const ParsedSearch listed = parse(*snapshot, both, 1, {1, 2, 3, 500});
   EXPECT_EQ(listed.filter_cache, Use::kNone);
@@ -354,9 +394,9 @@ TEST(FilterPlanner, RepeatedFiltersAreServedFromTheSnapshotsCache) {
   EXPECT_FALSE(listed.filter_cached);
   EXPECT_NE(listed.filter_rows, compiled.filter_rows);
   const FilterCache::Stats stats = snapshot->filter_cache()->stats();
-  EXPECT_EQ(stats.entries, 2);
-  EXPECT_EQ(stats.hits, 2);
-  EXPECT_EQ(stats.misses, 3);
+  EXPECT_EQ(stats.entries, 3);
+  EXPECT_EQ(stats.hits, 3);
+  EXPECT_EQ(stats.misses, 5);
 
   // Without a cache: compiled per request, as before.
   const ParsedSearch plain = parse(*uncached, both, 1);
@@ -365,6 +405,125 @@ TEST(FilterPlanner, RepeatedFiltersAreServedFromTheSnapshotsCache) {
   EXPECT_EQ(*plain.filter_rows, *compiled.filter_rows);
   EXPECT_TRUE(parse(*uncached, half, 1).filter_range.has_value());
   EXPECT_TRUE(parse(*uncached, half, 1).filter_range.has_value());
+}
+
+// A kept filter admitting few rows of a FastScan index comes with its own
+// lists (one in kFilteredListsRatio rows at most, counted in the cache's
+// bytes); a search carrying them answers what the bitmap's search answers:
+// with codes that are not residuals (this recipe) by the flat plan, every
+// match's code, as the bitmap's scan of every list. A dense filter, or an
+// 8-bit IVF-PQ index, keeps none.
+TEST(FilterPlanner, SparseKeptFiltersKeepTheirLists) {
+  TempDir tmp;
+  Build(tmp.path("fs.index"), "IVF32,PQ16x4fs");
+  Build(tmp.path("pq.index"), "IVF32,PQ8");
+  LoadOptions options;
+  options.probe_in_subprocess = false;
+  options.filter_cache_bytes = 1 << 20;
+  std::unique_ptr<IndexSnapshot> fastscan =
+      LoadSnapshot(tmp.path("fs.index"), options);
+  std::unique_ptr<IndexSnapshot> ivfpq =
+      LoadSnapshot(tmp.path("pq.index"), options);
+  LoadOptions without_vectors = options;
+  without_vectors.vectors = VectorsPolicy::kIgnore;
+  std::unique_ptr<IndexSnapshot> codes_only =
+      LoadSnapshot(tmp.path("fs.index"), without_vectors);
+  ASSERT_NE(fastscan, nullptr);
+  ASSERT_NE(ivfpq, nullptr);
+  ASSERT_NE(codes_only, nullptr);
+  auto parse = [&](const IndexSnapshot& s, const knnd::v1::Filter& filter) {
+    knnd::v1::SearchRequest request;
+    *request.mutable_filter() = filter;
+    ParsedSearch parsed;
+    parsed.num_queries = 1;
+    parsed.k = kK;
+    parsed.nprobe = 2;
+    EXPECT_TRUE(ParseFilter(request, s, SearchLimits{}, parsed).ok());
+    return parsed;
+  };
+  const std::vector<float> queries = MakeData(30, kDim, 78);
+  for (const double fraction : {0.05, 0.2}) {
+    parse(*fastscan, UBelow(fraction));  // bounds or kept: seen once
+    const ParsedSearch kept = parse(*fastscan, UBelow(fraction));
+    ASSERT_NE(kept.filter_rows, nullptr) << fraction;
+    ASSERT_TRUE(kept.filter_cached) << fraction;
+    ASSERT_NE(kept.filter_lists, nullptr) << fraction;
+    EXPECT_EQ(kept.filter_lists->rows(), kept.filter_matched_rows);
+    const ParsedSearch hit = parse(*fastscan, UBelow(fraction));
+    EXPECT_EQ(hit.filter_cache, ParsedSearch::FilterCacheUse::kHit);
+    EXPECT_EQ(hit.filter_lists, kept.filter_lists);
+    SearchArgs plan_args;
+    plan_args.k = kK;
+    plan_args.nprobe = 2;
+    plan_args.allowed_lists = hit.filter_lists.get();
+    ASSERT_FALSE(fastscan->info().by_residual);
+    EXPECT_EQ(fastscan->PlanFilter(hit.filter_matched_rows, plan_args),
+              FilterPlan::kFlat);
+    for (int refine : {0, 4}) {
+      SearchResults with_lists;
+      with_lists.ids.resize(queries.size() / kDim * kK);
+      with_lists.distances.resize(with_lists.ids.size());
+      SearchArgs args;
+      args.queries = queries.data();
+      args.num_queries = static_cast<int64_t>(queries.size()) / kDim;
+      args.k = kK;
+      args.nprobe = 2;
+      args.refine_factor = refine;
+      args.allowed_rows = hit.filter_rows.get();
+      args.allowed_rows_count = hit.filter_matched_rows;
+      args.allowed_lists = hit.filter_lists.get();
+      args.distances = with_lists.distances.data();
+      args.ids = with_lists.ids.data();
+      ASSERT_TRUE(fastscan->Search(args).ok());
+      if (refine == 0) {
+        // The IVF scan of every list through the bitmap (no vectors: no
+        // exact plan) sees every match's code too: the same answers.
+        const SearchResults bitmap =
+            SearchSnapshot(*codes_only, queries, kK, fastscan->info().nlist,
+                           0, {}, hit.filter_rows.get());
+        EXPECT_EQ(with_lists.ids, bitmap.ids) << fraction;
+        EXPECT_EQ(with_lists.distances, bitmap.distances) << fraction;
+        continue;
+      }
+      // Re-ranked: the exact plan's true neighbours, nearly all.
+      const SearchResults exact = SearchSnapshot(
+          *fastscan, queries, kK, 2, refine, {}, hit.filter_rows.get());
+      const std::set<int64_t> admitted_ids = [&] {
+        const std::vector<int64_t> r = hit.filter_rows->Rows();
+        return std::set<int64_t>(r.begin(), r.end());
+      }();
+      int64_t same = 0;
+      for (size_t q = 0; q < exact.ids.size() / kK; ++q) {
+        const std::set<int64_t> want(exact.ids.begin() + q * kK,
+                                     exact.ids.begin() + (q + 1) * kK);
+        for (int j = 0; j < kK; ++j) {
+          const int64_t id = with_lists.ids[q * kK + j];
+          ASSERT_EQ(admitted_ids.count(id), 1u) << id;
+          same += static_cast<int64_t>(want.count(id));
+        }
+      }
+      EXPECT_GE(same, static_cast<int64_t>(exact.ids.size()) * 9 / 10)
+          << fraction;
+    }
+  }
+  const FilterCache::Stats stats = fastscan->filter_cache()->stats();
+  EXPECT_EQ(stats.entries, 2);
+  const int64_t bitmaps = 2 * (RowBitmap(kRows).bytes());
+  EXPECT_GT(stats.bytes, bitmaps + 1000);  // the lists are counted too
+
+  // 50% of the rows (compiled on its second miss): no lists.
+  parse(*fastscan, UBelow(0.5));
+  const ParsedSearch dense = parse(*fastscan, UBelow(0.5));
+  ASSERT_TRUE(dense.filter_cached);
+  EXPECT_EQ(dense.filter_lists, nullptr);
+  // 8-bit IVF-PQ: FAISS's scan cannot use lists. (Two conditions:
+  // compiled and kept at once.)
+  knnd::v1::Filter both;
+  *both.mutable_all_of()->add_filters() = UBelow(0.05);
+  *both.mutable_all_of()->add_filters() = UBelow(0.5);
+  const ParsedSearch pq = parse(*ivfpq, both);
+  ASSERT_TRUE(pq.filter_cached);
+  EXPECT_EQ(pq.filter_lists, nullptr);
 }
 
 }  // namespace

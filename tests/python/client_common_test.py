@@ -55,6 +55,46 @@ class RequestTest(unittest.TestCase):
             with self.assertRaisesRegex(TypeError, error):
                 _common.serialized_search_request(q, k, None, None, None)
 
+    def test_filters_are_converted_once_and_sent_as_their_message(self):
+        import collections
+        import datetime
+        from knnd_client import _common
+        from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
+        q = np.random.default_rng(4).standard_normal((3, 5)).astype(np.float32)
+        when = datetime.datetime(2024, 1, 2, tzinfo=datetime.timezone.utc)
+        # (filter, whether it can be cached: a UserList cannot be hashed)
+        filters = (({"u": {"$lt": 1000}}, True),
+                   ({"u": {"$lt": 1000.0}}, True),  # another message
+                   ({"genre": "news", "tags": {"$in": ["a", "b"]}}, True),
+                   ({"$or": [{"year": {"$gte": 2020}},
+                             {"when": {"$lt": when}}]}, True),
+                   ({"$not": {"tags": {"$exists": True}}}, True),
+                   ({"tags": {"$in": collections.UserList(["a"])}}, False))
+        for spec, hashable in filters:
+            with self.subTest(filter=spec):
+                before = _common._cached_filter_bytes.cache_info()
+                for _ in range(2):
+                    wire, shape = _common.serialized_search_request(
+                        q, 4, 2, None, 3, filter=spec)
+                    want = _common.search_request(q, 4, 2, None, 3,
+                                                  filter=spec)
+                    self.assertEqual(pb.SearchRequest.FromString(wire), want)
+                    self.assertEqual(shape, (3, 4))
+                after = _common._cached_filter_bytes.cache_info()
+                # Converted once (a miss, then a hit), or never cached.
+                self.assertEqual(after.misses - before.misses, int(hashable))
+                self.assertEqual(after.hits - before.hits, int(hashable))
+        # 1 and 1.0 and True are different filters; True is refused.
+        a = _common.serialized_search_request(q, 4, 2, None, 3,
+                                              filter={"u": 1})[0]
+        b = _common.serialized_search_request(q, 4, 2, None, 3,
+                                              filter={"u": 1.0})[0]
+        self.assertNotEqual(a, b)
+        for _ in range(2):  # a bad filter raises each time: never kept
+            with self.assertRaisesRegex(ValueError, "boolean"):
+                _common.serialized_search_request(q, 4, 2, None, 3,
+                                                  filter={"u": True})
+
 
 class ResultTest(unittest.TestCase):
     def answer(self, packed):

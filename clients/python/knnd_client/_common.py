@@ -482,25 +482,74 @@ def search_request(queries: Any, k: Any, nprobe: Any, allowed_ids: Any,
     return request
 
 
+# SearchRequest.filter is field 12, length-delimited.
+_FILTER_TAG = bytes([(12 << 3) | 2])
+
+
+def _frozen_filter(spec: Any) -> Any:
+    """A filter dict as a hashable value that keeps every key, value and
+    type (1, 1.0 and "1" stay apart), from which _thawed_filter() builds
+    an equal dict; TypeError for a value that cannot be hashed."""
+    if isinstance(spec, Mapping):
+        return (dict, tuple((type(key), key, _frozen_filter(value))
+                            for key, value in spec.items()))
+    if isinstance(spec, (list, tuple)):
+        return (list, tuple(_frozen_filter(value) for value in spec))
+    hash(spec)
+    return (type(spec), spec)
+
+
+def _thawed_filter(frozen: Any) -> Any:
+    kind, content = frozen
+    if kind is dict:
+        return {key: _thawed_filter(value) for _, key, value in content}
+    if kind is list:
+        return [_thawed_filter(value) for value in content]
+    return content
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_filter_bytes(frozen: Any) -> bytes:
+    # A filter an API worker sends again (a tenant, a category) is
+    # converted and checked once: its conversion costs 10-15 us, as much as
+    # the rest of the request. A bad filter raises and is not kept.
+    return filter_message(_thawed_filter(frozen)).SerializeToString()
+
+
+def _filter_bytes(spec: Any) -> Optional[bytes]:
+    """filter_message(spec) serialized, from the cache when every part of
+    `spec` is hashable; None when one is not (the caller builds the
+    message)."""
+    try:
+        frozen = _frozen_filter(spec)
+    except TypeError:
+        return None
+    return _cached_filter_bytes(frozen)
+
+
 def serialized_search_request(queries: Any, k: Any, nprobe: Any,
                               allowed_ids: Any, refine_factor: Any,
                               payloads: Any = None, filter: Any = None
                               ) -> Tuple[bytes, Tuple[int, int]]:
     """search_request() serialized, and the (num_queries, k) shape its
-    answer must have. Without an allow-list, payloads or a filter no
-    message is built: the serialized head of (dim, k, nprobe,
-    refine_factor), cached, followed by the vectors field (fields may come
-    in any order on the wire)."""
-    if allowed_ids is not None or filter is not None or \
-            payload_request(payloads) is not None:
+    answer must have. Without an allow-list or payloads no message is
+    built: the serialized head of (dim, k, nprobe, refine_factor), cached,
+    then the filter's bytes, cached by its dict's content, then the vectors
+    field (fields may come in any order on the wire)."""
+    filter_bytes = None if filter is None else _filter_bytes(filter)
+    if allowed_ids is not None or payload_request(payloads) is not None or \
+            (filter is not None and filter_bytes is None):
         request = search_request(queries, k, nprobe, allowed_ids,
                                  refine_factor, payloads, filter)
         return request.SerializeToString(), (
             len(request.vectors_f32le) // (4 * request.dim), request.k)
     vectors, rows, dim = query_bytes(queries)
     head = _serialized_head(dim, k, nprobe, refine_factor)
-    return (b"".join((head, _VECTORS_TAG, _varint(len(vectors)), vectors)),
-            (rows, int(k)))
+    parts = [head]
+    if filter_bytes is not None:
+        parts += [_FILTER_TAG, _varint(len(filter_bytes)), filter_bytes]
+    parts += [_VECTORS_TAG, _varint(len(vectors)), vectors]
+    return b"".join(parts), (rows, int(k))
 
 
 # Each result column: its bytes field (results_as_bytes), the wire dtype
