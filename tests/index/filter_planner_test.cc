@@ -410,7 +410,8 @@ TEST(FilterPlanner, RepeatedFiltersAreServedFromTheSnapshotsCache) {
 // A kept filter admitting few rows of a FastScan index comes with its own
 // lists (one in kFilteredListsRatio rows at most, counted in the cache's
 // bytes); a search carrying them answers what the bitmap's search answers:
-// with codes that are not residuals (this recipe) by the flat plan, every
+// by the IVF plan over the matches of the same lists, or, with codes that
+// are not residuals (this recipe) and few matches, by the flat plan, every
 // match's code, as the bitmap's scan of every list. A dense filter, or an
 // 8-bit IVF-PQ index, keeps none.
 TEST(FilterPlanner, SparseKeptFiltersKeepTheirLists) {
@@ -457,8 +458,11 @@ TEST(FilterPlanner, SparseKeptFiltersKeepTheirLists) {
     plan_args.nprobe = 2;
     plan_args.allowed_lists = hit.filter_lists.get();
     ASSERT_FALSE(fastscan->info().by_residual);
-    EXPECT_EQ(fastscan->PlanFilter(hit.filter_matched_rows, plan_args),
-              FilterPlan::kFlat);
+    // 5%: every match's code beats the coarse search; 20%: the IVF scan
+    // of the probed lists' matches.
+    const FilterPlan plan =
+        fastscan->PlanFilter(hit.filter_matched_rows, plan_args);
+    EXPECT_EQ(plan, fraction < 0.1 ? FilterPlan::kFlat : FilterPlan::kIvf);
     for (int refine : {0, 4}) {
       SearchResults with_lists;
       with_lists.ids.resize(queries.size() / kDim * kK);
@@ -476,11 +480,13 @@ TEST(FilterPlanner, SparseKeptFiltersKeepTheirLists) {
       args.ids = with_lists.ids.data();
       ASSERT_TRUE(fastscan->Search(args).ok());
       if (refine == 0) {
-        // The IVF scan of every list through the bitmap (no vectors: no
-        // exact plan) sees every match's code too: the same answers.
-        const SearchResults bitmap =
-            SearchSnapshot(*codes_only, queries, kK, fastscan->info().nlist,
-                           0, {}, hit.filter_rows.get());
+        // The IVF scan through the bitmap (no vectors: never the exact
+        // plan) of the same lists, or of every list for the flat plan,
+        // which sees every match's code: the same answers.
+        const SearchResults bitmap = SearchSnapshot(
+            *codes_only, queries, kK,
+            plan == FilterPlan::kFlat ? fastscan->info().nlist : 2, 0, {},
+            hit.filter_rows.get());
         EXPECT_EQ(with_lists.ids, bitmap.ids) << fraction;
         EXPECT_EQ(with_lists.distances, bitmap.distances) << fraction;
         continue;

@@ -198,6 +198,15 @@ TEST_F(ShardFrontTest, FiltersReachEveryShardAndMerge) {
     request.set_refine_factor(static_cast<uint32_t>(refine));
     *request.mutable_filter() = UBelow(2000);
     Compare(request, absl::StrCat("2% filter, refine ", refine));
+    // The same rows written as another filter, seen for the first time:
+    // a filter seen again is kept with its codes, and searched by the flat
+    // plan where that beats the exact one (filter_planner.h).
+    request.mutable_filter()->mutable_condition()->mutable_range()->Clear();
+    request.mutable_filter()
+        ->mutable_condition()
+        ->mutable_range()
+        ->mutable_lte()
+        ->set_int_value(1999 + refine);  // u is an integer: u < 2000 (+1)
     SearchResponse merged;
     ASSERT_TRUE(CallSearch(*front_.stub, request, &merged).ok());
     SearchResponse whole;
