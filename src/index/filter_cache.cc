@@ -6,18 +6,28 @@
 
 namespace knnd {
 
+bool FilterCache::FindKept(absl::string_view key, Lookup& found) {
+  const auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  ++stats_.hits;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  found.rows = it->second->rows;
+  found.matched = it->second->matched;
+  found.lists = it->second->lists;
+  return true;
+}
+
+FilterCache::Lookup FilterCache::FindIfKept(absl::string_view key) {
+  absl::MutexLock lock(&mu_);
+  Lookup found;
+  FindKept(key, found);
+  return found;
+}
+
 FilterCache::Lookup FilterCache::Find(absl::string_view key) {
   absl::MutexLock lock(&mu_);
   Lookup found;
-  const auto it = index_.find(key);
-  if (it != index_.end()) {
-    ++stats_.hits;
-    lru_.splice(lru_.begin(), lru_, it->second);
-    found.rows = it->second->rows;
-    found.matched = it->second->matched;
-    found.lists = it->second->lists;
-    return found;
-  }
+  if (FindKept(key, found)) return found;
   ++stats_.misses;
   const uint64_t hash = absl::HashOf(key);
   found.seen_before = seen_.contains(hash);

@@ -82,6 +82,10 @@ class FilterCache {
   // What is kept for `key`: a hit makes it the most recently used; a miss
   // is remembered for the next lookup's seen_before.
   Lookup Find(absl::string_view key);
+  // Find() for a hit; a miss changes nothing (not counted, not
+  // remembered): the handler asks this first, before it compiles anything
+  // that a kept filter makes unneeded, and Find() only where it did.
+  Lookup FindIfKept(absl::string_view key);
 
   struct Inserted {
     std::shared_ptr<const RowBitmap> rows;
@@ -116,6 +120,9 @@ class FilterCache {
   };
   using Lru = std::list<Entry>;  // most recently used first
 
+  // A hit's entry into `found` (and its use counted); false on a miss.
+  bool FindKept(absl::string_view key, Lookup& found)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Remembers a missed key's hash, forgetting the oldest past kSeenKeys.
   void RememberMiss(uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

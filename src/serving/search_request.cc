@@ -173,6 +173,19 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
   const IndexInfo& index = snapshot.info();
   FilterCache* const cache =
       parsed.allowed_ids.empty() ? snapshot.filter_cache() : nullptr;
+  std::string key;
+  if (cache != nullptr) {
+    // A kept filter is used as it is: nothing compiled, not even a
+    // column's bounds.
+    key = request.filter().SerializeAsString();
+    FilterCache::Lookup kept = cache->FindIfKept(key);
+    if (kept.rows != nullptr) {
+      parsed.filter_cache = ParsedSearch::FilterCacheUse::kHit;
+      UseRows(std::move(kept.rows), kept.matched, std::move(kept.lists),
+              /*cached=*/true, parsed);
+      return absl::OkStatus();
+    }
+  }
   std::optional<ColumnRange> range;
   bool exact_plan = false;
   if (parsed.allowed_ids.empty()) {
@@ -195,12 +208,10 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
       return absl::OkStatus();
     }
   }
-  std::string key;
   bool keep_bounds =
       range.has_value() &&
       (exact_plan || BoundsCheaperThanCompiling(index, parsed, range->matched));
   if (cache != nullptr) {
-    key = request.filter().SerializeAsString();
     FilterCache::Lookup found = cache->Find(key);
     if (found.rows != nullptr) {
       parsed.filter_cache = ParsedSearch::FilterCacheUse::kHit;

@@ -63,12 +63,13 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
 // type, malformed filter, over limits.filter). Runs before the request is
 // admitted, so that a bad filter never queues.
 // Without allowed_ids, the snapshot's filter cache (filter_cache.h) is
-// asked first and a hit's bitmap used as it is, except where one
-// condition's bounds serve the exact plan (which lists the matches from
-// the column's sorted rows) and the snapshot would keep no lists for it
-// (IndexSnapshot::KeepsFilterLists); a compiled bitmap is kept (with its
-// lists where the snapshot makes them), and a filter searched through its
-// bounds is compiled and kept the second time it misses.
+// asked first and a hit's bitmap (and lists) used as it is, nothing
+// compiled. On a miss, one condition's bounds serve the exact plan
+// (which lists the matches from the column's sorted rows) where the
+// snapshot would keep no lists for it (IndexSnapshot::KeepsFilterLists);
+// otherwise a compiled bitmap is kept (with its lists where the snapshot
+// makes them), and a filter searched through its bounds is compiled and
+// kept the second time it misses.
 absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
                          const IndexSnapshot& snapshot,
                          const SearchLimits& limits, ParsedSearch& parsed);

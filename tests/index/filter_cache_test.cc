@@ -1,5 +1,6 @@
-// FilterCache (index/filter_cache.h): kept bitmaps found by key, a second
-// miss of a key seen, least recently used entries evicted within the
+// FilterCache (index/filter_cache.h): kept bitmaps found by key (and by
+// FindIfKept, which changes nothing on a miss), a second miss of a key
+// seen, least recently used entries evicted within the
 // bound, a bitmap larger than the bound handed back unkept, the same key
 // kept once when two threads insert it, and bitmaps held by requests valid
 // after their eviction.
@@ -50,6 +51,21 @@ TEST(FilterCache, ASecondMissOfAKeyWasSeenBeforeUntilForgotten) {
     cache.Find("other " + std::to_string(i));
   }
   EXPECT_FALSE(cache.Find("x").seen_before);
+}
+
+// FindIfKept: a hit as Find's (counted, the entry made the most recent);
+// a miss neither counted nor remembered for seen_before.
+TEST(FilterCache, FindIfKeptChangesNothingOnAMiss) {
+  FilterCache cache(1 << 20);
+  EXPECT_EQ(cache.FindIfKept("x").rows, nullptr);
+  EXPECT_EQ(cache.FindIfKept("x").rows, nullptr);
+  EXPECT_FALSE(cache.Find("x").seen_before);  // never remembered above
+  EXPECT_EQ(cache.stats().misses, 1);
+  const FilterCache::Inserted in = cache.Insert("x", Every(640, 4));
+  const FilterCache::Lookup kept = cache.FindIfKept("x");
+  EXPECT_EQ(kept.rows, in.rows);
+  EXPECT_EQ(kept.matched, 160);
+  EXPECT_EQ(cache.stats().hits, 1);
 }
 
 TEST(FilterCache, EvictsTheLeastRecentlyUsedWithinItsBound) {
