@@ -157,9 +157,7 @@ template <bool kKeepMin, bool kPremask, class Admits>
 void ScanList(const uint8_t* codes, size_t n, const int64_t* ids, size_t m2,
               const uint8_t* lut, uint16_t bias, const Admits& admits,
               size_t k, uint16_t* heap_dis, int64_t* heap_ids) {
-  using C = typename std::conditional<kKeepMin,
-                                      faiss::CMax<uint16_t, int64_t>,
-                                      faiss::CMin<uint16_t, int64_t>>::type;
+  using C = HeapOf<kKeepMin>;
   const size_t block_bytes = 16 * m2;
   alignas(32) uint16_t dis[kBlock];
   for (size_t j0 = 0; j0 < n; j0 += kBlock, codes += block_bytes) {
@@ -244,9 +242,7 @@ void ScanRowsAdmitted(const uint8_t* codes, size_t begin, size_t end,
                       const int64_t* ids, size_t m2, const uint8_t* lut,
                       uint16_t bias, size_t k, uint16_t* heap_dis,
                       int64_t* heap_ids) {
-  using C = typename std::conditional<kKeepMin,
-                                      faiss::CMax<uint16_t, int64_t>,
-                                      faiss::CMin<uint16_t, int64_t>>::type;
+  using C = HeapOf<kKeepMin>;
   const size_t block_bytes = 16 * m2;
   alignas(32) uint16_t dis[kBlock];
   for (size_t j0 = begin / kBlock * kBlock; j0 < end; j0 += kBlock) {

@@ -21,11 +21,21 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
+
+#include <faiss/utils/ordered_key_value.h>
 
 #include "knnd/faiss/id_filter.h"
 
 namespace knnd {
 namespace fastscan_kernel {
+
+// The comparator of FAISS's heap of k (distance, id) pairs that the scans
+// fill: kKeepMin (L2) keeps the k smallest distances, else the k largest.
+template <bool kKeepMin>
+using HeapOf = typename std::conditional<kKeepMin,
+                                         faiss::CMax<uint16_t, int64_t>,
+                                         faiss::CMin<uint16_t, int64_t>>::type;
 
 // The 32 distances of one block, SIMD (AVX2) where compiled for it.
 void BlockDistances(const uint8_t* block, size_t m2, const uint8_t* lut,

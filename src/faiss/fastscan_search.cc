@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -310,6 +309,17 @@ void ScanUnfiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
   }
 }
 
+// One query's heap of k quantized distances (heap_dis, with `labels`)
+// sorted best first, and its distances as floats, d = v / a + b with
+// `ab` = {a, b} (the query's normalizers).
+template <class C>
+void HeapToResults(size_t k, uint16_t* heap_dis, const float* ab,
+                   float* distances, idx_t* labels) {
+  faiss::heap_reorder<C>(k, heap_dis, labels);
+  const float one_a = 1 / ab[0];
+  for (size_t j = 0; j < k; ++j) distances[j] = heap_dis[j] * one_a + ab[1];
+}
+
 // Filtered scan: knnd's kernel, one query at a time per list (lists still in
 // order, so a list is read while it is hot for all its queries); with the
 // filter's lists (`admitted` not null) only their codes, none tested.
@@ -319,9 +329,7 @@ void ScanFiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
                   const std::vector<Probe>& probes, const IdFilter& filter,
                   const FilteredLists* admitted, float* distances,
                   idx_t* labels) {
-  using C = typename std::conditional<kKeepMin,
-                                      faiss::CMax<uint16_t, int64_t>,
-                                      faiss::CMin<uint16_t, int64_t>>::type;
+  using C = fastscan_kernel::HeapOf<kKeepMin>;
   const faiss::InvertedLists& lists = *ivf.invlists;
   const size_t dim12_2 = ivf.ksub * ivf.M2;
   std::vector<uint16_t> heap_dis(n * k);
@@ -350,11 +358,8 @@ void ScanFiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
         heap_dis.data() + p.qno * k, labels + p.qno * k);
   }
   for (size_t q = 0; q < n; ++q) {
-    uint16_t* hd = heap_dis.data() + q * k;
-    faiss::heap_reorder<C>(k, hd, labels + q * k);
-    const float one_a = 1 / luts.normalizers[2 * q];
-    const float b = luts.normalizers[2 * q + 1];
-    for (size_t j = 0; j < k; ++j) distances[q * k + j] = hd[j] * one_a + b;
+    HeapToResults<C>(k, heap_dis.data() + q * k, &luts.normalizers[2 * q],
+                     distances + q * k, labels + q * k);
   }
 }
 
@@ -364,9 +369,7 @@ template <bool kKeepMin>
 void ScanAdmittedRows(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
                       const QuantizedLuts& luts, const FilteredLists& admitted,
                       float* distances, idx_t* labels) {
-  using C = typename std::conditional<kKeepMin,
-                                      faiss::CMax<uint16_t, int64_t>,
-                                      faiss::CMin<uint16_t, int64_t>>::type;
+  using C = fastscan_kernel::HeapOf<kKeepMin>;
   const size_t dim12_2 = ivf.ksub * ivf.M2;
   std::vector<uint16_t> heap_dis(k);
   for (size_t q = 0; q < n; ++q) {
@@ -376,12 +379,8 @@ void ScanAdmittedRows(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
         admitted.codes(), 0, static_cast<size_t>(admitted.rows()),
         admitted.ids(), ivf.M2, luts.tables.get() + q * dim12_2, 0, k,
         heap_dis.data(), ids);
-    faiss::heap_reorder<C>(k, heap_dis.data(), ids);
-    const float one_a = 1 / luts.normalizers[2 * q];
-    const float b = luts.normalizers[2 * q + 1];
-    for (size_t j = 0; j < k; ++j) {
-      distances[q * k + j] = heap_dis[j] * one_a + b;
-    }
+    HeapToResults<C>(k, heap_dis.data(), &luts.normalizers[2 * q],
+                     distances + q * k, ids);
   }
 }
 

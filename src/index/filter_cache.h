@@ -15,8 +15,8 @@
 //
 // A kept filter admitting few rows may come with its FastScan lists cut
 // down to those rows (faiss/filtered_lists.h; the caller builds them,
-// IndexSnapshot::FilterLists): the IVF scan then reads only the matching
-// codes.
+// IndexSnapshot::FilterLists): the search then reads only the matching
+// codes (the IVF plan's probed lists, or the flat plan's every match).
 //
 // Bounded: entries (bitmap + lists + key bytes) are evicted least recently used
 // first so that their sum stays <= max_bytes, the bound the memory model

@@ -164,6 +164,13 @@ void UseRows(std::shared_ptr<const RowBitmap> rows, int64_t matched,
   parsed.allowed_ids.clear();
 }
 
+// A filter cache hit's bitmap and lists, as they are.
+void UseKept(FilterCache::Lookup kept, ParsedSearch& parsed) {
+  parsed.filter_cache = ParsedSearch::FilterCacheUse::kHit;
+  UseRows(std::move(kept.rows), kept.matched, std::move(kept.lists),
+          /*cached=*/true, parsed);
+}
+
 }  // namespace
 
 absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
@@ -180,9 +187,7 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
     key = request.filter().SerializeAsString();
     FilterCache::Lookup kept = cache->FindIfKept(key);
     if (kept.rows != nullptr) {
-      parsed.filter_cache = ParsedSearch::FilterCacheUse::kHit;
-      UseRows(std::move(kept.rows), kept.matched, std::move(kept.lists),
-              /*cached=*/true, parsed);
+      UseKept(std::move(kept), parsed);
       return absl::OkStatus();
     }
   }
@@ -213,10 +218,8 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
       (exact_plan || BoundsCheaperThanCompiling(index, parsed, range->matched));
   if (cache != nullptr) {
     FilterCache::Lookup found = cache->Find(key);
-    if (found.rows != nullptr) {
-      parsed.filter_cache = ParsedSearch::FilterCacheUse::kHit;
-      UseRows(std::move(found.rows), found.matched, std::move(found.lists),
-              /*cached=*/true, parsed);
+    if (found.rows != nullptr) {  // kept since FindIfKept, by another call
+      UseKept(std::move(found), parsed);
       return absl::OkStatus();
     }
     parsed.filter_cache = ParsedSearch::FilterCacheUse::kMiss;
