@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -14,6 +15,26 @@
 
 namespace knnd {
 namespace {
+
+// coarse_l2::Search of n queries `x` over `flat` gives flat.search's ids
+// and, where an id is found, its distances bit for bit.
+void ExpectFaissAnswers(const faiss::IndexFlatL2& flat, size_t n,
+                        const std::vector<float>& x, size_t k,
+                        const std::string& where) {
+  std::vector<float> want_d(n * k), got_d(n * k);
+  std::vector<int64_t> want_i(n * k), got_i(n * k);
+  flat.search(static_cast<faiss::Index::idx_t>(n), x.data(),
+              static_cast<faiss::Index::idx_t>(k), want_d.data(),
+              want_i.data());
+  coarse_l2::Search(flat, n, x.data(), k, got_d.data(), got_i.data());
+  for (size_t j = 0; j < n * k; ++j) {
+    ASSERT_EQ(got_i[j], want_i[j]) << where << " at " << j;
+    if (want_i[j] >= 0) {
+      ASSERT_EQ(std::memcmp(&got_d[j], &want_d[j], sizeof(float)), 0)
+          << where << " at " << j << ": " << got_d[j] << " vs " << want_d[j];
+    }
+  }
+}
 
 TEST(CoarseL2, EqualsFaissFlatSearch) {
   // Bit for bit only against the FAISS it mirrors, the AVX2 build knnd
@@ -42,21 +63,45 @@ TEST(CoarseL2, EqualsFaissFlatSearch) {
         // Near-ties: a query equal to a centroid, and a duplicated centroid.
         std::memcpy(x.data(), centroids.data() + (nc / 2) * d,
                     sizeof(float) * d);
-        std::vector<float> want_d(n * k), got_d(n * k);
-        std::vector<int64_t> want_i(n * k), got_i(n * k);
-        flat.search(static_cast<faiss::Index::idx_t>(n), x.data(),
-                    static_cast<faiss::Index::idx_t>(k), want_d.data(),
-                    want_i.data());
-        coarse_l2::Search(flat, n, x.data(), k, got_d.data(), got_i.data());
-        for (size_t j = 0; j < n * k; ++j) {
-          ASSERT_EQ(got_i[j], want_i[j]) << "d " << d << " nc " << nc << " k "
-                                         << k << " at " << j;
-          if (want_i[j] >= 0) {
-            ASSERT_EQ(std::memcmp(&got_d[j], &want_d[j], sizeof(float)), 0)
-                << "d " << d << " nc " << nc << " k " << k << " at " << j
-                << ": " << got_d[j] << " vs " << want_d[j];
-          }
-        }
+        ExpectFaissAnswers(flat, n, x, k,
+                           "d " + std::to_string(d) + " nc " +
+                               std::to_string(nc) + " k " + std::to_string(k));
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(CoarseL2, TiesAndInfiniteDistancesAsFaissHeapKeepsThem) {
+  if (faiss::get_compile_options().find("AVX2") == std::string::npos) {
+    GTEST_SKIP() << "FAISS without AVX2: " << faiss::get_compile_options();
+  }
+  // Small integer coordinates: many centroids at exactly the same distance
+  // (FAISS keeps the lower index of a tie), duplicated centroids, and some
+  // so far out that their distance overflows to +inf (never kept: FAISS's
+  // heap starts at FLT_MAX). k around the selection's block bound.
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<int> coordinate(-2, 2);
+  for (size_t d : {3, 16, 33}) {
+    for (size_t nc : {7, 64, 257, 1024}) {
+      faiss::IndexFlatL2 flat(static_cast<int>(d));
+      std::vector<float> centroids(nc * d);
+      for (float& v : centroids) v = static_cast<float>(coordinate(rng));
+      for (size_t c = 3; c < nc; c += 11) {
+        std::memcpy(&centroids[c * d], &centroids[(c - 3) * d],
+                    sizeof(float) * d);
+      }
+      for (size_t c = 5; c < nc; c += 13) centroids[c * d] = 1e30f;
+      flat.add(static_cast<faiss::Index::idx_t>(nc), centroids.data());
+      for (size_t k : {1, 2, 3, 8, 12, 20, 60, 99}) {
+        const size_t n = 1 + rng() % 5;
+        ASSERT_TRUE(coarse_l2::Applies(flat, n, k));
+        std::vector<float> x(n * d);
+        for (float& v : x) v = static_cast<float>(coordinate(rng));
+        ExpectFaissAnswers(flat, n, x, k,
+                           "d " + std::to_string(d) + " nc " +
+                               std::to_string(nc) + " k " + std::to_string(k));
+        if (HasFatalFailure()) return;
       }
     }
   }

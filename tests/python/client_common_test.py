@@ -58,6 +58,7 @@ class RequestTest(unittest.TestCase):
     def test_filters_are_converted_once_and_sent_as_their_message(self):
         import collections
         import datetime
+        import types
         from knnd_client import _common
         from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
         q = np.random.default_rng(4).standard_normal((3, 5)).astype(np.float32)
@@ -69,6 +70,9 @@ class RequestTest(unittest.TestCase):
                    ({"$or": [{"year": {"$gte": 2020}},
                              {"when": {"$lt": when}}]}, True),
                    ({"$not": {"tags": {"$exists": True}}}, True),
+                   # Any mapping, tuples as lists, numpy's integers.
+                   (types.MappingProxyType({"u": {"$in": (3, 4)}}), True),
+                   (collections.OrderedDict(u={"$lt": np.int64(7)}), True),
                    ({"tags": {"$in": collections.UserList(["a"])}}, False))
         for spec, hashable in filters:
             with self.subTest(filter=spec):

@@ -486,17 +486,26 @@ def search_request(queries: Any, k: Any, nprobe: Any, allowed_ids: Any,
 _FILTER_TAG = bytes([(12 << 3) | 2])
 
 
+# Leaf types whose values are hashable as they are: checked by exact type
+# first, which costs a third of the isinstance() tests against Mapping.
+_PLAIN_LEAVES = frozenset((str, int, float, bool, type(None)))
+
+
 def _frozen_filter(spec: Any) -> Any:
     """A filter dict as a hashable value that keeps every key, value and
     type (1, 1.0 and "1" stay apart), from which _thawed_filter() builds
     an equal dict; TypeError for a value that cannot be hashed."""
-    if isinstance(spec, Mapping):
-        return (dict, tuple((type(key), key, _frozen_filter(value))
-                            for key, value in spec.items()))
+    kind = type(spec)
+    if kind is dict or (kind not in _PLAIN_LEAVES and
+                        isinstance(spec, Mapping)):
+        return (dict, tuple([(type(key), key, _frozen_filter(value))
+                             for key, value in spec.items()]))
+    if kind in _PLAIN_LEAVES:
+        return (kind, spec)
     if isinstance(spec, (list, tuple)):
-        return (list, tuple(_frozen_filter(value) for value in spec))
+        return (list, tuple([_frozen_filter(value) for value in spec]))
     hash(spec)
-    return (type(spec), spec)
+    return (kind, spec)
 
 
 def _thawed_filter(frozen: Any) -> Any:
