@@ -4,9 +4,42 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 
 namespace knnd {
+namespace {
+
+// The index of the first of n values that is not finite, or n. Sixteen at
+// a time where SSE2 is (an exponent of all ones is inf or NaN): a 256-row
+// Fashion-MNIST request's 200,704 values took 66-120 us one at a time on
+// the gRPC thread, a fifth of its time per request (bench/RESULTS.md
+// "Peers"), 28 us so.
+int64_t FirstNonFinite(const float* values, int64_t n) {
+  int64_t i = 0;
+#if defined(__SSE2__)
+  const __m128i exponent = _mm_set1_epi32(0x7f800000);
+  for (; i + 16 <= n; i += 16) {
+    __m128i any = _mm_setzero_si128();
+    for (int j = 0; j < 16; j += 4) {
+      const __m128i bits = _mm_and_si128(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(values + i + j)),
+          exponent);
+      any = _mm_or_si128(any, _mm_cmpeq_epi32(bits, exponent));
+    }
+    if (_mm_movemask_epi8(any) != 0) break;
+  }
+#endif
+  for (; i < n; ++i) {
+    if (!std::isfinite(values[i])) return i;
+  }
+  return n;
+}
+
+}  // namespace
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "vectors_f32le is read in place; a big-endian host would need "
@@ -62,12 +95,10 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
         "num_queries=", parsed.num_queries,
         " exceeds max_queries_per_request=", limits.max_queries_per_request));
   }
-  for (int64_t i = 0; i < values; ++i) {
-    if (!std::isfinite(parsed.queries[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "query ", i / dim, " has a non-finite value (", parsed.queries[i],
-          ") at dimension ", i % dim));
-    }
+  if (const int64_t i = FirstNonFinite(parsed.queries, values); i < values) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "query ", i / dim, " has a non-finite value (", parsed.queries[i],
+        ") at dimension ", i % dim));
   }
   if (request.k() <= 0 || request.k() > limits.max_k) {
     return absl::InvalidArgumentError(

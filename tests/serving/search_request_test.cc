@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace knnd {
 namespace {
 
@@ -125,6 +127,38 @@ TEST(ParseSearchRequest, NonFiniteValues) {
   ExpectInvalid(r, "query 1 has a non-finite value (nan) at dimension 2");
   r.set_vectors(6, std::numeric_limits<float>::infinity());
   ExpectInvalid(r, "query 1 has a non-finite value (inf)");
+}
+
+TEST(ParseSearchRequest, FirstNonFiniteValueOfManyIsNamed) {
+  // 4 rows of 41: 164 values, checked sixteen at a time, then a tail of 4.
+  const IndexInfo index = Index(41);
+  const SearchLimits limits = ResolveLimits(Config(), index);
+  auto r = Request(4, 41);
+  // The largest finite float and a subnormal are values like any other.
+  r.set_vectors(0, std::numeric_limits<float>::max());
+  r.set_vectors(1, std::numeric_limits<float>::denorm_min());
+  r.set_vectors(2, -std::numeric_limits<float>::max());
+  const auto parsed = ParseSearchRequest(r, index, limits);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  for (int at : {0, 15, 16, 37, 159, 160, 163}) {
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                      std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+      auto bad_request = r;
+      bad_request.set_vectors(at, bad);
+      // A later one too: the first is named.
+      if (at + 5 < bad_request.vectors_size()) {
+        bad_request.set_vectors(at + 5,
+                                std::numeric_limits<float>::quiet_NaN());
+      }
+      const auto refused = ParseSearchRequest(bad_request, index, limits);
+      ASSERT_FALSE(refused.ok()) << "value " << at << " = " << bad;
+      EXPECT_THAT(refused.status().message(),
+                  HasSubstr(absl::StrCat("query ", at / 41,
+                                         " has a non-finite value (", bad,
+                                         ") at dimension ", at % 41)));
+    }
+  }
 }
 
 TEST(ParseSearchRequest, ByteLengthNotAMultipleOfRowSize) {
