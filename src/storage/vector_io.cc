@@ -19,144 +19,18 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "knnd/storage/vector_file.h"
 
 namespace knnd {
 namespace {
 
-// Reads the file, decompressing gzip when the name ends in .gz.
-absl::StatusOr<std::string> ReadBytes(const std::string& path) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  }
-  gzbuffer(file, 1 << 20);
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    int n = gzread(file, buf, sizeof buf);
-    if (n < 0) {
-      int err = 0;
-      std::string message = gzerror(file, &err);
-      gzclose(file);
-      return absl::DataLossError(
-          absl::StrCat("cannot read ", path, ": ", message));
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  gzclose(file);
-  return out;
-}
-
-absl::Status BadFormat(const std::string& path, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
-}
+using vector_file::BadFormat;
+using vector_file::NpyHeader;
+using vector_file::ParseNpyHeader;
 
 uint32_t BigEndian32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) |
          (uint32_t{p[2]} << 8) | uint32_t{p[3]};
-}
-
-// .ivecs (read whole, for ids): per row a little-endian int32 dim, then
-// dim values of `elem` bytes. Checks every row's dim; the data starts at 4
-// bytes into each row of row_bytes. (.fvecs/.bvecs are streamed:
-// VecsFileLayout.)
-struct VecsLayout {
-  int64_t rows = 0;
-  int dim = 0;
-  size_t row_bytes = 0;
-};
-
-absl::StatusOr<VecsLayout> CheckVecs(const std::string& path,
-                                     const std::string& bytes, int elem) {
-  if (bytes.size() < 4) return BadFormat(path, "empty vecs file");
-  int32_t dim;
-  std::memcpy(&dim, bytes.data(), 4);
-  if (dim <= 0 || dim > (1 << 20)) {
-    return BadFormat(path, absl::StrCat("first row has dim=", dim));
-  }
-  VecsLayout layout;
-  layout.dim = dim;
-  layout.row_bytes = 4 + static_cast<size_t>(dim) * elem;
-  if (bytes.size() % layout.row_bytes != 0) {
-    return BadFormat(path, absl::StrCat("size ", bytes.size(),
-                                        " is not a multiple of the row size ",
-                                        layout.row_bytes, " (dim=", dim, ")"));
-  }
-  layout.rows = static_cast<int64_t>(bytes.size() / layout.row_bytes);
-  for (int64_t i = 0; i < layout.rows; ++i) {
-    int32_t d;
-    std::memcpy(&d, bytes.data() + i * layout.row_bytes, 4);
-    if (d != dim) {
-      return BadFormat(path, absl::StrCat("row ", i, " has dim=", d,
-                                          ", expected ", dim));
-    }
-  }
-  return layout;
-}
-
-// The header of a .npy file (version 1, 2 or 3): magic, version, header
-// length, then a Python dict literal.
-struct NpyHeader {
-  std::string descr;           // e.g. "'<f4'"
-  std::vector<int64_t> shape;  // any rank
-  size_t data_offset = 0;
-};
-
-absl::StatusOr<NpyHeader> ParseNpyHeader(const std::string& path,
-                                         const std::string& bytes) {
-  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) {
-    return BadFormat(path, "not a .npy file (bad magic)");
-  }
-  const int major = static_cast<unsigned char>(bytes[6]);
-  size_t header_len;
-  size_t offset;
-  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
-  if (major == 1) {
-    header_len = u[8] | (u[9] << 8);
-    offset = 10;
-  } else if (major == 2 || major == 3) {
-    if (bytes.size() < 12) return BadFormat(path, "truncated .npy header");
-    header_len = u[8] | (u[9] << 8) | (u[10] << 16) | (size_t{u[11]} << 24);
-    offset = 12;
-  } else {
-    return BadFormat(path, absl::StrCat(".npy version ", major,
-                                        " is not supported"));
-  }
-  if (bytes.size() < offset + header_len) {
-    return BadFormat(path, "truncated .npy header");
-  }
-  const std::string header = bytes.substr(offset, header_len);
-  auto field = [&](absl::string_view key) -> std::string {
-    size_t pos = header.find(absl::StrCat("'", key, "'"));
-    if (pos == std::string::npos) return "";
-    pos = header.find(':', pos);
-    size_t end = header.find_first_of(key == "shape" ? ")" : ",}", pos);
-    return std::string(absl::StripAsciiWhitespace(
-        header.substr(pos + 1, end - pos - (key == "shape" ? 0 : 1))));
-  };
-  NpyHeader parsed;
-  parsed.descr = field("descr");
-  if (field("fortran_order") != "False") {
-    return BadFormat(path, "array is in Fortran order; save it in C order "
-                           "(np.ascontiguousarray)");
-  }
-  const std::string shape_field = field("shape");
-  absl::string_view shape = shape_field;
-  absl::ConsumePrefix(&shape, "(");
-  absl::ConsumeSuffix(&shape, ")");
-  for (absl::string_view dim :
-       absl::StrSplit(shape, ',', absl::SkipWhitespace())) {
-    int64_t value;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(dim), &value) ||
-        value < 0) {
-      return BadFormat(path, absl::StrCat("shape (", shape, ") is not valid"));
-    }
-    parsed.shape.push_back(value);
-  }
-  parsed.data_offset = offset + header_len;
-  return parsed;
 }
 
 // The start of a vector file (decompressed) and its total size, which is
@@ -335,66 +209,6 @@ void ConvertElements(const unsigned char* in, Element element, size_t count,
   }
 }
 
-// Integer .npy: int32 or int64 (little-endian), 1-D (one column) or 2-D.
-absl::StatusOr<IdMatrix> ParseNpyIds(const std::string& path,
-                                     const std::string& bytes) {
-  absl::StatusOr<NpyHeader> header = ParseNpyHeader(path, bytes);
-  if (!header.ok()) return header.status();
-  int elem = 0;
-  if (header->descr == "'<i8'" || header->descr == "'=i8'") elem = 8;
-  if (header->descr == "'<i4'" || header->descr == "'=i4'") elem = 4;
-  if (elem == 0) {
-    return BadFormat(path, absl::StrCat("dtype ", header->descr,
-                                        " is not little-endian int64 or "
-                                        "int32 (convert with .astype('<i8'))"));
-  }
-  const std::vector<int64_t>& shape = header->shape;
-  if (shape.empty() || shape.size() > 2 ||
-      (shape.size() == 2 && shape[1] <= 0)) {
-    return BadFormat(path, absl::StrCat("shape (", absl::StrJoin(shape, ", "),
-                                        ") is not 1-D or 2-D"));
-  }
-  IdMatrix m;
-  m.rows = shape[0];
-  m.cols = shape.size() == 2 ? static_cast<int>(shape[1]) : 1;
-  const size_t count = static_cast<size_t>(m.rows) * m.cols;
-  if (bytes.size() - header->data_offset < count * elem) {
-    return BadFormat(path, absl::StrCat("data is shorter than ", m.rows, " x ",
-                                        m.cols, " int", elem * 8));
-  }
-  m.values.resize(count);
-  const char* data = bytes.data() + header->data_offset;
-  for (size_t i = 0; i < count; ++i) {
-    if (elem == 8) {
-      std::memcpy(&m.values[i], data + 8 * i, 8);
-    } else {
-      int32_t v;
-      std::memcpy(&v, data + 4 * i, 4);
-      m.values[i] = v;
-    }
-  }
-  return m;
-}
-
-absl::StatusOr<IdMatrix> ParseIvecs(const std::string& path,
-                                    const std::string& bytes) {
-  absl::StatusOr<VecsLayout> layout = CheckVecs(path, bytes, 4);
-  if (!layout.ok()) return layout.status();
-  IdMatrix m;
-  m.rows = layout->rows;
-  m.cols = layout->dim;
-  m.values.resize(static_cast<size_t>(m.rows) * m.cols);
-  for (int64_t i = 0; i < m.rows; ++i) {
-    const char* row = bytes.data() + i * layout->row_bytes + 4;
-    for (int j = 0; j < m.cols; ++j) {
-      int32_t v;
-      std::memcpy(&v, row + 4 * j, 4);
-      m.values[i * m.cols + j] = v;
-    }
-  }
-  return m;
-}
-
 }  // namespace
 
 VectorReader::VectorReader(std::string path, const Layout& layout)
@@ -560,23 +374,6 @@ absl::StatusOr<Matrix> ReadVectors(const std::string& path, int64_t max_rows) {
   if (absl::Status s = (*reader)->Read(0, m.rows, m.values.data()); !s.ok()) {
     return s;
   }
-  return m;
-}
-
-absl::StatusOr<IdMatrix> ReadIds(const std::string& path) {
-  const std::string lower = absl::AsciiStrToLower(path);
-  absl::string_view name = lower;
-  absl::ConsumeSuffix(&name, ".gz");
-  if (!absl::EndsWith(name, ".npy") && !absl::EndsWith(name, ".ivecs")) {
-    return BadFormat(path, "unknown format for ids; use .npy (int64 or "
-                           "int32) or .ivecs (optionally .gz)");
-  }
-  absl::StatusOr<std::string> bytes = ReadBytes(path);
-  if (!bytes.ok()) return bytes.status();
-  absl::StatusOr<IdMatrix> m = absl::EndsWith(name, ".npy")
-                                   ? ParseNpyIds(path, *bytes)
-                                   : ParseIvecs(path, *bytes);
-  if (m.ok() && m->rows == 0) return BadFormat(path, "holds no rows");
   return m;
 }
 
