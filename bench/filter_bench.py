@@ -4,7 +4,7 @@ seeded 1M-row set, measured in one run (bench/RESULTS.md, "Filters").
 
   /usr/bin/python3 bench/filter_bench.py --build build \\
       --faiss_python VENV/bin/python [--set fashion|1m] [--rows 1000000] \\
-      [--dim 128] [--nq 400] [--rounds 3]
+      [--dim 128] [--nq 400] [--rounds 8]
 
 1. The data: Fashion-MNIST's 60,000 training images (queries: the test
    images), or --rows x --dim seeded rows shaped like text embeddings
@@ -191,7 +191,7 @@ def main():
                         help="a Python whose faiss takes an IDSelector on "
                              "IVF FastScan (bench/filter_faiss.py)")
     parser.add_argument("--nq", type=int, default=400)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--chunk", type=int, default=50)
     parser.add_argument("--workdir", default="")
     parser.add_argument("--nprobe", type=int, default=0,
