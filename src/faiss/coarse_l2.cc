@@ -117,9 +117,10 @@ inline float Minimum(const float* v, size_t n) {
 void SmallestK(const float* dis, size_t n, size_t k, Selection& scratch,
                float* out_d, int64_t* out_i) {
   using C = faiss::CMax<float, int64_t>;
+  if (k == 0) return;
   float bound = HUGE_VALF;
   const size_t blocks = std::min(n, 2 * k);
-  if (blocks >= k && k > 0) {
+  if (blocks >= k) {
     std::vector<float>& minima = scratch.minima;
     minima.resize(blocks);
     for (size_t b = 0; b < blocks; ++b) {

@@ -107,6 +107,17 @@ TEST(CoarseL2, TiesAndInfiniteDistancesAsFaissHeapKeepsThem) {
   }
 }
 
+TEST(CoarseL2, NoNeighboursAskedWritesNothing) {
+  if (faiss::get_compile_options().find("AVX2") == std::string::npos) {
+    GTEST_SKIP() << "FAISS without AVX2: " << faiss::get_compile_options();
+  }
+  faiss::IndexFlatL2 flat(8);
+  std::vector<float> centroids(40 * 8, 1.0f);
+  flat.add(40, centroids.data());
+  const std::vector<float> x(2 * 8, 0.5f);
+  coarse_l2::Search(flat, 2, x.data(), 0, nullptr, nullptr);
+}
+
 TEST(CoarseL2, LeavesManyQueriesToFaiss) {
   faiss::IndexFlatL2 flat(8);
   EXPECT_FALSE(coarse_l2::Applies(
