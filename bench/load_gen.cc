@@ -66,6 +66,9 @@ ABSL_FLAG(int, channels, 0,
           "Connections; 0 = one per closed-loop client (at most 64), 8 in "
           "open loop.");
 ABSL_FLAG(int, timeout_ms, 30000, "Deadline of each request.");
+ABSL_FLAG(bool, results_as_bytes, true,
+          "Ask for the results as raw bytes (SearchRequest.results_as_bytes), "
+          "as knnd's Python clients do; false: repeated fields.");
 ABSL_FLAG(bool, reserialize, false,
           "Build and serialize each request (else each distinct request is "
           "serialized once and its bytes sent again).");
@@ -170,6 +173,8 @@ int main(int argc, char** argv) {
   auto request_of = [&](int64_t i) {
     SearchRequest request;
     request.set_k(absl::GetFlag(FLAGS_k));
+    // The answer's ids and distances as raw bytes, as knnd's clients ask.
+    request.set_results_as_bytes(absl::GetFlag(FLAGS_results_as_bytes));
     if (absl::GetFlag(FLAGS_nprobe) > 0) request.set_nprobe(absl::GetFlag(FLAGS_nprobe));
     if (absl::GetFlag(FLAGS_refine_factor) >= 0) {
       request.set_refine_factor(absl::GetFlag(FLAGS_refine_factor));
