@@ -1,10 +1,5 @@
 #include "knnd/storage/vector_file.h"
 
-#include <zlib.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -14,61 +9,8 @@
 namespace knnd {
 namespace vector_file {
 
-absl::StatusOr<std::string> ReadBytes(const std::string& path) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  }
-  gzbuffer(file, 1 << 20);
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    int n = gzread(file, buf, sizeof buf);
-    if (n < 0) {
-      int err = 0;
-      std::string message = gzerror(file, &err);
-      gzclose(file);
-      return absl::DataLossError(
-          absl::StrCat("cannot read ", path, ": ", message));
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  gzclose(file);
-  return out;
-}
-
 absl::Status BadFormat(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
-}
-
-absl::StatusOr<VecsLayout> CheckVecs(const std::string& path,
-                                     const std::string& bytes, int elem) {
-  if (bytes.size() < 4) return BadFormat(path, "empty vecs file");
-  int32_t dim;
-  std::memcpy(&dim, bytes.data(), 4);
-  if (dim <= 0 || dim > (1 << 20)) {
-    return BadFormat(path, absl::StrCat("first row has dim=", dim));
-  }
-  VecsLayout layout;
-  layout.dim = dim;
-  layout.row_bytes = 4 + static_cast<size_t>(dim) * elem;
-  if (bytes.size() % layout.row_bytes != 0) {
-    return BadFormat(path, absl::StrCat("size ", bytes.size(),
-                                        " is not a multiple of the row size ",
-                                        layout.row_bytes, " (dim=", dim, ")"));
-  }
-  layout.rows = static_cast<int64_t>(bytes.size() / layout.row_bytes);
-  for (int64_t i = 0; i < layout.rows; ++i) {
-    int32_t d;
-    std::memcpy(&d, bytes.data() + i * layout.row_bytes, 4);
-    if (d != dim) {
-      return BadFormat(path, absl::StrCat("row ", i, " has dim=", d,
-                                          ", expected ", dim));
-    }
-  }
-  return layout;
 }
 
 absl::StatusOr<NpyHeader> ParseNpyHeader(const std::string& path,
