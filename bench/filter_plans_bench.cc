@@ -56,18 +56,6 @@ constexpr int kK = 10;
   std::exit(1);
 }
 
-const char* PlanName(knnd::FilterPlan plan) {
-  switch (plan) {
-    case knnd::FilterPlan::kExact:
-      return "exact";
-    case knnd::FilterPlan::kIvf:
-      return "ivf";
-    case knnd::FilterPlan::kFlat:
-      return "flat";
-  }
-  return "?";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -221,7 +209,7 @@ int main(int argc, char** argv) {
                 c.name, median, c.us.front(), c.us.back(),
                 median / unfiltered_us);
     if (c.filtered) {
-      std::printf(", %s plan, recall@10 among matches %.3f", PlanName(c.plan),
+      std::printf(", %s plan, recall@10 among matches %.3f", knnd::FilterPlanName(c.plan),
                   c.recall);
     }
     std::printf("\n");

@@ -27,6 +27,18 @@ constexpr double kExactRowCost = 2.0;
 
 }  // namespace
 
+const char* FilterPlanName(FilterPlan plan) {
+  switch (plan) {
+    case FilterPlan::kExact:
+      return "exact";
+    case FilterPlan::kIvf:
+      return "ivf";
+    case FilterPlan::kFlat:
+      return "flat";
+  }
+  return "?";
+}
+
 int StartingNprobe(const IndexFacts& facts, const FilterPlanInput& input) {
   const int64_t nlist = std::max<int64_t>(facts.nlist, 1);
   const int64_t matched = std::max<int64_t>(input.matched_rows, 1);

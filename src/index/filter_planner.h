@@ -41,6 +41,7 @@
 namespace knnd {
 
 enum class FilterPlan { kExact, kIvf, kFlat };
+const char* FilterPlanName(FilterPlan plan);  // "exact", "ivf" or "flat"
 
 // What a filtered search of one request looks like to the planner.
 struct FilterPlanInput {

@@ -95,6 +95,12 @@ IndexFacts OneMillionRows(int64_t nlist) {
   return facts;
 }
 
+TEST(FilterPlanner, PlansHaveTheirNames) {
+  EXPECT_STREQ(FilterPlanName(FilterPlan::kExact), "exact");
+  EXPECT_STREQ(FilterPlanName(FilterPlan::kIvf), "ivf");
+  EXPECT_STREQ(FilterPlanName(FilterPlan::kFlat), "flat");
+}
+
 TEST(FilterPlanner, ChoosesExactForFewRowsAndOnlyWithVectors) {
   const IndexFacts facts = OneMillionRows(4096);
   FilterPlanInput input;
