@@ -4,7 +4,7 @@ seeded 1M-row set, measured in one run (bench/RESULTS.md, "Filters").
 
   /usr/bin/python3 bench/filter_bench.py --build build \\
       --faiss_python VENV/bin/python [--set fashion|1m] [--rows 1000000] \\
-      [--dim 128] [--nq 400] [--rounds 8]
+      [--dim 128] [--nq 400] [--rounds 8] [--batch 1]
 
 1. The data: Fashion-MNIST's 60,000 training images (queries: the test
    images), or --rows x --dim seeded rows shaped like text embeddings
@@ -20,7 +20,8 @@ seeded 1M-row set, measured in one run (bench/RESULTS.md, "Filters").
    index and vectors without INDEX.attrs and INDEX.payloads (its sidecar
    says neither).
 2. knnd serves each copy. Per selectivity, the first --nq queries, one
-   query per call (as an API worker sends them), k=10, recall@10 against
+   query per call (as an API worker sends them; --batch N: N a call),
+   k=10, recall@10 against
    an exact search (FAISS IndexFlatL2) of the admitted rows, and queries/s:
      knnd filter   SearchRequest.filter {u < 100000*s}
      post-filter   knnd unfiltered with k' = min(max_k, 10/s), the first 10
@@ -193,6 +194,10 @@ def main():
     parser.add_argument("--nq", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--chunk", type=int, default=50)
+    parser.add_argument("--batch", type=int, default=1,
+                        help="queries per knnd request (1: one at a time, "
+                             "as an API worker serving one user; the "
+                             "post-filter too)")
     parser.add_argument("--workdir", default="")
     parser.add_argument("--nprobe", type=int, default=0,
                         help="every search's nprobe; 0: knnd's tuned one")
@@ -274,9 +279,13 @@ def main():
     rss_at_rest = {name: rss_anon_kib(d.proc.pid)
                    for name, d in daemons.items()}
 
-    def one_by_one(search):
+    batch = max(1, args.batch)
+
+    def in_calls(search):
+        # The chunk's queries, `batch` a call (never across chunks).
         def run(rows):
-            return np.vstack([search(xq[i:i + 1]) for i in rows])
+            return np.vstack([search(xq[i:min(i + batch, rows.stop)])
+                              for i in range(rows.start, rows.stop, batch)])
         return run
 
     flat_all = faiss.IndexFlatL2(xb.shape[1])
@@ -298,14 +307,17 @@ def main():
 
         def post_filter(q):
             ids, _ = client.search(q, k_post, **setting)
-            kept = [i for i in ids[0] if i >= 0 and mask[i]][:K]
-            return np.array(kept + [-1] * (K - len(kept)))[None]
+            out = np.full((len(q), K), -1)
+            for r, row in enumerate(ids):
+                kept = [i for i in row if i >= 0 and mask[i]][:K]
+                out[r, :len(kept)] = kept
+            return out
         methods = {
-            "knnd filter": one_by_one(lambda q: client.search(
+            "knnd filter": in_calls(lambda q: client.search(
                 q, K, filter={"u": {"$lt": bound}}, **setting)[0]),
-            "post-filter": one_by_one(post_filter),
+            "post-filter": in_calls(post_filter),
             "faiss sel": lambda chunk: faiss_sel.search(bound, chunk),
-            "unfiltered": one_by_one(
+            "unfiltered": in_calls(
                 lambda q: client.search(q, K, **setting)[0]),
         }
         results = {m: np.full((len(xq), K), -1) for m in methods}
@@ -357,7 +369,8 @@ def main():
     same_load()
 
     print()
-    print(f"{described}, {args.nq} queries one per call, k={K}, nprobe "
+    per_call = "one per call" if batch == 1 else f"{batch} per call"
+    print(f"{described}, {args.nq} queries {per_call}, k={K}, nprobe "
           f"{nprobe}, refine_factor {refine} "
           f"({'flags' if setting else 'tuned'}), {args.rounds} rounds "
           f"interleaved by {args.chunk}; "

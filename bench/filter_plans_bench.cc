@@ -46,6 +46,12 @@ ABSL_FLAG(int, nprobe, 0,
 ABSL_FLAG(int, refine, -1,
           "refine_factor; -1: the index's tuned one, else 0.");
 ABSL_FLAG(int, rounds, 3, "Rounds of every case in turn.");
+ABSL_FLAG(int64_t, batch, 1,
+          "Queries per search call (knnd's handler passes a request's "
+          "rows, up to its batch limit, in one call).");
+ABSL_FLAG(std::string, only, "",
+          "Run this case alone (unfiltered, bitmap, lists, flat): e.g. "
+          "under perf record.");
 
 namespace {
 
@@ -127,7 +133,7 @@ int main(int argc, char** argv) {
 
   // Each filtered case is planned by the snapshot as knnd's handler has it
   // planned (the bitmap alone: a filter first seen; with its lists: a kept
-  // one), except "lists, flat" which asks for the flat plan.
+  // one), except "flat" which asks for the flat plan.
   struct Case {
     const char* name;
     bool filtered;
@@ -140,17 +146,24 @@ int main(int argc, char** argv) {
   std::vector<Case> cases = {{"unfiltered", false, false, false, {}},
                              {"bitmap", true, false, false, {}},
                              {"lists", true, true, false, {}},
-                             {"lists, flat", true, true, true, {}}};
+                             {"flat", true, true, true, {}}};
+  const std::string only = absl::GetFlag(FLAGS_only);
+  if (!only.empty() &&
+      std::none_of(cases.begin(), cases.end(),
+                   [&](const Case& c) { return only == c.name; })) {
+    Die("--only: no case " + only + " (unfiltered, bitmap, lists, flat)");
+  }
   const bool flat_possible = lists != nullptr && !info.by_residual;
 
-  std::vector<float> distances(kK);
+  const int64_t batch = std::max<int64_t>(absl::GetFlag(FLAGS_batch), 1);
+  std::vector<float> distances(batch * kK);
   std::vector<int64_t> ids(nq * kK);
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (Case& c : cases) {
       if (c.with_lists && lists == nullptr) continue;
       if (c.flat && !flat_possible) continue;
+      if (!only.empty() && only != c.name) continue;
       knnd::SearchArgs args;
-      args.num_queries = 1;
       args.k = kK;
       args.nprobe = nprobe;
       args.refine_factor = refine;
@@ -164,7 +177,8 @@ int main(int argc, char** argv) {
                         : snapshot.PlanFilter(matched, args);
       }
       const absl::Time start = absl::Now();
-      for (int64_t q = 0; q < nq; ++q) {
+      for (int64_t q = 0; q < nq; q += batch) {
+        args.num_queries = std::min(batch, nq - q);
         args.queries = read->values.data() + q * info.dim;
         args.ids = ids.data() + q * kK;
         if (absl::Status s = snapshot.Search(args); !s.ok()) Die(s.ToString());
@@ -186,8 +200,8 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("%s: %lld rows, filter %s < %lld admits %lld (%.2f%%), "
-              "lists %s, nprobe %d, refine_factor %d, %lld queries x %d "
-              "rounds\n",
+              "lists %s, nprobe %d, refine_factor %d, %lld queries (%lld a "
+              "call) x %d rounds\n",
               info.path.c_str(), static_cast<long long>(info.ntotal),
               absl::GetFlag(FLAGS_field).c_str(),
               static_cast<long long>(absl::GetFlag(FLAGS_below)),
@@ -195,9 +209,11 @@ int main(int argc, char** argv) {
               100.0 * static_cast<double>(matched) /
                   static_cast<double>(info.ntotal),
               lists != nullptr ? "kept" : "not kept", nprobe, refine,
-              static_cast<long long>(nq), absl::GetFlag(FLAGS_rounds));
+              static_cast<long long>(nq), static_cast<long long>(batch),
+              absl::GetFlag(FLAGS_rounds));
   const double unfiltered_us = [&] {
     std::vector<double> v = cases[0].us;
+    if (v.empty()) return 0.0;  // --only another case
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   }();
@@ -205,12 +221,14 @@ int main(int argc, char** argv) {
     if (c.us.empty()) continue;
     std::sort(c.us.begin(), c.us.end());
     const double median = c.us[c.us.size() / 2];
-    std::printf("  %-13s %7.1f us/query (%.1f-%.1f), x unfiltered time %.2f",
-                c.name, median, c.us.front(), c.us.back(),
-                median / unfiltered_us);
+    std::printf("  %-13s %7.1f us/query (%.1f-%.1f)", c.name, median,
+                c.us.front(), c.us.back());
+    if (unfiltered_us > 0) {
+      std::printf(", x unfiltered time %.2f", median / unfiltered_us);
+    }
     if (c.filtered) {
-      std::printf(", %s plan, recall@10 among matches %.3f", knnd::FilterPlanName(c.plan),
-                  c.recall);
+      std::printf(", %s plan, recall@10 among matches %.3f",
+                  knnd::FilterPlanName(c.plan), c.recall);
     }
     std::printf("\n");
   }

@@ -149,14 +149,36 @@ struct FilterTest {
   bool operator()(int64_t id) const { return filter->Contains(id); }
 };
 
+// What a scan offers its candidates to, one query's best k so far: FAISS's
+// heap (a candidate goes in where it beats the top) or its reservoir (where
+// it beats the threshold). Bound() is what a candidate must beat.
+template <bool kKeepMin>
+struct HeapTop {
+  using C = HeapOf<kKeepMin>;
+  size_t k;
+  uint16_t* dis;
+  int64_t* ids;
+  uint16_t Bound() const { return dis[0]; }
+  void Add(uint16_t d, int64_t id) {
+    faiss::heap_replace_top<C>(k, dis, ids, d, id);
+  }
+};
+
+template <bool kKeepMin>
+struct ReservoirTop {
+  ReservoirOf<kKeepMin>* reservoir;
+  uint16_t Bound() const { return reservoir->threshold; }
+  void Add(uint16_t d, int64_t id) { reservoir->add(d, id); }
+};
+
 // One list's scan. kPremask: the ids of a block are tested first and a
 // block none of whose vectors is admitted is skipped, distances and all
 // (a sparse filter: at 1% of the rows, 73% of 32-vector blocks hold
 // none); else only the vectors that beat the heap's top are tested.
-template <bool kKeepMin, bool kPremask, class Admits>
+template <bool kKeepMin, bool kPremask, class Admits, class Top>
 void ScanList(const uint8_t* codes, size_t n, const int64_t* ids, size_t m2,
               const uint8_t* lut, uint16_t bias, const Admits& admits,
-              size_t k, uint16_t* heap_dis, int64_t* heap_ids) {
+              Top& top) {
   using C = HeapOf<kKeepMin>;
   const size_t block_bytes = 16 * m2;
   alignas(32) uint16_t dis[kBlock];
@@ -172,7 +194,7 @@ void ScanList(const uint8_t* codes, size_t n, const int64_t* ids, size_t m2,
 #if defined(__AVX2__)
     __m256i lo, hi;
     BlockDistancesAvx2(codes, m2, lut, bias, &lo, &hi);
-    uint64_t mask = BeatMask<kKeepMin>(lo, hi, heap_dis[0]);
+    uint64_t mask = BeatMask<kKeepMin>(lo, hi, top.Bound());
     if (valid < kBlock) mask &= (uint64_t{1} << (2 * valid)) - 1;
     if (mask == 0) continue;
     _mm256_store_si256(reinterpret_cast<__m256i*>(dis), lo);
@@ -199,49 +221,44 @@ void ScanList(const uint8_t* codes, size_t n, const int64_t* ids, size_t m2,
       if (kPremask && (admitted >> v & 1) == 0) continue;
 #endif
       const uint16_t d = dis[v];
-      if (!C::cmp(heap_dis[0], d)) continue;
+      if (!C::cmp(top.Bound(), d)) continue;
       const int64_t id = ids[j0 + v];
 #if !defined(__AVX2__)
       if (!kPremask && !admits(id)) continue;
 #endif
-      faiss::heap_replace_top<C>(k, heap_dis, heap_ids, d, id);
+      top.Add(d, id);
     }
   }
 }
 
-}  // namespace
-
-template <bool kKeepMin>
-void ScanListFiltered(const uint8_t* codes, size_t n, const int64_t* ids,
-                      size_t m2, const uint8_t* lut, uint16_t bias,
-                      const IdFilter& filter, size_t k, uint16_t* heap_dis,
-                      int64_t* heap_ids) {
+// ScanList with the filter's test for `filter`'s kind.
+template <bool kKeepMin, class Top>
+void ScanListOf(const uint8_t* codes, size_t n, const int64_t* ids, size_t m2,
+                const uint8_t* lut, uint16_t bias, const IdFilter& filter,
+                Top& top) {
   if (filter.range() != nullptr) {
     ScanList<kKeepMin, false>(codes, n, ids, m2, lut, bias,
-                              RangeTest{filter.range(), filter.first()}, k,
-                              heap_dis, heap_ids);
+                              RangeTest{filter.range(), filter.first()}, top);
     return;
   }
   if (filter.bitmap() == nullptr) {
     ScanList<kKeepMin, false>(codes, n, ids, m2, lut, bias,
-                              FilterTest{&filter}, k, heap_dis, heap_ids);
+                              FilterTest{&filter}, top);
     return;
   }
   const BitmapTest bits{filter.bitmap(), filter.first()};
   if (filter.sparse()) {
-    ScanList<kKeepMin, true>(codes, n, ids, m2, lut, bias, bits, k, heap_dis,
-                             heap_ids);
+    ScanList<kKeepMin, true>(codes, n, ids, m2, lut, bias, bits, top);
   } else {
-    ScanList<kKeepMin, false>(codes, n, ids, m2, lut, bias, bits, k, heap_dis,
-                              heap_ids);
+    ScanList<kKeepMin, false>(codes, n, ids, m2, lut, bias, bits, top);
   }
 }
 
-template <bool kKeepMin>
-void ScanRowsAdmitted(const uint8_t* codes, size_t begin, size_t end,
-                      const int64_t* ids, size_t m2, const uint8_t* lut,
-                      uint16_t bias, size_t k, uint16_t* heap_dis,
-                      int64_t* heap_ids) {
+// Vectors [begin, end) of dense blocks, every one admitted.
+template <bool kKeepMin, class Top>
+void ScanRows(const uint8_t* codes, size_t begin, size_t end,
+              const int64_t* ids, size_t m2, const uint8_t* lut,
+              uint16_t bias, Top& top) {
   using C = HeapOf<kKeepMin>;
   const size_t block_bytes = 16 * m2;
   alignas(32) uint16_t dis[kBlock];
@@ -253,7 +270,7 @@ void ScanRowsAdmitted(const uint8_t* codes, size_t begin, size_t end,
 #if defined(__AVX2__)
     __m256i lo_d, hi_d;
     BlockDistancesAvx2(block, m2, lut, bias, &lo_d, &hi_d);
-    uint64_t mask = BeatMask<kKeepMin>(lo_d, hi_d, heap_dis[0]);
+    uint64_t mask = BeatMask<kKeepMin>(lo_d, hi_d, top.Bound());
     const uint64_t below_hi =
         hi == kBlock ? ~uint64_t{0} : (uint64_t{1} << (2 * hi)) - 1;
     mask &= below_hi & ~((uint64_t{1} << (2 * lo)) - 1);
@@ -268,10 +285,46 @@ void ScanRowsAdmitted(const uint8_t* codes, size_t begin, size_t end,
     for (size_t v = lo; v < hi; ++v) {
 #endif
       const uint16_t d = dis[v];
-      if (!C::cmp(heap_dis[0], d)) continue;
-      faiss::heap_replace_top<C>(k, heap_dis, heap_ids, d, ids[j0 + v]);
+      if (!C::cmp(top.Bound(), d)) continue;
+      top.Add(d, ids[j0 + v]);
     }
   }
+}
+
+}  // namespace
+
+template <bool kKeepMin>
+void ScanListFiltered(const uint8_t* codes, size_t n, const int64_t* ids,
+                      size_t m2, const uint8_t* lut, uint16_t bias,
+                      const IdFilter& filter, size_t k, uint16_t* heap_dis,
+                      int64_t* heap_ids) {
+  HeapTop<kKeepMin> top{k, heap_dis, heap_ids};
+  ScanListOf<kKeepMin>(codes, n, ids, m2, lut, bias, filter, top);
+}
+
+template <bool kKeepMin>
+void ScanListFiltered(const uint8_t* codes, size_t n, const int64_t* ids,
+                      size_t m2, const uint8_t* lut, uint16_t bias,
+                      const IdFilter& filter, ReservoirOf<kKeepMin>& reservoir) {
+  ReservoirTop<kKeepMin> top{&reservoir};
+  ScanListOf<kKeepMin>(codes, n, ids, m2, lut, bias, filter, top);
+}
+
+template <bool kKeepMin>
+void ScanRowsAdmitted(const uint8_t* codes, size_t begin, size_t end,
+                      const int64_t* ids, size_t m2, const uint8_t* lut,
+                      uint16_t bias, size_t k, uint16_t* heap_dis,
+                      int64_t* heap_ids) {
+  HeapTop<kKeepMin> top{k, heap_dis, heap_ids};
+  ScanRows<kKeepMin>(codes, begin, end, ids, m2, lut, bias, top);
+}
+
+template <bool kKeepMin>
+void ScanRowsAdmitted(const uint8_t* codes, size_t begin, size_t end,
+                      const int64_t* ids, size_t m2, const uint8_t* lut,
+                      uint16_t bias, ReservoirOf<kKeepMin>& reservoir) {
+  ReservoirTop<kKeepMin> top{&reservoir};
+  ScanRows<kKeepMin>(codes, begin, end, ids, m2, lut, bias, top);
 }
 
 template void ScanRowsAdmitted<true>(const uint8_t*, size_t, size_t,
@@ -288,6 +341,18 @@ template void ScanListFiltered<false>(const uint8_t*, size_t, const int64_t*,
                                       size_t, const uint8_t*, uint16_t,
                                       const IdFilter&, size_t, uint16_t*,
                                       int64_t*);
+template void ScanListFiltered<true>(const uint8_t*, size_t, const int64_t*,
+                                     size_t, const uint8_t*, uint16_t,
+                                     const IdFilter&, ReservoirOf<true>&);
+template void ScanListFiltered<false>(const uint8_t*, size_t, const int64_t*,
+                                      size_t, const uint8_t*, uint16_t,
+                                      const IdFilter&, ReservoirOf<false>&);
+template void ScanRowsAdmitted<true>(const uint8_t*, size_t, size_t,
+                                     const int64_t*, size_t, const uint8_t*,
+                                     uint16_t, ReservoirOf<true>&);
+template void ScanRowsAdmitted<false>(const uint8_t*, size_t, size_t,
+                                      const int64_t*, size_t, const uint8_t*,
+                                      uint16_t, ReservoirOf<false>&);
 
 }  // namespace fastscan_kernel
 }  // namespace knnd

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <faiss/impl/simd_result_handlers.h>
 #include <faiss/utils/ordered_key_value.h>
 
 #include "knnd/faiss/id_filter.h"
@@ -36,6 +37,15 @@ template <bool kKeepMin>
 using HeapOf = typename std::conditional<kKeepMin,
                                          faiss::CMax<uint16_t, int64_t>,
                                          faiss::CMin<uint16_t, int64_t>>::type;
+
+// FAISS's reservoir of the best k of one query (its ReservoirTopN, in
+// which a candidate goes only if it beats the threshold, and a full
+// reservoir of capacity > k is cut back to between k and (capacity + k) / 2
+// by a partition): what FAISS's scans keep for k > 20 (its
+// ReservoirHandler), and the filtered scans too (fastscan_search.cc).
+template <bool kKeepMin>
+using ReservoirOf =
+    faiss::simd_result_handlers::ReservoirTopN<HeapOf<kKeepMin>>;
 
 // The 32 distances of one block, SIMD (AVX2) where compiled for it.
 void BlockDistances(const uint8_t* block, size_t m2, const uint8_t* lut,
@@ -72,6 +82,17 @@ void ScanRowsAdmitted(const uint8_t* codes, size_t begin, size_t end,
                       uint16_t bias, size_t k, uint16_t* heap_dis,
                       int64_t* heap_ids);
 
+// The same two scans offering to a reservoir instead of a heap, in the
+// same order: a candidate that beats the reservoir's threshold is added.
+template <bool kKeepMin>
+void ScanListFiltered(const uint8_t* codes, size_t n, const int64_t* ids,
+                      size_t m2, const uint8_t* lut, uint16_t bias,
+                      const IdFilter& filter, ReservoirOf<kKeepMin>& top);
+template <bool kKeepMin>
+void ScanRowsAdmitted(const uint8_t* codes, size_t begin, size_t end,
+                      const int64_t* ids, size_t m2, const uint8_t* lut,
+                      uint16_t bias, ReservoirOf<kKeepMin>& top);
+
 extern template void ScanListFiltered<true>(const uint8_t*, size_t,
                                             const int64_t*, size_t,
                                             const uint8_t*, uint16_t,
@@ -87,6 +108,24 @@ extern template void ScanRowsAdmitted<true>(const uint8_t*, size_t, size_t,
                                             const int64_t*, size_t,
                                             const uint8_t*, uint16_t, size_t,
                                             uint16_t*, int64_t*);
+extern template void ScanListFiltered<true>(const uint8_t*, size_t,
+                                            const int64_t*, size_t,
+                                            const uint8_t*, uint16_t,
+                                            const IdFilter&,
+                                            ReservoirOf<true>&);
+extern template void ScanListFiltered<false>(const uint8_t*, size_t,
+                                             const int64_t*, size_t,
+                                             const uint8_t*, uint16_t,
+                                             const IdFilter&,
+                                             ReservoirOf<false>&);
+extern template void ScanRowsAdmitted<true>(const uint8_t*, size_t, size_t,
+                                            const int64_t*, size_t,
+                                            const uint8_t*, uint16_t,
+                                            ReservoirOf<true>&);
+extern template void ScanRowsAdmitted<false>(const uint8_t*, size_t, size_t,
+                                             const int64_t*, size_t,
+                                             const uint8_t*, uint16_t,
+                                             ReservoirOf<false>&);
 extern template void ScanRowsAdmitted<false>(const uint8_t*, size_t, size_t,
                                              const int64_t*, size_t,
                                              const uint8_t*, uint16_t, size_t,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,16 @@ uint16_t Direct(const Packed& p, size_t v, uint16_t bias) {
     d = static_cast<uint16_t>(d + p.lut[sq * 16 + code]);
   }
   return d;
+}
+
+// The filter of `rows` as a search passes it: counted, row 0 is list id
+// `first`.
+IdFilter CountedBitmap(const RowBitmap& rows, int64_t first) {
+  SearchArgs args;
+  args.allowed_rows = &rows;
+  args.allowed_rows_first = first;
+  args.allowed_rows_count = rows.Count();
+  return IdFilter(args);
 }
 
 TEST(FastScanKernel, BlockDistancesMatchUnpackedCodes) {
@@ -119,10 +130,7 @@ TEST(FastScanKernel, CopiedCodesScanLikeTheirFilteredList) {
     }
     std::vector<int64_t> ids(p.n);
     for (size_t i = 0; i < p.n; ++i) ids[i] = static_cast<int64_t>(i);
-    SearchArgs args;
-    args.allowed_rows = &rows;
-    args.allowed_rows_count = rows.Count();
-    const IdFilter filter(args);
+    const IdFilter filter = CountedBitmap(rows, 0);
     using C = faiss::CMax<uint16_t, int64_t>;
     for (size_t k : {size_t{1}, size_t{10}, size_t{300}}) {
       std::vector<uint16_t> want_d(k), d(k);
@@ -212,14 +220,13 @@ TEST(FastScanKernel, SparseAndDenseBitmapsKeepWhatTheirAllowListKeeps) {
       rows.Set(ids[i] - kFirst);
       allowed.push_back(ids[i]);
     }
-    SearchArgs args;
-    args.allowed_rows = &rows;
-    args.allowed_rows_first = kFirst;
-    args.allowed_rows_count = rows.Count();
-    const IdFilter bitmap(args);
+    const IdFilter bitmap = CountedBitmap(rows, kFirst);
     EXPECT_EQ(bitmap.sparse(),
               rows.Count() * IdFilter::kSparseRatio <= rows.size())
         << "every " << every;
+    SearchArgs args;
+    args.allowed_rows = &rows;
+    args.allowed_rows_first = kFirst;
     args.allowed_rows_count = -1;  // not counted: never sparse
     const IdFilter uncounted(args);
     EXPECT_FALSE(uncounted.sparse());
@@ -251,6 +258,120 @@ TEST(FastScanKernel, SparseAndDenseBitmapsKeepWhatTheirAllowListKeeps) {
         EXPECT_TRUE(rows.Test(from_list.second[j] - kFirst));
       } else {
         EXPECT_EQ(from_list.second[j], -1) << "fewer admitted than k";
+      }
+    }
+  }
+}
+
+// The scans offering to FAISS's reservoir (what the filtered searches keep
+// for k > 20) keep the best admitted distances, as the heap does: at every
+// rank the same distance, each id admitted and at its own distance; for the
+// whole list under each kind of filter and for a range of dense rows, for
+// k below, at and above the admitted count, keeping the smallest or the
+// largest.
+TEST(FastScanKernel, ReservoirKeepsWhatTheHeapKeeps) {
+  const Packed p = MakePacked(16, 1000, 9);
+  constexpr int64_t kFirst = 50;
+  std::vector<int64_t> ids(p.n);
+  for (size_t i = 0; i < p.n; ++i) ids[i] = kFirst + static_cast<int64_t>(i);
+  RowBitmap rows(static_cast<int64_t>(p.n));
+  std::vector<int64_t> allowed;
+  for (size_t i = 0; i < p.n; i += 1 + i % 3) {
+    rows.Set(static_cast<int64_t>(i));
+    allowed.push_back(ids[i]);
+  }
+  const IdFilter bitmap = CountedBitmap(rows, kFirst);
+  const IdFilter list(allowed);
+  std::vector<uint16_t> direct(p.n);
+  for (size_t i = 0; i < p.n; ++i) direct[i] = Direct(p, i, 3);
+  // The reservoir's content, best first (as FAISS's ReservoirHandler
+  // finishes it: cut to k, then sorted by distance).
+  auto finish = [](auto& r, bool keep_min) {
+    if (r.i > r.n) r.shrink();
+    std::vector<std::pair<uint16_t, int64_t>> kept;
+    for (size_t j = 0; j < r.i; ++j) kept.push_back({r.vals[j], r.ids[j]});
+    std::stable_sort(kept.begin(), kept.end(), [&](auto& a, auto& b) {
+      return keep_min ? a.first < b.first : a.first > b.first;
+    });
+    return kept;
+  };
+  for (bool keep_min : {true, false}) {
+    for (size_t k : {size_t{21}, size_t{100}, size_t{700}, size_t{900}}) {
+      const std::string where =
+          "keep_min " + std::to_string(keep_min) + " k " + std::to_string(k);
+      // The heap's answer, from the allow-list.
+      std::vector<uint16_t> hd(k);
+      std::vector<int64_t> hi(k);
+      if (keep_min) {
+        using C = faiss::CMax<uint16_t, int64_t>;
+        faiss::heap_heapify<C>(k, hd.data(), hi.data());
+        fastscan_kernel::ScanListFiltered<true>(p.blocks.data(), p.n,
+                                                ids.data(), p.m2, p.lut.data(),
+                                                3, list, k, hd.data(),
+                                                hi.data());
+        faiss::heap_reorder<C>(k, hd.data(), hi.data());
+      } else {
+        using C = faiss::CMin<uint16_t, int64_t>;
+        faiss::heap_heapify<C>(k, hd.data(), hi.data());
+        fastscan_kernel::ScanListFiltered<false>(
+            p.blocks.data(), p.n, ids.data(), p.m2, p.lut.data(), 3, list, k,
+            hd.data(), hi.data());
+        faiss::heap_reorder<C>(k, hd.data(), hi.data());
+      }
+      const size_t found = std::min(k, allowed.size());
+      for (int scan = 0; scan < 3; ++scan) {
+        const size_t capacity = (2 * k + 15) & ~size_t{15};
+        std::vector<uint16_t> vals(capacity);
+        std::vector<int64_t> kept_ids(capacity);
+        std::vector<std::pair<uint16_t, int64_t>> kept;
+        // 0: the list's scan under the allow-list; 1: under the bitmap; 2:
+        // every row of the list (none filtered) as a range of dense rows.
+        const IdFilter& filter = scan == 1 ? bitmap : list;
+        if (keep_min) {
+          fastscan_kernel::ReservoirOf<true> r(k, capacity, vals.data(),
+                                               kept_ids.data());
+          if (scan < 2) {
+            fastscan_kernel::ScanListFiltered<true>(p.blocks.data(), p.n,
+                                                    ids.data(), p.m2,
+                                                    p.lut.data(), 3, filter, r);
+          } else {
+            fastscan_kernel::ScanRowsAdmitted<true>(p.blocks.data(), 0, p.n,
+                                                    ids.data(), p.m2,
+                                                    p.lut.data(), 3, r);
+          }
+          kept = finish(r, true);
+        } else {
+          fastscan_kernel::ReservoirOf<false> r(k, capacity, vals.data(),
+                                                kept_ids.data());
+          if (scan < 2) {
+            fastscan_kernel::ScanListFiltered<false>(
+                p.blocks.data(), p.n, ids.data(), p.m2, p.lut.data(), 3,
+                filter, r);
+          } else {
+            fastscan_kernel::ScanRowsAdmitted<false>(p.blocks.data(), 0, p.n,
+                                                     ids.data(), p.m2,
+                                                     p.lut.data(), 3, r);
+          }
+          kept = finish(r, false);
+        }
+        const std::string at = where + " scan " + std::to_string(scan);
+        if (scan == 2) {  // every row: the best k of all of them
+          std::vector<uint16_t> all = direct;
+          std::sort(all.begin(), all.end());
+          if (!keep_min) std::reverse(all.begin(), all.end());
+          ASSERT_EQ(kept.size(), k) << at;
+          for (size_t j = 0; j < k; ++j) {
+            ASSERT_EQ(kept[j].first, all[j]) << at << " rank " << j;
+            ASSERT_EQ(direct[kept[j].second - kFirst], kept[j].first) << at;
+          }
+          continue;
+        }
+        ASSERT_EQ(kept.size(), found) << at;
+        for (size_t j = 0; j < found; ++j) {
+          ASSERT_EQ(kept[j].first, hd[j]) << at << " rank " << j;
+          ASSERT_TRUE(rows.Test(kept[j].second - kFirst)) << at;
+          ASSERT_EQ(direct[kept[j].second - kFirst], kept[j].first) << at;
+        }
       }
     }
   }

@@ -259,7 +259,10 @@ TEST_P(FastScanSearchTest, FilterGivesTheBestAllowedOfTheProbedLists) {
 TEST_P(FastScanSearchTest, AllowAllFilterEqualsUnfiltered) {
   std::vector<int64_t> all(kBase);
   for (int64_t i = 0; i < kBase; ++i) all[i] = i;
-  for (int k : {1, 10}) {  // heap handlers: the same tie order as FAISS
+  // k 1 and 10: FAISS's heaps; 50: its reservoir (or, where FAISS keeps
+  // its asserts, the heap on both sides). The same candidates offered in
+  // the same order: the same ids in the same order, ties included.
+  for (int k : {1, 10, 50}) {
     std::vector<float> d1(kQueries * k), d2(kQueries * k);
     std::vector<int64_t> l1(kQueries * k), l2(kQueries * k);
     SearchArgs p;
