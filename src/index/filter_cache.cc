@@ -46,9 +46,9 @@ void FilterCache::RememberMiss(uint64_t hash) {
 
 FilterCache::Inserted FilterCache::Insert(
     std::string key, RowBitmap rows,
-    std::unique_ptr<const FilteredLists> lists) {
+    std::unique_ptr<const FilteredLists> lists, int64_t matched) {
   const int64_t bytes = Bytes(key, rows, lists.get());
-  const int64_t matched = rows.Count();
+  if (matched < 0) matched = rows.Count();
   auto shared = std::make_shared<const RowBitmap>(std::move(rows));
   std::shared_ptr<const FilteredLists> shared_lists = std::move(lists);
   if (bytes > max_bytes_) {

@@ -97,9 +97,11 @@ class FilterCache {
   // (evicting the least recently used entries it needs room from) and
   // returns the bitmap and lists to use: those another thread kept first
   // for the same key, or these, shared, and kept only when they fit
-  // (Bytes(key, rows, lists) <= max_bytes).
+  // (Bytes(key, rows, lists) <= max_bytes). `matched`: rows.Count() where
+  // the caller has it (a count reads the whole bitmap), else -1.
   Inserted Insert(std::string key, RowBitmap rows,
-                  std::unique_ptr<const FilteredLists> lists = nullptr);
+                  std::unique_ptr<const FilteredLists> lists = nullptr,
+                  int64_t matched = -1);
 
   Stats stats() const;
 

@@ -266,10 +266,11 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
   if (!rows.ok()) return rows.status();
   if (cache != nullptr) {
     // A filter admitting few rows is kept with its lists cut down to them.
+    const int64_t matched = rows->Count();
     std::unique_ptr<const FilteredLists> lists =
-        snapshot.FilterLists(*rows, rows->Count());
-    FilterCache::Inserted inserted =
-        cache->Insert(std::move(key), std::move(*rows), std::move(lists));
+        snapshot.FilterLists(*rows, matched);
+    FilterCache::Inserted inserted = cache->Insert(
+        std::move(key), std::move(*rows), std::move(lists), matched);
     UseRows(std::move(inserted.rows), inserted.matched,
             inserted.kept ? std::move(inserted.lists) : nullptr,
             inserted.kept, parsed);
