@@ -139,16 +139,17 @@ bench-client: build
 # IDSelector search of the same index (faiss-cpu, the newest, in a venv
 # under FILTER_WORK: FAISS 1.7.3 takes no selector on FastScan), and
 # RssAnon with and without INDEX.attrs and INDEX.payloads; indexes go to
-# FILTER_WORK (built once).
+# FILTER_WORK (built once). Each set one query a request, then 100.
 FILTER_WORK ?= /tmp/knnd_filter_bench
 bench-filter: build
 	@[ -f $(FILTER_WORK)/venv/.installed ] || { mkdir -p $(FILTER_WORK) && \
 	  /usr/bin/python3 -m venv $(FILTER_WORK)/venv && \
 	  $(FILTER_WORK)/venv/bin/pip install -q --upgrade faiss-cpu numpy && \
 	  touch $(FILTER_WORK)/venv/.installed; }
-	for set in fashion 1m; do \
+	for set in fashion 1m; do for batch in 1 100; do \
 	  /usr/bin/python3 bench/filter_bench.py --build $(BUILD) --workdir $(FILTER_WORK) \
-	    --faiss_python $(FILTER_WORK)/venv/bin/python --set $$set || exit 1; done
+	    --faiss_python $(FILTER_WORK)/venv/bin/python --set $$set \
+	    --batch $$batch || exit 1; done; done
 
 # Exact re-ranking on Fashion-MNIST (bench/RESULTS.md, "Re-ranking"): knnd
 # over gRPC vs python3-faiss IndexRefineFlat, recall, RSS split. The index is
