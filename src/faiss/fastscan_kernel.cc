@@ -194,7 +194,7 @@ inline void ScanBlock(const uint8_t* block, size_t j0, size_t valid,
   if (!kPremask) {
     // The filter of every candidate first, in a loop whose reads do not
     // wait on each other (a column's values at random rows miss the
-    // cache: their misses overlap), then the heap.
+    // cache: their misses overlap), then the top.
     for (uint64_t m = mask; m != 0;) {
       const size_t v = static_cast<size_t>(__builtin_ctzll(m)) >> 1;
       m &= ~(uint64_t{3} << (2 * v));
