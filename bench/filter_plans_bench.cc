@@ -5,16 +5,18 @@
 //
 //   build/bench/filter_plans_bench --index WITH_ATTRS.index --base BASE.npy
 //       --queries Q.npy [--field u] [--below 1000] [--limit 400]
-//       [--nprobe 0] [--refine -1] [--rounds 3]
+//       [--nprobe 0] [--refine -1] [--rounds 3] [--batch 1]
+//       [--only unfiltered|bitmap|lists|flat]
 //
 // The filter is {field < below} on an integer attribute (bench/filter_bench.py
 // builds such an index: u uniform in [0, 100000)), compiled once as knnd's
 // handler compiles a kept filter, with its lists where the snapshot keeps
-// them. Per round, in turns, the queries one per call: unfiltered; the
-// bitmap alone (a filter first seen); the bitmap with its lists (a kept
-// filter); and the lists through the flat plan (where the codes are not
-// residuals), each planned by IndexSnapshot as knnd plans it. Prints us
-// per query (median over the rounds), the plan, and recall@10 against an
+// them. Per round, in turns, the queries --batch per call (one by default):
+// unfiltered; the bitmap alone (a filter first seen); the bitmap with its
+// lists (a kept filter); and the lists through the flat plan (where the
+// codes are not residuals), each planned by IndexSnapshot as knnd plans
+// it; --only runs one of them (e.g. under perf record). Prints us per
+// query (median over the rounds), the plan, and recall@10 against an
 // exact search of the matching rows of --base.
 #include <algorithm>
 #include <cstdio>
