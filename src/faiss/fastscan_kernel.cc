@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <faiss/impl/simd_result_handlers.h>
 #include <faiss/utils/Heap.h>
 
 namespace knnd {

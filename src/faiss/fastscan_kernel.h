@@ -23,10 +23,20 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <faiss/impl/simd_result_handlers.h>
 #include <faiss/utils/ordered_key_value.h>
 
 #include "knnd/faiss/id_filter.h"
+
+// Declared only: simd_result_handlers.h picks its SIMD types by __AVX2__,
+// so only the files compiled with the linked FAISS's flags include it
+// (src/faiss/CMakeLists.txt), and this header reaches others
+// (filtered_lists.cc).
+namespace faiss {
+namespace simd_result_handlers {
+template <class C>
+struct ReservoirTopN;
+}  // namespace simd_result_handlers
+}  // namespace faiss
 
 namespace knnd {
 namespace fastscan_kernel {

@@ -8,6 +8,10 @@
 #include <cmath>
 #include <cstring>
 
+#include <faiss/IndexIVFPQFastScan.h>
+#include <faiss/impl/ProductQuantizer.h>
+#include <faiss/utils/quantize_lut.h>
+
 namespace knnd {
 namespace fastscan_lut {
 namespace {
@@ -216,6 +220,152 @@ void D4DistanceTables(size_t n, const float* x, size_t m,
   (void)by_dim;
   (void)out;
 #endif
+}
+
+namespace {
+
+// c = a + bf * b, element-wise (FAISS: fvec_madd_avx). bf = -2 makes bf * b
+// exact, so the result is the same with or without a fused multiply-add.
+void MultiplyAdd(size_t n, const float* __restrict a, float bf,
+                 const float* __restrict b, float* __restrict c) {
+  size_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 f = _mm256_set1_ps(bf);
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(c + i, _mm256_fmadd_ps(f, _mm256_loadu_ps(b + i),
+                                            _mm256_loadu_ps(a + i)));
+  }
+#endif
+  for (; i < n; ++i) c[i] = a[i] + bf * b[i];
+}
+
+// pq's L2 tables of n vectors (ProductQuantizer::compute_distance_tables),
+// by knnd's loop where `by_dim` holds the centroids rearranged for it.
+void DistanceTables(const faiss::ProductQuantizer& pq,
+                    const std::vector<float>& by_dim, size_t n,
+                    const float* x, float* out) {
+  if (by_dim.empty()) {
+    pq.compute_distance_tables(n, x, out);
+  } else {
+    D4DistanceTables(n, x, pq.M, by_dim.data(), out);
+  }
+}
+
+}  // namespace
+
+void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf,
+                          const std::vector<float>& by_dim, size_t n,
+                          const float* x, const int64_t* coarse_ids,
+                          const float* coarse_dis, size_t nprobe,
+                          QuantizedLuts* out) {
+  const faiss::ProductQuantizer& pq = ivf.pq;
+  const size_t M = pq.M, ksub = pq.ksub, M2 = ivf.M2, d = ivf.d;
+  const size_t dim12 = ksub * M, dim12_2 = ksub * M2;
+  const bool l2 = ivf.metric_type == faiss::METRIC_L2;
+  out->is_3d = ivf.by_residual && l2;
+  out->has_bias = ivf.by_residual;
+
+  const size_t per_query = out->is_3d ? nprobe : 1;
+  out->tables.resize(n * per_query * dim12_2);
+  if (out->has_bias) out->biases.resize(n * nprobe);
+  out->normalizers.resize(2 * n);
+  std::vector<float> mins;
+  // Quantizes query i's float tables and biases.
+  auto quantize = [&](size_t i, const float* tab, const float* bias) {
+    if (out->is_3d) {
+      QuantizeResidualLuts(
+          nprobe, M, M2, tab, bias, out->tables.get() + i * nprobe * dim12_2,
+          out->biases.get() + i * nprobe, &out->normalizers[2 * i],
+          &out->normalizers[2 * i + 1], &mins);
+      return;
+    }
+    if (!out->has_bias) {
+      QuantizeQueryLuts(
+          M, M2, tab, out->tables.get() + i * dim12_2,
+          &out->normalizers[2 * i], &out->normalizers[2 * i + 1], &mins);
+      return;
+    }
+    faiss::quantize_lut::quantize_LUT_and_bias(
+        nprobe, M, ksub, out->is_3d, tab, bias,
+        out->tables.get() + i * per_query * dim12_2, M2,
+        out->has_bias ? out->biases.get() + i * nprobe : nullptr,
+        &out->normalizers[2 * i], &out->normalizers[2 * i + 1]);
+  };
+
+  // Float tables and biases (IndexIVFPQFastScan::compute_LUT), for a group
+  // of queries at a time, each group's quantized before the next group's:
+  // one query where FAISS computes them query by query (sub-vectors under
+  // 16 dims: the same values), so that a batch's float tables (3 MiB for 256
+  // Fashion-MNIST rows) are never held at once; the whole slice where FAISS
+  // multiplies matrices (BLAS), whose tables of at most d / 16
+  // sub-quantizers are small.
+  const size_t group = pq.dsub < 16 ? 1 : n;
+  faiss::AlignedTable<float> ftab;
+  if (out->is_3d && ivf.use_precomputed_table == 1) {
+    // table(list, x) = precomputed(list) - 2 <x, centroid codes>; the
+    // coarse distance is the bias. Built and quantized one query at a
+    // time: its nprobe tables stay in cache and the batch's are never
+    // held at once.
+    faiss::AlignedTable<float> ip(group * dim12);
+    ftab.resize(nprobe * dim12);
+    for (size_t i = 0; i < n; ++i) {
+      if (i % group == 0) {
+        pq.compute_inner_prod_tables(std::min(group, n - i), x + i * d,
+                                     ip.get());
+      }
+      for (size_t j = 0; j < nprobe; ++j) {
+        float* tab = ftab.get() + j * dim12;
+        const int64_t list = coarse_ids[i * nprobe + j];
+        if (list < 0) {  // NaNs: ignored by the quantization
+          std::memset(tab, -1, sizeof(float) * dim12);
+          continue;
+        }
+        MultiplyAdd(dim12, ivf.precomputed_table.get() + list * dim12, -2.0f,
+                    ip.get() + (i % group) * dim12, tab);
+      }
+      quantize(i, ftab.get(), coarse_dis + i * nprobe);
+    }
+    return;
+  }
+  faiss::AlignedTable<float> fbias;
+  std::vector<float> residuals;
+  for (size_t g0 = 0; g0 < n; g0 += group) {
+    const size_t ng = std::min(group, n - g0);
+    const float* xg = x + g0 * d;
+    if (!ivf.by_residual) {
+      ftab.resize(ng * dim12);
+      if (l2) {
+        DistanceTables(pq, by_dim, ng, xg, ftab.get());
+      } else {
+        pq.compute_inner_prod_tables(ng, xg, ftab.get());
+      }
+    } else if (l2) {
+      ftab.resize(ng * nprobe * dim12);
+      fbias.resize(ng * nprobe);
+      residuals.resize(ng * nprobe * d);
+      std::memset(fbias.get(), 0, sizeof(float) * ng * nprobe);
+      for (size_t ij = 0; ij < ng * nprobe; ++ij) {
+        float* r = residuals.data() + ij * d;
+        const int64_t list = coarse_ids[g0 * nprobe + ij];
+        if (list < 0) {
+          std::memset(r, -1, sizeof(float) * d);
+        } else {
+          ivf.quantizer->compute_residual(xg + (ij / nprobe) * d, r, list);
+        }
+      }
+      DistanceTables(pq, by_dim, ng * nprobe, residuals.data(), ftab.get());
+    } else {  // inner product with residuals: coarse similarity is the bias
+      ftab.resize(ng * dim12);
+      pq.compute_inner_prod_tables(ng, xg, ftab.get());
+      fbias.resize(ng * nprobe);
+      std::memcpy(fbias.get(), coarse_dis + g0 * nprobe,
+                  sizeof(float) * ng * nprobe);
+    }
+    for (size_t i = 0; i < ng; ++i) {
+      quantize(g0 + i, ftab.get() + i * per_query * dim12,
+               out->has_bias ? fbias.get() + i * nprobe : nullptr);
+    }
+  }
 }
 
 }  // namespace fastscan_lut

@@ -1,8 +1,9 @@
-// Quantization of a FastScan query's float look-up tables to the uint8
-// tables and uint16 biases the 4-bit kernels read: knnd's own vectorised
-// form of faiss::quantize_lut::quantize_LUT_and_bias for by-residual L2
-// indexes (one table per probed list), whose scalar loops took an eighth of
-// a batch's search. Internal to src/faiss/ (fastscan_search.cc).
+// A FastScan batch's look-up tables (ComputeQuantizedLuts) and their
+// quantization to the uint8 tables and uint16 biases the 4-bit kernels
+// read: knnd's own vectorised form of
+// faiss::quantize_lut::quantize_LUT_and_bias for by-residual L2 indexes
+// (one table per probed list), whose scalar loops took an eighth of a
+// batch's search. Internal to src/faiss/ (fastscan_search.cc).
 //
 // AVX2 when compiled with it (src/faiss/CMakeLists.txt gives this file the
 // SIMD flags of an AVX2 FAISS build), a portable loop otherwise; both give
@@ -15,8 +16,39 @@
 #include <cstdint>
 #include <vector>
 
+#include <faiss/utils/AlignedTable.h>
+
+namespace faiss {
+struct IndexIVFPQFastScan;
+}  // namespace faiss
+
 namespace knnd {
 namespace fastscan_lut {
+
+// Quantized look-up tables of one batch, as IndexIVFFastScan's
+// compute_LUT_uint8 builds them, for an nprobe given per call.
+struct QuantizedLuts {
+  bool is_3d = false;    // one table per (query, probe) instead of per query
+  bool has_bias = false;  // per (query, probe) uint16 bias
+  // (n [* nprobe]) * 16 * M2, allocated to size (FAISS's AlignedTable
+  // rounds up to a power of two: 784 KiB for 256 Fashion-MNIST rows became
+  // 1 MiB, mapped afresh and faulted in on every call: fastscan_search.cc,
+  // kSliceLutBytes).
+  faiss::AlignedTableTightAlloc<uint8_t> tables;
+  faiss::AlignedTable<uint16_t> biases;  // n * nprobe when has_bias
+  std::vector<float> normalizers;        // per query: a, b (d = v / a + b)
+};
+
+// The tables of n queries x (IndexIVFPQFastScan::compute_LUT_uint8, for
+// an nprobe given per call): coarse_ids / coarse_dis, n * nprobe, are the
+// queries' probed lists and their distances (unused, may be null, where the
+// codes are not residuals). `by_dim`: the centroids by dimension
+// (CentroidsByDim, where D4TablesApply), or empty.
+void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf,
+                          const std::vector<float>& by_dim, size_t n,
+                          const float* x, const int64_t* coarse_ids,
+                          const float* coarse_dis, size_t nprobe,
+                          QuantizedLuts* out);
 
 // One query's tables: `luts` holds nprobe * m tables of 16 floats (probe
 // major), `biases` nprobe floats. Writes nprobe * m2 uint8 tables to

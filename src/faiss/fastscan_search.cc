@@ -1,12 +1,6 @@
 #include "knnd/faiss/fastscan_search.h"
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
-#include <cstring>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -18,7 +12,6 @@
 #include <faiss/impl/simd_result_handlers.h>
 #include <faiss/utils/AlignedTable.h>
 #include <faiss/utils/Heap.h>
-#include <faiss/utils/quantize_lut.h>
 #include <faiss/utils/utils.h>
 
 #include "absl/strings/match.h"
@@ -37,161 +30,8 @@ using idx_t = faiss::Index::idx_t;
 constexpr int64_t kMaxK = int64_t{1} << 20;
 constexpr int64_t kMaxQueryProbes = int64_t{1} << 31;  // FAISS indexes them by int
 
-// Quantized look-up tables of one batch, as IndexIVFFastScan's
-// compute_LUT_uint8 builds them, for an nprobe given per call.
-struct QuantizedLuts {
-  bool is_3d = false;    // one table per (query, probe) instead of per query
-  bool has_bias = false;  // per (query, probe) uint16 bias
-  // (n [* nprobe]) * 16 * M2, allocated to size (FAISS's AlignedTable
-  // rounds up to a power of two: 784 KiB for 256 Fashion-MNIST rows became
-  // 1 MiB, mapped afresh and faulted in on every call, see kSliceLutBytes).
-  faiss::AlignedTableTightAlloc<uint8_t> tables;
-  faiss::AlignedTable<uint16_t> biases;  // n * nprobe when has_bias
-  std::vector<float> normalizers;        // per query: a, b (d = v / a + b)
-};
-
-// c = a + bf * b, element-wise (FAISS: fvec_madd_avx). bf = -2 makes bf * b
-// exact, so the result is the same with or without a fused multiply-add.
-void MultiplyAdd(size_t n, const float* __restrict a, float bf,
-                 const float* __restrict b, float* __restrict c) {
-  size_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-  const __m256 f = _mm256_set1_ps(bf);
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(c + i, _mm256_fmadd_ps(f, _mm256_loadu_ps(b + i),
-                                            _mm256_loadu_ps(a + i)));
-  }
-#endif
-  for (; i < n; ++i) c[i] = a[i] + bf * b[i];
-}
-
-// pq's L2 tables of n vectors (ProductQuantizer::compute_distance_tables),
-// by knnd's loop where `by_dim` holds the centroids rearranged for it.
-void DistanceTables(const faiss::ProductQuantizer& pq,
-                    const std::vector<float>& by_dim, size_t n,
-                    const float* x, float* out) {
-  if (by_dim.empty()) {
-    pq.compute_distance_tables(n, x, out);
-  } else {
-    fastscan_lut::D4DistanceTables(n, x, pq.M, by_dim.data(), out);
-  }
-}
-
-// `by_dim`: the centroids by dimension (FastScanSearcher), or empty.
-void ComputeQuantizedLuts(const faiss::IndexIVFPQFastScan& ivf,
-                          const std::vector<float>& by_dim, size_t n,
-                          const float* x, const idx_t* coarse_ids,
-                          const float* coarse_dis, size_t nprobe,
-                          QuantizedLuts* out) {
-  const faiss::ProductQuantizer& pq = ivf.pq;
-  const size_t M = pq.M, ksub = pq.ksub, M2 = ivf.M2, d = ivf.d;
-  const size_t dim12 = ksub * M, dim12_2 = ksub * M2;
-  const bool l2 = ivf.metric_type == faiss::METRIC_L2;
-  out->is_3d = ivf.by_residual && l2;
-  out->has_bias = ivf.by_residual;
-
-  const size_t per_query = out->is_3d ? nprobe : 1;
-  out->tables.resize(n * per_query * dim12_2);
-  if (out->has_bias) out->biases.resize(n * nprobe);
-  out->normalizers.resize(2 * n);
-  std::vector<float> mins;
-  // Quantizes query i's float tables and biases.
-  auto quantize = [&](size_t i, const float* tab, const float* bias) {
-    if (out->is_3d) {
-      fastscan_lut::QuantizeResidualLuts(
-          nprobe, M, M2, tab, bias, out->tables.get() + i * nprobe * dim12_2,
-          out->biases.get() + i * nprobe, &out->normalizers[2 * i],
-          &out->normalizers[2 * i + 1], &mins);
-      return;
-    }
-    if (!out->has_bias) {
-      fastscan_lut::QuantizeQueryLuts(
-          M, M2, tab, out->tables.get() + i * dim12_2,
-          &out->normalizers[2 * i], &out->normalizers[2 * i + 1], &mins);
-      return;
-    }
-    faiss::quantize_lut::quantize_LUT_and_bias(
-        nprobe, M, ksub, out->is_3d, tab, bias,
-        out->tables.get() + i * per_query * dim12_2, M2,
-        out->has_bias ? out->biases.get() + i * nprobe : nullptr,
-        &out->normalizers[2 * i], &out->normalizers[2 * i + 1]);
-  };
-
-  // Float tables and biases (IndexIVFPQFastScan::compute_LUT), for a group
-  // of queries at a time, each group's quantized before the next group's:
-  // one query where FAISS computes them query by query (sub-vectors under
-  // 16 dims: the same values), so that a batch's float tables (3 MiB for 256
-  // Fashion-MNIST rows) are never held at once; the whole slice where FAISS
-  // multiplies matrices (BLAS), whose tables of at most d / 16
-  // sub-quantizers are small.
-  const size_t group = pq.dsub < 16 ? 1 : n;
-  faiss::AlignedTable<float> ftab;
-  if (out->is_3d && ivf.use_precomputed_table == 1) {
-    // table(list, x) = precomputed(list) - 2 <x, centroid codes>; the
-    // coarse distance is the bias. Built and quantized one query at a
-    // time: its nprobe tables stay in cache and the batch's are never
-    // held at once.
-    faiss::AlignedTable<float> ip(group * dim12);
-    ftab.resize(nprobe * dim12);
-    for (size_t i = 0; i < n; ++i) {
-      if (i % group == 0) {
-        pq.compute_inner_prod_tables(std::min(group, n - i), x + i * d,
-                                     ip.get());
-      }
-      for (size_t j = 0; j < nprobe; ++j) {
-        float* tab = ftab.get() + j * dim12;
-        const idx_t list = coarse_ids[i * nprobe + j];
-        if (list < 0) {  // NaNs: ignored by the quantization
-          std::memset(tab, -1, sizeof(float) * dim12);
-          continue;
-        }
-        MultiplyAdd(dim12, ivf.precomputed_table.get() + list * dim12, -2.0f,
-                    ip.get() + (i % group) * dim12, tab);
-      }
-      quantize(i, ftab.get(), coarse_dis + i * nprobe);
-    }
-    return;
-  }
-  faiss::AlignedTable<float> fbias;
-  std::vector<float> residuals;
-  for (size_t g0 = 0; g0 < n; g0 += group) {
-    const size_t ng = std::min(group, n - g0);
-    const float* xg = x + g0 * d;
-    if (!ivf.by_residual) {
-      ftab.resize(ng * dim12);
-      if (l2) {
-        DistanceTables(pq, by_dim, ng, xg, ftab.get());
-      } else {
-        pq.compute_inner_prod_tables(ng, xg, ftab.get());
-      }
-    } else if (l2) {
-      ftab.resize(ng * nprobe * dim12);
-      fbias.resize(ng * nprobe);
-      residuals.resize(ng * nprobe * d);
-      std::memset(fbias.get(), 0, sizeof(float) * ng * nprobe);
-      for (size_t ij = 0; ij < ng * nprobe; ++ij) {
-        float* r = residuals.data() + ij * d;
-        const idx_t list = coarse_ids[g0 * nprobe + ij];
-        if (list < 0) {
-          std::memset(r, -1, sizeof(float) * d);
-        } else {
-          ivf.quantizer->compute_residual(xg + (ij / nprobe) * d, r, list);
-        }
-      }
-      DistanceTables(pq, by_dim, ng * nprobe, residuals.data(), ftab.get());
-    } else {  // inner product with residuals: coarse similarity is the bias
-      ftab.resize(ng * dim12);
-      pq.compute_inner_prod_tables(ng, xg, ftab.get());
-      fbias.resize(ng * nprobe);
-      std::memcpy(fbias.get(), coarse_dis + g0 * nprobe,
-                  sizeof(float) * ng * nprobe);
-    }
-    for (size_t i = 0; i < ng; ++i) {
-      quantize(g0 + i, ftab.get() + i * per_query * dim12,
-               out->has_bias ? fbias.get() + i * nprobe : nullptr);
-    }
-  }
-}
+using fastscan_lut::ComputeQuantizedLuts;
+using fastscan_lut::QuantizedLuts;
 
 // One (query, probed list) pair; sorted by list so that a list's codes are
 // read once for all the queries that probe it.
@@ -310,89 +150,134 @@ void ScanUnfiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
   }
 }
 
-// One query's heap of k quantized distances (heap_dis, with `labels`)
-// sorted best first, and its distances as floats, d = v / a + b with
-// `ab` = {a, b} (the query's normalizers).
-template <class C>
-void HeapToResults(size_t k, uint16_t* heap_dis, const float* ab,
-                   float* distances, idx_t* labels) {
-  faiss::heap_reorder<C>(k, heap_dis, labels);
-  const float one_a = 1 / ab[0];
-  for (size_t j = 0; j < k; ++j) distances[j] = heap_dis[j] * one_a + ab[1];
-}
+// Where a filtered scan keeps each query's best k, as ScanUnfiltered keeps
+// them for the same k: FAISS's heaps, or for k > 20 its reservoirs (60
+// candidates of a 1M-row 50% filter: 47 -> 40 us a query against the
+// heaps). Both offer a candidate beating the bound, in the scan's order,
+// so a filter admitting every row gives the unfiltered answer. Finish()
+// writes the n queries' k distances (d = v / a + b, the normalizers) and
+// labels, best first.
+template <bool kKeepMin>
+class HeapKeep {
+ public:
+  using C = fastscan_kernel::HeapOf<kKeepMin>;
+  HeapKeep(size_t n, size_t k, idx_t* labels)
+      : n_(n), k_(k), dis_(n * k), labels_(labels) {
+    for (size_t q = 0; q < n; ++q) {
+      faiss::heap_heapify<C>(k, dis_.data() + q * k, labels + q * k);
+    }
+  }
+  void List(size_t q, const uint8_t* codes, size_t n, const int64_t* ids,
+            size_t m2, const uint8_t* lut, uint16_t bias,
+            const IdFilter& filter) {
+    fastscan_kernel::ScanListFiltered<kKeepMin>(codes, n, ids, m2, lut, bias,
+                                                filter, k_, Dis(q), Labels(q));
+  }
+  void Rows(size_t q, const uint8_t* codes, size_t begin, size_t end,
+            const int64_t* ids, size_t m2, const uint8_t* lut,
+            uint16_t bias) {
+    fastscan_kernel::ScanRowsAdmitted<kKeepMin>(codes, begin, end, ids, m2,
+                                                lut, bias, k_, Dis(q),
+                                                Labels(q));
+  }
+  void Finish(const float* normalizers, float* distances) {
+    for (size_t q = 0; q < n_; ++q) {
+      faiss::heap_reorder<C>(k_, Dis(q), Labels(q));
+      const float one_a = 1 / normalizers[2 * q];
+      for (size_t j = 0; j < k_; ++j) {
+        distances[q * k_ + j] = Dis(q)[j] * one_a + normalizers[2 * q + 1];
+      }
+    }
+  }
 
-// Whether a scan for k keeps FAISS's reservoir (k > 20, as
-// ScanUnfiltered: where FAISS keeps asserts, the heap) instead of its heap.
-bool KeepsReservoir(size_t k) { return k > 20 && !kReservoirAborts; }
+ private:
+  uint16_t* Dis(size_t q) { return dis_.data() + q * k_; }
+  idx_t* Labels(size_t q) { return labels_ + q * k_; }
+  const size_t n_;
+  const size_t k_;
+  std::vector<uint16_t> dis_;
+  idx_t* const labels_;
+};
+
+template <bool kKeepMin>
+class ReservoirKeep {
+ public:
+  ReservoirKeep(size_t n, size_t k, idx_t* labels)
+      : handler_(n, 0, k, 2 * k), labels_(labels) {}
+  void List(size_t q, const uint8_t* codes, size_t n, const int64_t* ids,
+            size_t m2, const uint8_t* lut, uint16_t bias,
+            const IdFilter& filter) {
+    fastscan_kernel::ScanListFiltered<kKeepMin>(codes, n, ids, m2, lut, bias,
+                                                filter, handler_.reservoirs[q]);
+  }
+  void Rows(size_t q, const uint8_t* codes, size_t begin, size_t end,
+            const int64_t* ids, size_t m2, const uint8_t* lut,
+            uint16_t bias) {
+    fastscan_kernel::ScanRowsAdmitted<kKeepMin>(codes, begin, end, ids, m2,
+                                                lut, bias,
+                                                handler_.reservoirs[q]);
+  }
+  void Finish(const float* normalizers, float* distances) {
+    handler_.to_flat_arrays(distances, labels_, normalizers);
+  }
+
+ private:
+  faiss::simd_result_handlers::ReservoirHandler<
+      fastscan_kernel::HeapOf<kKeepMin>, true>
+      handler_;
+  idx_t* const labels_;
+};
+
+// Runs scan(keep) with the keeper ScanUnfiltered's choice of k gives (where
+// FAISS keeps asserts, always the heaps), then its Finish().
+template <bool kKeepMin, class Scan>
+void WithKeep(size_t n, size_t k, const float* normalizers, float* distances,
+              idx_t* labels, const Scan& scan) {
+  if (k > 20 && !kReservoirAborts) {
+    ReservoirKeep<kKeepMin> keep(n, k, labels);
+    scan(keep);
+    keep.Finish(normalizers, distances);
+  } else {
+    HeapKeep<kKeepMin> keep(n, k, labels);
+    scan(keep);
+    keep.Finish(normalizers, distances);
+  }
+}
 
 // Filtered scan: knnd's kernel, one query at a time per list (lists still in
 // order, so a list is read while it is hot for all its queries); with the
-// filter's lists (`admitted` not null) only their codes, none tested. The
-// candidates go where ScanUnfiltered's go for the same k (FAISS's heap, or
-// for k > 20 its reservoir, 60 candidates of a 1M-row 50% filter
-// 47 -> 40 us a query), in the same order: a filter admitting every row
-// gives the unfiltered answer.
+// filter's lists (`admitted` not null) only their codes, none tested.
 template <bool kKeepMin>
 void ScanFiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
                   size_t nprobe, const QuantizedLuts& luts,
                   const std::vector<Probe>& probes, const IdFilter& filter,
                   const FilteredLists* admitted, float* distances,
                   idx_t* labels) {
-  using C = fastscan_kernel::HeapOf<kKeepMin>;
   const faiss::InvertedLists& lists = *ivf.invlists;
   const size_t dim12_2 = ivf.ksub * ivf.M2;
-  const bool reservoir = KeepsReservoir(k);
-  std::vector<uint16_t> heap_dis(reservoir ? 0 : n * k);
-  std::optional<faiss::simd_result_handlers::ReservoirHandler<C, true>> tops;
-  if (reservoir) {
-    tops.emplace(n, 0, k, 2 * k);
-  } else {
-    for (size_t q = 0; q < n; ++q) {
-      faiss::heap_heapify<C>(k, heap_dis.data() + q * k, labels + q * k);
-    }
-  }
-  for (const Probe& p : probes) {
-    const size_t list_size = admitted != nullptr ? admitted->size(p.list_no)
-                                                 : lists.list_size(p.list_no);
-    if (list_size == 0) continue;
-    const size_t ij = static_cast<size_t>(p.qno) * nprobe + p.rank;
-    const uint8_t* lut =
-        luts.tables.get() + (luts.is_3d ? ij : p.qno) * dim12_2;
-    const uint16_t bias = luts.has_bias ? luts.biases[ij] : 0;
-    if (admitted != nullptr) {
-      const size_t begin = static_cast<size_t>(admitted->begin(p.list_no));
-      if (reservoir) {
-        fastscan_kernel::ScanRowsAdmitted<kKeepMin>(
-            admitted->codes(), begin, begin + list_size, admitted->ids(),
-            ivf.M2, lut, bias, tops->reservoirs[p.qno]);
-      } else {
-        fastscan_kernel::ScanRowsAdmitted<kKeepMin>(
-            admitted->codes(), begin, begin + list_size, admitted->ids(),
-            ivf.M2, lut, bias, k, heap_dis.data() + p.qno * k,
-            labels + p.qno * k);
+  WithKeep<kKeepMin>(n, k, luts.normalizers.data(), distances, labels,
+                     [&](auto& keep) {
+    for (const Probe& p : probes) {
+      const size_t list_size = admitted != nullptr
+                                   ? admitted->size(p.list_no)
+                                   : lists.list_size(p.list_no);
+      if (list_size == 0) continue;
+      const size_t ij = static_cast<size_t>(p.qno) * nprobe + p.rank;
+      const uint8_t* lut =
+          luts.tables.get() + (luts.is_3d ? ij : p.qno) * dim12_2;
+      const uint16_t bias = luts.has_bias ? luts.biases[ij] : 0;
+      if (admitted != nullptr) {
+        const size_t begin = static_cast<size_t>(admitted->begin(p.list_no));
+        keep.Rows(p.qno, admitted->codes(), begin, begin + list_size,
+                  admitted->ids(), ivf.M2, lut, bias);
+        continue;
       }
-      continue;
+      faiss::InvertedLists::ScopedCodes codes(&lists, p.list_no);
+      faiss::InvertedLists::ScopedIds ids(&lists, p.list_no);
+      keep.List(p.qno, codes.get(), list_size, ids.get(), ivf.M2, lut, bias,
+                filter);
     }
-    faiss::InvertedLists::ScopedCodes codes(&lists, p.list_no);
-    faiss::InvertedLists::ScopedIds ids(&lists, p.list_no);
-    if (reservoir) {
-      fastscan_kernel::ScanListFiltered<kKeepMin>(
-          codes.get(), list_size, ids.get(), ivf.M2, lut, bias, filter,
-          tops->reservoirs[p.qno]);
-    } else {
-      fastscan_kernel::ScanListFiltered<kKeepMin>(
-          codes.get(), list_size, ids.get(), ivf.M2, lut, bias, filter, k,
-          heap_dis.data() + p.qno * k, labels + p.qno * k);
-    }
-  }
-  if (reservoir) {
-    tops->to_flat_arrays(distances, labels, luts.normalizers.data());
-    return;
-  }
-  for (size_t q = 0; q < n; ++q) {
-    HeapToResults<C>(k, heap_dis.data() + q * k, &luts.normalizers[2 * q],
-                     distances + q * k, labels + q * k);
-  }
+  });
 }
 
 // The flat plan: every row of `admitted` for each query, through its one
@@ -402,30 +287,14 @@ template <bool kKeepMin>
 void ScanAdmittedRows(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
                       const QuantizedLuts& luts, const FilteredLists& admitted,
                       float* distances, idx_t* labels) {
-  using C = fastscan_kernel::HeapOf<kKeepMin>;
   const size_t dim12_2 = ivf.ksub * ivf.M2;
-  const size_t rows = static_cast<size_t>(admitted.rows());
-  if (KeepsReservoir(k)) {
-    faiss::simd_result_handlers::ReservoirHandler<C, true> tops(n, 0, k,
-                                                                2 * k);
+  WithKeep<kKeepMin>(n, k, luts.normalizers.data(), distances, labels,
+                     [&](auto& keep) {
     for (size_t q = 0; q < n; ++q) {
-      fastscan_kernel::ScanRowsAdmitted<kKeepMin>(
-          admitted.codes(), 0, rows, admitted.ids(), ivf.M2,
-          luts.tables.get() + q * dim12_2, 0, tops.reservoirs[q]);
+      keep.Rows(q, admitted.codes(), 0, static_cast<size_t>(admitted.rows()),
+                admitted.ids(), ivf.M2, luts.tables.get() + q * dim12_2, 0);
     }
-    tops.to_flat_arrays(distances, labels, luts.normalizers.data());
-    return;
-  }
-  std::vector<uint16_t> heap_dis(k);
-  for (size_t q = 0; q < n; ++q) {
-    int64_t* ids = labels + q * k;
-    faiss::heap_heapify<C>(k, heap_dis.data(), ids);
-    fastscan_kernel::ScanRowsAdmitted<kKeepMin>(
-        admitted.codes(), 0, rows, admitted.ids(), ivf.M2,
-        luts.tables.get() + q * dim12_2, 0, k, heap_dis.data(), ids);
-    HeapToResults<C>(k, heap_dis.data(), &luts.normalizers[2 * q],
-                     distances + q * k, ids);
-  }
+  });
 }
 
 // Look-up-table bytes of one slice of a batch: a batch is searched in slices

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <faiss/impl/pq4_fast_scan.h>
+#include <faiss/impl/simd_result_handlers.h>
 #include <faiss/utils/Heap.h>
 
 #include "knnd/base/row_bitmap.h"
