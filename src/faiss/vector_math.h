@@ -25,6 +25,13 @@ inline float ExactDistance(Metric metric, const float* a, const float* b,
   return metric == Metric::kL2 ? L2Squared(a, b, dim) : InnerProduct(a, b, dim);
 }
 
+// ExactDistance(metric, a, rows[j], dim) into out[j] for each of the n
+// rows, equal to it bit for bit; where the CPU has AVX-512 eight rows are
+// read at a time, so that rows at random places of memory (re-ranking's
+// candidates) have their reads in flight together.
+void ExactDistances(Metric metric, const float* a, const float* const* rows,
+                    size_t n, size_t dim, float* out);
+
 // Scales each of `rows` rows of `dim` floats to unit L2 norm in place
 // (a zero row stays zero).
 void NormalizeRows(float* values, int64_t rows, int dim);

@@ -9,14 +9,6 @@
 namespace knnd {
 namespace {
 
-// Exact distance of `query` to row `id`; `scratch` holds dim floats for
-// decoding float16 rows.
-float RowDistance(const VectorsFile& vectors, Metric metric,
-                  const float* query, int64_t row, float* scratch) {
-  return ExactDistance(metric, query, vectors.RowAsFloats(row, scratch),
-                       static_cast<size_t>(vectors.dim()));
-}
-
 // Rows whose reads are in flight ahead of the distance being computed: all
 // of a query's candidates at once for re-ranking (40 to 160 rows), a
 // sliding window over the exact plan's thousands of matching rows, whose
@@ -40,6 +32,37 @@ inline void PrefetchAhead(const VectorsFile& vectors, const int64_t* rows,
                           int j, int kc) {
   if (j + kRowsAhead < kc && rows[j + kRowsAhead] >= 0) {
     vectors.PrefetchRow(rows[j + kRowsAhead]);
+  }
+}
+
+// Rows whose distances are computed together (ExactDistances): their reads
+// are in flight at once.
+constexpr int kGroup = 8;
+
+// Calls fn(j, row, distance) for each j < kc with rows[j] >= 0, in order of
+// j, distance = the exact distance of `query` to that row, computed
+// kGroup rows at a time. `scratch` holds kGroup * dim floats (float16 rows
+// are decoded there).
+template <typename Fn>
+void ForEachRowDistance(const VectorsFile& vectors, Metric metric,
+                        const float* query, const int64_t* rows, int kc,
+                        float* scratch, Fn fn) {
+  const size_t dim = static_cast<size_t>(vectors.dim());
+  const float* group[kGroup];
+  int at[kGroup];
+  float distance[kGroup];
+  int j = 0;
+  while (j < kc) {
+    int n = 0;
+    for (; j < kc && n < kGroup; ++j) {
+      PrefetchAhead(vectors, rows, j, kc);
+      if (rows[j] < 0) continue;
+      group[n] = vectors.RowAsFloats(rows[j], scratch + n * dim);
+      at[n++] = j;
+    }
+    ExactDistances(metric, query, group, static_cast<size_t>(n), dim,
+                   distance);
+    for (int g = 0; g < n; ++g) fn(at[g], rows[at[g]], distance[g]);
   }
 }
 
@@ -71,7 +94,7 @@ void RerankExact(const VectorsFile& vectors, const ListIds& list_ids,
   const bool ascending = SmallerIsCloser(metric);
   const float pad = MissingDistance(metric);
   const int dim = vectors.dim();
-  std::vector<float> scratch(static_cast<size_t>(dim));
+  std::vector<float> scratch(static_cast<size_t>(kGroup) * dim);
   std::vector<std::pair<float, int64_t>> scored;
   scored.reserve(static_cast<size_t>(kc));
   auto closer = [ascending](const std::pair<float, int64_t>& a,
@@ -87,14 +110,10 @@ void RerankExact(const VectorsFile& vectors, const ListIds& list_ids,
     PrefetchCandidateRows(vectors, list_ids, candidates + q * kc, kc,
                           rows.data());
     scored.clear();
-    for (int j = 0; j < kc; ++j) {
-      PrefetchAhead(vectors, rows.data(), j, kc);
-      const int64_t row = rows[j];
-      if (row < 0) continue;
-      scored.emplace_back(
-          RowDistance(vectors, metric, query, row, scratch.data()),
-          list_ids.IdOfRow(row));
-    }
+    ForEachRowDistance(vectors, metric, query, rows.data(), kc,
+                       scratch.data(), [&](int, int64_t row, float distance) {
+                         scored.emplace_back(distance, list_ids.IdOfRow(row));
+                       });
     const size_t keep = std::min(scored.size(), static_cast<size_t>(k));
     std::partial_sort(scored.begin(), scored.begin() + keep, scored.end(),
                       closer);
@@ -153,21 +172,25 @@ void ExactCandidateDistances(const VectorsFile& vectors,
                              int64_t* candidates, float* distances) {
   const float pad = MissingDistance(metric);
   const int dim = vectors.dim();
-  std::vector<float> scratch(static_cast<size_t>(dim));
+  std::vector<float> scratch(static_cast<size_t>(kGroup) * dim);
   std::vector<int64_t> rows(static_cast<size_t>(kc));
   for (int64_t q = 0; q < num_queries; ++q) {
     const float* query = queries + q * dim;
-    PrefetchCandidateRows(vectors, list_ids, candidates + q * kc, kc,
-                          rows.data());
+    int64_t* ids = candidates + q * kc;
+    float* out = distances + q * kc;
+    PrefetchCandidateRows(vectors, list_ids, ids, kc, rows.data());
     for (int j = 0; j < kc; ++j) {
-      PrefetchAhead(vectors, rows.data(), j, kc);
-      int64_t& id = candidates[q * kc + j];
-      const int64_t row = rows[j];
-      id = row < 0 ? -1 : list_ids.IdOfRow(row);
-      distances[q * kc + j] =
-          row < 0 ? pad
-                  : RowDistance(vectors, metric, query, row, scratch.data());
+      if (rows[j] < 0) {
+        ids[j] = -1;
+        out[j] = pad;
+      }
     }
+    ForEachRowDistance(vectors, metric, query, rows.data(), kc,
+                       scratch.data(),
+                       [&](int j, int64_t row, float distance) {
+                         ids[j] = list_ids.IdOfRow(row);
+                         out[j] = distance;
+                       });
   }
 }
 

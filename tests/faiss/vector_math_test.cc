@@ -3,6 +3,7 @@
 // exact k-NN.
 #include "knnd/faiss/vector_math.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -40,6 +41,45 @@ TEST(VectorMath, DistancesOfEveryWidthMatchDoublePrecision) {
     EXPECT_NEAR(L2Squared(a, b, dim), l2, 1e-4 * (1 + l2)) << dim;
     EXPECT_NEAR(InnerProduct(a, b, dim), ip, 1e-4 * (1 + std::abs(ip)))
         << dim;
+  }
+}
+
+// Re-ranking computes a query's distances to its candidates several rows at
+// a time; each must equal the one-row distance bit for bit (the answers'
+// distances and their order do not depend on how rows were grouped). Row
+// counts cover the groups of 8 and 4 and the rows left over; widths the
+// kernels' 32- and 16-float steps and their masked tails; rows start at
+// addresses of any float alignment and in any order.
+TEST(VectorMath, DistancesOfManyRowsEqualOneRowAtATime) {
+  for (int dim : {1, 5, 16, 17, 31, 32, 33, 48, 100, 384, 785}) {
+    constexpr int kRows = 21;
+    const std::vector<float> data = MakeData(kRows + 1, dim, 17);
+    // Rows packed one float apart from their neighbours' ends, so that
+    // most start unaligned.
+    std::vector<float> packed(static_cast<size_t>(kRows) * (dim + 1) + 1);
+    std::vector<const float*> rows;
+    for (int r = 0; r < kRows; ++r) {
+      float* at = packed.data() + 1 + r * (dim + 1);
+      std::copy(data.begin() + (r + 1) * dim, data.begin() + (r + 2) * dim,
+                at);
+      rows.push_back(at);
+    }
+    std::swap(rows[0], rows[13]);
+    const float* query = data.data();
+    for (Metric metric :
+         {Metric::kL2, Metric::kInnerProduct, Metric::kCosine}) {
+      for (int n : {0, 1, 3, 4, 7, 8, 9, 12, 13, 16, 21}) {
+        std::vector<float> out(static_cast<size_t>(n) + 1, -7.0f);
+        ExactDistances(metric, query, rows.data(), static_cast<size_t>(n),
+                       static_cast<size_t>(dim), out.data());
+        for (int j = 0; j < n; ++j) {
+          const float one = ExactDistance(metric, query, rows[j], dim);
+          EXPECT_EQ(out[j], one) << "dim " << dim << " n " << n << " row "
+                                 << j << " metric " << MetricName(metric);
+        }
+        EXPECT_EQ(out[n], -7.0f) << "wrote past n " << n;
+      }
+    }
   }
 }
 
