@@ -201,8 +201,45 @@ uint16_t FloatToHalf(float value) { return faiss::encode_fp16(value); }
 
 float HalfToFloat(uint16_t half) { return faiss::decode_fp16(half); }
 
-void HalvesToFloats(const uint16_t* halves, size_t n, float* out) {
+namespace {
+
+void HalvesToFloatsScalar(const uint16_t* halves, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] = faiss::decode_fp16(halves[i]);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// Eight halves at a time with F16C's conversion, which is exact (every half
+// is a float), as FAISS's scalar decode is: re-ranking over a float16
+// vectors file decodes every candidate row (60 rows of 384 halves a query
+// took longer to decode than to read).
+__attribute__((target("avx,f16c"))) void HalvesToFloatsF16c(
+    const uint16_t* halves, size_t n, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(halves + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  HalvesToFloatsScalar(halves + i, n - i, out + i);
+}
+#endif
+
+using HalvesFn = void (*)(const uint16_t*, size_t, float*);
+
+HalvesFn PickHalves() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c")) {
+    return HalvesToFloatsF16c;
+  }
+#endif
+  return HalvesToFloatsScalar;
+}
+
+}  // namespace
+
+void HalvesToFloats(const uint16_t* halves, size_t n, float* out) {
+  static const HalvesFn fn = PickHalves();
+  fn(halves, n, out);
 }
 
 absl::Status ExactKnn(const float* base, int64_t rows, const float* queries,

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -123,6 +125,36 @@ TEST(VectorMath, HalvesToFloatsDecodesEachValue) {
   HalvesToFloats(halves, 2, floats);
   EXPECT_EQ(floats[0], 1.0f);
   EXPECT_EQ(floats[1], -2.5f);
+}
+
+// Every one of the 65,536 halves decodes as HalfToFloat decodes it (the
+// same bits; NaN as NaN of the same sign), from any start and through
+// lengths that leave a tail after the eight-at-a-time conversion.
+TEST(VectorMath, HalvesToFloatsEqualsHalfToFloatForEveryHalf) {
+  std::vector<uint16_t> all(65536 + 7);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  auto same = [](float a, float b) {
+    if (std::isnan(a) || std::isnan(b)) {
+      return std::isnan(a) && std::isnan(b) && std::signbit(a) == std::signbit(b);
+    }
+    uint32_t x, y;
+    std::memcpy(&x, &a, 4);
+    std::memcpy(&y, &b, 4);
+    return x == y;
+  };
+  for (size_t start : {size_t{0}, size_t{3}}) {
+    for (size_t n : {size_t{65536}, size_t{13}, size_t{7}, size_t{0}}) {
+      std::vector<float> out(n + 1, -3.0f);
+      HalvesToFloats(all.data() + start, n, out.data());
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = all[start + i];
+        ASSERT_TRUE(same(out[i], HalfToFloat(h)))
+            << "half 0x" << std::hex << h << ": " << out[i] << " vs "
+            << HalfToFloat(h);
+      }
+      EXPECT_EQ(out[n], -3.0f) << "wrote past n " << n;
+    }
+  }
 }
 
 // ExactKnn (FAISS's flat index) finds the ids of a plain double-precision
