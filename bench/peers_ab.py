@@ -4,7 +4,7 @@
 indexes `make bench-peers` leaves under --work, in alternating rounds.
 
   peers_ab.py --a OLD_BIN --b NEW_BIN [--work /tmp/knnd_peers]
-              [--cases minilm:6:6,fashion:12:4] [--rounds 5]
+              [--b_work DIR] [--cases minilm:6:6,fashion:12:4] [--rounds 5]
 
 For each case SET:NPROBE:REFINE both binaries load SET's index (each in its
 own process, both kept running), then each mode (all queries in one call,
@@ -12,7 +12,9 @@ own process, both kept running), then each mode (all queries in one call,
 the two in alternating order, 1 thread, k 10. q/s from each process's CPU
 time; the ratio B / A is taken inside each round (median, min-max
 printed). The last pass's ids of both are compared: "ids equal" says the
-two builds answered every query alike.
+two builds answered every query alike. --b_work gives B the indexes of
+another directory laid out alike (e.g. the same set built with
+`--vectors_dtype f16`), to compare two indexes; --b may then be --a.
 """
 import argparse
 import filecmp
@@ -66,20 +68,26 @@ def main():
     p.add_argument("--a", required=True, help="peers_bench binary A (before)")
     p.add_argument("--b", required=True, help="peers_bench binary B (after)")
     p.add_argument("--work", default="/tmp/knnd_peers")
+    p.add_argument("--b_work", default="",
+                   help="B's indexes from this directory instead of --work")
     p.add_argument("--cases", default="minilm:6:6,fashion:12:4")
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
     print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; "
-          f"A = {args.a}, B = {args.b}", flush=True)
+          f"A = {args.a} on {args.work}, B = {args.b} on "
+          f"{args.b_work or args.work}", flush=True)
     tmp = tempfile.mkdtemp(prefix="peers_ab_")
     for case in args.cases.split(","):
         name, nprobe, refine = case.split(":")
-        index = f"{args.work}/{name}/knnd.index"
         queries = f"{args.work}/{name}/queries.npy"
-        if not os.path.exists(index):
-            raise SystemExit(f"{index} is missing: run `make bench-peers` first")
-        benches = {"A": Bench(args.a, index, queries),
-                   "B": Bench(args.b, index, queries)}
+        index = {tag: f"{work}/{name}/knnd.index"
+                 for tag, work in (("A", args.work),
+                                   ("B", args.b_work or args.work))}
+        for path in index.values():
+            if not os.path.exists(path):
+                raise SystemExit(f"{path} is missing: run `make bench-peers` first")
+        benches = {"A": Bench(args.a, index["A"], queries),
+                   "B": Bench(args.b, index["B"], queries)}
         for mode, rows, reps in (("batch", 0, 3), ("single", 1, 1)):
             for tag, bench in benches.items():
                 bench.run(rows, nprobe, refine, 1, f"{tmp}/ids_{tag}")

@@ -1,6 +1,7 @@
 #include "knnd/faiss/vector_math.h"
 
 #include <algorithm>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -64,16 +65,43 @@ __attribute__((target("avx512f"))) float DistanceAvx512(const float* a,
   return sum;
 }
 
+// 16 values of a row as 16 floats: float32 read as they are, float16
+// converted (exact; the zero-masked form, as GCC 12 warns on the plain
+// one's "undefined" operand under -Werror, as above).
+__attribute__((target("avx512f"), always_inline)) inline __m512 Load16(
+    const float* p) {
+  return _mm512_loadu_ps(p);
+}
+__attribute__((target("avx512f"), always_inline)) inline __m512 Load16(
+    const uint16_t* p) {
+  return _mm512_maskz_cvtph_ps(
+      static_cast<__mmask16>(0xffff),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+// The first `left` (< 16, mask m) values, the lanes past them zero.
+__attribute__((target("avx512f"), always_inline)) inline __m512 LoadFirst(
+    const float* p, size_t, __mmask16 m) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+__attribute__((target("avx512f"), always_inline)) inline __m512 LoadFirst(
+    const uint16_t* p, size_t left, __mmask16) {
+  // Copied out: a masked 16-bit load needs AVX-512BW.
+  alignas(32) uint16_t tail[16] = {};
+  std::copy_n(p, left, tail);
+  return Load16(tail);
+}
+
 // Distances of `a` to R rows at once, each row's arithmetic that of
 // DistanceAvx512 (two accumulators, the same tail and sum), so each result
-// equals it bit for bit. Re-ranking's rows lie at random places of the
-// mapped vectors file: read one after another, each row's misses waited on
-// its own; R rows' loads interleaved keep R rows' reads in flight: 1.05x
-// to 1.15x the queries/s of whole searches (bench/RESULTS.md "Re-ranking
-// eight rows at a time").
-template <int R, bool kL2>
+// equals it bit for bit (for float16 rows: its result on the decoded row).
+// Re-ranking's rows lie at random places of the mapped vectors file: read
+// one after another, each row's misses waited on its own; R rows' loads
+// interleaved keep R rows' reads in flight: 1.05x to 1.15x the queries/s
+// of whole searches (bench/RESULTS.md "Re-ranking eight rows at a time").
+// Float16 rows are converted in registers, so only their halves are read.
+template <int R, bool kL2, typename Row>
 __attribute__((target("avx512f"))) void RowsAvx512(const float* a,
-                                                   const float* const* b,
+                                                   const Row* const* b,
                                                    size_t dim, float* out) {
   __m512 s0[R], s1[R];
   for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm512_setzero_ps();
@@ -83,8 +111,8 @@ __attribute__((target("avx512f"))) void RowsAvx512(const float* a,
     const __m512 x1 = _mm512_loadu_ps(a + i + 16);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      __m512 y0 = _mm512_loadu_ps(b[r] + i);
-      __m512 y1 = _mm512_loadu_ps(b[r] + i + 16);
+      __m512 y0 = Load16(b[r] + i);
+      __m512 y1 = Load16(b[r] + i + 16);
       __m512 z0 = x0, z1 = x1;
       if (kL2) {
         z0 = _mm512_sub_ps(x0, y0);
@@ -97,13 +125,14 @@ __attribute__((target("avx512f"))) void RowsAvx512(const float* a,
     }
   }
   for (; i < dim; i += 16) {
-    const __mmask16 m = dim - i >= 16
+    const size_t left = std::min<size_t>(16, dim - i);
+    const __mmask16 m = left == 16
                             ? static_cast<__mmask16>(0xffff)
-                            : static_cast<__mmask16>((1u << (dim - i)) - 1);
+                            : static_cast<__mmask16>((1u << left) - 1);
     const __m512 x = _mm512_maskz_loadu_ps(m, a + i);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      __m512 y = _mm512_maskz_loadu_ps(m, b[r] + i);
+      __m512 y = LoadFirst(b[r] + i, left, m);
       __m512 z = x;
       if (kL2) {
         z = _mm512_sub_ps(x, y);
@@ -121,18 +150,20 @@ __attribute__((target("avx512f"))) void RowsAvx512(const float* a,
   }
 }
 
-template <bool kL2>
+template <bool kL2, typename Row>
 __attribute__((target("avx512f"))) void ManyAvx512(const float* a,
-                                                   const float* const* rows,
+                                                   const Row* const* rows,
                                                    size_t n, size_t dim,
                                                    float* out) {
   size_t j = 0;
-  for (; j + 8 <= n; j += 8) RowsAvx512<8, kL2>(a, rows + j, dim, out + j);
+  for (; j + 8 <= n; j += 8) {
+    RowsAvx512<8, kL2>(a, rows + j, dim, out + j);
+  }
   if (j + 4 <= n) {
     RowsAvx512<4, kL2>(a, rows + j, dim, out + j);
     j += 4;
   }
-  for (; j < n; ++j) out[j] = DistanceAvx512<kL2>(a, rows[j], dim);
+  for (; j < n; ++j) RowsAvx512<1, kL2>(a, rows + j, dim, out + j);
 }
 #endif
 
@@ -166,13 +197,45 @@ void OneAtATime(const float* a, const float* const* rows, size_t n,
 ManyFn PickMany(bool l2) {
 #if defined(__x86_64__) && defined(__GNUC__)
   if (__builtin_cpu_supports("avx512f")) {
-    return l2 ? ManyAvx512<true> : ManyAvx512<false>;
+    return l2 ? ManyAvx512<true, float> : ManyAvx512<false, float>;
   }
 #endif
   return l2 ? OneAtATime<FaissL2> : OneAtATime<FaissInnerProduct>;
 }
 
+using ManyHalfFn = void (*)(const float*, const uint16_t* const*, size_t,
+                            size_t, float*);
+
+// Without AVX-512: each row decoded (HalvesToFloats), then ExactDistance.
+template <bool kL2>
+void DecodeThenDistance(const float* a, const uint16_t* const* rows, size_t n,
+                        size_t dim, float* out) {
+  std::vector<float> row(dim);
+  for (size_t j = 0; j < n; ++j) {
+    HalvesToFloats(rows[j], dim, row.data());
+    out[j] = kL2 ? L2Squared(a, row.data(), dim)
+                 : InnerProduct(a, row.data(), dim);
+  }
+}
+
+ManyHalfFn PickManyHalf(bool l2) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx512f")) {
+    return l2 ? ManyAvx512<true, uint16_t> : ManyAvx512<false, uint16_t>;
+  }
+#endif
+  return l2 ? DecodeThenDistance<true> : DecodeThenDistance<false>;
+}
+
 }  // namespace
+
+void ExactDistancesToHalves(Metric metric, const float* a,
+                            const uint16_t* const* rows, size_t n, size_t dim,
+                            float* out) {
+  static const ManyHalfFn l2 = PickManyHalf(true);
+  static const ManyHalfFn ip = PickManyHalf(false);
+  (metric == Metric::kL2 ? l2 : ip)(a, rows, n, dim, out);
+}
 
 void ExactDistances(Metric metric, const float* a, const float* const* rows,
                     size_t n, size_t dim, float* out) {

@@ -41,14 +41,14 @@ constexpr int kGroup = 8;
 
 // Calls fn(j, row, distance) for each j < kc with rows[j] >= 0, in order of
 // j, distance = the exact distance of `query` to that row, computed
-// kGroup rows at a time. `scratch` holds kGroup * dim floats (float16 rows
-// are decoded there).
+// kGroup rows at a time (float16 rows converted as they are read).
 template <typename Fn>
 void ForEachRowDistance(const VectorsFile& vectors, Metric metric,
                         const float* query, const int64_t* rows, int kc,
-                        float* scratch, Fn fn) {
+                        Fn fn) {
   const size_t dim = static_cast<size_t>(vectors.dim());
-  const float* group[kGroup];
+  const bool halves = vectors.dtype() == VectorsDtype::kFloat16;
+  const void* group[kGroup];
   int at[kGroup];
   float distance[kGroup];
   int j = 0;
@@ -57,11 +57,18 @@ void ForEachRowDistance(const VectorsFile& vectors, Metric metric,
     for (; j < kc && n < kGroup; ++j) {
       PrefetchAhead(vectors, rows, j, kc);
       if (rows[j] < 0) continue;
-      group[n] = vectors.RowAsFloats(rows[j], scratch + n * dim);
+      group[n] = vectors.row(rows[j]);
       at[n++] = j;
     }
-    ExactDistances(metric, query, group, static_cast<size_t>(n), dim,
-                   distance);
+    if (halves) {
+      ExactDistancesToHalves(metric, query,
+                             reinterpret_cast<const uint16_t* const*>(group),
+                             static_cast<size_t>(n), dim, distance);
+    } else {
+      ExactDistances(metric, query,
+                     reinterpret_cast<const float* const*>(group),
+                     static_cast<size_t>(n), dim, distance);
+    }
     for (int g = 0; g < n; ++g) fn(at[g], rows[at[g]], distance[g]);
   }
 }
@@ -94,7 +101,6 @@ void RerankExact(const VectorsFile& vectors, const ListIds& list_ids,
   const bool ascending = SmallerIsCloser(metric);
   const float pad = MissingDistance(metric);
   const int dim = vectors.dim();
-  std::vector<float> scratch(static_cast<size_t>(kGroup) * dim);
   std::vector<std::pair<float, int64_t>> scored;
   scored.reserve(static_cast<size_t>(kc));
   auto closer = [ascending](const std::pair<float, int64_t>& a,
@@ -111,7 +117,7 @@ void RerankExact(const VectorsFile& vectors, const ListIds& list_ids,
                           rows.data());
     scored.clear();
     ForEachRowDistance(vectors, metric, query, rows.data(), kc,
-                       scratch.data(), [&](int, int64_t row, float distance) {
+                       [&](int, int64_t row, float distance) {
                          scored.emplace_back(distance, list_ids.IdOfRow(row));
                        });
     const size_t keep = std::min(scored.size(), static_cast<size_t>(k));
@@ -172,7 +178,6 @@ void ExactCandidateDistances(const VectorsFile& vectors,
                              int64_t* candidates, float* distances) {
   const float pad = MissingDistance(metric);
   const int dim = vectors.dim();
-  std::vector<float> scratch(static_cast<size_t>(kGroup) * dim);
   std::vector<int64_t> rows(static_cast<size_t>(kc));
   for (int64_t q = 0; q < num_queries; ++q) {
     const float* query = queries + q * dim;
@@ -186,7 +191,6 @@ void ExactCandidateDistances(const VectorsFile& vectors,
       }
     }
     ForEachRowDistance(vectors, metric, query, rows.data(), kc,
-                       scratch.data(),
                        [&](int j, int64_t row, float distance) {
                          ids[j] = list_ids.IdOfRow(row);
                          out[j] = distance;

@@ -85,6 +85,47 @@ TEST(VectorMath, DistancesOfManyRowsEqualOneRowAtATime) {
   }
 }
 
+// Float16 rows (re-ranking over a --vectors_dtype f16 file): each distance
+// equals the one to the row decoded by HalvesToFloats, bit for bit, for
+// the same row counts, widths and alignments as above.
+TEST(VectorMath, DistancesToHalfRowsEqualDistancesToTheDecodedRows) {
+  for (int dim : {1, 5, 16, 17, 31, 32, 33, 48, 100, 384, 785}) {
+    constexpr int kRows = 21;
+    const std::vector<float> data = MakeData(kRows + 1, dim, 23);
+    std::vector<uint16_t> packed(static_cast<size_t>(kRows) * (dim + 1) + 1);
+    std::vector<const uint16_t*> rows;
+    std::vector<std::vector<float>> decoded;
+    for (int r = 0; r < kRows; ++r) {
+      uint16_t* at = packed.data() + 1 + r * (dim + 1);
+      for (int i = 0; i < dim; ++i) {
+        at[i] = FloatToHalf(data[(r + 1) * dim + i]);
+      }
+      rows.push_back(at);
+      decoded.emplace_back(dim);
+      HalvesToFloats(at, dim, decoded.back().data());
+    }
+    std::swap(rows[2], rows[17]);
+    std::swap(decoded[2], decoded[17]);
+    const float* query = data.data();
+    for (Metric metric :
+         {Metric::kL2, Metric::kInnerProduct, Metric::kCosine}) {
+      for (int n : {0, 1, 3, 4, 7, 8, 9, 12, 13, 16, 21}) {
+        std::vector<float> out(static_cast<size_t>(n) + 1, -7.0f);
+        ExactDistancesToHalves(metric, query, rows.data(),
+                               static_cast<size_t>(n),
+                               static_cast<size_t>(dim), out.data());
+        for (int j = 0; j < n; ++j) {
+          EXPECT_EQ(out[j],
+                    ExactDistance(metric, query, decoded[j].data(), dim))
+              << "dim " << dim << " n " << n << " row " << j << " metric "
+              << MetricName(metric);
+        }
+        EXPECT_EQ(out[n], -7.0f) << "wrote past n " << n;
+      }
+    }
+  }
+}
+
 TEST(VectorMath, NormalizeRowsGivesUnitNormsAndLeavesAZeroRowZero) {
   constexpr int kDim = 5;
   std::vector<float> x = MakeData(4, kDim, 3);
