@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "knnd/faiss/vector_math.h"
 #include "knnd/index/index_eval.h"
 #include "knnd/index/index_snapshot.h"
 #include "knnd/storage/vectors_file.h"
@@ -114,7 +115,8 @@ INSTANTIATE_TEST_SUITE_P(Metrics, RerankMetricTest,
                          });
 
 // float16 vectors: half the file, ids still those of exact search but for
-// near-ties that the rounding may swap.
+// near-ties that the rounding may swap, and each answer's distance the
+// exact one to its vector as stored (rounded to float16), bit for bit.
 TEST(Rerank, Float16FileHalvesTheBytesAndKeepsRecall) {
   TempDir tmp;
   const std::vector<float> base =
@@ -130,9 +132,20 @@ TEST(Rerank, Float16FileHalvesTheBytesAndKeepsRecall) {
   auto truth = ExactNeighbors(Matrix{kRows, kDim, base}, Matrix{50, kDim, q},
                               kK, Metric::kL2);
   ASSERT_TRUE(truth.ok());
-  const std::vector<int64_t> ids =
-      SearchSnapshot(*snapshot, q, kK, kNlist, kRows / kK).ids;
-  EXPECT_GE(RecallAt(ids, kK, *truth, kK, kK), 0.99);
+  const SearchResults refined =
+      SearchSnapshot(*snapshot, q, kK, kNlist, kRows / kK);
+  EXPECT_GE(RecallAt(refined.ids, kK, *truth, kK, kK), 0.99);
+  std::vector<float> stored(kDim);
+  for (size_t i = 0; i < refined.ids.size(); ++i) {
+    const int64_t id = refined.ids[i];
+    ASSERT_GE(id, 0) << i;
+    for (int j = 0; j < kDim; ++j) {
+      stored[j] = HalfToFloat(FloatToHalf(base[id * kDim + j]));
+    }
+    EXPECT_EQ(refined.distances[i],
+              L2Squared(q.data() + (i / kK) * kDim, stored.data(), kDim))
+        << "answer " << i << " (id " << id << ")";
+  }
 }
 
 // Over gRPC: the response says which refine_factor answered, re-ranked
