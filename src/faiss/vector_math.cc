@@ -22,52 +22,11 @@ using DistanceFn = float (*)(const float*, const float*, size_t);
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // AVX-512 kernels, chosen at run time where the CPU has AVX-512F (this file
-// is compiled for any x86-64; FAISS's are compiled for AVX2 at most). Two
-// accumulators of 16 lanes: re-ranking reads a few dozen rows per query and
-// a single chain of fused multiply-adds left it waiting on their latency.
-// Lanes past dim are masked off, so no row is read past its end.
-template <bool kL2>
-__attribute__((target("avx512f"))) float DistanceAvx512(const float* a,
-                                                        const float* b,
-                                                        size_t dim) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-  size_t i = 0;
-  for (; i + 32 <= dim; i += 32) {
-    __m512 x0 = _mm512_loadu_ps(a + i), y0 = _mm512_loadu_ps(b + i);
-    __m512 x1 = _mm512_loadu_ps(a + i + 16), y1 = _mm512_loadu_ps(b + i + 16);
-    if (kL2) {
-      x0 = _mm512_sub_ps(x0, y0);
-      x1 = _mm512_sub_ps(x1, y1);
-      y0 = x0;
-      y1 = x1;
-    }
-    s0 = _mm512_fmadd_ps(x0, y0, s0);
-    s1 = _mm512_fmadd_ps(x1, y1, s1);
-  }
-  for (; i < dim; i += 16) {
-    const __mmask16 m = dim - i >= 16
-                            ? static_cast<__mmask16>(0xffff)
-                            : static_cast<__mmask16>((1u << (dim - i)) - 1);
-    __m512 x = _mm512_maskz_loadu_ps(m, a + i);
-    __m512 y = _mm512_maskz_loadu_ps(m, b + i);
-    if (kL2) {
-      x = _mm512_sub_ps(x, y);
-      y = x;
-    }
-    s0 = _mm512_fmadd_ps(x, y, s0);
-  }
-  // Summed from memory: GCC 12 warns inside the AVX-512 reduction and
-  // lane-extraction intrinsics (their "undefined" operand) under -Werror.
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, _mm512_add_ps(s0, s1));
-  float sum = 0;
-  for (float lane : lanes) sum += lane;
-  return sum;
-}
+// is compiled for any x86-64; FAISS's are compiled for AVX2 at most).
 
 // 16 values of a row as 16 floats: float32 read as they are, float16
-// converted (exact; the zero-masked form, as GCC 12 warns on the plain
-// one's "undefined" operand under -Werror, as above).
+// converted (exact; the zero-masked form: GCC 12 warns on the plain one's
+// "undefined" operand under -Werror).
 __attribute__((target("avx512f"), always_inline)) inline __m512 Load16(
     const float* p) {
   return _mm512_loadu_ps(p);
@@ -91,14 +50,16 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 LoadFirst(
   return Load16(tail);
 }
 
-// Distances of `a` to R rows at once, each row's arithmetic that of
-// DistanceAvx512 (two accumulators, the same tail and sum), so each result
-// equals it bit for bit (for float16 rows: its result on the decoded row).
-// Re-ranking's rows lie at random places of the mapped vectors file: read
-// one after another, each row's misses waited on its own; R rows' loads
-// interleaved keep R rows' reads in flight: 1.05x to 1.15x the queries/s
-// of whole searches (bench/RESULTS.md "Re-ranking eight rows at a time").
-// Float16 rows are converted in registers, so only their halves are read.
+// Distances of `a` to R rows at once (R = 1: one row). Two accumulators
+// of 16 lanes per row: a single chain of fused multiply-adds left a row
+// waiting on their latency; lanes past dim are zero on both sides, and no
+// row is read past its end. Each row's arithmetic is the same for every R,
+// so its result does not depend on the rows beside it. Re-ranking's rows
+// lie at random places of the mapped vectors file: read one after another,
+// each row's misses waited on its own; R rows' loads interleaved keep R
+// rows' reads in flight: 1.05x to 1.15x the queries/s of whole searches
+// (bench/RESULTS.md "Re-ranking eight rows at a time"). Float16 rows are
+// converted in registers, so only their halves are read.
 template <int R, bool kL2, typename Row>
 __attribute__((target("avx512f"))) void RowsAvx512(const float* a,
                                                    const Row* const* b,
@@ -141,6 +102,8 @@ __attribute__((target("avx512f"))) void RowsAvx512(const float* a,
       s0[r] = _mm512_fmadd_ps(z, y, s0[r]);
     }
   }
+  // Summed from memory: GCC 12 warns inside the AVX-512 reduction and
+  // lane-extraction intrinsics (their "undefined" operand) under -Werror.
   for (int r = 0; r < R; ++r) {
     alignas(64) float lanes[16];
     _mm512_store_ps(lanes, _mm512_add_ps(s0[r], s1[r]));
@@ -165,6 +128,15 @@ __attribute__((target("avx512f"))) void ManyAvx512(const float* a,
   }
   for (; j < n; ++j) RowsAvx512<1, kL2>(a, rows + j, dim, out + j);
 }
+
+template <bool kL2>
+__attribute__((target("avx512f"))) float DistanceAvx512(const float* a,
+                                                        const float* b,
+                                                        size_t dim) {
+  float out;
+  RowsAvx512<1, kL2>(a, &b, dim, &out);
+  return out;
+}
 #endif
 
 float FaissL2(const float* a, const float* b, size_t dim) {
@@ -185,63 +157,59 @@ DistanceFn Pick(bool l2) {
   return l2 ? FaissL2 : FaissInnerProduct;
 }
 
-using ManyFn = void (*)(const float*, const float* const*, size_t, size_t,
+// Without AVX-512: one row at a time through L2Squared / InnerProduct,
+// float16 rows decoded first (HalvesToFloats).
+template <bool kL2>
+float OneRow(const float* a, const float* row, size_t dim) {
+  return kL2 ? L2Squared(a, row, dim) : InnerProduct(a, row, dim);
+}
+template <bool kL2>
+float OneRow(const float* a, const uint16_t* row, size_t dim) {
+  thread_local std::vector<float> decoded;
+  decoded.resize(dim);
+  HalvesToFloats(row, dim, decoded.data());
+  return OneRow<kL2>(a, decoded.data(), dim);
+}
+
+template <bool kL2, typename Row>
+void OneAtATime(const float* a, const Row* const* rows, size_t n, size_t dim,
+                float* out) {
+  for (size_t j = 0; j < n; ++j) out[j] = OneRow<kL2>(a, rows[j], dim);
+}
+
+template <typename Row>
+using ManyFn = void (*)(const float*, const Row* const*, size_t, size_t,
                         float*);
 
-template <DistanceFn kOne>
-void OneAtATime(const float* a, const float* const* rows, size_t n,
-                size_t dim, float* out) {
-  for (size_t j = 0; j < n; ++j) out[j] = kOne(a, rows[j], dim);
-}
-
-ManyFn PickMany(bool l2) {
+template <typename Row>
+ManyFn<Row> PickMany(bool l2) {
 #if defined(__x86_64__) && defined(__GNUC__)
   if (__builtin_cpu_supports("avx512f")) {
-    return l2 ? ManyAvx512<true, float> : ManyAvx512<false, float>;
+    return l2 ? ManyAvx512<true, Row> : ManyAvx512<false, Row>;
   }
 #endif
-  return l2 ? OneAtATime<FaissL2> : OneAtATime<FaissInnerProduct>;
+  return l2 ? OneAtATime<true, Row> : OneAtATime<false, Row>;
 }
 
-using ManyHalfFn = void (*)(const float*, const uint16_t* const*, size_t,
-                            size_t, float*);
-
-// Without AVX-512: each row decoded (HalvesToFloats), then ExactDistance.
-template <bool kL2>
-void DecodeThenDistance(const float* a, const uint16_t* const* rows, size_t n,
-                        size_t dim, float* out) {
-  std::vector<float> row(dim);
-  for (size_t j = 0; j < n; ++j) {
-    HalvesToFloats(rows[j], dim, row.data());
-    out[j] = kL2 ? L2Squared(a, row.data(), dim)
-                 : InnerProduct(a, row.data(), dim);
-  }
-}
-
-ManyHalfFn PickManyHalf(bool l2) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (__builtin_cpu_supports("avx512f")) {
-    return l2 ? ManyAvx512<true, uint16_t> : ManyAvx512<false, uint16_t>;
-  }
-#endif
-  return l2 ? DecodeThenDistance<true> : DecodeThenDistance<false>;
+template <typename Row>
+void Many(Metric metric, const float* a, const Row* const* rows, size_t n,
+          size_t dim, float* out) {
+  static const ManyFn<Row> l2 = PickMany<Row>(true);
+  static const ManyFn<Row> ip = PickMany<Row>(false);
+  (metric == Metric::kL2 ? l2 : ip)(a, rows, n, dim, out);
 }
 
 }  // namespace
 
-void ExactDistancesToHalves(Metric metric, const float* a,
-                            const uint16_t* const* rows, size_t n, size_t dim,
-                            float* out) {
-  static const ManyHalfFn l2 = PickManyHalf(true);
-  static const ManyHalfFn ip = PickManyHalf(false);
-  (metric == Metric::kL2 ? l2 : ip)(a, rows, n, dim, out);
-}
-
 void ExactDistances(Metric metric, const float* a, const float* const* rows,
                     size_t n, size_t dim, float* out) {
-  static const ManyFn l2 = PickMany(true);
-  static const ManyFn ip = PickMany(false);
-  (metric == Metric::kL2 ? l2 : ip)(a, rows, n, dim, out);
+  Many(metric, a, rows, n, dim, out);
+}
+
+void ExactDistances(Metric metric, const float* a,
+                    const uint16_t* const* rows, size_t n, size_t dim,
+                    float* out) {
+  Many(metric, a, rows, n, dim, out);
 }
 
 float L2Squared(const float* a, const float* b, size_t dim) {

@@ -32,13 +32,13 @@ inline float ExactDistance(Metric metric, const float* a, const float* b,
 void ExactDistances(Metric metric, const float* a, const float* const* rows,
                     size_t n, size_t dim, float* out);
 
-// ExactDistances to float16 rows (IEEE half, `dim` each): out[j] equals
+// The same over float16 rows (IEEE half, `dim` each): out[j] equals
 // ExactDistance of `a` to rows[j] decoded by HalvesToFloats, bit for bit;
 // with AVX-512 the halves are converted in registers, so that only they are
 // read.
-void ExactDistancesToHalves(Metric metric, const float* a,
-                            const uint16_t* const* rows, size_t n, size_t dim,
-                            float* out);
+void ExactDistances(Metric metric, const float* a,
+                    const uint16_t* const* rows, size_t n, size_t dim,
+                    float* out);
 
 // Scales each of `rows` rows of `dim` floats to unit L2 norm in place
 // (a zero row stays zero).

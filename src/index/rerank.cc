@@ -41,14 +41,14 @@ constexpr int kGroup = 8;
 
 // Calls fn(j, row, distance) for each j < kc with rows[j] >= 0, in order of
 // j, distance = the exact distance of `query` to that row, computed
-// kGroup rows at a time (float16 rows converted as they are read).
-template <typename Fn>
-void ForEachRowDistance(const VectorsFile& vectors, Metric metric,
+// kGroup rows at a time; Row: the file's element type (float16 rows are
+// converted as they are read).
+template <typename Row, typename Fn>
+void ForEachRowDistanceOf(const VectorsFile& vectors, Metric metric,
                         const float* query, const int64_t* rows, int kc,
                         Fn fn) {
   const size_t dim = static_cast<size_t>(vectors.dim());
-  const bool halves = vectors.dtype() == VectorsDtype::kFloat16;
-  const void* group[kGroup];
+  const Row* group[kGroup];
   int at[kGroup];
   float distance[kGroup];
   int j = 0;
@@ -57,19 +57,23 @@ void ForEachRowDistance(const VectorsFile& vectors, Metric metric,
     for (; j < kc && n < kGroup; ++j) {
       PrefetchAhead(vectors, rows, j, kc);
       if (rows[j] < 0) continue;
-      group[n] = vectors.row(rows[j]);
+      group[n] = static_cast<const Row*>(vectors.row(rows[j]));
       at[n++] = j;
     }
-    if (halves) {
-      ExactDistancesToHalves(metric, query,
-                             reinterpret_cast<const uint16_t* const*>(group),
-                             static_cast<size_t>(n), dim, distance);
-    } else {
-      ExactDistances(metric, query,
-                     reinterpret_cast<const float* const*>(group),
-                     static_cast<size_t>(n), dim, distance);
-    }
+    ExactDistances(metric, query, group, static_cast<size_t>(n), dim,
+                   distance);
     for (int g = 0; g < n; ++g) fn(at[g], rows[at[g]], distance[g]);
+  }
+}
+
+template <typename Fn>
+void ForEachRowDistance(const VectorsFile& vectors, Metric metric,
+                        const float* query, const int64_t* rows, int kc,
+                        Fn fn) {
+  if (vectors.dtype() == VectorsDtype::kFloat16) {
+    ForEachRowDistanceOf<uint16_t>(vectors, metric, query, rows, kc, fn);
+  } else {
+    ForEachRowDistanceOf<float>(vectors, metric, query, rows, kc, fn);
   }
 }
 
