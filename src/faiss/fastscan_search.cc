@@ -1,6 +1,8 @@
 #include "knnd/faiss/fastscan_search.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -72,6 +74,62 @@ constexpr bool kReservoirAborts = true;
 #else
 constexpr bool kReservoirAborts = false;
 #endif
+
+// What FAISS's ReservoirHandler::to_flat_arrays writes (each query's k
+// kept results best first, distances rescaled as d = v / a + b by the
+// normalizers, then the heap's neutral entries for the places left), with
+// the estimates ordered by a stable two-pass radix sort of their 16 bits
+// instead of its indirect std::sort: equal estimates come in the order the
+// reservoir holds them (the scan's, for any batch), not std::sort's. That
+// sort was 4% of a 384-dim batch query re-ranking 60 candidates
+// (bench/RESULTS.md "Reservoirs sorted by radix").
+template <class C>
+void ReservoirsToArrays(
+    std::vector<faiss::simd_result_handlers::ReservoirTopN<C>>& reservoirs,
+    const float* normalizers, float* distances, idx_t* labels) {
+  using Cf = typename std::conditional<C::is_max, faiss::CMax<float, idx_t>,
+                                       faiss::CMin<float, idx_t>>::type;
+  static_assert(std::is_same<typename C::T, uint16_t>::value,
+                "FastScan estimates are 16-bit");
+  std::vector<uint32_t> order, spare;
+  for (size_t q = 0; q < reservoirs.size(); ++q) {
+    faiss::simd_result_handlers::ReservoirTopN<C>& res = reservoirs[q];
+    const size_t k = res.n;
+    if (res.i > res.n) res.shrink();
+    const size_t m = res.i;
+    // Best first: ascending estimates where the smallest are kept (L2),
+    // descending where the largest are (inner product).
+    auto key = [&res](uint32_t j) -> uint32_t {
+      return C::is_max ? res.vals[j] : 0xFFFFu - res.vals[j];
+    };
+    order.resize(m);
+    spare.resize(m);
+    for (size_t j = 0; j < m; ++j) order[j] = static_cast<uint32_t>(j);
+    for (int shift = 0; shift < 16; shift += 8) {
+      size_t start[257] = {};
+      for (size_t j = 0; j < m; ++j) {
+        ++start[((key(order[j]) >> shift) & 0xFF) + 1];
+      }
+      for (int b = 1; b < 257; ++b) start[b] += start[b - 1];
+      for (size_t j = 0; j < m; ++j) {
+        spare[start[(key(order[j]) >> shift) & 0xFF]++] = order[j];
+      }
+      order.swap(spare);
+    }
+    float one_a = 1, b = 0;
+    if (normalizers != nullptr) {
+      one_a = 1 / normalizers[2 * q];
+      b = normalizers[2 * q + 1];
+    }
+    float* dis = distances + q * k;
+    idx_t* ids = labels + q * k;
+    for (size_t j = 0; j < m; ++j) {
+      dis[j] = res.vals[order[j]] * one_a + b;
+      ids[j] = res.ids[order[j]];
+    }
+    faiss::heap_heapify<Cf>(k - m, dis + m, ids + m);
+  }
+}
 
 // Unfiltered scan: FAISS's qbs kernel with one of FAISS's result handlers
 // (the ones its library instantiates the kernel for), groups of at most
@@ -146,7 +204,7 @@ void ScanUnfiltered(const faiss::IndexIVFPQFastScan& ivf, size_t n, size_t k,
   } else {  // implementation 13 (reservoir)
     rh::ReservoirHandler<C, true> handler(n, 0, k, 2 * k);
     ScanGroups(ivf, nprobe, luts, probes, handler);
-    handler.to_flat_arrays(distances, labels, norm);
+    ReservoirsToArrays(handler.reservoirs, norm, distances, labels);
   }
 }
 
@@ -218,7 +276,7 @@ class ReservoirKeep {
                                                 handler_.reservoirs[q]);
   }
   void Finish(const float* normalizers, float* distances) {
-    handler_.to_flat_arrays(distances, labels_, normalizers);
+    ReservoirsToArrays(handler_.reservoirs, normalizers, distances, labels_);
   }
 
  private:

@@ -25,7 +25,10 @@ namespace knnd {
 // IVFFastScan_stats), which FAISS writes without synchronisation.
 //
 // Without a filter it drives FAISS's own compiled SIMD kernel
-// (pq4_accumulate_loop_qbs) and result handlers: labels equal, and distances
+// (pq4_accumulate_loop_qbs) and result handlers: labels equal (for k > 20,
+// where the results come from reservoirs, up to the order of equal
+// distances: knnd sorts the reservoirs by a stable radix sort, FAISS by
+// std::sort), and distances
 // equal up to float rounding of the final rescaling, what FAISS returns with
 // index->nprobe set to the same value, for any batch size, when FAISS's
 // own search runs one OpenMP thread (it splits batches by thread count).
