@@ -14,6 +14,12 @@
 #include <faiss/utils/Heap.h>
 #include <faiss/utils/distances.h>
 
+extern "C" int sgemm_(const char* transa, const char* transb, const int* m,
+                      const int* n, const int* k, const float* alpha,
+                      const float* a, const int* lda, const float* b,
+                      const int* ldb, const float* beta, float* c,
+                      const int* ldc);
+
 namespace knnd {
 namespace coarse_l2 {
 namespace {
@@ -167,6 +173,47 @@ void SmallestK(const float* dis, size_t n, size_t k, Selection& scratch,
   }
 }
 
+// From FAISS's BLAS threshold up: the distances as FAISS 1.7.3's
+// exhaustive_L2sqr_blas computes them (the same norms, the same sgemm
+// calls over blocks of distance_compute_blas_query_bs queries, then
+// |x|^2 + |c|^2 - 2 <x, c> clamped at 0), and each query's k nearest by
+// SmallestK instead of FAISS's heap, whose scalar pass over every centroid
+// was 3% of a 384-dim batch query over 512 centroids; FAISS also allocates
+// (and the kernel maps and faults in) a 16 MiB block on every call. Needs
+// the centroids in one BLAS block (distance_compute_blas_database_bs) and
+// k > 1.
+void SearchBlas(const faiss::IndexFlatL2& flat, size_t n, const float* x,
+                size_t k, float* distances, int64_t* labels) {
+  const float* centroids = flat.get_xb();
+  const size_t d = flat.d, nc = static_cast<size_t>(flat.ntotal);
+  const size_t bs_x = faiss::distance_compute_blas_query_bs;
+  thread_local Selection selection;
+  thread_local std::vector<float> x_norms, c_norms, block;
+  x_norms.resize(n);
+  c_norms.resize(nc);
+  faiss::fvec_norms_L2sqr(x_norms.data(), x, d, n);
+  faiss::fvec_norms_L2sqr(c_norms.data(), centroids, d, nc);
+  block.resize(std::min(n, bs_x) * nc);
+  for (size_t i0 = 0; i0 < n; i0 += bs_x) {
+    const size_t i1 = std::min(n, i0 + bs_x);
+    const float one = 1, zero = 0;
+    const int nyi = static_cast<int>(nc), nxi = static_cast<int>(i1 - i0),
+              di = static_cast<int>(d);
+    sgemm_("Transpose", "Not transpose", &nyi, &nxi, &di, &one, centroids,
+           &di, x + i0 * d, &di, &zero, block.data(), &nyi);
+    for (size_t i = i0; i < i1; ++i) {
+      float* line = block.data() + (i - i0) * nc;
+      for (size_t j = 0; j < nc; ++j) {
+        // (|x|^2 + |c|^2) - 2ip: 2ip is exact, so a fused multiply-add
+        // rounds it as FAISS's separate subtraction does.
+        const float dis = x_norms[i] + c_norms[j] - 2 * line[j];
+        line[j] = dis < 0 ? 0 : dis;
+      }
+      SmallestK(line, nc, k, selection, distances + i * k, labels + i * k);
+    }
+  }
+}
+
 constexpr bool kCompiled = true;
 
 #else
@@ -178,15 +225,26 @@ constexpr bool kCompiled = false;
 }  // namespace
 
 bool Applies(const faiss::Index& quantizer, size_t n, size_t k) {
-  return kCompiled && typeid(quantizer) == typeid(faiss::IndexFlatL2) &&
-         n < static_cast<size_t>(faiss::distance_compute_blas_threshold) &&
-         k < static_cast<size_t>(faiss::distance_compute_min_k_reservoir);
+  if (!kCompiled || typeid(quantizer) != typeid(faiss::IndexFlatL2) ||
+      k >= static_cast<size_t>(faiss::distance_compute_min_k_reservoir)) {
+    return false;
+  }
+  // From the BLAS threshold up, k 1 takes FAISS's own AVX2 arithmetic
+  // (its SingleBestResultHandler specialisation), left to it.
+  const auto one_block = static_cast<faiss::Index::idx_t>(
+      faiss::distance_compute_blas_database_bs);
+  return n < static_cast<size_t>(faiss::distance_compute_blas_threshold) ||
+         (k > 1 && quantizer.ntotal <= one_block);
 }
 
 void Search(const faiss::Index& quantizer, size_t n, const float* x,
             size_t k, float* distances, int64_t* labels) {
 #if defined(__AVX2__) && defined(__FMA__)
   const auto& flat = static_cast<const faiss::IndexFlatL2&>(quantizer);
+  if (n >= static_cast<size_t>(faiss::distance_compute_blas_threshold)) {
+    if (k > 0) SearchBlas(flat, n, x, k, distances, labels);
+    return;
+  }
   const float* centroids = flat.get_xb();
   const size_t d = flat.d, nc = static_cast<size_t>(flat.ntotal);
   constexpr int kWays = 4;

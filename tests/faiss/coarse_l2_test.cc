@@ -1,5 +1,6 @@
 // knnd's coarse L2 search against faiss::IndexFlatL2::search: the same ids
-// and the same distances, bit for bit, below FAISS's BLAS threshold.
+// and the same distances, bit for bit, below FAISS's BLAS threshold and
+// above it.
 #include "knnd/faiss/coarse_l2.h"
 
 #include <cstring>
@@ -118,10 +119,66 @@ TEST(CoarseL2, NoNeighboursAskedWritesNothing) {
   coarse_l2::Search(flat, 2, x.data(), 0, nullptr, nullptr);
 }
 
-TEST(CoarseL2, LeavesManyQueriesToFaiss) {
-  faiss::IndexFlatL2 flat(8);
-  EXPECT_FALSE(coarse_l2::Applies(
-      flat, static_cast<size_t>(faiss::distance_compute_blas_threshold), 4));
+TEST(CoarseL2, ManyQueriesEqualFaissBlasSearch) {
+  if (faiss::get_compile_options().find("AVX2") == std::string::npos) {
+    GTEST_SKIP() << "FAISS without AVX2: " << faiss::get_compile_options();
+  }
+  // From the BLAS threshold up, over one BLAS block of centroids (the
+  // largest it takes too), past one block of queries, with near-ties,
+  // duplicated centroids and centroids whose distance overflows.
+  const size_t threshold =
+      static_cast<size_t>(faiss::distance_compute_blas_threshold);
+  const size_t query_block =
+      static_cast<size_t>(faiss::distance_compute_blas_query_bs);
+  const size_t most =
+      static_cast<size_t>(faiss::distance_compute_blas_database_bs);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> value(0, 10);
+  struct Case {
+    size_t d, nc, n;
+  };
+  for (const Case c : {Case{3, 1, threshold}, Case{17, 64, threshold + 1},
+                       Case{64, 257, 100}, Case{385, most, 300},
+                       Case{8, 100, query_block + 3}}) {
+    faiss::IndexFlatL2 flat(static_cast<int>(c.d));
+    std::vector<float> centroids(c.nc * c.d);
+    for (float& v : centroids) v = value(rng);
+    for (size_t j = 3; j < c.nc; j += 11) {
+      std::memcpy(&centroids[j * c.d], &centroids[(j - 3) * c.d],
+                  sizeof(float) * c.d);
+    }
+    for (size_t j = 5; j < c.nc; j += 13) centroids[j * c.d] = 1e30f;
+    flat.add(static_cast<faiss::Index::idx_t>(c.nc), centroids.data());
+    for (size_t k : {2, 6, 16, 99}) {
+      ASSERT_TRUE(coarse_l2::Applies(flat, c.n, k));
+      std::vector<float> x(c.n * c.d);
+      for (float& v : x) v = value(rng);
+      std::memcpy(x.data(), centroids.data() + (c.nc / 2) * c.d,
+                  sizeof(float) * c.d);
+      ExpectFaissAnswers(flat, c.n, x, k,
+                         "d " + std::to_string(c.d) + " nc " +
+                             std::to_string(c.nc) + " n " +
+                             std::to_string(c.n) + " k " + std::to_string(k));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(CoarseL2, LeavesMoreCentroidsThanABlasBlockToFaiss) {
+  const size_t most =
+      static_cast<size_t>(faiss::distance_compute_blas_database_bs);
+  const size_t threshold =
+      static_cast<size_t>(faiss::distance_compute_blas_threshold);
+  faiss::IndexFlatL2 flat(2);
+  std::vector<float> centroids(2 * (most + 1), 1.0f);
+  flat.add(static_cast<faiss::Index::idx_t>(most), centroids.data());
+  EXPECT_TRUE(coarse_l2::Applies(flat, threshold, 4));
+  flat.add(1, centroids.data());
+  EXPECT_FALSE(coarse_l2::Applies(flat, threshold, 4));
+  EXPECT_TRUE(coarse_l2::Applies(flat, threshold - 1, 4));
+  // k 1 from the threshold up: FAISS's own arithmetic, left to it.
+  EXPECT_FALSE(coarse_l2::Applies(flat, threshold, 1));
+  EXPECT_TRUE(coarse_l2::Applies(flat, threshold - 1, 1));
   faiss::IndexFlatIP ip(8);
   EXPECT_FALSE(coarse_l2::Applies(ip, 1, 4));
 }
