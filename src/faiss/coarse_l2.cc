@@ -183,16 +183,20 @@ void SmallestK(const float* dis, size_t n, size_t k, Selection& scratch,
 // the centroids in one BLAS block (distance_compute_blas_database_bs) and
 // k > 1.
 void SearchBlas(const faiss::IndexFlatL2& flat, size_t n, const float* x,
-                size_t k, float* distances, int64_t* labels) {
+                size_t k, float* distances, int64_t* labels,
+                const float* centroid_norms) {
   const float* centroids = flat.get_xb();
   const size_t d = flat.d, nc = static_cast<size_t>(flat.ntotal);
   const size_t bs_x = faiss::distance_compute_blas_query_bs;
   thread_local Selection selection;
   thread_local std::vector<float> x_norms, c_norms, block;
   x_norms.resize(n);
-  c_norms.resize(nc);
   faiss::fvec_norms_L2sqr(x_norms.data(), x, d, n);
-  faiss::fvec_norms_L2sqr(c_norms.data(), centroids, d, nc);
+  if (centroid_norms == nullptr) {
+    c_norms.resize(nc);
+    faiss::fvec_norms_L2sqr(c_norms.data(), centroids, d, nc);
+    centroid_norms = c_norms.data();
+  }
   block.resize(std::min(n, bs_x) * nc);
   for (size_t i0 = 0; i0 < n; i0 += bs_x) {
     const size_t i1 = std::min(n, i0 + bs_x);
@@ -206,7 +210,7 @@ void SearchBlas(const faiss::IndexFlatL2& flat, size_t n, const float* x,
       for (size_t j = 0; j < nc; ++j) {
         // (|x|^2 + |c|^2) - 2ip: 2ip is exact, so a fused multiply-add
         // rounds it as FAISS's separate subtraction does.
-        const float dis = x_norms[i] + c_norms[j] - 2 * line[j];
+        const float dis = x_norms[i] + centroid_norms[j] - 2 * line[j];
         line[j] = dis < 0 ? 0 : dis;
       }
       SmallestK(line, nc, k, selection, distances + i * k, labels + i * k);
@@ -237,12 +241,21 @@ bool Applies(const faiss::Index& quantizer, size_t n, size_t k) {
          (k > 1 && quantizer.ntotal <= one_block);
 }
 
+std::vector<float> CentroidNorms(const faiss::Index& quantizer) {
+  if (typeid(quantizer) != typeid(faiss::IndexFlatL2)) return {};
+  const auto& flat = static_cast<const faiss::IndexFlatL2&>(quantizer);
+  std::vector<float> norms(static_cast<size_t>(flat.ntotal));
+  faiss::fvec_norms_L2sqr(norms.data(), flat.get_xb(), flat.d, norms.size());
+  return norms;
+}
+
 void Search(const faiss::Index& quantizer, size_t n, const float* x,
-            size_t k, float* distances, int64_t* labels) {
+            size_t k, float* distances, int64_t* labels,
+            const float* centroid_norms) {
 #if defined(__AVX2__) && defined(__FMA__)
   const auto& flat = static_cast<const faiss::IndexFlatL2&>(quantizer);
   if (n >= static_cast<size_t>(faiss::distance_compute_blas_threshold)) {
-    if (k > 0) SearchBlas(flat, n, x, k, distances, labels);
+    if (k > 0) SearchBlas(flat, n, x, k, distances, labels, centroid_norms);
     return;
   }
   const float* centroids = flat.get_xb();

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace faiss {
 struct Index;
@@ -30,10 +31,17 @@ namespace coarse_l2 {
 // below its reservoir threshold, and this build AVX2 + FMA.
 bool Applies(const faiss::Index& quantizer, size_t n, size_t k);
 
+// The squared norms of an IndexFlatL2's centroids as FAISS computes them
+// on each call of its BLAS search (fvec_norms_L2sqr), for Search() to take
+// instead; empty for another quantizer.
+std::vector<float> CentroidNorms(const faiss::Index& quantizer);
+
 // The k nearest centroids of each of n queries (quantizer->d floats each),
 // nearest first, as quantizer.search writes them; needs Applies().
+// `centroid_norms`: CentroidNorms(quantizer), or null to compute them.
 void Search(const faiss::Index& quantizer, size_t n, const float* x,
-            size_t k, float* distances, int64_t* labels);
+            size_t k, float* distances, int64_t* labels,
+            const float* centroid_norms = nullptr);
 
 }  // namespace coarse_l2
 }  // namespace knnd

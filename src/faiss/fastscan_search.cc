@@ -410,8 +410,9 @@ absl::StatusOr<std::unique_ptr<FastScanSearcher>> FastScanSearcher::Create(
   if (fastscan_lut::D4TablesApply(pq.dsub, pq.ksub)) {
     by_dim = fastscan_lut::CentroidsByDim(pq.centroids.data(), pq.M);
   }
+  std::vector<float> norms = coarse_l2::CentroidNorms(*parts.ivf->quantizer);
   return std::unique_ptr<FastScanSearcher>(new FastScanSearcher(
-      std::move(parts), std::move(by_dim), std::move(name)));
+      std::move(parts), std::move(by_dim), std::move(norms), std::move(name)));
 }
 
 absl::Status FastScanSearcher::Search(const SearchArgs& args) const {
@@ -517,8 +518,11 @@ absl::Status FastScanSearcher::SearchImpl(size_t n, const float* x_in,
     coarse_ids.resize(ns * nprobe);
     coarse_dis.resize(ns * nprobe);
     if (coarse_l2::Applies(*ivf.quantizer, ns, nprobe)) {
+      const bool have_norms = centroid_norms_.size() ==
+                              static_cast<size_t>(ivf.quantizer->ntotal);
       coarse_l2::Search(*ivf.quantizer, ns, xs, nprobe, coarse_dis.data(),
-                        coarse_ids.data());
+                        coarse_ids.data(),
+                        have_norms ? centroid_norms_.data() : nullptr);
     } else {
       ivf.quantizer->search(ns, xs, nprobe, coarse_dis.data(),
                             coarse_ids.data());

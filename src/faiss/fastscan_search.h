@@ -64,9 +64,10 @@ class FastScanSearcher {
 
  private:
   FastScanSearcher(FastScanParts parts, std::vector<float> centroids_by_dim,
-                   std::string name)
+                   std::vector<float> centroid_norms, std::string name)
       : parts_(std::move(parts)),
         centroids_by_dim_(std::move(centroids_by_dim)),
+        centroid_norms_(std::move(centroid_norms)),
         name_(std::move(name)) {}
 
   // Search() after its checks; `filter` null: every id is allowed;
@@ -82,6 +83,9 @@ class FastScanSearcher {
   // itself (fastscan_lut::D4TablesApply: 4-dim sub-vectors, AVX2); empty
   // where FAISS does. pq.M * 64 floats (50 KiB for Fashion-MNIST's M 196).
   const std::vector<float> centroids_by_dim_;
+  // The coarse centroids' squared norms (coarse_l2::CentroidNorms), for
+  // the coarse search of many queries; empty where it does not apply.
+  const std::vector<float> centroid_norms_;
   const std::string name_;
 };
 

@@ -27,12 +27,19 @@ void ExpectFaissAnswers(const faiss::IndexFlatL2& flat, size_t n,
   flat.search(static_cast<faiss::Index::idx_t>(n), x.data(),
               static_cast<faiss::Index::idx_t>(k), want_d.data(),
               want_i.data());
-  coarse_l2::Search(flat, n, x.data(), k, got_d.data(), got_i.data());
-  for (size_t j = 0; j < n * k; ++j) {
-    ASSERT_EQ(got_i[j], want_i[j]) << where << " at " << j;
-    if (want_i[j] >= 0) {
-      ASSERT_EQ(std::memcmp(&got_d[j], &want_d[j], sizeof(float)), 0)
-          << where << " at " << j << ": " << got_d[j] << " vs " << want_d[j];
+  // With the centroids' norms computed here or given (CentroidNorms).
+  const std::vector<float> norms = coarse_l2::CentroidNorms(flat);
+  for (const float* given : {static_cast<const float*>(nullptr),
+                             norms.data()}) {
+    coarse_l2::Search(flat, n, x.data(), k, got_d.data(), got_i.data(),
+                      given);
+    for (size_t j = 0; j < n * k; ++j) {
+      ASSERT_EQ(got_i[j], want_i[j]) << where << " at " << j;
+      if (want_i[j] >= 0) {
+        ASSERT_EQ(std::memcmp(&got_d[j], &want_d[j], sizeof(float)), 0)
+            << where << " at " << j << ": " << got_d[j] << " vs "
+            << want_d[j];
+      }
     }
   }
 }
