@@ -14,11 +14,7 @@
 #include <faiss/utils/Heap.h>
 #include <faiss/utils/distances.h>
 
-extern "C" int sgemm_(const char* transa, const char* transb, const int* m,
-                      const int* n, const int* k, const float* alpha,
-                      const float* a, const int* lda, const float* b,
-                      const int* ldb, const float* beta, float* c,
-                      const int* ldc);
+#include "knnd/faiss/sgemm.h"
 
 namespace knnd {
 namespace coarse_l2 {

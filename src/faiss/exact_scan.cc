@@ -7,13 +7,7 @@
 
 #include <faiss/utils/distances.h>
 
-// OpenBLAS's Fortran interface, declared as FAISS declares it (FAISS is
-// built with 32-bit BLAS integers).
-extern "C" int sgemm_(const char* transa, const char* transb, const int* m,
-                      const int* n, const int* k, const float* alpha,
-                      const float* a, const int* lda, const float* b,
-                      const int* ldb, const float* beta, float* c,
-                      const int* ldc);
+#include "knnd/faiss/sgemm.h"
 
 namespace knnd {
 namespace {

@@ -46,6 +46,31 @@ TEST(VectorMath, DistancesOfEveryWidthMatchDoublePrecision) {
   }
 }
 
+// ExactDistances of `query` to the first n of `rows` (float32 or float16),
+// for each metric and for row counts covering the groups of 8 and 4 and
+// the rows left over: out[j] equals want(metric, j) bit for bit, and
+// nothing past n is written.
+template <typename Row, typename Want>
+void ExpectEveryGroupingEquals(const float* query,
+                               const std::vector<const Row*>& rows, int dim,
+                               Want want) {
+  for (Metric metric :
+       {Metric::kL2, Metric::kInnerProduct, Metric::kCosine}) {
+    for (int n : {0, 1, 3, 4, 7, 8, 9, 12, 13, 16, 21}) {
+      ASSERT_LE(static_cast<size_t>(n), rows.size());
+      std::vector<float> out(static_cast<size_t>(n) + 1, -7.0f);
+      ExactDistances(metric, query, rows.data(), static_cast<size_t>(n),
+                     static_cast<size_t>(dim), out.data());
+      for (int j = 0; j < n; ++j) {
+        EXPECT_EQ(out[j], want(metric, j))
+            << "dim " << dim << " n " << n << " row " << j << " metric "
+            << MetricName(metric);
+      }
+      EXPECT_EQ(out[n], -7.0f) << "wrote past n " << n;
+    }
+  }
+}
+
 // Re-ranking computes a query's distances to its candidates several rows at
 // a time; each must equal the one-row distance bit for bit (the answers'
 // distances and their order do not depend on how rows were grouped). Row
@@ -67,21 +92,10 @@ TEST(VectorMath, DistancesOfManyRowsEqualOneRowAtATime) {
       rows.push_back(at);
     }
     std::swap(rows[0], rows[13]);
-    const float* query = data.data();
-    for (Metric metric :
-         {Metric::kL2, Metric::kInnerProduct, Metric::kCosine}) {
-      for (int n : {0, 1, 3, 4, 7, 8, 9, 12, 13, 16, 21}) {
-        std::vector<float> out(static_cast<size_t>(n) + 1, -7.0f);
-        ExactDistances(metric, query, rows.data(), static_cast<size_t>(n),
-                       static_cast<size_t>(dim), out.data());
-        for (int j = 0; j < n; ++j) {
-          const float one = ExactDistance(metric, query, rows[j], dim);
-          EXPECT_EQ(out[j], one) << "dim " << dim << " n " << n << " row "
-                                 << j << " metric " << MetricName(metric);
-        }
-        EXPECT_EQ(out[n], -7.0f) << "wrote past n " << n;
-      }
-    }
+    ExpectEveryGroupingEquals(
+        data.data(), rows, dim, [&](Metric metric, int j) {
+          return ExactDistance(metric, data.data(), rows[j], dim);
+        });
   }
 }
 
@@ -106,22 +120,10 @@ TEST(VectorMath, DistancesToHalfRowsEqualDistancesToTheDecodedRows) {
     }
     std::swap(rows[2], rows[17]);
     std::swap(decoded[2], decoded[17]);
-    const float* query = data.data();
-    for (Metric metric :
-         {Metric::kL2, Metric::kInnerProduct, Metric::kCosine}) {
-      for (int n : {0, 1, 3, 4, 7, 8, 9, 12, 13, 16, 21}) {
-        std::vector<float> out(static_cast<size_t>(n) + 1, -7.0f);
-        ExactDistances(metric, query, rows.data(), static_cast<size_t>(n),
-                       static_cast<size_t>(dim), out.data());
-        for (int j = 0; j < n; ++j) {
-          EXPECT_EQ(out[j],
-                    ExactDistance(metric, query, decoded[j].data(), dim))
-              << "dim " << dim << " n " << n << " row " << j << " metric "
-              << MetricName(metric);
-        }
-        EXPECT_EQ(out[n], -7.0f) << "wrote past n " << n;
-      }
-    }
+    ExpectEveryGroupingEquals(
+        data.data(), rows, dim, [&](Metric metric, int j) {
+          return ExactDistance(metric, data.data(), decoded[j].data(), dim);
+        });
   }
 }
 
