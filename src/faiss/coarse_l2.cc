@@ -238,7 +238,12 @@ bool Applies(const faiss::Index& quantizer, size_t n, size_t k) {
 }
 
 std::vector<float> CentroidNorms(const faiss::Index& quantizer) {
-  if (typeid(quantizer) != typeid(faiss::IndexFlatL2)) return {};
+  // Search() takes them only for centroids in one BLAS block (Applies).
+  if (typeid(quantizer) != typeid(faiss::IndexFlatL2) ||
+      quantizer.ntotal > static_cast<faiss::Index::idx_t>(
+                             faiss::distance_compute_blas_database_bs)) {
+    return {};
+  }
   const auto& flat = static_cast<const faiss::IndexFlatL2&>(quantizer);
   std::vector<float> norms(static_cast<size_t>(flat.ntotal));
   faiss::fvec_norms_L2sqr(norms.data(), flat.get_xb(), flat.d, norms.size());

@@ -33,7 +33,9 @@ bool Applies(const faiss::Index& quantizer, size_t n, size_t k);
 
 // The squared norms of an IndexFlatL2's centroids as FAISS computes them
 // on each call of its BLAS search (fvec_norms_L2sqr), for Search() to take
-// instead; empty for another quantizer.
+// instead; empty for another quantizer or more centroids than one BLAS
+// block (distance_compute_blas_database_bs), where Search() never takes
+// them.
 std::vector<float> CentroidNorms(const faiss::Index& quantizer);
 
 // The k nearest centroids of each of n queries (quantizer->d floats each),

@@ -184,8 +184,10 @@ TEST(CoarseL2, LeavesMoreCentroidsThanABlasBlockToFaiss) {
   std::vector<float> centroids(2 * (most + 1), 1.0f);
   flat.add(static_cast<faiss::Index::idx_t>(most), centroids.data());
   EXPECT_EQ(coarse_l2::Applies(flat, threshold, 4), compiled);
+  EXPECT_EQ(coarse_l2::CentroidNorms(flat).size(), most);
   flat.add(1, centroids.data());
   EXPECT_FALSE(coarse_l2::Applies(flat, threshold, 4));
+  EXPECT_TRUE(coarse_l2::CentroidNorms(flat).empty());
   EXPECT_EQ(coarse_l2::Applies(flat, threshold - 1, 4), compiled);
   // k 1 from the threshold up: FAISS's own arithmetic, left to it.
   EXPECT_FALSE(coarse_l2::Applies(flat, threshold, 1));
