@@ -274,27 +274,30 @@ int64_t VoluntarySwitches(const std::string& name) {
 // per call or more (measured: 1.0-2.5; fewer on a busy machine, where the
 // next call can arrive before the thread sleeps), one that polls for 50 ms
 // after each event takes the next call while still polling and blocks
-// (almost) never (measured: 0-1 in 100 calls; up to 10 with a 10 ms poll
-// under AddressSanitizer beside another test process, where a call's turn
-// can outlast the poll or gRPC's poller lock is contended: the bound below
-// leaves room for that and still tells polling from sleeping, which blocks
-// once per call or more). A thread whose may_poll
-// says no (knnd's while a worker is busy) sleeps at once, as one that does
-// not poll, and is asked after every event. All answer every call and shut
-// down.
+// (almost) never (measured: 0-1 in 100 calls). Under AddressSanitizer
+// beside another test process a call's turn can outlast the poll or gRPC's
+// poller lock is contended: one run of 100 calls blocked 20 times (CI).
+// Such interference comes and goes, so the polling thread is given three
+// runs and its fewest blocks count; sleeping blocks in every run. A thread
+// whose may_poll says no (knnd's while a worker is busy) sleeps at once,
+// as one that does not poll, and is asked after every event. All answer
+// every call and shut down.
 TEST(AsyncCall, APollingThreadTakesTheNextCallWithoutSleeping) {
   constexpr int kCalls = 100;
+  constexpr int kPollingRuns = 3;
   struct Case {
     const char* name;
     int poll_us;
     bool may_poll;
-    int64_t blocked = -1;
+    int runs;
+    int64_t blocked = -1;  // the fewest over the runs
   };
-  Case cases[] = {{"test-sleeping", 0, true},
-                  {"test-polling", 50000, true},
-                  {"test-held", 50000, false}};
+  Case cases[] = {{"test-sleeping", 0, true, 1},
+                  {"test-polling", 50000, true, kPollingRuns},
+                  {"test-held", 50000, false, 1}};
   std::atomic<int> asked{0};
-  for (Case& c : cases) {
+  // The voluntary context switches of one run of kCalls calls.
+  auto run = [&asked](const Case& c) -> int64_t {
     std::function<bool()> may_poll;
     if (!c.may_poll) {
       may_poll = [&asked] {
@@ -309,18 +312,26 @@ TEST(AsyncCall, APollingThreadTakesTheNextCallWithoutSleeping) {
         },
         /*queues=*/1, c.poll_us, c.name, std::move(may_poll));
     GetIndexInfoResponse response;
-    ASSERT_TRUE(served.Call(&response).ok());  // the connection is up
+    EXPECT_TRUE(served.Call(&response).ok());  // the connection is up
     const int64_t before = VoluntarySwitches(c.name);
-    ASSERT_GE(before, 0);
+    EXPECT_GE(before, 0);
     for (int i = 0; i < kCalls; ++i) {
       response.Clear();
       const grpc::Status status = served.Call(&response);
-      ASSERT_TRUE(status.ok()) << status.error_message();
-      ASSERT_EQ(response.dim(), 3u);
+      EXPECT_TRUE(status.ok()) << status.error_message();
+      EXPECT_EQ(response.dim(), 3u);
     }
-    c.blocked = VoluntarySwitches(c.name) - before;
+    const int64_t blocked = VoluntarySwitches(c.name) - before;
     served.listener.Close(absl::Now() + absl::Seconds(5));
     EXPECT_FALSE(served.listener.open());
+    return blocked;
+  };
+  for (Case& c : cases) {
+    for (int r = 0; r < c.runs; ++r) {
+      const int64_t blocked = run(c);
+      if (c.blocked < 0 || blocked < c.blocked) c.blocked = blocked;
+      if (c.blocked < kCalls / 5) break;  // a quiet run: no need for more
+    }
   }
   EXPECT_GE(cases[0].blocked, kCalls / 3) << "threads that do not poll";
   EXPECT_LT(cases[1].blocked, kCalls / 5) << "threads polling for 50 ms";
