@@ -49,7 +49,7 @@ class KnnServiceImpl final : public AsyncService {
     int64_t max_send_message_bytes = 64 << 20;
     int retry_pushback_ms = 50;
     // Rows per FAISS call (the batcher's), for the memory estimate.
-    int64_t max_batch_rows = 256;
+    int64_t max_batch_rows = 128;
     absl::Duration slow_request = absl::Milliseconds(250);  // 0: no log
   };
 

@@ -83,7 +83,7 @@ class Batcher {
  public:
   struct Options {
     // Largest number of rows in one FAISS call.
-    int max_batch_rows = 256;
+    int max_batch_rows = 128;
     // Merge queued units of different requests with the same key into one
     // FAISS call. Off: every unit is its own call (splitting only).
     bool coalesce = true;

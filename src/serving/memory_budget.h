@@ -39,7 +39,7 @@ class MemoryBudget {
     // The largest request the limits allow, for the warning when it could
     // never be admitted.
     LimitsConfig limits;
-    int64_t max_batch_rows = 256;
+    int64_t max_batch_rows = 128;
     // Where the cgroup is read from (tests point them elsewhere).
     std::string proc_root = "/proc";
     std::string cgroup_root = "/sys/fs/cgroup";
