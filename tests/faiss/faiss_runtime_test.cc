@@ -34,7 +34,7 @@ int64_t ThreadMinorFaults() {
   return usage.ru_minflt;
 }
 
-constexpr int kRows = 256;  // a request of max_batch_rows rows
+constexpr int kRows = 256;  // a 256-row request searched in one call
 
 // Minor page faults per search on this thread of kRows seeded queries (k 10,
 // nprobe 4) by `index`, over `calls` searches after a first one (the heap

@@ -215,7 +215,7 @@ class FaultTest(unittest.TestCase):
     def test_client_disconnecting_mid_request_cancels_its_work(self):
         daemon = self.start(self.path_a, extra=["--workers", "1"])
         stub = self.wait_serving(daemon)
-        # 4096 queries over every list: 16 units of 256 rows on one worker.
+        # 4096 queries over every list: 32 units of 128 rows on one worker.
         q = np.tile(self.xb[:512], (8, 1)) + 0.03
         future = stub.Search.future(pb.SearchRequest(
             vectors_f32le=q.astype("<f4").tobytes(), k=100, nprobe=64), timeout=60)

@@ -296,8 +296,8 @@ TEST(AsyncCall, APollingThreadTakesTheNextCallWithoutSleeping) {
                   {"test-polling", 50000, true, kPollingRuns},
                   {"test-held", 50000, false, 1}};
   std::atomic<int> asked{0};
-  // The voluntary context switches of one run of kCalls calls.
-  auto run = [&asked](const Case& c) -> int64_t {
+  // The voluntary context switches of one run of kCalls calls, in *blocked.
+  auto run = [&asked](const Case& c, int64_t* blocked) {
     std::function<bool()> may_poll;
     if (!c.may_poll) {
       may_poll = [&asked] {
@@ -312,23 +312,24 @@ TEST(AsyncCall, APollingThreadTakesTheNextCallWithoutSleeping) {
         },
         /*queues=*/1, c.poll_us, c.name, std::move(may_poll));
     GetIndexInfoResponse response;
-    EXPECT_TRUE(served.Call(&response).ok());  // the connection is up
+    ASSERT_TRUE(served.Call(&response).ok());  // the connection is up
     const int64_t before = VoluntarySwitches(c.name);
-    EXPECT_GE(before, 0);
+    ASSERT_GE(before, 0);
     for (int i = 0; i < kCalls; ++i) {
       response.Clear();
       const grpc::Status status = served.Call(&response);
-      EXPECT_TRUE(status.ok()) << status.error_message();
-      EXPECT_EQ(response.dim(), 3u);
+      ASSERT_TRUE(status.ok()) << status.error_message();
+      ASSERT_EQ(response.dim(), 3u);
     }
-    const int64_t blocked = VoluntarySwitches(c.name) - before;
+    *blocked = VoluntarySwitches(c.name) - before;
     served.listener.Close(absl::Now() + absl::Seconds(5));
     EXPECT_FALSE(served.listener.open());
-    return blocked;
   };
   for (Case& c : cases) {
     for (int r = 0; r < c.runs; ++r) {
-      const int64_t blocked = run(c);
+      int64_t blocked = -1;
+      run(c, &blocked);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure()) << c.name;
       if (c.blocked < 0 || blocked < c.blocked) c.blocked = blocked;
       if (c.blocked < kCalls / 5) break;  // a quiet run: no need for more
     }
