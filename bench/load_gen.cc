@@ -6,6 +6,7 @@
 //   load_gen --target HOST:PORT --queries FILE --d D [--batch 1]
 //            [--clients 32 | --rate Q] [--seconds 3] [--warmup_seconds 0.5]
 //            [--k 10] [--nprobe 0] [--refine_factor -1] [--channels 0]
+//            [--wire f32|f16|bf16]
 //
 // Closed loop (default): --clients requests are always outstanding; each
 // completion sends the next. Open loop (--rate R > 0): requests start at a
@@ -21,7 +22,9 @@
 // the transport's and not the copying of the vectors into a message and its
 // serialization (twice the request's bytes, newly allocated: at 256 rows of
 // Fashion-MNIST, 800 KB each, half of load_gen's CPU); --reserialize builds
-// and serializes every request, as an application does. Prints one JSON
+// and serializes every request, as an application does. --wire f16 / bf16
+// sends the rows rounded to 16 bits (vectors_f16le / vectors_bf16le), half
+// the bytes. Prints one JSON
 // object on stdout:
 //   {"qps", "rps", "p50_ms", "p99_ms", "errors", "dropped", "first_error",
 //    "client_cpu_s", "wall_s", "client_cores"}
@@ -30,8 +33,10 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <deque>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <deque>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -47,6 +52,7 @@
 #include "absl/time/clock.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 #include "knnd/base/percentile.h"
+#include "knnd/faiss/vector_math.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address.");
 ABSL_FLAG(std::string, queries, "", "Raw float32 query rows.");
@@ -74,6 +80,10 @@ ABSL_FLAG(bool, reserialize, false,
           "serialized once and its bytes sent again).");
 ABSL_FLAG(int, request_cache_mib, 64,
           "Serialized requests kept, in MiB (at least one request).");
+ABSL_FLAG(std::string, wire, "f32",
+          "Encoding of the query rows on the wire: f32 (vectors_f32le), f16 "
+          "(vectors_f16le, each value rounded to a half) or bf16 "
+          "(vectors_bf16le, rounded to a bfloat16).");
 ABSL_FLAG(int, retry_delay_ms, 50,
           "Closed loop: a client whose request failed waits this long before "
           "its next one (knnd's default grpc-retry-pushback-ms).");
@@ -148,6 +158,35 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int64_t rows = static_cast<int64_t>(raw.size() / row_bytes);
+  const std::string wire = absl::GetFlag(FLAGS_wire);
+  if (wire != "f32" && wire != "f16" && wire != "bf16") {
+    std::fprintf(stderr, "load_gen: --wire=%s is not f32, f16 or bf16\n",
+                 wire.c_str());
+    return 2;
+  }
+  // The rows as sent: float32 as read, or each value rounded to 16 bits
+  // once here (to nearest, ties to even), little-endian.
+  size_t wire_row_bytes = row_bytes;
+  if (wire != "f32") {
+    const size_t n = raw.size() / sizeof(float);
+    std::string halves(n * 2, '\0');
+    for (size_t i = 0; i < n; ++i) {
+      float value;
+      std::memcpy(&value, raw.data() + i * sizeof(float), sizeof(value));
+      uint16_t h;
+      if (wire == "f16") {
+        h = knnd::FloatToHalf(value);
+      } else {
+        uint32_t bits;
+        std::memcpy(&bits, &value, sizeof(bits));
+        h = static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+      }
+      halves[2 * i] = static_cast<char>(h & 0xff);
+      halves[2 * i + 1] = static_cast<char>(h >> 8);
+    }
+    raw = std::move(halves);
+    wire_row_bytes = row_bytes / 2;
+  }
 
   int channels = absl::GetFlag(FLAGS_channels);
   if (channels <= 0) channels = open_loop ? 8 : std::min(clients, 64);
@@ -165,7 +204,7 @@ int main(int argc, char** argv) {
   }
 
   const bool reserialize = absl::GetFlag(FLAGS_reserialize);
-  const size_t request_bytes = static_cast<size_t>(batch) * row_bytes;
+  const size_t request_bytes = static_cast<size_t>(batch) * wire_row_bytes;
   const int64_t distinct = std::max<int64_t>(
       1, std::min<int64_t>(rows - batch + 1,
                            (int64_t{absl::GetFlag(FLAGS_request_cache_mib)}
@@ -180,7 +219,14 @@ int main(int argc, char** argv) {
       request.set_refine_factor(absl::GetFlag(FLAGS_refine_factor));
     }
     const int64_t row = ((i % distinct) * batch) % (rows - batch + 1);
-    request.set_vectors_f32le(raw.data() + row * row_bytes, request_bytes);
+    const char* rows_at = raw.data() + row * wire_row_bytes;
+    if (wire == "f32") {
+      request.set_vectors_f32le(rows_at, request_bytes);
+    } else if (wire == "f16") {
+      request.set_vectors_f16le(rows_at, request_bytes);
+    } else {
+      request.set_vectors_bf16le(rows_at, request_bytes);
+    }
     return request;
   };
   std::vector<grpc::ByteBuffer> serialized;  // request i % distinct's bytes

@@ -29,7 +29,9 @@ counts (2 and 4: with 2, a worker idles while its client's next request is
 in transit; 4 keeps both workers' queues filled, as a server's throughput is
 measured), against peers_bench's 2 threads of 256-row calls in process (wall
 q/s, rounds interleaved the same way). The load generator runs on the same
-cores: its share (client_cores) is printed.
+cores: its share (client_cores) is printed. --grpc_wire f32,f16 measures
+float16 requests (vectors_f16le, half the bytes) in the same rounds, and the
+recall of the queries rounded to float16.
 
 Sets: Fashion-MNIST (60,000 x 784, the first --nq test images as queries)
 and "minilm": seeded synthetic rows shaped like all-MiniLM-L6-v2 embeddings
@@ -316,9 +318,10 @@ def ratios(qps):
 
 def grpc_mode(knnd, work, queries, setting):
     """knnd through gRPC (256-row requests from each of --grpc_clients closed-
-    loop client counts) vs in process (2 threads), interleaved per round.
-    Returns {clients: [q/s per round]}, [in-process q/s per round] and
-    {clients: [load_gen's cores per round]}."""
+    loop client counts, in each encoding of --grpc_wire) vs in process (2
+    threads), interleaved per round. Returns {(wire, clients): [q/s per
+    round]}, [in-process q/s per round] and {(wire, clients): [load_gen's
+    cores per round]}."""
     raw = f"{work}/queries.f32"
     queries.astype("<f4").tofile(raw)
     cfg = f"{work}/knnd.textproto"
@@ -334,6 +337,7 @@ def grpc_mode(knnd, work, queries, setting):
                               stdout=log, stderr=log,
                               env={**os.environ, "OMP_NUM_THREADS": "1"})
     counts = [int(c) for c in ARGS.grpc_clients.split(",")]
+    wires = ARGS.grpc_wire.split(",")
     try:
         for _ in range(600):
             if subprocess.run([f"{ARGS.build}/knnctl", "health", "--addr", address],
@@ -343,27 +347,29 @@ def grpc_mode(knnd, work, queries, setting):
         else:
             raise RuntimeError("knnd did not become healthy (see knnd.log)")
         knnd.setting = setting
-        grpc = {c: [] for c in counts}
-        client_cores = {c: [] for c in counts}
+        keys = [(w, c) for w in wires for c in counts]
+        grpc = {key: [] for key in keys}
+        client_cores = {key: [] for key in keys}
         inproc = []
-        runs = [("grpc", c) for c in counts] + [("inproc", 0)]
+        runs = [("grpc", key) for key in keys] + [("inproc", None)]
         for r in range(ARGS.rounds):
             shift = r % len(runs)
-            for which, clients in runs[shift:] + runs[:shift]:
+            for which, key in runs[shift:] + runs[:shift]:
                 if which == "grpc":
+                    wire, clients = key
                     text = subprocess.run(
                         [f"{ARGS.build}/bench/load_gen", "--target", address,
                          "--queries", raw, "--d", str(queries.shape[1]),
                          "--batch", "256", "--clients", str(clients),
-                         "--seconds", "2",
+                         "--seconds", "2", "--wire", wire,
                          "--nprobe", str(setting[0]), "--refine_factor",
                          str(setting[1]), "--k", str(K)],
                         check=True, capture_output=True, text=True).stdout
                     res = json.loads(text)
                     if res["errors"]:
                         raise RuntimeError(f"load_gen: {res['first_error']}")
-                    grpc[clients].append(res["qps"])
-                    client_cores[clients].append(res["client_cores"])
+                    grpc[key].append(res["qps"])
+                    client_cores[key].append(res["client_cores"])
                 else:
                     last = [v[-1] for v in grpc.values() if v]
                     reps = max(1, round(2.0 * (max(last) if last else 2000) / len(queries)))
@@ -374,6 +380,26 @@ def grpc_mode(knnd, work, queries, setting):
         daemon.terminate()
         daemon.wait()
         log.close()
+
+
+def rounded_recall(work, queries, truth, setting, wire):
+    """Recall@10 of knnd in process on the queries rounded as --wire sends
+    them (knnd widens 16-bit values exactly, so this is the answer the
+    server gives to those requests)."""
+    if wire == "f16":
+        rounded = queries.astype(np.float16).astype(np.float32)
+    else:  # bf16: to nearest, ties to even, as load_gen rounds
+        bits = queries.astype("<f4").view(np.uint32).astype(np.uint64)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+        rounded = bits.astype(np.uint32).view(np.float32)
+    path = f"{work}/queries_{wire}.npy"
+    np.save(path, rounded)
+    runner = Knnd(work, None, path)
+    try:
+        _, ids = runner.measure(setting, "batch", 1, rounded)
+    finally:
+        runner.close()
+    return recall(ids, truth)
 
 
 def spread(values, fmt="{:.0f}"):
@@ -427,14 +453,31 @@ def run_set(name, targets):
                           "by_clients": {}}
         print(f"  in process 2 threads x 256 rows, {pick['setting']}: "
               f"{spread(inproc)} q/s", flush=True)
-        for clients, qps in grpc.items():
+        for (wire, clients), qps in grpc.items():
             ratio = sorted(g / i for g, i in zip(qps, inproc))
-            result["grpc"]["by_clients"][clients] = {
-                "grpc_qps": qps, "ratio": ratio,
-                "client_cores": cores[clients]}
-            print(f"  gRPC, 256-row requests, {clients} clients: {spread(qps)} "
-                  f"q/s (load_gen {spread(cores[clients], '{:.2f}')} cores); "
-                  f"gRPC / in process {spread(ratio, '{:.2f}')}x", flush=True)
+            entry = {"grpc_qps": qps, "ratio": ratio,
+                     "client_cores": cores[(wire, clients)]}
+            label = f"{clients}" if wire == "f32" else f"{clients} {wire}"
+            result["grpc"]["by_clients"][label] = entry
+            versus = ""
+            if wire != "f32" and ("f32", clients) in grpc:
+                # The same round's float32 requests: the encoding's own gain.
+                entry["over_f32"] = sorted(
+                    g / f for g, f in zip(qps, grpc[("f32", clients)]))
+                versus = f"; {wire} / f32 {spread(entry['over_f32'], '{:.2f}')}x"
+            print(f"  gRPC, 256-row requests ({wire}), {clients} clients: "
+                  f"{spread(qps)} q/s (load_gen "
+                  f"{spread(cores[(wire, clients)], '{:.2f}')} cores); "
+                  f"gRPC / in process {spread(ratio, '{:.2f}')}x{versus}",
+                  flush=True)
+        for wire in ARGS.grpc_wire.split(","):
+            if wire == "f32":
+                continue
+            rec = rounded_recall(work, queries, truth, tuple(pick["setting"]),
+                                 wire)
+            result["grpc"][f"recall_{wire}"] = rec
+            print(f"  recall@10 of {wire} queries at {pick['setting']}: "
+                  f"{rec:.4f} (float32: {pick['recall']:.4f})", flush=True)
     knnd.close()
     return result
 
@@ -455,6 +498,9 @@ def main():
     p.add_argument("--targets", default="0.95,0.98,0.99")
     p.add_argument("--grpc_target", type=float, default=0.98)
     p.add_argument("--no_grpc", action="store_true")
+    p.add_argument("--grpc_wire", default="f32",
+                   help="encodings of the gRPC part's queries, each measured "
+                        "in the same rounds: f32, f16, bf16 (load_gen --wire)")
     p.add_argument("--grpc_clients", default="2,4",
                    help="closed-loop load_gen clients, each count measured "
                         "against the same in-process rounds")

@@ -4,7 +4,9 @@
 // heap check and byte budget it derives from a memory limit.
 #include "knnd/server.h"
 
+#include <cstring>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -15,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "knnd/config/config.h"
+#include "knnd/faiss/vector_math.h"
 #include "knnd/lifecycle/index_source.h"
 #include "testing/test_util.h"
 
@@ -79,6 +82,51 @@ TEST_P(ServerTest, ResultsEqualDirectFaissSearch) {
       knnd::v1::SearchResponse raw_response;
       ASSERT_TRUE(CallSearch(*s.stub, raw, &raw_response).ok());
       EXPECT_THAT(raw_response.ids(), ::testing::ElementsAreArray(response.ids()));
+
+      // float16 and bfloat16 queries get the answer of their values sent
+      // as float32 (the server widens them exactly).
+      for (const bool bf16 : {false, true}) {
+        std::string words;
+        std::vector<float> widened;
+        for (const float v : q) {
+          uint16_t w;
+          if (bf16) {
+            uint32_t bits;
+            std::memcpy(&bits, &v, sizeof(bits));
+            w = static_cast<uint16_t>(bits >> 16);  // truncated: a bfloat16
+            const uint32_t back = uint32_t{w} << 16;
+            float f;
+            std::memcpy(&f, &back, sizeof(f));
+            widened.push_back(f);
+          } else {
+            w = FloatToHalf(v);
+            widened.push_back(HalfToFloat(w));
+          }
+          words.push_back(static_cast<char>(w & 0xff));
+          words.push_back(static_cast<char>(w >> 8));
+        }
+        knnd::v1::SearchRequest as_floats = raw;
+        as_floats.set_vectors_f32le(
+            std::string(reinterpret_cast<const char*>(widened.data()),
+                        widened.size() * sizeof(float)));
+        knnd::v1::SearchRequest as_words = raw;
+        as_words.clear_vectors_f32le();
+        if (bf16) {
+          as_words.set_vectors_bf16le(words);
+        } else {
+          as_words.set_vectors_f16le(words);
+        }
+        knnd::v1::SearchResponse from_floats, from_words;
+        ASSERT_TRUE(CallSearch(*s.stub, as_floats, &from_floats).ok());
+        ASSERT_TRUE(CallSearch(*s.stub, as_words, &from_words).ok());
+        EXPECT_EQ(from_words.num_queries(), static_cast<uint32_t>(nq));
+        EXPECT_THAT(from_words.ids(),
+                    ::testing::ElementsAreArray(from_floats.ids()))
+            << (bf16 ? "bf16" : "f16");
+        EXPECT_THAT(from_words.distances(),
+                    ::testing::ElementsAreArray(from_floats.distances()))
+            << (bf16 ? "bf16" : "f16");
+      }
     }
   }
 }
@@ -176,6 +224,29 @@ TEST_F(ServerFixture, EveryBadInputGetsItsStatusAndTheServerKeepsServing) {
     r.set_vectors_f32le(std::string(4 * 32 + 2, 'a'));
     add("bytes", r, grpc::INVALID_ARGUMENT,
         "vectors_f32le has 130 bytes, not a multiple of 4*dim=128");
+  }
+  {
+    knnd::v1::SearchRequest r;
+    r.set_k(5);
+    r.set_vectors_f16le(std::string(2 * 32 + 1, 'a'));
+    add("half bytes", r, grpc::INVALID_ARGUMENT,
+        "vectors_f16le has 65 bytes, not a multiple of 2*dim=64");
+  }
+  {
+    knnd::v1::SearchRequest r;
+    r.set_k(5);
+    std::string words(2 * 32, '\0');
+    words[2 * 5 + 1] = static_cast<char>(0x7f);  // 0x7f80: +inf
+    words[2 * 5] = static_cast<char>(0x80);
+    r.set_vectors_bf16le(words);
+    add("bfloat16 inf", r, grpc::INVALID_ARGUMENT,
+        "query 0 has a non-finite value (inf) at dimension 5");
+  }
+  {
+    auto r = MakeSearchRequest(one, 5);
+    r.set_vectors_f16le(std::string(2 * 32, '\0'));
+    add("two encodings", r, grpc::INVALID_ARGUMENT,
+        "not vectors and vectors_f16le");
   }
   {
     auto r = MakeSearchRequest(one, 5);

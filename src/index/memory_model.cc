@@ -45,7 +45,7 @@ int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape) {
   const int64_t nq = shape.num_queries;
   const int64_t d = index.dim;
   const int64_t k = shape.k;
-  int64_t bytes = nq * d * 4;
+  int64_t bytes = nq * d * 4 + shape.query_copy_bytes;
   if (index.has_pretransform || index.metric == Metric::kCosine) {
     bytes += nq * std::max<int64_t>(d, index.ivf_dim) * 4;  // a transformed copy
   }

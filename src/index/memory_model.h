@@ -47,6 +47,10 @@ struct SearchShape {
   // (SearchArgs::allowed_range), which allocates none, and for a bitmap
   // the filter cache holds (counted in the index's heap).
   bool filter_bitmap = true;
+  // The request's float32 copy of its query matrix, when it holds one:
+  // vectors_f16le / vectors_bf16le widened, or vectors_f32le not aligned
+  // for floats (ParsedSearch::aligned_copy). 0: searched in place.
+  int64_t query_copy_bytes = 0;
 };
 
 // The most bytes the payloads of `entries` results can add to an answer:
@@ -58,7 +62,9 @@ int64_t PayloadBytesBound(const IndexInfo& index, int64_t entries,
 // Upper estimate, in bytes, of the heap a request holds while admitted:
 //   request vectors            nq * d * 4 (plus a transformed copy of
 //                              nq * max(d, ivf_dim) * 4 with a
-//                              pre-transform or cosine normalisation)
+//                              pre-transform or cosine normalisation,
+//                              and query_copy_bytes: the float32 copy of
+//                              16-bit or unaligned vectors)
 //   response ids + distances   nq * k * (8 + 4), in the message, and as much
 //                              again for its serialised copy
 //   coarse assignment          nq * nprobe * (8 + 4)

@@ -173,7 +173,8 @@ SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed,
                         options_.max_send_message_bytes),
       parsed.filter_rows != nullptr || parsed.filter_range.has_value(),
       parsed.filter_matched_rows,
-      parsed.filter_rows != nullptr && !parsed.filter_cached};
+      parsed.filter_rows != nullptr && !parsed.filter_cached,
+      static_cast<int64_t>(parsed.aligned_copy.size() * sizeof(float))};
 }
 
 std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(

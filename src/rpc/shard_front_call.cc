@@ -126,7 +126,9 @@ class ShardFront::Call final {
     const int64_t values =
         request_->vectors_size() > 0
             ? request_->vectors_size()
-            : static_cast<int64_t>(request_->vectors_f32le().size() / 4);
+            : static_cast<int64_t>(request_->vectors_f32le().size() / 4 +
+                                   request_->vectors_f16le().size() / 2 +
+                                   request_->vectors_bf16le().size() / 2);
     return std::max<int64_t>(1, values / dim);
   }
 

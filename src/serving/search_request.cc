@@ -3,12 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <tuple>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "knnd/faiss/vector_math.h"
 
 namespace knnd {
 namespace {
@@ -39,11 +43,37 @@ int64_t FirstNonFinite(const float* values, int64_t n) {
   return n;
 }
 
+// The float16 values of `bytes` (little-endian, a whole number of them)
+// into out, exactly. HalvesToFloats reads uint16_t rows; a string's buffer
+// is aligned for them unless it is a slice of a larger one, then a copy is.
+void WidenHalves(const std::string& bytes, float* out) {
+  const size_t n = bytes.size() / sizeof(uint16_t);
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint16_t) == 0) {
+    HalvesToFloats(reinterpret_cast<const uint16_t*>(bytes.data()), n, out);
+    return;
+  }
+  std::vector<uint16_t> aligned(n);
+  std::memcpy(aligned.data(), bytes.data(), bytes.size());
+  HalvesToFloats(aligned.data(), n, out);
+}
+
+// The bfloat16 values of `bytes` into out: each is the upper half of its
+// float's bits (the compiler vectorises the shift).
+void WidenBfloat16(const std::string& bytes, float* out) {
+  const size_t n = bytes.size() / sizeof(uint16_t);
+  const auto* in = reinterpret_cast<const unsigned char*>(bytes.data());
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t bits = (uint32_t{in[2 * i]} | uint32_t{in[2 * i + 1]} << 8)
+                          << 16;
+    std::memcpy(out + i, &bits, sizeof(bits));
+  }
+}
+
 }  // namespace
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "vectors_f32le is read in place; a big-endian host would need "
-              "a byte swap");
+              "vectors_f32le is read in place and the 16-bit encodings as "
+              "little-endian; a big-endian host would need a byte swap");
 
 absl::StatusOr<ParsedSearch> ParseSearchRequest(
     const knnd::v1::SearchRequest& request, const IndexInfo& index,
@@ -54,35 +84,69 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
     return absl::InvalidArgumentError(absl::StrCat(
         "dim=", request.dim(), " does not match the index dimension ", dim));
   }
-  const bool has_floats = request.vectors_size() > 0;
-  const bool has_bytes = !request.vectors_f32le().empty();
-  if (has_floats && has_bytes) {
+  // Exactly one of the four encodings of the query matrix.
+  const std::string* bytes_field = nullptr;
+  const char* bytes_name = nullptr;
+  int bytes_per_value = 0;
+  std::vector<const char*> set;
+  if (request.vectors_size() > 0) set.push_back("vectors");
+  for (const auto& [field, name, width] :
+       {std::tuple<const std::string*, const char*, int>{
+            &request.vectors_f32le(), "vectors_f32le", 4},
+        {&request.vectors_f16le(), "vectors_f16le", 2},
+        {&request.vectors_bf16le(), "vectors_bf16le", 2}}) {
+    if (field->empty()) continue;
+    set.push_back(name);
+    bytes_field = field;
+    bytes_name = name;
+    bytes_per_value = width;
+  }
+  if (set.empty()) {
     return absl::InvalidArgumentError(
-        "set either vectors or vectors_f32le, not both");
+        "no query vectors: set vectors, vectors_f32le, vectors_f16le or "
+        "vectors_bf16le");
+  }
+  if (set.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "set one of vectors, vectors_f32le, vectors_f16le and "
+        "vectors_bf16le, not ",
+        absl::StrJoin(set, " and ")));
   }
   int64_t values = 0;
-  if (has_floats) {
+  if (bytes_field == nullptr) {
     values = request.vectors_size();
     parsed.queries = request.vectors().data();
-  } else if (has_bytes) {
-    const std::string& bytes = request.vectors_f32le();
-    if (bytes.size() % (sizeof(float) * dim) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "vectors_f32le has ", bytes.size(),
-          " bytes, not a multiple of 4*dim=", sizeof(float) * dim));
+  } else {
+    const std::string& bytes = *bytes_field;
+    const size_t row_bytes = static_cast<size_t>(bytes_per_value) * dim;
+    if (bytes.size() % row_bytes != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(bytes_name, " has ", bytes.size(),
+                       " bytes, not a multiple of ", bytes_per_value,
+                       "*dim=", row_bytes));
     }
-    values = static_cast<int64_t>(bytes.size() / sizeof(float));
-    if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
+    values = static_cast<int64_t>(bytes.size()) / bytes_per_value;
+    // The count first: a widened copy is only made of an admissible size.
+    if (values / dim > limits.max_queries_per_request) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "num_queries=", values / dim, " exceeds max_queries_per_request=",
+          limits.max_queries_per_request));
+    }
+    if (bytes_per_value == 4 &&
+        reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
       parsed.queries = reinterpret_cast<const float*>(bytes.data());
     } else {
       parsed.aligned_copy.resize(static_cast<size_t>(values));
-      std::memcpy(parsed.aligned_copy.data(), bytes.data(), bytes.size());
-      parsed.queries = parsed.aligned_copy.data();
+      float* out = parsed.aligned_copy.data();
+      if (bytes_per_value == 4) {
+        std::memcpy(out, bytes.data(), bytes.size());
+      } else if (bytes_field == &request.vectors_f16le()) {
+        WidenHalves(bytes, out);
+      } else {
+        WidenBfloat16(bytes, out);
+      }
+      parsed.queries = out;
     }
-  }
-  if (values == 0) {
-    return absl::InvalidArgumentError(
-        "no query vectors: set vectors or vectors_f32le");
   }
   if (values % dim != 0) {
     return absl::InvalidArgumentError(

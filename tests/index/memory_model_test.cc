@@ -83,6 +83,17 @@ TEST(MemoryModel, PayloadsCountTheirBoundTwice) {
             2 * 100 * 1200);
 }
 
+TEST(MemoryModel, WidenedQueriesCountTheirFloatCopy) {
+  // 16-bit vectors (or unaligned float32 ones) are searched from a float32
+  // copy of nq * d * 4 bytes that the request holds beside its message.
+  const IndexInfo info = Info(128, 4096, 32);
+  SearchShape plain{10, 10, 16, 0, 0, 256};
+  SearchShape widened = plain;
+  widened.query_copy_bytes = 10 * 128 * 4;
+  EXPECT_EQ(EstimateSearchBytes(info, widened) - EstimateSearchBytes(info, plain),
+            10 * 128 * 4);
+}
+
 TEST(MemoryModel, IndexFitsOnlyWithTheVersionServingAndTheHeadroom) {
   IndexInfo planned = Info(64, 1024, 16);
   planned.heap_bytes = 300 << 20;

@@ -45,6 +45,33 @@ class RequestTest(unittest.TestCase):
                         np.frombuffer(want.vectors_f32le, "<f4").reshape(
                             queries.shape), queries)
 
+    def test_float16_queries_go_as_vectors_f16le(self):
+        from knnd_client import _common
+        from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
+        q = np.arange(24, dtype=np.float32).reshape(3, 8) / 7
+        half = q.astype(np.float16)
+        for queries in (half, half.astype(">f2"), np.asfortranarray(half)):
+            with self.subTest(dtype=queries.dtype.str):
+                wire, shape = _common.serialized_search_request(
+                    queries, 5, None, None, None)
+                request = pb.SearchRequest.FromString(wire)
+                self.assertEqual(request.vectors_f32le, b"")
+                np.testing.assert_array_equal(
+                    np.frombuffer(request.vectors_f16le, "<f2").reshape(3, 8),
+                    half)
+                self.assertEqual(shape, (3, 5))
+                self.assertEqual(_common.request_rows(request), 3)
+                # With an allow-list the message is built, the same field.
+                built = _common.search_request(queries, 5, None, [1], None)
+                self.assertEqual(built.vectors_f16le, request.vectors_f16le)
+        with self.assertRaisesRegex(ValueError, r"queries\[1, 2\] is inf"):
+            bad = half.copy()
+            bad[1, 2] = np.inf
+            _common.serialized_search_request(bad, 5, None, None, None)
+        with self.assertRaisesRegex(TypeError, "float32 or float16, got float64"):
+            _common.serialized_search_request(q.astype(np.float64), 5, None,
+                                              None, None)
+
     def test_cached_heads_still_check_the_arguments(self):
         from knnd_client import _common
         q = np.ones((1, 4), np.float32)

@@ -155,6 +155,14 @@ class LiveKnndTest(LiveKnnd):
         for variant in (q.astype(">f4"), np.asfortranarray(q),
                         np.repeat(q, 2, axis=0)[::2]):
             np.testing.assert_array_equal(client.search(variant, 10, 8)[0], ids)
+        # float16 queries travel as vectors_f16le, half the bytes, and get
+        # the answer of their values as float32 (in either byte order).
+        half = q.astype(np.float16)
+        want_ids, want_distances = client.search(half.astype(np.float32), 10, 8)
+        for variant in (half, half.astype(">f2")):
+            got_ids, got_distances = client.search(variant, 10, 8)
+            np.testing.assert_array_equal(got_ids, want_ids)
+            np.testing.assert_array_equal(got_distances, want_distances)
         # The allow-list reaches the server.
         ids, _ = client.search(q[:4], 10, 64, allowed_ids=np.array([3, 30, 300]))
         self.assertEqual(sorted(ids[0, :3].tolist()), [3, 30, 300])

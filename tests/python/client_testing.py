@@ -137,7 +137,8 @@ class FakeKnnd:
                 context.abort(step[1], step[3] if len(step) > 3 else "scripted failure")
             if step[0] == "sleep":
                 time.sleep(step[1])
-            n = len(request.vectors_f32le) // (4 * request.dim)
+            n = (len(request.vectors_f32le) // 4
+                 + len(request.vectors_f16le) // 2) // request.dim
             return self.pb.SearchResponse(
                 num_queries=n, k=request.k, ids=range(n * request.k),
                 distances=[0.5] * (n * request.k))
@@ -155,9 +156,14 @@ def bad_input_cases():
     good = np.ones((2, 4), np.float32)
     return [
         (([[1.0, 2.0]], 3), {}, TypeError, "numpy.ndarray"),
-        ((good.astype(np.float64), 3), {}, TypeError, "dtype float32, got float64"),
-        ((good.astype(np.int32), 3), {}, TypeError, "dtype float32, got int32"),
-        ((good.astype(np.float16), 3), {}, TypeError, "dtype float32, got float16"),
+        ((good.astype(np.float64), 3), {}, TypeError,
+         "dtype float32 or float16, got float64"),
+        ((good.astype(np.int32), 3), {}, TypeError,
+         "dtype float32 or float16, got int32"),
+        ((good.astype(np.longdouble), 3), {}, TypeError,
+         "dtype float32 or float16, got float128"),
+        ((np.array([[1, np.nan]], np.float16), 3), {}, ValueError,
+         r"queries\[0, 1\] is nan"),
         ((good[0], 3), {}, ValueError, r"reshape\(1, -1\)"),
         ((good.reshape(1, 2, 4), 3), {}, ValueError, "must be 2-D"),
         ((np.ones((0, 4), np.float32), 3), {}, ValueError, "no values"),

@@ -19,6 +19,7 @@
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "knnd/config/config.h"
+#include "knnd/faiss/vector_math.h"
 #include "knnd/index/index_builder.h"
 #include "knnd/lifecycle/index_source.h"
 #include "knnd/storage/vectors_file.h"
@@ -175,6 +176,26 @@ TEST_F(ShardFrontTest, MergedAnswersEqualTheUnshardedIndex) {
                                       refine, filter ? ", filtered" : ""));
       }
     }
+  }
+}
+
+// A float16 request passes through the front as it came: the shards widen
+// it, and the merged answer is the unsharded index's to the same request.
+TEST_F(ShardFrontTest, HalfPrecisionQueriesMergeLikeFloatOnes) {
+  const std::vector<float> queries = MakeData(40, kDim, 97);
+  std::string halves;
+  for (const float v : queries) {
+    const uint16_t h = FloatToHalf(v);
+    halves.push_back(static_cast<char>(h & 0xff));
+    halves.push_back(static_cast<char>(h >> 8));
+  }
+  for (int refine : {0, 3}) {
+    SearchRequest request;
+    request.set_k(10);
+    request.set_nprobe(4);
+    request.set_refine_factor(static_cast<uint32_t>(refine));
+    request.set_vectors_f16le(halves);
+    Compare(request, absl::StrCat("float16 queries, refine ", refine));
   }
 }
 

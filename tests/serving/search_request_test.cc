@@ -3,12 +3,16 @@
 #include "knnd/serving/search_request.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "knnd/faiss/vector_math.h"
 
 namespace knnd {
 namespace {
@@ -171,7 +175,122 @@ TEST(ParseSearchRequest, ByteLengthNotAMultipleOfRowSize) {
 TEST(ParseSearchRequest, BothEncodingsAtOnce) {
   auto r = Request(1);
   r.set_vectors_f32le(std::string(16, '\0'));
-  ExpectInvalid(r, "either vectors or vectors_f32le");
+  ExpectInvalid(r, "set one of vectors, vectors_f32le, vectors_f16le and "
+                   "vectors_bf16le, not vectors and vectors_f32le");
+  knnd::v1::SearchRequest halves;
+  halves.set_k(1);
+  halves.set_vectors_f16le(std::string(8, '\0'));
+  halves.set_vectors_bf16le(std::string(8, '\0'));
+  ExpectInvalid(halves, "not vectors_f16le and vectors_bf16le");
+}
+
+// `values` as little-endian 16-bit words.
+std::string Words(const std::vector<uint16_t>& values) {
+  std::string bytes;
+  for (uint16_t v : values) {
+    bytes.push_back(static_cast<char>(v & 0xff));
+    bytes.push_back(static_cast<char>(v >> 8));
+  }
+  return bytes;
+}
+
+// float32's bits' upper half: exact for the values below, which have no
+// bits in the lower one.
+uint16_t Bfloat16(float value) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  EXPECT_EQ(bits & 0xffff, 0u) << value << " is not a bfloat16";
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+TEST(ParseSearchRequest, HalfPrecisionBytesAreWidenedExactly) {
+  // 2 rows of 9 (F16C converts 8 at a time, then a tail), including the
+  // largest half, the smallest subnormal, a negative zero and fractions.
+  const IndexInfo index = Index(9);
+  const SearchLimits limits = ResolveLimits(Config(), index);
+  const std::vector<float> values = {
+      0.0f,  -0.0f, 1.0f,   -2.5f,   0.333251953125f, 65504.0f,
+      -65504.0f, std::ldexp(1.0f, -24), std::ldexp(1.0f, -14),
+      1e-3f, 7.0f,  -100.5f, 0.75f,  3.140625f, 42.0f, -1.0f, 8.0f, 1e4f};
+  std::vector<uint16_t> halves;
+  for (float v : values) halves.push_back(FloatToHalf(v));
+  // An odd start: a slice of a larger buffer is copied, not misread.
+  for (int offset : {0, 1}) {
+    const std::string bytes = std::string(offset, 'x') + Words(halves);
+    knnd::v1::SearchRequest r;
+    r.set_k(1);
+    r.mutable_vectors_f16le()->assign(bytes.data() + offset,
+                                      bytes.size() - offset);
+    const auto parsed = ParseSearchRequest(r, index, limits);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->num_queries, 2);
+    ASSERT_EQ(parsed->aligned_copy.size(), values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      EXPECT_EQ(parsed->queries[i], HalfToFloat(halves[i])) << i;
+      if (i < 9) {
+        EXPECT_EQ(parsed->queries[i], values[i]) << i;  // exact halves
+      }
+    }
+    EXPECT_TRUE(std::signbit(parsed->queries[1]));
+    EXPECT_NEAR(parsed->queries[9], 1e-3f, 1e-6f);  // rounded to a half
+  }
+}
+
+TEST(ParseSearchRequest, Bfloat16BytesAreWidenedExactly) {
+  const IndexInfo index = Index(9);
+  const SearchLimits limits = ResolveLimits(Config(), index);
+  const std::vector<float> values = {
+      0.0f, -0.0f, 1.0f, -2.5f, 0.75f, std::ldexp(1.0f, 100),
+      -std::ldexp(1.0f, -126), std::ldexp(1.0f, -133), 3.140625f};
+  std::vector<uint16_t> words;
+  for (float v : values) words.push_back(Bfloat16(v));
+  knnd::v1::SearchRequest r;
+  r.set_k(1);
+  r.set_vectors_bf16le(Words(words));
+  const auto parsed = ParseSearchRequest(r, index, limits);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->num_queries, 1);
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_EQ(parsed->queries[i], values[i]) << i;
+  }
+  EXPECT_TRUE(std::signbit(parsed->queries[1]));
+}
+
+TEST(ParseSearchRequest, HalfPrecisionLengthAndValuesAreChecked) {
+  knnd::v1::SearchRequest r;
+  r.set_k(1);
+  r.set_vectors_f16le(std::string(10, '\0'));
+  ExpectInvalid(r, "vectors_f16le has 10 bytes, not a multiple of 2*dim=8");
+  r.clear_vectors_f16le();
+  r.set_vectors_bf16le(std::string(6, '\0'));
+  ExpectInvalid(r, "vectors_bf16le has 6 bytes, not a multiple of 2*dim=8");
+  // 11 rows against max_queries_per_request=10, refused before widening.
+  r.set_vectors_bf16le(std::string(88, '\0'));
+  ExpectInvalid(r, "num_queries=11 exceeds max_queries_per_request=10");
+
+  // Inf and NaN in either encoding name their query and dimension.
+  struct Case {
+    bool bf16;
+    int at;
+    uint16_t word;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {false, 6, 0x7c00, "query 1 has a non-finite value (inf) at dimension 2"},
+           {false, 6, 0xfe00, "query 1 has a non-finite value ("},  // a NaN
+           {true, 3, 0xff80, "query 0 has a non-finite value (-inf) at dimension 3"},
+           {true, 3, 0x7fc1, "query 0 has a non-finite value (nan) at dimension 3"}}) {
+    std::vector<uint16_t> words(8, c.bf16 ? Bfloat16(1.0f) : FloatToHalf(1.0f));
+    words[c.at] = c.word;
+    knnd::v1::SearchRequest bad;
+    bad.set_k(1);
+    if (c.bf16) {
+      bad.set_vectors_bf16le(Words(words));
+    } else {
+      bad.set_vectors_f16le(Words(words));
+    }
+    ExpectInvalid(bad, c.message);
+  }
 }
 
 TEST(ParseSearchRequest, AllowListIsBoundedSortedAndDeduplicated) {

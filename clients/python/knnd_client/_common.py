@@ -208,21 +208,28 @@ def positive_int(name: str, value: Any, minimum: int = 1) -> int:
     return number
 
 
-def query_bytes(queries: Any) -> Tuple[bytes, int, int]:
-    """`queries` as row-major little-endian float32 bytes (vectors_f32le),
-    with its (num_queries, dim), or a TypeError / ValueError that says what
-    is wrong and how to fix it. Few numpy calls on the way: each costs
-    microseconds beside a gRPC call, whose work evicts numpy's from the
-    caches."""
+# The query matrix's fields by its numpy dtype's item size: float32 rows go
+# as vectors_f32le, float16 rows as vectors_f16le (half the bytes; knnd
+# widens them exactly), each with its wire dtype and field number.
+_QUERY_FIELDS = {4: ("vectors_f32le", "<f4", 2), 2: ("vectors_f16le", "<f2", 14)}
+
+
+def query_bytes(queries: Any) -> Tuple[bytes, int, int, str]:
+    """`queries` as row-major little-endian bytes with its (num_queries,
+    dim) and the SearchRequest field that carries them: float32 as
+    vectors_f32le, float16 as vectors_f16le; or a TypeError / ValueError
+    that says what is wrong and how to fix it. Few numpy calls on the way:
+    each costs microseconds beside a gRPC call, whose work evicts numpy's
+    from the caches."""
     if not isinstance(queries, np.ndarray):
         raise TypeError(
-            "queries must be a numpy.ndarray of dtype float32 and shape "
-            f"(num_queries, dim), got {type(queries).__name__}")
+            "queries must be a numpy.ndarray of dtype float32 (or float16) "
+            f"and shape (num_queries, dim), got {type(queries).__name__}")
     dtype = queries.dtype
-    if dtype.kind != "f" or dtype.itemsize != 4:
+    if dtype.kind != "f" or dtype.itemsize not in _QUERY_FIELDS:
         raise TypeError(
-            f"queries must have dtype float32, got {dtype}; convert "
-            "with queries.astype(numpy.float32)")
+            f"queries must have dtype float32 or float16, got {dtype}; "
+            "convert with queries.astype(numpy.float32)")
     if queries.ndim != 2:
         hint = ("; one vector is queries.reshape(1, -1)"
                 if queries.ndim == 1 else "")
@@ -239,9 +246,19 @@ def query_bytes(queries: Any) -> Tuple[bytes, int, int]:
         raise ValueError(
             f"queries[{row}, {col}] is {queries[row, col]}: every value must "
             "be finite")
+    field, wire, _ = _QUERY_FIELDS[dtype.itemsize]
     if dtype.byteorder == ">" or (dtype.byteorder == "=" and _BIG_ENDIAN):
-        return queries.astype("<f4").tobytes(), rows, dim
-    return queries.tobytes(), rows, dim  # row-major whatever the strides
+        return queries.astype(wire).tobytes(), rows, dim, field
+    # row-major whatever the strides
+    return queries.tobytes(), rows, dim, field
+
+
+def request_rows(request: pb.SearchRequest) -> int:
+    """The number of query rows of a SearchRequest built by this client
+    (from whichever of vectors_f32le and vectors_f16le holds them)."""
+    if request.vectors_f16le:
+        return len(request.vectors_f16le) // (2 * request.dim)
+    return len(request.vectors_f32le) // (4 * request.dim)
 
 
 def id_list(ids: npt.ArrayLike) -> npt.NDArray[np.int64]:
@@ -284,8 +301,9 @@ def _serialized_head(dim: int, k: Any, nprobe: Any,
         return _search_head(dim, k, nprobe, refine_factor).SerializeToString()
 
 
-# SearchRequest.vectors_f32le is field 2, length-delimited: tag (2 << 3) | 2.
-_VECTORS_TAG = bytes([(2 << 3) | 2])
+# A length-delimited field's tag: (number << 3) | 2, one byte below 16.
+_VECTORS_TAGS = {field: bytes([(number << 3) | 2])
+                 for field, _, number in _QUERY_FIELDS.values()}
 
 
 def _varint(value: int) -> bytes:
@@ -469,9 +487,9 @@ def search_request(queries: Any, k: Any, nprobe: Any, allowed_ids: Any,
     """The SearchRequest of one search() call, every argument checked
     before any RPC (TypeError / ValueError naming the argument); it asks
     for the results as bytes (results_as_bytes)."""
-    vectors, _, dim = query_bytes(queries)
+    vectors, _, dim, field = query_bytes(queries)
     request = _search_head(dim, k, nprobe, refine_factor)
-    request.vectors_f32le = vectors
+    setattr(request, field, vectors)
     if allowed_ids is not None:
         request.allowed_ids.extend(id_list(allowed_ids).tolist())
     asked = payload_request(payloads)
@@ -550,14 +568,14 @@ def serialized_search_request(queries: Any, k: Any, nprobe: Any,
             (filter is not None and filter_bytes is None):
         request = search_request(queries, k, nprobe, allowed_ids,
                                  refine_factor, payloads, filter)
-        return request.SerializeToString(), (
-            len(request.vectors_f32le) // (4 * request.dim), request.k)
-    vectors, rows, dim = query_bytes(queries)
+        return request.SerializeToString(), (request_rows(request),
+                                             request.k)
+    vectors, rows, dim, field = query_bytes(queries)
     head = _serialized_head(dim, k, nprobe, refine_factor)
     parts = [head]
     if filter_bytes is not None:
         parts += [_FILTER_TAG, _varint(len(filter_bytes)), filter_bytes]
-    parts += [_VECTORS_TAG, _varint(len(vectors)), vectors]
+    parts += [_VECTORS_TAGS[field], _varint(len(vectors)), vectors]
     return b"".join(parts), (rows, int(k))
 
 

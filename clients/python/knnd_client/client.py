@@ -75,7 +75,8 @@ class KnnClient:
         """The k nearest neighbours of each row of `queries`.
 
         queries: float32 array of shape (num_queries, dim), any byte order
-          or strides (sent as little-endian row-major bytes).
+          or strides (sent as little-endian row-major bytes); a float16
+          array is sent as float16 (vectors_f16le, half the bytes).
         k: neighbours per query, 1 <= k <= the server's max_k.
         nprobe: inverted lists to visit; None: the server's default.
         allowed_ids: optional 1-D integer ids; only these can be returned.

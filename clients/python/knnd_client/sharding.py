@@ -461,7 +461,7 @@ def check_answers(targets: Sequence[str], versions: ShardVersions,
             grpc.StatusCode.FAILED_PRECONDITION,
             f"shards answered with metric {first.metric}, which cannot be "
             "merged (a knnd older than this client?)")
-    num_queries = len(request.vectors_f32le) // (4 * request.dim)
+    num_queries = _common.request_rows(request)
     candidates_width = request.k * (first.refine_factor or 1)
     for i, a in sorted(answers.items()):
         # A filtered answer holds the shard's k best exact distances (all
@@ -677,7 +677,7 @@ class SearchScatter(Scatter):
         super().__init__(targets, versions, policy, timeout_s, request,
                          allow_partial)
         self._caller_request = request
-        self._num_queries = len(request.vectors_f32le) // (4 * request.dim)
+        self._num_queries = _common.request_rows(request)
         self._version_retried = False
         self._pin = versions.set_version()
         self._pinned = shard_request(request, self._pin)
