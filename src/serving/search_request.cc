@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
 #include "knnd/faiss/vector_math.h"
 
 namespace knnd {
@@ -88,29 +89,30 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
   const std::string* bytes_field = nullptr;
   const char* bytes_name = nullptr;
   int bytes_per_value = 0;
-  std::vector<const char*> set;
-  if (request.vectors_size() > 0) set.push_back("vectors");
+  const char* set[4];  // the fields set, no allocation per request
+  size_t set_count = 0;
+  if (request.vectors_size() > 0) set[set_count++] = "vectors";
   for (const auto& [field, name, width] :
        {std::tuple<const std::string*, const char*, int>{
             &request.vectors_f32le(), "vectors_f32le", 4},
         {&request.vectors_f16le(), "vectors_f16le", 2},
         {&request.vectors_bf16le(), "vectors_bf16le", 2}}) {
     if (field->empty()) continue;
-    set.push_back(name);
+    set[set_count++] = name;
     bytes_field = field;
     bytes_name = name;
     bytes_per_value = width;
   }
-  if (set.empty()) {
+  if (set_count == 0) {
     return absl::InvalidArgumentError(
         "no query vectors: set vectors, vectors_f32le, vectors_f16le or "
         "vectors_bf16le");
   }
-  if (set.size() > 1) {
+  if (set_count > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "set one of vectors, vectors_f32le, vectors_f16le and "
         "vectors_bf16le, not ",
-        absl::StrJoin(set, " and ")));
+        absl::StrJoin(absl::MakeConstSpan(set, set_count), " and ")));
   }
   int64_t values = 0;
   if (bytes_field == nullptr) {
