@@ -260,7 +260,11 @@ def make_fake_shard_class():
                               f"server has versions {sorted(loaded)}")
             if request.dim not in (0, DIM) or request.k < 1:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "dim or k")
-            qs = np.frombuffer(request.vectors_f32le, "<f4").reshape(-1, DIM)
+            if request.vectors_f16le:  # widened, as knnd does
+                qs = np.frombuffer(request.vectors_f16le, "<f2").astype(
+                    np.float32).reshape(-1, DIM)
+            else:
+                qs = np.frombuffer(request.vectors_f32le, "<f4").reshape(-1, DIM)
             ids = set(range(self.first, self.end))
             if request.allowed_ids:
                 ids &= set(request.allowed_ids)
@@ -583,6 +587,22 @@ class ShardedContract:
                 self.assertEqual((last.k, last.nprobe, last.refine_factor,
                                   last.index_version, len(last.allowed_ids)),
                                  (10, 4, 3, V, 4))
+
+    def test_float16_queries_merge_like_their_float32_values(self):
+        pb = self.pb
+        fakes = self.shards(pb.METRIC_L2)
+        client = self.client(fakes)
+        half = queries(20).astype(np.float16)
+        for refine in (0, 3):
+            with self.subTest(refine=refine):
+                result = client.search_result(half, 10, nprobe=4,
+                                              refine_factor=refine)
+                self.assert_unsharded(result, half.astype(np.float32), V, 10,
+                                      pb.METRIC_L2, refine, None)
+                for fake in fakes:
+                    last = fake.requests[-1]
+                    self.assertEqual(last.vectors_f32le, b"")
+                    self.assertEqual(len(last.vectors_f16le), 20 * DIM * 2)
 
     def test_bearer_token_goes_to_every_shard(self):
         fakes = self.shards()
