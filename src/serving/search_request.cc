@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <string>
-#include <tuple>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -70,6 +69,21 @@ void WidenBfloat16(const std::string& bytes, float* out) {
   }
 }
 
+// The float32 values of `bytes` into out: vectors_f32le not aligned for
+// floats (read in place otherwise).
+void CopyFloats(const std::string& bytes, float* out) {
+  std::memcpy(out, bytes.data(), bytes.size());
+}
+
+// One byte encoding of the query matrix: its field, its bytes per value and
+// how its values become the floats searched.
+struct Encoding {
+  const std::string* bytes;
+  const char* name;
+  int width;
+  void (*widen)(const std::string& bytes, float* out);
+};
+
 }  // namespace
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -86,22 +100,18 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
         "dim=", request.dim(), " does not match the index dimension ", dim));
   }
   // Exactly one of the four encodings of the query matrix.
-  const std::string* bytes_field = nullptr;
-  const char* bytes_name = nullptr;
-  int bytes_per_value = 0;
+  const Encoding encodings[] = {
+      {&request.vectors_f32le(), "vectors_f32le", 4, CopyFloats},
+      {&request.vectors_f16le(), "vectors_f16le", 2, WidenHalves},
+      {&request.vectors_bf16le(), "vectors_bf16le", 2, WidenBfloat16}};
+  const Encoding* encoding = nullptr;  // null: the repeated float field
   const char* set[4];  // the fields set, no allocation per request
   size_t set_count = 0;
   if (request.vectors_size() > 0) set[set_count++] = "vectors";
-  for (const auto& [field, name, width] :
-       {std::tuple<const std::string*, const char*, int>{
-            &request.vectors_f32le(), "vectors_f32le", 4},
-        {&request.vectors_f16le(), "vectors_f16le", 2},
-        {&request.vectors_bf16le(), "vectors_bf16le", 2}}) {
-    if (field->empty()) continue;
-    set[set_count++] = name;
-    bytes_field = field;
-    bytes_name = name;
-    bytes_per_value = width;
+  for (const Encoding& e : encodings) {
+    if (e.bytes->empty()) continue;
+    set[set_count++] = e.name;
+    encoding = &e;
   }
   if (set_count == 0) {
     return absl::InvalidArgumentError(
@@ -114,41 +124,15 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
         "vectors_bf16le, not ",
         absl::StrJoin(absl::MakeConstSpan(set, set_count), " and ")));
   }
-  int64_t values = 0;
-  if (bytes_field == nullptr) {
-    values = request.vectors_size();
-    parsed.queries = request.vectors().data();
-  } else {
-    const std::string& bytes = *bytes_field;
-    const size_t row_bytes = static_cast<size_t>(bytes_per_value) * dim;
-    if (bytes.size() % row_bytes != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(bytes_name, " has ", bytes.size(),
-                       " bytes, not a multiple of ", bytes_per_value,
-                       "*dim=", row_bytes));
-    }
-    values = static_cast<int64_t>(bytes.size()) / bytes_per_value;
-    // The count first: a widened copy is only made of an admissible size.
-    if (values / dim > limits.max_queries_per_request) {
+  int64_t values = request.vectors_size();
+  if (encoding != nullptr) {
+    const size_t row_bytes = static_cast<size_t>(encoding->width) * dim;
+    if (encoding->bytes->size() % row_bytes != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "num_queries=", values / dim, " exceeds max_queries_per_request=",
-          limits.max_queries_per_request));
+          encoding->name, " has ", encoding->bytes->size(),
+          " bytes, not a multiple of ", encoding->width, "*dim=", row_bytes));
     }
-    if (bytes_per_value == 4 &&
-        reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
-      parsed.queries = reinterpret_cast<const float*>(bytes.data());
-    } else {
-      parsed.aligned_copy.resize(static_cast<size_t>(values));
-      float* out = parsed.aligned_copy.data();
-      if (bytes_per_value == 4) {
-        std::memcpy(out, bytes.data(), bytes.size());
-      } else if (bytes_field == &request.vectors_f16le()) {
-        WidenHalves(bytes, out);
-      } else {
-        WidenBfloat16(bytes, out);
-      }
-      parsed.queries = out;
-    }
+    values = static_cast<int64_t>(encoding->bytes->size()) / encoding->width;
   }
   if (values % dim != 0) {
     return absl::InvalidArgumentError(
@@ -156,10 +140,23 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
                      dim, " (row-major num_queries x dim)"));
   }
   parsed.num_queries = values / dim;
+  // Before any copy: a widened one is only made of an admissible size.
   if (parsed.num_queries > limits.max_queries_per_request) {
     return absl::InvalidArgumentError(absl::StrCat(
         "num_queries=", parsed.num_queries,
         " exceeds max_queries_per_request=", limits.max_queries_per_request));
+  }
+  if (encoding == nullptr) {
+    parsed.queries = request.vectors().data();
+  } else if (encoding->width == 4 &&
+             reinterpret_cast<uintptr_t>(encoding->bytes->data()) %
+                     alignof(float) ==
+                 0) {
+    parsed.queries = reinterpret_cast<const float*>(encoding->bytes->data());
+  } else {
+    parsed.aligned_copy.resize(static_cast<size_t>(values));
+    encoding->widen(*encoding->bytes, parsed.aligned_copy.data());
+    parsed.queries = parsed.aligned_copy.data();
   }
   if (const int64_t i = FirstNonFinite(parsed.queries, values); i < values) {
     return absl::InvalidArgumentError(absl::StrCat(
