@@ -29,16 +29,22 @@
 //   {"qps", "rps", "p50_ms", "p99_ms", "errors", "dropped", "first_error",
 //    "client_cpu_s", "wall_s", "client_cores"}
 // where client_cores = this process's user+system CPU seconds / wall seconds
-// during the measured window.
+// during the measured window. With --server_pid (a server on this machine)
+// also "server_cores" and "server_threads" (its cores by thread name) in the
+// same window: how much of the machine the server took for those q/s.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -49,6 +55,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 #include "knnd/base/percentile.h"
@@ -84,6 +91,9 @@ ABSL_FLAG(std::string, wire, "f32",
           "Encoding of the query rows on the wire: f32 (vectors_f32le), f16 "
           "(vectors_f16le, each value rounded to a half) or bf16 "
           "(vectors_bf16le, rounded to a bfloat16).");
+ABSL_FLAG(int, server_pid, 0,
+          "a local server's process id: its CPU in the measured window is "
+          "reported too (server_cores, and server_threads by thread name)");
 ABSL_FLAG(int, retry_delay_ms, 50,
           "Closed loop: a client whose request failed waits this long before "
           "its next one (knnd's default grpc-retry-pushback-ms).");
@@ -128,6 +138,37 @@ double CpuSeconds() {
   getrusage(RUSAGE_SELF, &u);
   return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec +
          u.ru_stime.tv_usec * 1e-6;
+}
+
+// CPU seconds (user + system) of each thread of process `pid` that is
+// alive now, summed by thread name (/proc/PID/task/TID/stat); empty when
+// `pid` is 0 or gone. Threads that end between two samples drop out.
+std::map<std::string, double> ThreadCpuSeconds(int pid) {
+  std::map<std::string, double> by_name;
+  if (pid <= 0) return by_name;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  std::error_code error;
+  const std::filesystem::path tasks =
+      std::filesystem::path("/proc") / std::to_string(pid) / "task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
+    std::ifstream in(task.path() / "stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    const size_t open = line.find('(');
+    const size_t close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    const std::string name = line.substr(open + 1, close - open - 1);
+    // After the name: state (field 3) ... utime (14), stime (15).
+    std::istringstream fields(line.substr(close + 1));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && fields >> field; ++i) {
+      if (i == 14) utime = std::stod(field);
+      if (i == 15) stime = std::stod(field);
+    }
+    by_name[name] += (utime + stime) / tick;
+  }
+  return by_name;
 }
 
 std::string JsonEscape(const std::string& s) {
@@ -268,6 +309,8 @@ int main(int argc, char** argv) {
   std::string first_error;
   std::vector<double> latencies_ms;
   double cpu_at_start = -1;
+  const int server_pid = absl::GetFlag(FLAGS_server_pid);
+  std::map<std::string, double> server_at_start;
 
   if (!open_loop) {
     for (int c = 0; c < clients; ++c, ++outstanding) send(absl::Now());
@@ -276,7 +319,10 @@ int main(int argc, char** argv) {
   const absl::Duration retry_delay = absl::Milliseconds(absl::GetFlag(FLAGS_retry_delay_ms));
   while (true) {
     const absl::Time now = absl::Now();
-    if (cpu_at_start < 0 && now >= measure_from) cpu_at_start = CpuSeconds();
+    if (cpu_at_start < 0 && now >= measure_from) {
+      cpu_at_start = CpuSeconds();
+      server_at_start = ThreadCpuSeconds(server_pid);
+    }
     if (now >= end) break;
     while (!delayed.empty() && delayed.front() <= now) {
       delayed.pop_front();
@@ -326,7 +372,24 @@ int main(int argc, char** argv) {
     }
   }
   const double cpu = CpuSeconds() - cpu_at_start;
+  const std::map<std::string, double> server_at_end =
+      ThreadCpuSeconds(server_pid);
   const double wall = absl::ToDoubleSeconds(absl::Now() - measure_from);
+  std::string server;  // the server's cores in the window, by thread name
+  if (server_pid > 0) {
+    double total = 0;
+    std::string threads;
+    for (const auto& [name, seconds] : server_at_end) {
+      const auto before = server_at_start.find(name);
+      const double used =
+          seconds - (before == server_at_start.end() ? 0.0 : before->second);
+      total += used;
+      absl::StrAppend(&threads, threads.empty() ? "" : ", ", "\"",
+                      JsonEscape(name), "\": ", absl::StrFormat("%.3f", used / wall));
+    }
+    server = absl::StrFormat(", \"server_cores\": %.3f, \"server_threads\": {%s}",
+                             total / wall, threads);
+  }
   // Let the stragglers finish (or cancel them) so the process exits cleanly.
   cq.Shutdown();
   void* tag;
@@ -338,9 +401,9 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"qps\": %.1f, \"rps\": %.1f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
       "\"errors\": %lld, \"dropped\": %lld, \"first_error\": \"%s\", "
-      "\"client_cpu_s\": %.3f, \"wall_s\": %.3f, \"client_cores\": %.3f}\n",
+      "\"client_cpu_s\": %.3f, \"wall_s\": %.3f, \"client_cores\": %.3f%s}\n",
       done * batch / wall, done / wall, p50, p99, static_cast<long long>(errors),
       static_cast<long long>(dropped), JsonEscape(first_error).c_str(), cpu,
-      wall, cpu / wall);
+      wall, cpu / wall, server.c_str());
   return 0;
 }

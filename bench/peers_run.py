@@ -29,7 +29,9 @@ counts (2 and 4: with 2, a worker idles while its client's next request is
 in transit; 4 keeps both workers' queues filled, as a server's throughput is
 measured), against peers_bench's 2 threads of 256-row calls in process (wall
 q/s, rounds interleaved the same way). The load generator runs on the same
-cores: its share (client_cores) is printed. --grpc_wire f32,f16 measures
+cores: its share (client_cores) is printed, and the cores knnd (all its
+threads, and its workers alone) and the in-process loop used in the same
+windows, with the q/s per core of each over the in-process loop's. --grpc_wire f32,f16 measures
 float16 requests (vectors_f16le, half the bytes) in the same rounds, and the
 recall of the queries rounded to float16.
 
@@ -320,8 +322,10 @@ def grpc_mode(knnd, work, queries, setting):
     """knnd through gRPC (256-row requests from each of --grpc_clients closed-
     loop client counts, in each encoding of --grpc_wire) vs in process (2
     threads), interleaved per round. Returns {(wire, clients): [q/s per
-    round]}, [in-process q/s per round] and {(wire, clients): [load_gen's
-    cores per round]}."""
+    round]}, [in-process q/s per round], {(wire, clients): [load_gen's
+    cores per round]} and the cores used: {"server": {(wire, clients):
+    [knnd's, per round]}, "workers": {... its workers'}, "inproc": [the
+    in-process loop's, per round]}."""
     raw = f"{work}/queries.f32"
     queries.astype("<f4").tofile(raw)
     cfg = f"{work}/knnd.textproto"
@@ -350,7 +354,10 @@ def grpc_mode(knnd, work, queries, setting):
         keys = [(w, c) for w in wires for c in counts]
         grpc = {key: [] for key in keys}
         client_cores = {key: [] for key in keys}
+        server = {key: [] for key in keys}  # knnd's cores (all its threads)
+        workers = {key: [] for key in keys}  # its workers' cores
         inproc = []
+        inproc_cores = []
         runs = [("grpc", key) for key in keys] + [("inproc", None)]
         for r in range(ARGS.rounds):
             shift = r % len(runs)
@@ -363,19 +370,24 @@ def grpc_mode(knnd, work, queries, setting):
                          "--batch", "256", "--clients", str(clients),
                          "--seconds", "2", "--wire", wire,
                          "--nprobe", str(setting[0]), "--refine_factor",
-                         str(setting[1]), "--k", str(K)],
+                         str(setting[1]), "--k", str(K),
+                         "--server_pid", str(daemon.pid)],
                         check=True, capture_output=True, text=True).stdout
                     res = json.loads(text)
                     if res["errors"]:
                         raise RuntimeError(f"load_gen: {res['first_error']}")
                     grpc[key].append(res["qps"])
                     client_cores[key].append(res["client_cores"])
+                    server[key].append(res["server_cores"])
+                    workers[key].append(res["server_threads"].get("knnd-worker", 0.0))
                 else:
                     last = [v[-1] for v in grpc.values() if v]
                     reps = max(1, round(2.0 * (max(last) if last else 2000) / len(queries)))
                     res = knnd.run(256, 2, reps)
                     inproc.append(res["queries"] / res["wall_s"])
-        return grpc, inproc, client_cores
+                    inproc_cores.append(res["cpu_s"] / res["wall_s"])
+        return (grpc, inproc, client_cores,
+                {"server": server, "workers": workers, "inproc": inproc_cores})
     finally:
         daemon.terminate()
         daemon.wait()
@@ -447,16 +459,31 @@ def run_set(name, targets):
         result["targets"].append(row)
     pick = fastest(swept["batch"]["knnd"], ARGS.grpc_target)
     if pick is not None and not ARGS.no_grpc:
-        grpc, inproc, cores = grpc_mode(knnd, work, queries,
-                                        tuple(pick["setting"]))
+        grpc, inproc, cores, used = grpc_mode(knnd, work, queries,
+                                              tuple(pick["setting"]))
         result["grpc"] = {"setting": pick["setting"], "inproc_qps": inproc,
                           "by_clients": {}}
         print(f"  in process 2 threads x 256 rows, {pick['setting']}: "
               f"{spread(inproc)} q/s", flush=True)
+        inproc_per_core = [q / c for q, c in zip(inproc, used["inproc"])]
         for (wire, clients), qps in grpc.items():
             ratio = sorted(g / i for g, i in zip(qps, inproc))
+            # Per core: q/s for each core knnd's process (or its workers)
+            # used, over the in-process loop's q/s per core it used, round
+            # by round: the server's cost per query whatever the load
+            # generator beside it takes.
+            server = used["server"][(wire, clients)]
+            workers = used["workers"][(wire, clients)]
+            per_core = sorted(g / s / i for g, s, i in
+                              zip(qps, server, inproc_per_core))
+            per_worker_core = sorted(g / w / i for g, w, i in
+                                     zip(qps, workers, inproc_per_core))
             entry = {"grpc_qps": qps, "ratio": ratio,
-                     "client_cores": cores[(wire, clients)]}
+                     "client_cores": cores[(wire, clients)],
+                     "server_cores": server, "worker_cores": workers,
+                     "inproc_cores": used["inproc"],
+                     "per_server_core": per_core,
+                     "per_worker_core": per_worker_core}
             label = f"{clients}" if wire == "f32" else f"{clients} {wire}"
             result["grpc"]["by_clients"][label] = entry
             versus = ""
@@ -467,8 +494,13 @@ def run_set(name, targets):
                 versus = f"; {wire} / f32 {spread(entry['over_f32'], '{:.2f}')}x"
             print(f"  gRPC, 256-row requests ({wire}), {clients} clients: "
                   f"{spread(qps)} q/s (load_gen "
-                  f"{spread(cores[(wire, clients)], '{:.2f}')} cores); "
-                  f"gRPC / in process {spread(ratio, '{:.2f}')}x{versus}",
+                  f"{spread(cores[(wire, clients)], '{:.2f}')} cores, knnd "
+                  f"{spread(server, '{:.2f}')}, its workers "
+                  f"{spread(workers, '{:.2f}')}; in process "
+                  f"{spread(used['inproc'], '{:.2f}')}); "
+                  f"gRPC / in process {spread(ratio, '{:.2f}')}x, per core "
+                  f"of knnd {spread(per_core, '{:.2f}')}x, per core of its "
+                  f"workers {spread(per_worker_core, '{:.2f}')}x{versus}",
                   flush=True)
         for wire in ARGS.grpc_wire.split(","):
             if wire == "f32":

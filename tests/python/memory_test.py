@@ -273,18 +273,27 @@ class MemoryTest(WithIndex):
                  "--d", str(self.DIM), "--batch", str(shape["nq"]),
                  "--k", str(shape["k"]), "--nprobe", str(shape["nprobe"]),
                  "--clients", str(clients), "--seconds", str(seconds),
-                 "--retry_delay_ms", "50"],
+                 "--retry_delay_ms", "50", "--server_pid", str(d.proc.pid)],
                 check=True, capture_output=True, text=True).stdout
             return json.loads(out)
 
         unloaded = load(1, 5)
         loaded = load(40, ARGS.overload_seconds)
         ratio = loaded["p99_ms"] / unloaded["p99_ms"]
+        threads = loaded["server_threads"]
         print(f"\noverload from load_gen: 40 clients: {loaded['rps']:.0f} OK "
               f"requests/s, {loaded['errors']} refused; p99 admitted "
               f"{loaded['p99_ms']:.2f} ms vs unloaded {unloaded['p99_ms']:.2f} ms "
-              f"= {ratio:.2f}x (load_gen {loaded['client_cores']:.2f} cores)",
-              flush=True)
+              f"= {ratio:.2f}x (load_gen {loaded['client_cores']:.2f} cores, "
+              f"knnd {loaded['server_cores']:.2f}: workers "
+              f"{threads.get('knnd-worker', 0):.2f}, gRPC "
+              f"{threads.get('knnd-grpc', 0):.2f})", flush=True)
+        # load_gen's account of knnd's CPU (bench/peers_run.py's per-core
+        # ratios): no more cores than the machine has, and the workers busy
+        # under 10x their capacity.
+        self.assertLessEqual(loaded["server_cores"], os.cpu_count() + 0.1)
+        self.assertGreater(threads.get("knnd-worker", 0), 0.5)
+        self.assertIn("knnd-grpc", threads)
         return ratio
 
     def test_overload_is_refused_and_admitted_latency_stays_bounded(self):
