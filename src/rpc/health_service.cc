@@ -58,15 +58,16 @@ class HealthService::WatchStream final {
 
   // `status` as of SetServing() call number `generation`.
   void Update(ServingStatus status, int64_t generation) {
+    ServingStatus send;
     {
       absl::MutexLock lock(&mu_);
       if (generation < generation_) return;  // older than what it has
       generation_ = generation;
       latest_ = status;
       if (writing_ || finishing_ || (has_sent_ && sent_ == status)) return;
-      StartWriteLocked();
+      send = StartWriteLocked();
     }
-    Write();
+    Write(send);
   }
 
   void End(const grpc::Status& status) {
@@ -96,6 +97,7 @@ class HealthService::WatchStream final {
   void OnWriteDone(bool ok) {
     enum { kNothing, kWrite, kFinish } next = kNothing;
     grpc::Status finish_status;
+    ServingStatus write_status = HealthCheckResponse::UNKNOWN;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
@@ -109,22 +111,33 @@ class HealthService::WatchStream final {
         finish_status = end_status_;
         next = kFinish;
       } else if (!finishing_ && latest_ != sent_) {
-        StartWriteLocked();
+        write_status = StartWriteLocked();
         next = kWrite;
       }
     }
-    if (next == kWrite) Write();
+    if (next == kWrite) Write(write_status);
     if (next == kFinish) Finish(finish_status);
   }
 
-  // Sends response_ (set under mu_ by StartWriteLocked) / ends the stream.
-  void Write() {
+  // Sends `status` (as StartWriteLocked chose it) / ends the stream. The
+  // message is this call's own: gRPC serializes it within Write(), and the
+  // next write, started by whichever thread takes this one's event, builds
+  // its own (a member rewritten there would be ordered after this read
+  // only through gRPC core, which ThreadSanitizer does not see).
+  void Write(ServingStatus status) {
+    HealthCheckResponse response;
+    response.set_status(status);
     PostTag(&write_tag_);
-    writer_.Write(response_, &write_tag_);
+    writer_.Write(response, &write_tag_);
   }
+  // Held until Finish() returns, as UnaryMethod's calls are: it reads the
+  // context after PostTag(), and the events that free the stream may be
+  // taken on another thread meanwhile.
   void Finish(const grpc::Status& status) {
+    events_.fetch_add(1, std::memory_order_relaxed);
     PostTag(&finish_tag_);
     writer_.Finish(status, &finish_tag_);
+    Unref();
   }
 
   void OnDoneEvent(bool /*ok*/) {
@@ -136,9 +149,9 @@ class HealthService::WatchStream final {
 
   void OnFinished(bool /*ok*/) { Unref(); }
 
-  // The finish and done events both back: nothing of gRPC's refers to the
-  // stream any more, and it starts no operation (Update() and End() see it
-  // finishing). Forget() may delete it.
+  // The finish and done events both back (and Finish() returned): nothing
+  // of gRPC's refers to the stream any more, and it starts no operation
+  // (Update() and End() see it finishing). Forget() may delete it.
   void Unref() {
     if (events_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       CallCount* const calls = queue_.calls;
@@ -147,11 +160,12 @@ class HealthService::WatchStream final {
     }
   }
 
-  void StartWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Marks a write of latest_ begun; returns the status to send.
+  ServingStatus StartWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     writing_ = true;
     has_sent_ = true;
     sent_ = latest_;
-    response_.set_status(latest_);
+    return latest_;
   }
 
   HealthService* const service_;
@@ -163,7 +177,8 @@ class HealthService::WatchStream final {
   MemberTag<WatchStream> write_tag_;
   MemberTag<WatchStream> finish_tag_;
   MemberTag<WatchStream> done_tag_;
-  std::atomic<int> events_{2};  // finish and done, once matched
+  // Finish and done, once matched, and one more while Finish() runs.
+  std::atomic<int> events_{2};
   absl::Mutex mu_;
   ServingStatus latest_ ABSL_GUARDED_BY(mu_) = HealthCheckResponse::UNKNOWN;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = -1;
@@ -174,7 +189,6 @@ class HealthService::WatchStream final {
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
   // Written only by the one write in flight.
-  HealthCheckResponse response_;
 };
 
 HealthService::HealthService(const std::vector<std::string>& services,
