@@ -3,6 +3,8 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "absl/time/clock.h"
@@ -22,7 +24,8 @@ namespace {
 // sleeps: it takes an event already on the queue or, when no other thread
 // is waiting in gRPC's poller, reads the sockets itself.
 bool NextEvent(grpc::ServerCompletionQueue* cq, absl::Duration poll,
-               const std::function<bool()>& may_poll, void** tag, bool* ok) {
+               const std::function<bool()>& may_poll,
+               std::atomic<int64_t>* blocking_waits, void** tag, bool* ok) {
   if (poll > absl::ZeroDuration() && (!may_poll || may_poll())) {
     const gpr_timespec zero = gpr_time_0(GPR_CLOCK_MONOTONIC);
     const absl::Time until = absl::Now() + poll;
@@ -37,6 +40,7 @@ bool NextEvent(grpc::ServerCompletionQueue* cq, absl::Duration poll,
       }
     } while (absl::Now() < until);
   }
+  blocking_waits->fetch_add(1, std::memory_order_relaxed);
   return cq->Next(tag, ok);
 }
 
@@ -50,11 +54,11 @@ void CompletionQueueThreads::Start(const char* name, int threads_per_queue,
   for (int i = 0; i < std::max(1, threads_per_queue); ++i) {
     for (const auto& queue : queues_) {
       grpc::ServerCompletionQueue* cq = queue.get();
-      threads_.emplace_back([cq, thread_name, poll, may_poll] {
+      threads_.emplace_back([this, cq, thread_name, poll, may_poll] {
         pthread_setname_np(pthread_self(), thread_name.c_str());
         void* tag = nullptr;
         bool ok = false;
-        while (NextEvent(cq, poll, may_poll, &tag, &ok)) {
+        while (NextEvent(cq, poll, may_poll, &blocking_waits_, &tag, &ok)) {
           TakeTag(tag);
           static_cast<CqTag*>(tag)->Proceed(ok);
         }

@@ -177,7 +177,15 @@ class CompletionQueueThreads {
   // is drained. Idempotent.
   void Shutdown();
 
+  // How many times a thread has gone to gRPC's blocking Next() (where it
+  // sleeps unless an event is waiting): once per event without polling, and
+  // only when a poll ran out (or may_poll said no) with it.
+  int64_t blocking_waits() const {
+    return blocking_waits_.load(std::memory_order_relaxed);
+  }
+
  private:
+  std::atomic<int64_t> blocking_waits_{0};
   CallCount calls_;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
   std::vector<std::thread> threads_;

@@ -271,18 +271,20 @@ int64_t VoluntarySwitches(const std::string& name) {
 }
 
 // Sequential calls, each sent once the previous one is answered: a queue
-// thread that sleeps as soon as its events are handled blocks about once
-// per call or more (measured: 1.0-2.5; fewer on a busy machine, where the
-// next call can arrive before the thread sleeps), one that polls for 50 ms
-// after each event takes the next call while still polling and blocks
-// (almost) never (measured: 0-1 in 100 calls). Under AddressSanitizer
-// beside another test process a call's turn can outlast the poll or gRPC's
-// poller lock is contended: one run of 100 calls blocked 20 times (CI).
-// Such interference comes and goes, so the polling thread is given three
-// runs and its fewest blocks count; sleeping blocks in every run. A thread
-// whose may_poll says no (knnd's while a worker is busy) sleeps at once,
-// as one that does not poll, and is asked after every event. All answer
-// every call and shut down.
+// thread that sleeps as soon as its events are handled goes to gRPC's
+// blocking Next() for every event and blocks about once per call or more
+// (voluntary context switches, measured: 1.0-2.5; fewer on a busy machine,
+// where the next call can arrive before the thread sleeps); one that polls
+// for 50 ms after each event takes the next call while still polling and
+// (almost) never goes to Next() (the count CompletionQueueThreads keeps;
+// its context switches are not the measure, since gRPC's own locks can
+// block a polling thread: under AddressSanitizer beside other test
+// processes, runs of 100 calls blocked 20 times while polling (CI)). The
+// polling thread is still given three runs, its fewest waits counting, in
+// case a call's turn outlasts a poll. A thread whose may_poll says no
+// (knnd's while a worker is busy) sleeps at once, as one that does not
+// poll, and is asked after every event. All answer every call and shut
+// down.
 TEST(AsyncCall, APollingThreadTakesTheNextCallWithoutSleeping) {
   constexpr int kCalls = 100;
   constexpr int kPollingRuns = 3;
@@ -291,14 +293,16 @@ TEST(AsyncCall, APollingThreadTakesTheNextCallWithoutSleeping) {
     int poll_us;
     bool may_poll;
     int runs;
-    int64_t blocked = -1;  // the fewest over the runs
+    int64_t blocked = -1;  // voluntary context switches, of the run kept
+    int64_t waits = -1;    // blocking waits: the fewest over the runs
   };
   Case cases[] = {{"test-sleeping", 0, true, 1},
                   {"test-polling", 50000, true, kPollingRuns},
                   {"test-held", 50000, false, 1}};
   std::atomic<int> asked{0};
-  // The voluntary context switches of one run of kCalls calls, in *blocked.
-  auto run = [&asked](const Case& c, int64_t* blocked) {
+  // The voluntary context switches of one run of kCalls calls, in
+  // *blocked, and its threads' blocking waits, in *waits.
+  auto run = [&asked](const Case& c, int64_t* blocked, int64_t* waits) {
     std::function<bool()> may_poll;
     if (!c.may_poll) {
       may_poll = [&asked] {
@@ -316,6 +320,7 @@ TEST(AsyncCall, APollingThreadTakesTheNextCallWithoutSleeping) {
     ASSERT_TRUE(served.Call(&response).ok());  // the connection is up
     const int64_t before = VoluntarySwitches(c.name);
     ASSERT_GE(before, 0);
+    const int64_t waits_before = served.listener.queues->blocking_waits();
     for (int i = 0; i < kCalls; ++i) {
       response.Clear();
       const grpc::Status status = served.Call(&response);
@@ -323,20 +328,31 @@ TEST(AsyncCall, APollingThreadTakesTheNextCallWithoutSleeping) {
       ASSERT_EQ(response.dim(), 3u);
     }
     *blocked = VoluntarySwitches(c.name) - before;
+    *waits = served.listener.queues->blocking_waits() - waits_before;
     served.listener.Close(absl::Now() + absl::Seconds(5));
     EXPECT_FALSE(served.listener.open());
   };
   for (Case& c : cases) {
     for (int r = 0; r < c.runs; ++r) {
       int64_t blocked = -1;
-      run(c, &blocked);
+      int64_t waits = -1;
+      run(c, &blocked, &waits);
       ASSERT_FALSE(::testing::Test::HasFatalFailure()) << c.name;
-      if (c.blocked < 0 || blocked < c.blocked) c.blocked = blocked;
-      if (c.blocked < kCalls / 5) break;  // a quiet run: no need for more
+      if (c.waits < 0 || waits < c.waits) {
+        c.waits = waits;
+        c.blocked = blocked;
+      }
+      if (c.waits < kCalls / 5) break;  // a quiet run: no need for more
     }
   }
+  // Every call's events went to Next() without polling, and the threads
+  // slept there.
+  EXPECT_GE(cases[0].waits, kCalls) << "threads that do not poll";
   EXPECT_GE(cases[0].blocked, kCalls / 3) << "threads that do not poll";
-  EXPECT_LT(cases[1].blocked, kCalls / 5) << "threads polling for 50 ms";
+  EXPECT_LT(cases[1].waits, kCalls / 5)
+      << "threads polling for 50 ms (context switches: " << cases[1].blocked
+      << ")";
+  EXPECT_GE(cases[2].waits, kCalls) << "threads whose may_poll says no";
   EXPECT_GE(cases[2].blocked, kCalls / 3) << "threads whose may_poll says no";
   EXPECT_GE(asked.load(), kCalls) << "may_poll asked after each event";
 }
