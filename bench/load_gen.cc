@@ -33,18 +33,15 @@
 // also "server_cores" and "server_threads" (its cores by thread name) in the
 // same window: how much of the machine the server took for those q/s.
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -60,6 +57,7 @@
 #include "knnd/v1/knn_service.grpc.pb.h"
 #include "knnd/base/percentile.h"
 #include "knnd/faiss/vector_math.h"
+#include "knnd/monitoring/process_stats.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address.");
 ABSL_FLAG(std::string, queries, "", "Raw float32 query rows.");
@@ -138,37 +136,6 @@ double CpuSeconds() {
   getrusage(RUSAGE_SELF, &u);
   return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec +
          u.ru_stime.tv_usec * 1e-6;
-}
-
-// CPU seconds (user + system) of each thread of process `pid` that is
-// alive now, summed by thread name (/proc/PID/task/TID/stat); empty when
-// `pid` is 0 or gone. Threads that end between two samples drop out.
-std::map<std::string, double> ThreadCpuSeconds(int pid) {
-  std::map<std::string, double> by_name;
-  if (pid <= 0) return by_name;
-  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
-  std::error_code error;
-  const std::filesystem::path tasks =
-      std::filesystem::path("/proc") / std::to_string(pid) / "task";
-  for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
-    std::ifstream in(task.path() / "stat");
-    std::string line;
-    if (!std::getline(in, line)) continue;
-    const size_t open = line.find('(');
-    const size_t close = line.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    const std::string name = line.substr(open + 1, close - open - 1);
-    // After the name: state (field 3) ... utime (14), stime (15).
-    std::istringstream fields(line.substr(close + 1));
-    std::string field;
-    double utime = 0, stime = 0;
-    for (int i = 3; i <= 15 && fields >> field; ++i) {
-      if (i == 14) utime = std::stod(field);
-      if (i == 15) stime = std::stod(field);
-    }
-    by_name[name] += (utime + stime) / tick;
-  }
-  return by_name;
 }
 
 std::string JsonEscape(const std::string& s) {
@@ -321,7 +288,7 @@ int main(int argc, char** argv) {
     const absl::Time now = absl::Now();
     if (cpu_at_start < 0 && now >= measure_from) {
       cpu_at_start = CpuSeconds();
-      server_at_start = ThreadCpuSeconds(server_pid);
+      server_at_start = knnd::ThreadCpuSecondsByName("/proc", server_pid);
     }
     if (now >= end) break;
     while (!delayed.empty() && delayed.front() <= now) {
@@ -373,7 +340,7 @@ int main(int argc, char** argv) {
   }
   const double cpu = CpuSeconds() - cpu_at_start;
   const std::map<std::string, double> server_at_end =
-      ThreadCpuSeconds(server_pid);
+      knnd::ThreadCpuSecondsByName("/proc", server_pid);
   const double wall = absl::ToDoubleSeconds(absl::Now() - measure_from);
   std::string server;  // the server's cores in the window, by thread name
   if (server_pid > 0) {

@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -22,12 +24,17 @@ constexpr size_t kStartTime = 22 - 3;
 constexpr size_t kVsize = 23 - 3;
 constexpr size_t kRss = 24 - 3;
 
+// The fields of a stat line after its comm (empty when it has none).
+std::vector<absl::string_view> StatFields(const std::string& stat) {
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return {};
+  return absl::StrSplit(absl::string_view(stat).substr(close + 1), ' ',
+                        absl::SkipEmpty());
+}
+
 void ParseStat(const std::string& stat, absl::optional<int64_t> boot_time,
                ProcessStats* out) {
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return;
-  std::vector<absl::string_view> f = absl::StrSplit(
-      absl::string_view(stat).substr(close + 1), ' ', absl::SkipEmpty());
+  std::vector<absl::string_view> f = StatFields(stat);
   if (f.size() <= kRss) return;
   int64_t utime = 0, stime = 0, start = 0, vsize = 0, rss = 0;
   if (!absl::SimpleAtoi(f[kUtime], &utime) ||
@@ -76,6 +83,34 @@ absl::optional<int64_t> CountEntries(const std::string& dir) {
 }
 
 }  // namespace
+
+std::map<std::string, double> ThreadCpuSecondsByName(
+    const std::string& proc_root, int pid) {
+  std::map<std::string, double> by_name;
+  const std::string tasks = proc_root + "/" + std::to_string(pid) + "/task";
+  DIR* d = opendir(tasks.c_str());
+  if (d == nullptr) return by_name;
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  while (const dirent* entry = readdir(d)) {
+    if (entry->d_name[0] == '.') continue;
+    absl::optional<std::string> stat =
+        ReadKernelFile(tasks + "/" + entry->d_name + "/stat");
+    if (!stat) continue;  // the thread ended meanwhile
+    const size_t open = stat->find('(');
+    const size_t close = stat->rfind(')');
+    std::vector<absl::string_view> f = StatFields(*stat);
+    int64_t utime = 0, stime = 0;
+    if (open == std::string::npos || f.size() <= kStime ||
+        !absl::SimpleAtoi(f[kUtime], &utime) ||
+        !absl::SimpleAtoi(f[kStime], &stime)) {
+      continue;
+    }
+    by_name[stat->substr(open + 1, close - open - 1)] +=
+        static_cast<double>(utime + stime) / ticks;
+  }
+  closedir(d);
+  return by_name;
+}
 
 ProcessStats ReadProcessStats(const std::string& proc_root) {
   ProcessStats out;

@@ -9,6 +9,7 @@
 #define KNND_MONITORING_PROCESS_STATS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "absl/types/optional.h"
@@ -38,6 +39,12 @@ struct ProcessStats {
 // `proc_root` is "/proc" outside tests. Clock ticks and the page size are
 // those of the running kernel (sysconf).
 ProcessStats ReadProcessStats(const std::string& proc_root);
+
+// CPU seconds (user + system) of each thread of process `pid`
+// (<proc_root>/<pid>/task/*/stat), summed by thread name; empty when the
+// process is gone. Threads that have ended are not counted.
+std::map<std::string, double> ThreadCpuSecondsByName(
+    const std::string& proc_root, int pid);
 
 }  // namespace knnd
 

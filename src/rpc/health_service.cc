@@ -188,7 +188,6 @@ class HealthService::WatchStream final {
   bool end_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
-  // Written only by the one write in flight.
 };
 
 HealthService::HealthService(const std::vector<std::string>& services,

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -59,6 +61,30 @@ TEST(ReadProcessStats, ParsesStatStatusLimitsAndFds) {
   EXPECT_EQ(s.resident_shmem_bytes, 192 * 1024);
   EXPECT_EQ(s.open_fds, 4);
   EXPECT_EQ(s.max_fds, 1024);
+}
+
+// A thread's stat line: comm `name`, utime and stime ticks.
+std::string ThreadStat(const std::string& name, int utime, int stime) {
+  return "77 (" + name + ") S 1 77 77 0 -1 4194560 1000 0 0 0 " +
+         std::to_string(utime) + " " + std::to_string(stime) +
+         " 0 0 20 0 7 0 5000 123456789 2048\n";
+}
+
+TEST(ThreadCpuSecondsByName, SumsEachThreadNamesUserAndSystemTicks) {
+  TempDir dir;
+  const std::string proc = dir.path("proc");
+  WriteFile(proc + "/77/task/77/stat", ThreadStat("knnd", 5, 1));
+  WriteFile(proc + "/77/task/78/stat", ThreadStat("knnd-worker", 300, 20));
+  WriteFile(proc + "/77/task/79/stat", ThreadStat("knnd-worker", 100, 0));
+  WriteFile(proc + "/77/task/80/stat", ThreadStat("knnd (x) y", 7, 3));
+  WriteFile(proc + "/77/task/81/stat", "81 (cut");  // malformed: skipped
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const std::map<std::string, double> cpu = ThreadCpuSecondsByName(proc, 77);
+  ASSERT_EQ(cpu.size(), 3u);
+  EXPECT_DOUBLE_EQ(cpu.at("knnd"), 6 / ticks);
+  EXPECT_DOUBLE_EQ(cpu.at("knnd-worker"), 420 / ticks);
+  EXPECT_DOUBLE_EQ(cpu.at("knnd (x) y"), 10 / ticks);
+  EXPECT_TRUE(ThreadCpuSecondsByName(proc, 78).empty());  // no such process
 }
 
 TEST(ReadProcessStats, MissingFilesLeaveFieldsAbsent) {
