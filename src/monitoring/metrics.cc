@@ -1,10 +1,16 @@
 #include "knnd/monitoring/metrics.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <exception>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "knnd/monitoring/build_info.h"
 #include "spdlog/spdlog.h"
 
@@ -312,6 +318,62 @@ absl::Status Metrics::StartExposer() {
   exposer_->RegisterCollectable(process_);
   exposer_->RegisterCollectable(load_);
   return absl::OkStatus();
+}
+
+Metrics::~Metrics() { StopExposer(); }
+
+namespace {
+
+// A TCP connection to `host`:`port`, closed at once; where `host` is a
+// wildcard (empty, 0.0.0.0, ::) it is that family's loopback.
+void TouchPort(std::string host, int port) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty() || host == "0.0.0.0" || host == "*") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints,
+                  &found) != 0) {
+    return;
+  }
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC,
+                          a->ai_protocol);
+    if (fd < 0) continue;
+    const bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    close(fd);
+    if (connected) break;
+  }
+  freeaddrinfo(found);
+}
+
+}  // namespace
+
+void Metrics::StopExposer() {
+  if (exposer_ == nullptr) return;
+  const int bound = port();
+  const std::string& address = options_.listen_address;
+  const size_t colon = address.rfind(':');
+  const std::string host =
+      colon == std::string::npos ? "" : address.substr(0, colon);
+  // The destructor runs mg_stop(), which sets civetweb's stop flag and
+  // waits for its accept thread; a connection arriving after the flag is
+  // set wakes that thread's poll(). One arriving before it is accepted
+  // and closed like any client's, so connect until the stop is done.
+  absl::Notification stopped;
+  std::thread stopper([this, &stopped] {
+    exposer_.reset();
+    stopped.Notify();
+  });
+  while (bound > 0 &&
+         !stopped.WaitForNotificationWithTimeout(absl::Milliseconds(10))) {
+    TouchPort(host, bound);
+  }
+  stopper.join();
 }
 
 int Metrics::port() const {

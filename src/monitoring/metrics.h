@@ -67,8 +67,17 @@ class Metrics {
   static absl::StatusOr<std::unique_ptr<Metrics>> Create(
       const Options& options, LoadReadings load);
 
+  // Stops serving /metrics first (StopExposer).
+  ~Metrics();
+
   // Binds listen_address and serves /metrics from then on.
   absl::Status StartExposer();
+  // Closes the /metrics port and joins its threads; idempotent. civetweb's
+  // accept thread polls its socket in 2 s quanta and reads its stop flag
+  // only between them, so stopping alone would take up to 2 s (every knnd
+  // exit, every test server); this connects to the port while civetweb
+  // stops, which ends the poll at once.
+  void StopExposer();
   // The bound port (useful with port 0); 0 before StartExposer().
   int port() const;
 

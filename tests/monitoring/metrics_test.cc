@@ -14,6 +14,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -238,6 +239,42 @@ TEST(Metrics, StartExposerFailsOnAPortInUse) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(s.message().find(options.listen_address), std::string::npos) << s;
   EXPECT_EQ((*second)->port(), 0);
+}
+
+// StopExposer() closes the port (bound to the wildcard address, where it
+// wakes civetweb through loopback, or to loopback itself) and joins its
+// threads: the port is free for the next exposer at once, and a second
+// call or the destructor after it does nothing. How long a stop took is
+// printed, not asserted (civetweb alone: up to its 2 s poll quantum).
+TEST(Metrics, StopExposerFreesThePortForTheNextOne) {
+  AdmissionGate gate(AdmissionGate::Options{});
+  auto pool = WorkerPool::Create(WorkerPool::Options{1, 1});
+  ASSERT_TRUE(pool.ok());
+  for (const std::string host : {"0.0.0.0", "127.0.0.1"}) {
+    Metrics::Options options;
+    options.listen_address = host + ":0";
+    auto first = Metrics::Create(options, ServingLoad(&gate, pool->get()));
+    ASSERT_TRUE(first.ok());
+    ASSERT_TRUE((*first)->StartExposer().ok());
+    const int port = (*first)->port();
+    ASSERT_GT(port, 0);
+    ASSERT_TRUE(HttpGet(port, "/metrics").ok()) << host;
+
+    const absl::Time start = absl::Now();
+    (*first)->StopExposer();
+    std::printf("%s: stopped in %.1f ms\n", host.c_str(),
+                absl::ToDoubleMilliseconds(absl::Now() - start));
+    EXPECT_EQ((*first)->port(), 0) << host;
+    EXPECT_FALSE(HttpGet(port, "/metrics").ok()) << host;
+    (*first)->StopExposer();
+
+    options.listen_address = absl::StrCat(host, ":", port);
+    auto next = Metrics::Create(options, ServingLoad(&gate, pool->get()));
+    ASSERT_TRUE(next.ok());
+    ASSERT_TRUE((*next)->StartExposer().ok()) << options.listen_address;
+    EXPECT_EQ((*next)->port(), port) << host;
+    EXPECT_TRUE(HttpGet(port, "/metrics").ok()) << host;
+  }
 }
 
 // The full path of `tool` on PATH, or "" when it is not installed.

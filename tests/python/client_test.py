@@ -304,6 +304,17 @@ class LiveKnndTest(LiveKnnd):
         # pinned to it still reaches it.
         import grpc
         replicas = [self.start_knnd("shutdown_delay_ms: 300000\n") for _ in range(2)]
+
+        def end_delay(daemon):
+            # Runs before start_daemon's clean-up (clean-ups run last
+            # added first): a first SIGTERM, seen once health says
+            # NOT_SERVING, makes the clean-up's SIGTERM a second one, which
+            # ends the delay (else the clean-up waits 60 s, then kills).
+            if daemon.proc.poll() is None:
+                daemon.proc.send_signal(signal.SIGTERM)
+                while daemon.proc.poll() is None and daemon.serving():
+                    time.sleep(0.01)
+        self.addCleanup(end_delay, replicas[1])
         target = "ipv4:" + ",".join(d.address for d in replicas)
         client = self.client(target, timeout_s=10)
         q = self.xb[:2]
