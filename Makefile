@@ -245,10 +245,11 @@ SAN_CXX_FLAGS ?= -O1 -g1 -DNDEBUG
 # Docker runtime folder, manifests): they run no knnd code path that the
 # plain suite does not, and the runtime folder cannot carry libasan; and
 # python_memory, whose resident-memory bounds ASan's shadow memory and
-# quarantine would break by design; and the loader's byte-flip sweep (37 s
+# quarantine would break by design; python_sharded_client, whose fake
+# shards run no knnd code at all; and the loader's byte-flip sweep (37 s
 # plain, minutes under ASan), whose ground index_loader_fuzzer covers under
 # ASan in `make fuzz`.
-ASAN_EXCLUDE ?= ^(python_client.*|deploy_manifests|deploy_runtime|python_memory|IndexSnapshot.ByteFlippedFilesNeverCrashTheLoader)$$
+ASAN_EXCLUDE ?= ^(python_client.*|python_sharded_client|deploy_manifests|deploy_runtime|python_memory|IndexSnapshot.ByteFlippedFilesNeverCrashTheLoader)$$
 # Two tests at a time: most wait on a daemon or a child process as much as
 # they compute, and ASan's run of the suite is CI's longest step.
 ASAN_JOBS ?= 2
