@@ -1,10 +1,14 @@
 #include "knnd/monitoring/metrics.h"
 
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <exception>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -324,27 +328,35 @@ Metrics::~Metrics() { StopExposer(); }
 
 namespace {
 
-// A TCP connection to `host`:`port`, closed at once; where `host` is a
-// wildcard (empty, 0.0.0.0, ::) it is that family's loopback.
+// A TCP connection to `host`:`port`, closed once made (or after 50 ms):
+// a numeric host as it is, anything else (a wildcard, a name, which is not
+// resolved again here) through IPv4's loopback, or IPv6's for "::".
 void TouchPort(std::string host, int port) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  if (host.empty() || host == "0.0.0.0" || host == "*") host = "127.0.0.1";
   if (host == "::") host = "::1";
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints,
-                  &found) != 0) {
-    return;
+  const std::string service = std::to_string(port);
+  if (host.empty() || host == "0.0.0.0" ||
+      getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0) {
+    if (getaddrinfo("127.0.0.1", service.c_str(), &hints, &found) != 0) {
+      return;
+    }
   }
   for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC,
+    const int fd = socket(a->ai_family,
+                          a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
                           a->ai_protocol);
     if (fd < 0) continue;
-    const bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    if (!connected && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      connected = poll(&p, 1, 50) == 1 && (p.revents & POLLOUT) != 0;
+    }
     close(fd);
     if (connected) break;
   }
@@ -365,10 +377,19 @@ void Metrics::StopExposer() {
   // set wakes that thread's poll(). One arriving before it is accepted
   // and closed like any client's, so connect until the stop is done.
   absl::Notification stopped;
-  std::thread stopper([this, &stopped] {
+  std::thread stopper;
+  try {
+    stopper = std::thread([this, &stopped] {
+      exposer_.reset();
+      stopped.Notify();
+    });
+  } catch (const std::system_error& e) {
+    // No thread to spare (at exit, under a thread limit): stop it here and
+    // wait for civetweb's quantum.
+    spdlog::warn("stopping /metrics without waking it: {}", e.what());
     exposer_.reset();
-    stopped.Notify();
-  });
+    return;
+  }
   while (bound > 0 &&
          !stopped.WaitForNotificationWithTimeout(absl::Milliseconds(10))) {
     TouchPort(host, bound);
