@@ -328,10 +328,14 @@ Metrics::~Metrics() { StopExposer(); }
 
 namespace {
 
-// A TCP connection to `host`:`port`, closed once made (or after 50 ms):
-// a numeric host as it is, anything else (a wildcard, a name, which is not
-// resolved again here) through IPv4's loopback, or IPv6's for "::".
-void TouchPort(std::string host, int port) {
+// A TCP connection to `port` on the host of `listen_address` (host:port),
+// closed once made (or after 50 ms): a numeric host as it is, anything
+// else (a wildcard, a name, which is not resolved again here) through
+// IPv4's loopback, or IPv6's for "::".
+void TouchPort(const std::string& listen_address, int port) {
+  const size_t colon = listen_address.rfind(':');
+  std::string host =
+      colon == std::string::npos ? "" : listen_address.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
@@ -368,10 +372,6 @@ void TouchPort(std::string host, int port) {
 void Metrics::StopExposer() {
   if (exposer_ == nullptr) return;
   const int bound = port();
-  const std::string& address = options_.listen_address;
-  const size_t colon = address.rfind(':');
-  const std::string host =
-      colon == std::string::npos ? "" : address.substr(0, colon);
   // The destructor runs mg_stop(), which sets civetweb's stop flag and
   // waits for its accept thread; a connection arriving after the flag is
   // set wakes that thread's poll(). One arriving before it is accepted
@@ -392,7 +392,7 @@ void Metrics::StopExposer() {
   }
   while (bound > 0 &&
          !stopped.WaitForNotificationWithTimeout(absl::Milliseconds(10))) {
-    TouchPort(host, bound);
+    TouchPort(options_.listen_address, bound);
   }
   stopper.join();
 }
