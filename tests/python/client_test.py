@@ -305,16 +305,18 @@ class LiveKnndTest(LiveKnnd):
         import grpc
         replicas = [self.start_knnd("shutdown_delay_ms: 300000\n") for _ in range(2)]
 
-        def end_delay(daemon):
-            # Runs before start_daemon's clean-up (clean-ups run last
-            # added first): a first SIGTERM, seen once health says
-            # NOT_SERVING, makes the clean-up's SIGTERM a second one, which
-            # ends the delay (else the clean-up waits 60 s, then kills).
+        def into_delay(daemon):
+            # SIGTERM, then wait until health says NOT_SERVING: the
+            # replica is in its shutdown delay, still serving searches.
             if daemon.proc.poll() is None:
                 daemon.proc.send_signal(signal.SIGTERM)
                 while daemon.proc.poll() is None and daemon.serving():
                     time.sleep(0.01)
-        self.addCleanup(end_delay, replicas[1])
+        # Runs before start_daemon's clean-up (clean-ups run last added
+        # first), whose SIGTERM is then a second one, which ends the delay
+        # (else the clean-up waits 60 s, then kills). replicas[0] gets its
+        # first SIGTERM below.
+        self.addCleanup(into_delay, replicas[1])
         target = "ipv4:" + ",".join(d.address for d in replicas)
         client = self.client(target, timeout_s=10)
         q = self.xb[:2]
@@ -324,9 +326,7 @@ class LiveKnndTest(LiveKnnd):
         for _ in range(10):
             client.search(q, 5)
         self.assertTrue(all(c > 0 for c in served()), served())
-        replicas[0].proc.send_signal(signal.SIGTERM)
-        while replicas[0].serving():
-            time.sleep(0.01)
+        into_delay(replicas[0])
         # The channel learns it from its Watch stream, a moment later.
         time.sleep(0.5)
         before = served()
