@@ -67,6 +67,7 @@ constexpr int kK = 10;
 }  // namespace
 
 int main(int argc, char** argv) {
+  knnd::UseBlasKernelsForThisCpu();  // as knnd and knnctl do, first thing
   absl::ParseCommandLine(argc, argv);
   knnd::UseSingleThreadedBlas();
   knnd::SetOpenMpThreadsOfThisThread(1);

@@ -58,6 +58,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "knnd/faiss/faiss_runtime.h"
 #include "knnd/index/index_builder.h"
 #include "knnd/index/index_eval.h"
 #include "knnd/index/index_snapshot.h"
@@ -663,6 +664,7 @@ void WriteJson(const std::string& path, const Data& data,
 }  // namespace
 
 int main(int argc, char** argv) {
+  knnd::UseBlasKernelsForThisCpu();  // as knnd and knnctl do, first thing
   absl::ParseCommandLine(argc, argv);
   omp_set_num_threads(1);
   const std::string work = absl::GetFlag(FLAGS_work);
@@ -701,10 +703,12 @@ int main(int argc, char** argv) {
     pq8 = absl::StrCat("IVF", knnd::DefaultNlist(n), ",PQ",
                        knnd::DefaultPqM(d));
   }
-  std::printf("frontier_bench: %s\nbase %s: %lld x %d, %lld queries from %s, "
+  std::printf("frontier_bench: %s, OpenBLAS kernels %s\nbase %s: %lld x %d, "
+              "%lld queries from %s, "
               "k %d, exact ground truth; search: 1 thread, 1 query per call; "
               "build: %d threads; load average at start %s\n\n",
-              knnd::BuildInfoLine().c_str(), base_path.c_str(),
+              knnd::BuildInfoLine().c_str(),
+              knnd::UseBlasKernelsForThisCpu().in_use.c_str(), base_path.c_str(),
               static_cast<long long>(n), d,
               static_cast<long long>(data.queries.rows), query_path.c_str(),
               kK,

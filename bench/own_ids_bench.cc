@@ -72,6 +72,7 @@ knnd::Matrix BaseOf(const knnd::IndexSnapshot& snapshot) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  knnd::UseBlasKernelsForThisCpu();  // as knnd and knnctl do, first thing
   absl::ParseCommandLine(argc, argv);
   knnd::UseSingleThreadedBlas();
   knnd::SetOpenMpThreadsOfThisThread(1);

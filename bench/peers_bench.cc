@@ -5,17 +5,19 @@
 //   build/bench/peers_bench --index INDEX --queries Q.npy
 //
 // Loads INDEX (with its INDEX.vectors, for re-ranking) and the queries, prints
-// "ready", then answers one command per line on stdin until it closes:
+// "ready KERNELS" (OpenBLAS's kernels, as knnd chooses them), then answers one command per line on stdin until it closes:
 //   ROWS THREADS NPROBE REFINE REPS IDS_OUT
 // runs every query REPS times in calls of ROWS queries (0: all of them in one
-// call) from each of THREADS threads, k 10, and prints one JSON line:
+// call) THREADS times over, the calls shared by THREADS threads, k 10, and
+// prints one JSON line:
 // {"cpu_s": ..., "wall_s": ..., "queries": ...}: the process's CPU seconds
 // and the wall seconds of those calls, and the queries answered in all. The
-// last pass's ids of thread 0 (k per query, row ids) are written to IDS_OUT
+// last pass's ids (k per query, row ids) are written to IDS_OUT
 // as raw little-endian int64 unless it is "-".
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +32,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "knnd/faiss/faiss_runtime.h"
 #include "knnd/index/index_snapshot.h"
 #include "knnd/storage/vector_io.h"
 
@@ -61,34 +64,45 @@ struct Command {
   std::string ids_out;
 };
 
-// Runs `command` and prints its JSON line.
+// Runs `command` and prints its JSON line. The THREADS threads take the
+// calls (REPS passes over the queries, THREADS times over) from one shared
+// counter, as a server's workers take units from one queue: a thread on a
+// slower core (a shared host's) takes fewer calls instead of leaving the
+// other core idle at the end while it finishes a fixed share.
 void Run(const knnd::IndexSnapshot& snapshot, const knnd::Matrix& queries,
          const Command& command) {
   const int64_t nq = queries.rows;
   const int64_t rows = command.rows <= 0 ? nq : std::min(command.rows, nq);
-  std::vector<std::vector<int64_t>> ids(command.threads);
+  const int64_t calls_per_pass = (nq + rows - 1) / rows;
+  const int64_t total_calls =
+      calls_per_pass * command.reps * int64_t{command.threads};
+  const int64_t last_pass = total_calls - calls_per_pass;
+  // ids: the calls of the last pass, each written by the one thread that
+  // took it.
+  std::vector<int64_t> ids(static_cast<size_t>(nq) * kK, -1);
+  std::atomic<int64_t> next_call{0};
   std::vector<std::string> errors(command.threads);
   const double cpu0 = ProcessCpuSeconds();
   const absl::Time wall0 = absl::Now();
   std::vector<std::thread> pool;
   for (int t = 0; t < command.threads; ++t) {
     pool.emplace_back([&, t] {
-      ids[t].assign(static_cast<size_t>(nq) * kK, -1);
+      std::vector<int64_t> scratch_ids(static_cast<size_t>(rows) * kK);
       std::vector<float> distances(static_cast<size_t>(rows) * kK);
-      for (int rep = 0; rep < command.reps; ++rep) {
-        for (int64_t q = 0; q < nq; q += rows) {
-          knnd::SearchArgs args;
-          args.queries = queries.row(q);
-          args.num_queries = std::min(rows, nq - q);
-          args.k = kK;
-          args.nprobe = command.nprobe;
-          args.refine_factor = command.refine;
-          args.distances = distances.data();
-          args.ids = ids[t].data() + q * kK;
-          if (absl::Status s = snapshot.Search(args); !s.ok()) {
-            errors[t] = std::string(s.message());
-            return;
-          }
+      for (int64_t call = next_call.fetch_add(1); call < total_calls;
+           call = next_call.fetch_add(1)) {
+        const int64_t q = (call % calls_per_pass) * rows;
+        knnd::SearchArgs args;
+        args.queries = queries.row(q);
+        args.num_queries = std::min(rows, nq - q);
+        args.k = kK;
+        args.nprobe = command.nprobe;
+        args.refine_factor = command.refine;
+        args.distances = distances.data();
+        args.ids = call >= last_pass ? ids.data() + q * kK : scratch_ids.data();
+        if (absl::Status s = snapshot.Search(args); !s.ok()) {
+          errors[t] = std::string(s.message());
+          return;
         }
       }
     });
@@ -102,8 +116,8 @@ void Run(const knnd::IndexSnapshot& snapshot, const knnd::Matrix& queries,
   if (command.ids_out != "-") {
     FILE* f = std::fopen(command.ids_out.c_str(), "wb");
     if (f == nullptr ||
-        std::fwrite(ids[0].data(), sizeof(int64_t), ids[0].size(), f) !=
-            ids[0].size() ||
+        std::fwrite(ids.data(), sizeof(int64_t), ids.size(), f) !=
+            ids.size() ||
         std::fclose(f) != 0) {
       Die(absl::StrCat("cannot write ", command.ids_out));
     }
@@ -117,6 +131,7 @@ void Run(const knnd::IndexSnapshot& snapshot, const knnd::Matrix& queries,
 }  // namespace
 
 int main(int argc, char** argv) {
+  knnd::UseBlasKernelsForThisCpu();  // as knnd and knnctl do, first thing
   absl::ParseCommandLine(argc, argv);
   knnd::LoadOptions load;
   load.probe_in_subprocess = false;
@@ -126,7 +141,7 @@ int main(int argc, char** argv) {
   if (!snapshot.ok()) Die(std::string(snapshot.status().message()));
   auto queries = knnd::ReadVectors(absl::GetFlag(FLAGS_queries));
   if (!queries.ok()) Die(std::string(queries.status().message()));
-  std::printf("ready\n");
+  std::printf("ready %s\n", knnd::UseBlasKernelsForThisCpu().in_use.c_str());
   std::fflush(stdout);
   std::string line;
   while (std::getline(std::cin, line)) {

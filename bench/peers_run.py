@@ -139,7 +139,9 @@ class Knnd:
             [f"{ARGS.build}/bench/peers_bench", "--index", self.index,
              "--queries", query_npy], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        assert self.proc.stdout.readline().strip() == "ready"
+        ready = self.proc.stdout.readline().split()
+        assert ready[:1] == ["ready"], ready
+        self.blas = ready[1] if len(ready) > 1 else "?"  # OpenBLAS's kernels
         self.ids_out = f"{work}/knnd_ids.bin"
         self.setting = None
 
@@ -427,7 +429,7 @@ def run_set(name, targets):
     print(f"\n## {name}: {base.shape[0]} x {base.shape[1]}, {len(queries)} queries",
           flush=True)
     knnd = Knnd(work, f"{work}/base.npy", f"{work}/queries.npy")
-    print(f"  knnd's recipe: {knnd.factory}", flush=True)
+    print(f"  knnd's recipe: {knnd.factory} (OpenBLAS kernels {knnd.blas})", flush=True)
     systems = [knnd]
     wanted = ARGS.peers.split(",")
     if "faiss" in wanted:

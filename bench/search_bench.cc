@@ -36,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "knnd/faiss/faiss_runtime.h"
 #include "knnd/monitoring/build_info.h"
 #include "knnd/index/index_probe.h"
 #include "knnd/index/index_snapshot.h"
@@ -237,6 +238,7 @@ knnd::Server::DrainPlan FiveSecondDrain() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  knnd::UseBlasKernelsForThisCpu();  // as knnd and knnctl do, first thing
   knnd::RunIndexProbeIfAsked(argc, argv);
   absl::ParseCommandLine(argc, argv);
   omp_set_num_threads(1);

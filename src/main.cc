@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "knnd/config/config.h"
+#include "knnd/faiss/faiss_runtime.h"
 #include "knnd/index/index_probe.h"
 #include "knnd/monitoring/build_info.h"
 #include "knnd/server.h"
@@ -208,6 +209,9 @@ absl::Status SetUpLogging(const std::string& level_name) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any other thread or BLAS call (the index probe's child inherits
+  // the choice through OPENBLAS_CORETYPE).
+  const knnd::BlasKernels& blas = knnd::UseBlasKernelsForThisCpu();
   knnd::RunIndexProbeIfAsked(argc, argv);
   // Debian's abseil is built with absl::Mutex deadlock detection on: a
   // lock-order graph updated on every lock, a few percent of knnd's CPU
@@ -251,6 +255,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   spdlog::info("{}", knnd::BuildInfoLine());
+  if (!blas.note.empty()) spdlog::info("{}", blas.note);
   absl::StatusOr<std::unique_ptr<knnd::Server>> server =
       knnd::Server::Create(*config);
   if (!server.ok()) {

@@ -15,6 +15,42 @@ namespace knnd {
 // rows itself. Call before the first search or build.
 void UseSingleThreadedBlas();
 
+// OpenBLAS's kernels for this CPU. Debian 12's OpenBLAS (0.3.21, built
+// with the kernels of every x86-64 core it knew: DYNAMIC_ARCH) picks them by
+// CPU model as it loads, and takes a model it does not know for Prescott,
+// whose SSE3 kernels run sgemm (FAISS's coarse search from 20 query rows up,
+// its k-means, exact scans) at a fraction of an AVX-512 CPU's speed: Intel
+// family 6 model 207 (5th generation Xeon) is such a model, 36 against 159
+// GFlop/s for a 256 x 256 x 784 product on one core (bench/RESULTS.md "BLAS
+// kernels").
+//
+// When OPENBLAS_CORETYPE is unset and OpenBLAS chose a core without AVX2
+// on a CPU with AVX2 and FMA, this switches it to the kernels of the widest
+// vectors the CPU has: SkylakeX's (AVX-512 F, BW, DQ and VL) or Haswell's,
+// and sets OPENBLAS_CORETYPE to them for the processes started from this
+// one. A core OpenBLAS recognised, or one the user named, stays. Call at
+// the start of main(), before other threads start and before any BLAS call;
+// later calls return the first one's answer and change nothing.
+struct BlasKernels {
+  std::string chosen_at_load;  // OpenBLAS's own choice, e.g. "Prescott"
+  std::string in_use;          // e.g. "SkylakeX"
+  // Why in_use differs from chosen_at_load, or why a core without AVX2 was
+  // kept on a CPU with it; empty otherwise.
+  std::string note;
+};
+const BlasKernels& UseBlasKernelsForThisCpu();
+
+// The kernels OpenBLAS runs now (openblas_get_corename), changing nothing.
+std::string BlasKernelsInUse();
+
+// UseBlasKernelsForThisCpu's decision: the kernels to switch to, or "" to
+// keep `chosen_at_load`. `coretype_env` is OPENBLAS_CORETYPE (null when
+// unset); `widest` is this CPU's "SkylakeX", "Haswell" or "" (no AVX2 and
+// FMA).
+std::string BlasKernelsToSwitchTo(const std::string& chosen_at_load,
+                                  const char* coretype_env,
+                                  const std::string& widest);
+
 // OpenMP threads for parallel regions that FAISS starts from the calling
 // thread (a per-thread setting); n >= 1.
 void SetOpenMpThreadsOfThisThread(int n);

@@ -13,6 +13,7 @@ const BuildInfo& GetBuildInfo() {
     b->git_commit = KNND_GIT_COMMIT;
     b->faiss_version = FaissVersion();
     b->faiss_compile_options = FaissCompileOptions();
+    b->blas_kernels = BlasKernelsInUse();
     return b;
   }();
   return *info;

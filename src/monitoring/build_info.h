@@ -13,6 +13,9 @@ struct BuildInfo {
   std::string git_commit;       // short hash, or "unknown" outside git
   std::string faiss_version;    // e.g. "1.7.3"
   std::string faiss_compile_options;  // FAISS's get_compile_options()
+  // OpenBLAS's kernels when the info was first asked for, e.g. "SkylakeX"
+  // (knnd and knnctl choose them first thing: UseBlasKernelsForThisCpu).
+  std::string blas_kernels;
 };
 
 const BuildInfo& GetBuildInfo();

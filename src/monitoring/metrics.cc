@@ -228,7 +228,8 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
       .Add({{"version", build.version},
             {"git", build.git_commit},
             {"faiss_version", build.faiss_version},
-            {"faiss_opt", build.faiss_compile_options}})
+            {"faiss_opt", build.faiss_compile_options},
+            {"blas_kernels", build.blas_kernels}})
       .Set(1);
 
   m->index_info_family_ =

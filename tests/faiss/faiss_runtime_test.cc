@@ -1,12 +1,14 @@
-// The FAISS runtime's knobs and the search's temporaries: the coarse-search
-// block and FastScan's look-up tables kept under glibc's mmap threshold,
-// measured by the page faults of real searches.
+// The FAISS runtime's knobs and the search's temporaries: OpenBLAS's kernels
+// for this CPU, the coarse-search block and FastScan's look-up tables kept
+// under glibc's mmap threshold, measured by the page faults of real searches.
 #include "knnd/faiss/faiss_runtime.h"
 
 #include <malloc.h>
 #include <sys/resource.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 #include <faiss/utils/distances.h>
 
 #include "knnd/faiss/fastscan_writer.h"
+#include "knnd/faiss/sgemm.h"
 #include "knnd/index/index_snapshot.h"
 #include "testing/fastscan_util.h"
 #include "testing/test_util.h"
@@ -32,6 +35,83 @@ int64_t ThreadMinorFaults() {
   struct rusage usage;
   getrusage(RUSAGE_THREAD, &usage);
   return usage.ru_minflt;
+}
+
+// A core OpenBLAS does not know is run on the widest kernels the CPU has; a
+// known core, a CPU without AVX2 and the user's OPENBLAS_CORETYPE are left
+// alone.
+TEST(BlasKernels, SwitchesOnlyAFallbackCoreOnACpuThatHasMore) {
+  EXPECT_EQ(BlasKernelsToSwitchTo("Prescott", nullptr, "SkylakeX"), "SkylakeX");
+  EXPECT_EQ(BlasKernelsToSwitchTo("Prescott", nullptr, "Haswell"), "Haswell");
+  EXPECT_EQ(BlasKernelsToSwitchTo("Sandybridge", nullptr, "Haswell"),
+            "Haswell");
+  EXPECT_EQ(BlasKernelsToSwitchTo("Nehalem", nullptr, "SkylakeX"), "SkylakeX");
+  // Recognised cores with AVX2 kernels, in any case.
+  EXPECT_EQ(BlasKernelsToSwitchTo("Haswell", nullptr, "SkylakeX"), "");
+  EXPECT_EQ(BlasKernelsToSwitchTo("Zen", nullptr, "SkylakeX"), "");
+  EXPECT_EQ(BlasKernelsToSwitchTo("SKYLAKEX", nullptr, "SkylakeX"), "");
+  EXPECT_EQ(BlasKernelsToSwitchTo("Cooperlake", nullptr, "SkylakeX"), "");
+  EXPECT_EQ(BlasKernelsToSwitchTo("SapphireRapids", nullptr, "SkylakeX"), "");
+  // The user's choice (or a parent knnd's, inherited) stays.
+  EXPECT_EQ(BlasKernelsToSwitchTo("Prescott", "Prescott", "SkylakeX"), "");
+  EXPECT_EQ(BlasKernelsToSwitchTo("Prescott", "", "SkylakeX"), "");
+  // No AVX2 and FMA here: nothing better to switch to.
+  EXPECT_EQ(BlasKernelsToSwitchTo("Prescott", nullptr, ""), "");
+}
+
+// What this process ends up with: on a CPU with AVX2 and FMA and without
+// OPENBLAS_CORETYPE, kernels that use AVX2 (OpenBLAS's own choice when it
+// knew the CPU, the switch otherwise), and the products they compute are
+// right.
+TEST(BlasKernels, ThisProcessRunsKernelsForThisCpuAndTheyMultiplyRight) {
+  const bool user_set = std::getenv("OPENBLAS_CORETYPE") != nullptr;
+  const BlasKernels& kernels = UseBlasKernelsForThisCpu();
+  EXPECT_EQ(&kernels, &UseBlasKernelsForThisCpu()) << "chosen once";
+  EXPECT_EQ(kernels.in_use, BlasKernelsInUse());
+  __builtin_cpu_init();
+  const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  std::printf("OpenBLAS chose %s at load; %s in use%s%s\n",
+              kernels.chosen_at_load.c_str(), kernels.in_use.c_str(),
+              kernels.note.empty() ? "" : ": ", kernels.note.c_str());
+  if (kernels.in_use != kernels.chosen_at_load) {
+    // Switched: the processes started from here inherit the choice.
+    ASSERT_NE(std::getenv("OPENBLAS_CORETYPE"), nullptr);
+    EXPECT_EQ(std::string(std::getenv("OPENBLAS_CORETYPE")), kernels.in_use);
+    EXPECT_NE(kernels.note.find(kernels.chosen_at_load), std::string::npos);
+    EXPECT_NE(kernels.note.find(kernels.in_use), std::string::npos);
+  }
+  if (avx2 && !user_set) {
+    EXPECT_EQ(BlasKernelsToSwitchTo(kernels.in_use, nullptr, "Haswell"), "")
+        << kernels.in_use << " has no AVX2 kernels on a CPU with AVX2";
+  }
+  if (user_set || !avx2) {
+    EXPECT_EQ(kernels.in_use, kernels.chosen_at_load);
+  }
+
+  // C (m x n, column-major) = A^T B, as the coarse search calls it, against
+  // a double-precision product; odd sizes reach the kernels' edge cases.
+  const int m = 37, n = 53, k = 29;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<float> a(static_cast<size_t>(k) * m), b(static_cast<size_t>(k) * n);
+  for (float& v : a) v = value(rng);
+  for (float& v : b) v = value(rng);
+  std::vector<float> c(static_cast<size_t>(m) * n, -7.0f);
+  const float one = 1.0f, zero = 0.0f;
+  sgemm_("Transpose", "Not transpose", &m, &n, &k, &one, a.data(), &k,
+         b.data(), &k, &zero, c.data(), &m);
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      double want = 0;
+      for (int t = 0; t < k; ++t) {
+        want += double{a[static_cast<size_t>(i) * k + t]} *
+                b[static_cast<size_t>(j) * k + t];
+      }
+      ASSERT_NEAR(c[static_cast<size_t>(j) * m + i], want, 1e-4)
+          << "row " << i << " column " << j << " with " << kernels.in_use;
+    }
+  }
 }
 
 constexpr int kRows = 256;  // a 256-row request searched in one call

@@ -167,7 +167,8 @@ TEST(Metrics, ScrapeCountsTrafficByCodeReasonAndSize) {
   EXPECT_LE(resident, mapped_bytes);
   EXPECT_EQ(FindSample(m, "knnd_build_info",
                        {{"version", GetBuildInfo().version},
-                        {"git", GetBuildInfo().git_commit}}),
+                        {"git", GetBuildInfo().git_commit},
+                        {"blas_kernels", GetBuildInfo().blas_kernels}}),
             1);
 
   // The process: the anonymous / file / shmem split adds up to the RSS.

@@ -143,6 +143,9 @@ int Main(const std::vector<std::string>& args) {
 }  // namespace knnd::knnctl
 
 int main(int argc, char** argv) {
+  // Before any other thread or BLAS call: k-means and the coarse search run
+  // on OpenBLAS's sgemm.
+  knnd::UseBlasKernelsForThisCpu();
   knnd::RunIndexProbeIfAsked(argc, argv);
   return knnd::knnctl::Main(std::vector<std::string>(argv + 1, argv + argc));
 }
