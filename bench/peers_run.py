@@ -38,8 +38,10 @@ recall of the queries rounded to float16.
 Sets: Fashion-MNIST (60,000 x 784, the first --nq test images as queries)
 and "minilm": seeded synthetic rows shaped like all-MiniLM-L6-v2 embeddings
 (384 dims spanned by a 24-dim latent space of 1,024 clusters plus noise,
-frontier_run.embedding_like), --minilm_rows rows. Indexes are built once
-under --work and reused.
+frontier_run.embedding_like), --minilm_rows rows; and any data of one's
+own as NAME=BASE.npy:QUERIES.npy (float32 rows; the first --nq queries),
+e.g. --sets fashion,mine=/data/base.npy:/data/queries.npy. Indexes are built
+once under --work and reused.
 """
 import argparse
 import datetime
@@ -83,16 +85,23 @@ def recall(ids, truth):
     return hits / (K * len(truth))
 
 
-def data_set(name, work):
-    """(base, queries) of set `name`, cached as .npy under `work`."""
+def data_set(name, work, files=None):
+    """(base, queries) of set `name`, cached as .npy under `work`; `files`:
+    (BASE.npy, QUERIES.npy) of a set of one's own."""
     base_npy, query_npy = f"{work}/base.npy", f"{work}/queries.npy"
     if not os.path.exists(base_npy):
-        if name == "fashion":
+        if files is not None:
+            base = np.load(files[0], mmap_mode="r").astype(np.float32)
+            queries = np.load(files[1]).astype(np.float32)[:ARGS.nq]
+        elif name == "fashion":
             base = read_idx_gz(f"{FASHION}/train-images-idx3-ubyte.gz")
             queries = read_idx_gz(f"{FASHION}/t10k-images-idx3-ubyte.gz")[:ARGS.nq]
-        else:
+        elif name == "minilm":
             base = embedding_like(ARGS.minilm_rows, 384, seed=1)
             queries = embedding_like(ARGS.nq, 384, seed=2)
+        else:
+            raise SystemExit(f"unknown set {name}: fashion, minilm or "
+                             "NAME=BASE.npy:QUERIES.npy")
         np.save(query_npy, np.ascontiguousarray(queries))
         np.save(base_npy + ".tmp.npy", np.ascontiguousarray(base))
         os.rename(base_npy + ".tmp.npy", base_npy)
@@ -421,10 +430,11 @@ def spread(values, fmt="{:.0f}"):
     return f"{fmt.format(v[len(v) // 2])} ({fmt.format(v[0])}-{fmt.format(v[-1])})"
 
 
-def run_set(name, targets):
+def run_set(spec, targets):
+    name, _, files = spec.partition("=")
     work = os.path.join(ARGS.work, name)
     os.makedirs(work, exist_ok=True)
-    base, queries = data_set(name, work)
+    base, queries = data_set(name, work, files.split(":") if files else None)
     truth = exact_truth(base, queries, work)
     print(f"\n## {name}: {base.shape[0]} x {base.shape[1]}, {len(queries)} queries",
           flush=True)

@@ -21,6 +21,7 @@
 #include "knnd/faiss/coarse_l2.h"
 #include "knnd/faiss/fastscan_kernel.h"
 #include "knnd/faiss/fastscan_lut.h"
+#include "knnd/faiss/fastscan_qbs.h"
 #include "knnd/faiss/faiss_types.h"
 #include "knnd/faiss/filtered_lists.h"
 
@@ -131,9 +132,10 @@ void ReservoirsToArrays(
   }
 }
 
-// Unfiltered scan: FAISS's qbs kernel with one of FAISS's result handlers
-// (the ones its library instantiates the kernel for), groups of at most
-// qbs2 queries per list as IndexIVFFastScan::search_implem_12 does.
+// Unfiltered scan: the qbs kernel (knnd's AVX-512 one where the CPU runs
+// it, FAISS's otherwise: fastscan_qbs.h) with one of FAISS's result
+// handlers (the ones its library instantiates the kernel for), groups of at
+// most qbs2 queries per list as IndexIVFFastScan::search_implem_12 does.
 template <class Handler>
 void ScanGroups(const faiss::IndexIVFPQFastScan& ivf, size_t nprobe,
                 const QuantizedLuts& luts, const std::vector<Probe>& probes,
@@ -143,7 +145,9 @@ void ScanGroups(const faiss::IndexIVFPQFastScan& ivf, size_t nprobe,
   const size_t qbs2 = ivf.qbs2 != 0 ? ivf.qbs2 : 11;
   std::vector<uint16_t> group_bias(qbs2);
   std::vector<int> q_map(qbs2), lut_entries(qbs2);
-  faiss::AlignedTable<uint8_t> group_lut(qbs2 * dim12_2);
+  const bool avx512 = fastscan_qbs::UsesAvx512();
+  // FAISS's kernel reads the group's tables packed (pq4_pack_LUT_qbs_q_map).
+  faiss::AlignedTable<uint8_t> group_lut(avx512 ? 0 : qbs2 * dim12_2);
   if (luts.has_bias) handler.dbias = group_bias.data();
   faiss::DummyScaler scaler;
 
@@ -169,17 +173,22 @@ void ScanGroups(const faiss::IndexIVFPQFastScan& ivf, size_t nprobe,
       if (luts.has_bias) group_bias[i - i0] = luts.biases[ij];
     }
     const int qbs = faiss::pq4_preferred_qbs(nc);
-    faiss::pq4_pack_LUT_qbs_q_map(qbs, static_cast<int>(ivf.M2),
-                                  luts.tables.get(), lut_entries.data(),
-                                  group_lut.get());
     faiss::InvertedLists::ScopedCodes codes(&lists, list_no);
     faiss::InvertedLists::ScopedIds ids(&lists, list_no);
     handler.ntotal = list_size;
     handler.q_map = q_map.data();
     handler.id_map = ids.get();
-    faiss::pq4_accumulate_loop_qbs(qbs, list_size, static_cast<int>(ivf.M2),
-                                   codes.get(), group_lut.get(), handler,
-                                   scaler);
+    const int m2 = static_cast<int>(ivf.M2);
+    if (avx512) {
+      fastscan_qbs::AccumulateAvx512(qbs, list_size, m2, codes.get(),
+                                     luts.tables.get(), lut_entries.data(),
+                                     handler);
+    } else {
+      faiss::pq4_pack_LUT_qbs_q_map(qbs, m2, luts.tables.get(),
+                                    lut_entries.data(), group_lut.get());
+      faiss::pq4_accumulate_loop_qbs(qbs, list_size, m2, codes.get(),
+                                     group_lut.get(), handler, scaler);
+    }
     i0 = i1;
   }
 }

@@ -24,6 +24,7 @@
 #include "knnd/faiss/faiss_builder.h"
 #include "knnd/faiss/faiss_runtime.h"
 #include "knnd/faiss/fastscan_index.h"
+#include "knnd/faiss/fastscan_kernel.h"
 #include "testing/fastscan_util.h"
 
 namespace knnd {
@@ -526,6 +527,23 @@ TEST_P(FastScanSearchTest, InvalidArgumentsAreRefused) {
 // FAISS 1.7.3's reservoir of k > 20 results takes its fallback, and where
 // Debian's libfaiss, built with asserts, aborted knnctl tune. Every k gives
 // k distinct ids (under L2 all copies), for L2 and inner product.
+// The unfiltered scan's kernel is knnd's AVX-512 one exactly where the
+// AVX2 FAISS build runs on a CPU with AVX-512 F and BW (EqualsFaissSearch
+// then compares it with FAISS's AVX2 kernel); FAISS's everywhere else.
+TEST(FastScanKernel, AVX512KernelRunsWhereTheCpuHasIt) {
+  __builtin_cpu_init();
+  const bool cpu = __builtin_cpu_supports("avx512f") &&
+                   __builtin_cpu_supports("avx512bw");
+  const bool avx2_faiss =
+      FaissCompileOptions().find("AVX2") != std::string::npos;
+  const bool uses = fastscan_kernel::UnfilteredScanUsesAvx512();
+  std::printf("CPU with AVX-512 F and BW: %s; FAISS %s; knnd's AVX-512 "
+              "kernel: %s\n",
+              cpu ? "yes" : "no", FaissCompileOptions().c_str(),
+              uses ? "in use" : "not in use");
+  EXPECT_EQ(uses, cpu && avx2_faiss);
+}
+
 TEST(FastScanTies, ManyCopiesOfTheQueryGiveKDistinctCopies) {
   UseSingleThreadedBlas();
   omp_set_num_threads(1);
@@ -590,6 +608,11 @@ INSTANTIATE_TEST_SUITE_P(
         Config{"L2Residual", "IVF32,PQ16x4fsr"},
         Config{"L2ResidualNoTable", "IVF32,PQ16x4fsr", false, false},
         Config{"PCA_L2OddM", "PCA30,IVF16,PQ15x4fs"},
+        // 5 and 1 pairs of sub-quantizers: the AVX-512 kernel's 256-bit
+        // last pair (fastscan_qbs.cc), against FAISS's kernel.
+        Config{"PCA_L2OddPairs", "PCA30,IVF16,PQ10x4fs"},
+        Config{"PCA_L2OnePair", "PCA30,IVF16,PQ2x4fs"},
+        Config{"IPOnePair", "IVF32,PQ2x4fs", true},
         Config{"IP", "IVF32,PQ16x4fs", true},
         Config{"IPResidual", "IVF32,PQ16x4fsr", true},
         Config{"PCA_IP", "PCA16,IVF32,PQ8x4fs", true}),

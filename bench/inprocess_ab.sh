@@ -1,12 +1,12 @@
 #!/bin/bash
-# OpenBLAS's kernels against each other on knnd's in-process search
-# (peers_bench), in alternating rounds: 2 threads x 256-row calls (the
-# coarse search runs on sgemm from 20 rows up), one thread with all queries
-# in one call, and one query per call (no sgemm: the control). Each
-# argument is an OPENBLAS_CORETYPE value; "" is knnd's own choice
-# (UseBlasKernelsForThisCpu: OpenBLAS's, or SkylakeX / Haswell where
-# OpenBLAS fell back to a core without AVX2).
-#   bench/blas_kernels_ab.sh "" Prescott
+# knnd's in-process search (peers_bench) under different environments, in
+# alternating rounds: 2 threads x 256-row calls, one thread with all
+# queries in one call, and one query per call. Each argument is the
+# environment of one side: one VAR=VALUE, or "" for none; e.g. OpenBLAS's kernels
+# (OPENBLAS_CORETYPE; unset, knnd chooses: UseBlasKernelsForThisCpu) or
+# FAISS's FastScan kernel instead of knnd's AVX-512 one:
+#   bench/inprocess_ab.sh "" OPENBLAS_CORETYPE=Prescott
+#   bench/inprocess_ab.sh "" KNND_FASTSCAN_AVX512=0
 #   env: INDEX QUERIES (.npy) NPROBE REFINE ROUNDS (5) BUILD (build)
 #        (defaults: peers_run.py's Fashion-MNIST index under /tmp/knnd_peers)
 set -euo pipefail
@@ -16,17 +16,17 @@ INDEX=${INDEX:-/tmp/knnd_peers/fashion/knnd.index}
 QUERIES=${QUERIES:-/tmp/knnd_peers/fashion/queries.npy}
 NPROBE=${NPROBE:-12} REFINE=${REFINE:-4} ROUNDS=${ROUNDS:-5}
 [ -f "$INDEX" ] || { echo "no $INDEX: run make bench-peers once first" >&2; exit 1; }
-[ $# -ge 1 ] || set -- "" Prescott
+[ $# -ge 1 ] || set -- "" OPENBLAS_CORETYPE=Prescott
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) vCPU); $INDEX, nprobe $NPROBE, refine $REFINE"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for round in $(seq "$ROUNDS"); do
-  for coretype in "$@"; do
+  for side in "$@"; do
     printf '256 2 %d %d 8 -\n0 1 %d %d 4 -\n1 1 %d %d 1 -\n' \
       "$NPROBE" "$REFINE" "$NPROBE" "$REFINE" "$NPROBE" "$REFINE" |
-      env ${coretype:+OPENBLAS_CORETYPE=$coretype} OMP_NUM_THREADS=1 \
+      env $side OMP_NUM_THREADS=1 \
         "$BUILD/bench/peers_bench" --index "$INDEX" --queries "$QUERIES" |
-      sed "s/^/$round ${coretype:-knnd} /" >>"$out"
+      sed "s/^/$round ${side:-defaults} /" >>"$out"
   done
 done
 /usr/bin/python3 - "$out" "$@" <<'PY'
@@ -44,9 +44,9 @@ for line in open(sys.argv[1]):
     qps = r["queries"] / (r["wall_s"] if i == 0 else r["cpu_s"])
     rows.setdefault(mode, {}).setdefault(name, []).append(qps)
     i += 1
-names = [a or "knnd" for a in sys.argv[2:]]
+names = [a or "defaults" for a in sys.argv[2:]]
 base = names[-1]
-print("| mode | " + " | ".join(f"{n} ({kernels[n]}) q/s" for n in names) +
+print("| mode | " + " | ".join(f"{n} (OpenBLAS {kernels[n]}) q/s" for n in names) +
       " | " + " | ".join(f"{n} / {base}" for n in names[:-1]) + " |")
 print("|---" * (2 * len(names)) + "|")
 for mode, by in rows.items():
