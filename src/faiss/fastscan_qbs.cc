@@ -24,9 +24,11 @@ using faiss::simd16uint16;
 // deliberately undefined vector (_mm256_undefined_si256) to their masked
 // builtins, which -Wuninitialized reports once inlined under a target
 // attribute; the value is never read.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 // One block of 32 vectors for NQ queries: the distances of vectors 0..15
 // and 16..31 of query q go to handler.handle(q, 0, ...), as FAISS's
@@ -163,7 +165,9 @@ KNND_AVX512 void AccumulateAnyQbs(int qbs, size_t ntotal2, int nsq,
   }
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 bool CpuRunsAvx512() {
   __builtin_cpu_init();
