@@ -5,7 +5,8 @@
 //   build/bench/peers_bench --index INDEX --queries Q.npy
 //
 // Loads INDEX (with its INDEX.vectors, for re-ranking) and the queries, prints
-// "ready KERNELS" (OpenBLAS's kernels, as knnd chooses them), then answers one command per line on stdin until it closes:
+// "ready KERNELS" (OpenBLAS's kernels, as knnd chooses them), then answers one
+// command per line on stdin until it closes:
 //   ROWS THREADS NPROBE REFINE REPS IDS_OUT
 // runs every query REPS times in calls of ROWS queries (0: all of them in one
 // call) THREADS times over, the calls shared by THREADS threads, k 10, and
@@ -116,8 +117,7 @@ void Run(const knnd::IndexSnapshot& snapshot, const knnd::Matrix& queries,
   if (command.ids_out != "-") {
     FILE* f = std::fopen(command.ids_out.c_str(), "wb");
     if (f == nullptr ||
-        std::fwrite(ids.data(), sizeof(int64_t), ids.size(), f) !=
-            ids.size() ||
+        std::fwrite(ids.data(), sizeof(int64_t), ids.size(), f) != ids.size() ||
         std::fclose(f) != 0) {
       Die(absl::StrCat("cannot write ", command.ids_out));
     }

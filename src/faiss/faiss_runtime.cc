@@ -27,19 +27,20 @@ namespace {
 // OpenBLAS's names (openblas_get_corename) of the x86-64 cores whose
 // kernels use AVX2.
 bool HasAvx2Kernels(const std::string& core) {
-  static constexpr const char* kAvx2Cores[] = {
-      "haswell", "zen", "excavator", "skylakex", "cooperlake", "sapphirerapids"};
-  return std::any_of(std::begin(kAvx2Cores), std::end(kAvx2Cores),
-                     [&](const char* name) {
-                       return strcasecmp(core.c_str(), name) == 0;
-                     });
+  static constexpr const char* kAvx2Cores[] = {"haswell",    "zen",
+                                               "excavator",  "skylakex",
+                                               "cooperlake", "sapphirerapids"};
+  return std::any_of(
+      std::begin(kAvx2Cores), std::end(kAvx2Cores),
+      [&](const char* name) { return strcasecmp(core.c_str(), name) == 0; });
 }
 
 // The kernels for this CPU's widest vectors; empty without AVX2 and FMA.
 std::string WidestCoreOfThisCpu() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+      __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl")) {
     return "SkylakeX";
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -64,8 +65,8 @@ BlasKernels ChooseBlasKernels() {
       dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"));
   if (quit == nullptr || init == nullptr) {
     kernels.note = absl::StrCat(
-        "OpenBLAS runs its ", kernels.chosen_at_load,
-        " kernels on a CPU with ", widest == "SkylakeX" ? "AVX-512" : "AVX2",
+        "OpenBLAS runs its ", kernels.chosen_at_load, " kernels on a CPU with ",
+        widest == "SkylakeX" ? "AVX-512" : "AVX2",
         ", and it is not a DYNAMIC_ARCH build whose kernels can be switched");
     return kernels;
   }
@@ -103,7 +104,9 @@ const BlasKernels& UseBlasKernelsForThisCpu() {
   return *kernels;
 }
 
-void SetOpenMpThreadsOfThisThread(int n) { omp_set_num_threads(std::max(1, n)); }
+void SetOpenMpThreadsOfThisThread(int n) {
+  omp_set_num_threads(std::max(1, n));
+}
 
 int SetCoarseBlockRowsUnder(int64_t mmap_threshold_bytes) {
   if (mmap_threshold_bytes > 0) {

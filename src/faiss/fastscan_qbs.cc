@@ -1,12 +1,12 @@
 #include "knnd/faiss/fastscan_qbs.h"
 
-#include "knnd/faiss/fastscan_kernel.h"
-
 #include <immintrin.h>
 
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+
+#include "knnd/faiss/fastscan_kernel.h"
 
 namespace knnd {
 namespace fastscan_qbs {
@@ -20,10 +20,10 @@ using faiss::simd16uint16;
 
 #define KNND_AVX512 __attribute__((target("avx512f,avx512bw")))
 
-// GCC 12's _mm512_inserti64x4 and _mm512_extracti64x4_epi64 pass a
-// deliberately undefined vector (_mm256_undefined_si256) to their masked
-// builtins, which -Wuninitialized reports once inlined under a target
-// attribute; the value is never read.
+// GCC 12's _mm512_extracti64x4_epi64 passes a deliberately undefined
+// vector (_mm256_undefined_si256) to its masked builtin, which
+// -Wuninitialized reports once inlined under a target attribute; the value
+// is never read.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -151,10 +151,18 @@ KNND_AVX512 void AccumulateAnyQbs(int qbs, size_t ntotal2, int nsq,
       const int nq = rest & 15;
       handler.set_block_origin(i0, j0);
       switch (nq) {
-        case 1: AccumulateBlock<1>(nsq, codes, tables, rows + i0, handler); break;
-        case 2: AccumulateBlock<2>(nsq, codes, tables, rows + i0, handler); break;
-        case 3: AccumulateBlock<3>(nsq, codes, tables, rows + i0, handler); break;
-        case 4: AccumulateBlock<4>(nsq, codes, tables, rows + i0, handler); break;
+        case 1:
+          AccumulateBlock<1>(nsq, codes, tables, rows + i0, handler);
+          break;
+        case 2:
+          AccumulateBlock<2>(nsq, codes, tables, rows + i0, handler);
+          break;
+        case 3:
+          AccumulateBlock<3>(nsq, codes, tables, rows + i0, handler);
+          break;
+        case 4:
+          AccumulateBlock<4>(nsq, codes, tables, rows + i0, handler);
+          break;
         default:
           throw std::invalid_argument("FastScan query group of " +
                                       std::to_string(nq) + " (1 to 4)");
@@ -171,7 +179,8 @@ KNND_AVX512 void AccumulateAnyQbs(int qbs, size_t ntotal2, int nsq,
 
 bool CpuRunsAvx512() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw");
 }
 
 }  // namespace

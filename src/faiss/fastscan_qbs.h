@@ -44,8 +44,7 @@ bool UsesAvx512();
 // where UsesAvx512(): the tests call it to compare it with FAISS's kernel.
 template <class Handler>
 void AccumulateAvx512(int qbs, size_t ntotal2, int nsq, const uint8_t* codes,
-                      const uint8_t* tables, const int* rows,
-                      Handler& handler);
+                      const uint8_t* tables, const int* rows, Handler& handler);
 
 }  // namespace fastscan_qbs
 }  // namespace knnd

@@ -94,7 +94,8 @@ TEST(BlasKernels, ThisProcessRunsKernelsForThisCpuAndTheyMultiplyRight) {
   const int m = 37, n = 53, k = 29;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  std::vector<float> a(static_cast<size_t>(k) * m), b(static_cast<size_t>(k) * n);
+  std::vector<float> a(static_cast<size_t>(k) * m);
+  std::vector<float> b(static_cast<size_t>(k) * n);
   for (float& v : a) v = value(rng);
   for (float& v : b) v = value(rng);
   std::vector<float> c(static_cast<size_t>(m) * n, -7.0f);
