@@ -21,8 +21,8 @@ void UseSingleThreadedBlas();
 // whose SSE3 kernels run sgemm (FAISS's coarse search from 20 query rows up,
 // its k-means, exact scans) at a fraction of an AVX-512 CPU's speed: Intel
 // family 6 model 207 (5th generation Xeon) is such a model, 36 against 159
-// GFlop/s for a 256 x 256 x 784 product on one core (bench/RESULTS.md "BLAS
-// kernels").
+// GFlop/s for a 256 x 256 x 784 product on one core (bench/RESULTS.md
+// "OpenBLAS kernels").
 //
 // When OPENBLAS_CORETYPE is unset and OpenBLAS chose a core without AVX2
 // on a CPU with AVX2 and FMA, this switches it to the kernels of the widest

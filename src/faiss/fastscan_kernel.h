@@ -57,11 +57,6 @@ template <bool kKeepMin>
 using ReservoirOf =
     faiss::simd_result_handlers::ReservoirTopN<HeapOf<kKeepMin>>;
 
-// Whether the unfiltered scans run knnd's AVX-512 kernel here
-// (fastscan_qbs.h; the AVX2 FAISS build on a CPU with AVX-512 F and BW)
-// rather than FAISS's.
-bool UnfilteredScanUsesAvx512();
-
 // The 32 distances of one block, SIMD (AVX2) where compiled for it.
 void BlockDistances(const uint8_t* block, size_t m2, const uint8_t* lut,
                     uint16_t bias, uint16_t out[32]);

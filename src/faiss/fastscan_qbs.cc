@@ -6,7 +6,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "knnd/faiss/fastscan_kernel.h"
+#include <faiss/impl/simd_result_handlers.h>
+#include <faiss/utils/ordered_key_value.h>
 
 namespace knnd {
 namespace fastscan_qbs {
@@ -252,9 +253,4 @@ KNND_INSTANTIATE(ReservoirMin)
 #undef KNND_INSTANTIATE
 
 }  // namespace fastscan_qbs
-
-namespace fastscan_kernel {
-bool UnfilteredScanUsesAvx512() { return fastscan_qbs::UsesAvx512(); }
-}  // namespace fastscan_kernel
-
 }  // namespace knnd

@@ -14,25 +14,22 @@
 // It is built only in the AVX2 FAISS build (whose handler types it uses)
 // and chosen at run time; a CPU without AVX-512 runs FAISS's.
 //
-// Internal to src/faiss/ (files compiled with the linked FAISS's SIMD
-// flags). Thread-safety: pure functions over the caller's handler.
+// Internal to src/faiss/. The header names no FAISS type, so any file may
+// include it; AccumulateAvx512's handlers are FAISS's, instantiated in
+// fastscan_qbs.cc for the ones fastscan_search.cc uses. Thread-safety: pure
+// functions over the caller's handler.
 #ifndef KNND_FAISS_FASTSCAN_QBS_H_
 #define KNND_FAISS_FASTSCAN_QBS_H_
 
 #include <cstddef>
 #include <cstdint>
 
-#include <faiss/impl/FaissAssert.h>
-#include <faiss/impl/LookupTableScaler.h>
-#include <faiss/impl/pq4_fast_scan.h>
-#include <faiss/impl/simd_result_handlers.h>
-#include <faiss/utils/ordered_key_value.h>
-
 namespace knnd {
 namespace fastscan_qbs {
 
-// Whether Accumulate runs knnd's AVX-512 kernel here: this build has it,
-// the CPU runs AVX-512 F and BW, and KNND_FASTSCAN_AVX512 is not "0".
+// Whether the unfiltered scans run knnd's AVX-512 kernel here: this build
+// has it, the CPU runs AVX-512 F and BW, and KNND_FASTSCAN_AVX512 is not
+// "0".
 bool UsesAvx512();
 
 // knnd's AVX-512 kernel in place of FAISS's pq4_pack_LUT_qbs_q_map and
@@ -41,7 +38,7 @@ bool UsesAvx512();
 // rounded up to 2 (ivf.M2), `codes` as pq4_pack_codes packs them. The
 // queries' tables are not packed: query i of the group (in qbs's order) has
 // its nsq tables of 16 entries at tables + 16 * nsq * rows[i]. Call only
-// where UsesAvx512(): the tests call it to compare it with FAISS's kernel.
+// where UsesAvx512().
 template <class Handler>
 void AccumulateAvx512(int qbs, size_t ntotal2, int nsq, const uint8_t* codes,
                       const uint8_t* tables, const int* rows, Handler& handler);

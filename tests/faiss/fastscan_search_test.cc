@@ -25,7 +25,7 @@
 #include "knnd/faiss/faiss_builder.h"
 #include "knnd/faiss/faiss_runtime.h"
 #include "knnd/faiss/fastscan_index.h"
-#include "knnd/faiss/fastscan_kernel.h"
+#include "knnd/faiss/fastscan_qbs.h"
 #include "testing/fastscan_util.h"
 
 namespace knnd {
@@ -523,11 +523,6 @@ TEST_P(FastScanSearchTest, InvalidArgumentsAreRefused) {
   EXPECT_TRUE(searcher.Search(p).ok());
 }
 
-// More than (capacity + k) / 2 candidates tied at quantized distance 0 (here
-// 46 copies of the query in one list, between two other vectors) is where
-// FAISS 1.7.3's reservoir of k > 20 results takes its fallback, and where
-// Debian's libfaiss, built with asserts, aborted knnctl tune. Every k gives
-// k distinct ids (under L2 all copies), for L2 and inner product.
 // The unfiltered scan's kernel is knnd's AVX-512 one exactly where the
 // AVX2 FAISS build runs on a CPU with AVX-512 F and BW, unless
 // KNND_FASTSCAN_AVX512=0 (EqualsFaissSearch then compares it with FAISS's
@@ -538,7 +533,7 @@ TEST(FastScanKernel, AVX512KernelRunsWhereTheCpuHasIt) {
                    __builtin_cpu_supports("avx512bw");
   const bool avx2_faiss =
       FaissCompileOptions().find("AVX2") != std::string::npos;
-  const bool uses = fastscan_kernel::UnfilteredScanUsesAvx512();
+  const bool uses = fastscan_qbs::UsesAvx512();
   std::printf("CPU with AVX-512 F and BW: %s; FAISS %s; knnd's AVX-512 "
               "kernel: %s\n",
               cpu ? "yes" : "no", FaissCompileOptions().c_str(),
@@ -548,6 +543,11 @@ TEST(FastScanKernel, AVX512KernelRunsWhereTheCpuHasIt) {
   EXPECT_EQ(uses, cpu && avx2_faiss && !off);
 }
 
+// More than (capacity + k) / 2 candidates tied at quantized distance 0 (here
+// 46 copies of the query in one list, between two other vectors) is where
+// FAISS 1.7.3's reservoir of k > 20 results takes its fallback, and where
+// Debian's libfaiss, built with asserts, aborted knnctl tune. Every k gives
+// k distinct ids (under L2 all copies), for L2 and inner product.
 TEST(FastScanTies, ManyCopiesOfTheQueryGiveKDistinctCopies) {
   UseSingleThreadedBlas();
   omp_set_num_threads(1);
