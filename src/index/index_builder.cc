@@ -52,10 +52,9 @@ int64_t DefaultFastScanNlist(int64_t rows) {
 }
 
 int DefaultFastScanM(int dim) {
-  const int widest =
-      std::max(1, std::min(kMaxFastScanWidth, dim / kMinFastScanM));
-  for (int width = widest; width > 1; --width) {
-    if (dim % width == 0) return dim / width;
+  // 4 and 2 first: sub-vectors of 3 dims have no fast distance tables.
+  for (const int width : {kMaxFastScanWidth, 2, 3}) {
+    if (dim % width == 0 && dim / width >= kMinFastScanM) return dim / width;
   }
   return std::max(1, dim);
 }

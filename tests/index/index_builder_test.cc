@@ -62,7 +62,7 @@ TEST(IndexBuilder, DefaultsFollowTheDataShape) {
   EXPECT_EQ(DefaultPqM(768), 64);
   EXPECT_EQ(DefaultPqM(3), 1);
   // The default (FastScan) recipe: nlist near sqrt(N), sub-vectors at most
-  // 4 dims wide and at least kMinFastScanM (64) of them.
+  // 4 dims wide (4, then 2, then 3) and at least kMinFastScanM (96) of them.
   EXPECT_EQ(DefaultFastScanNlist(60000), 256);  // sqrt(60000) = 245
   EXPECT_EQ(DefaultFastScanNlist(1000000), 1024);
   EXPECT_EQ(DefaultFastScanNlist(4000), 64);
@@ -70,10 +70,13 @@ TEST(IndexBuilder, DefaultsFollowTheDataShape) {
   EXPECT_EQ(DefaultFastScanNlist(10), 1);
   EXPECT_EQ(DefaultFastScanM(784), 196);   // 4 wide
   EXPECT_EQ(DefaultFastScanM(768), 192);   // 4 wide
-  EXPECT_EQ(DefaultFastScanM(810), 270);   // 3 wide: 4 does not divide
-  EXPECT_EQ(DefaultFastScanM(300), 75);    // 4 wide
-  EXPECT_EQ(DefaultFastScanM(192), 64);    // 3 wide: 192/64 = 3
-  EXPECT_EQ(DefaultFastScanM(128), 64);    // 2 wide: 64 sub-quantizers
+  EXPECT_EQ(DefaultFastScanM(384), 96);    // 4 wide: exactly 96
+  EXPECT_EQ(DefaultFastScanM(810), 405);   // 2 wide: 4 does not divide
+  EXPECT_EQ(DefaultFastScanM(999), 333);   // 3 wide: odd
+  EXPECT_EQ(DefaultFastScanM(300), 150);   // 2 wide: 4 would leave 75
+  EXPECT_EQ(DefaultFastScanM(256), 128);   // 2 wide: 4 would leave 64
+  EXPECT_EQ(DefaultFastScanM(192), 96);    // 2 wide
+  EXPECT_EQ(DefaultFastScanM(128), 128);   // 1 wide: 2 would leave 64
   EXPECT_EQ(DefaultFastScanM(100), 100);   // 1 wide
   EXPECT_EQ(DefaultFastScanM(16), 16);
   EXPECT_EQ(DefaultFastScanM(251), 251);   // prime

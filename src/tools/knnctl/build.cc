@@ -152,7 +152,8 @@ absl::StatusOr<std::string> FactoryFor(const BuildOptions& options,
   const std::string m_why =
       options.m > 0 ? "from --m"
       : fastscan    ? absl::StrCat("sub-vectors <= ", kMaxFastScanWidth,
-                                   " dims, M >= ", kMinFastScanM)
+                                   " dims, M >= ", kMinFastScanM,
+                                   " where dim allows")
                     : "largest fast divisor of dim <= 64";
   std::printf(
       "factory:  %s (recipe %s: %s; nlist %s; M %s: %d-dim sub-vectors, "
@@ -492,9 +493,10 @@ std::function<int()> DefineBuild(FlagSet& flags) {
             "or 4*sqrt(rows) (pq8), at most rows/39.");
   flags.Add("m", &options->m, "M",
             "PQ sub-quantizers, must divide dim (fastscan: M/2 bytes per "
-            "vector, pq8: M); 0 = fastscan: dim/w for the largest divisor w "
-            "<= min(4, dim/64) (784 -> 196, 128 -> 64); pq8: the largest "
-            "divisor <= 64 leaving sub-vectors 4, 8, 12 or >= 16 dims wide.");
+            "vector, pq8: M); 0 = fastscan: dim/w for the first of w = 4, 2, "
+            "3 dividing dim with dim/w >= 96, else dim (784 -> 196, 384 -> "
+            "96, 128 -> 128); pq8: the largest divisor <= 64 leaving "
+            "sub-vectors 4, 8, 12 or >= 16 dims wide.");
   flags.Add("train_size", &options->train_size, "N",
             "Rows sampled (seeded) for training; 0 = min(rows, "
             "max(50*nlist, 65536)).");
