@@ -222,6 +222,31 @@ void D4DistanceTables(size_t n, const float* x, size_t m,
 #endif
 }
 
+void D1DistanceTables(size_t n, const float* x, size_t m,
+                      const float* centroids, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    const float* xi = x + i * m;
+    float* oi = out + i * m * kKsub;
+    for (size_t j = 0; j < m; ++j) {
+      const float* c = centroids + j * kKsub;
+      float* o = oi + j * kKsub;
+      // FAISS's fvec_op_ny_D1: the difference, then its square.
+#if defined(__AVX2__)
+      const __m256 xj = _mm256_set1_ps(xi[j]);
+      for (size_t h = 0; h < kKsub; h += 8) {
+        const __m256 diff = _mm256_sub_ps(xj, _mm256_loadu_ps(c + h));
+        _mm256_storeu_ps(o + h, _mm256_mul_ps(diff, diff));
+      }
+#else
+      for (size_t h = 0; h < kKsub; ++h) {
+        const float diff = xi[j] - c[h];
+        o[h] = diff * diff;
+      }
+#endif
+    }
+  }
+}
+
 namespace {
 
 // c = a + bf * b, element-wise (FAISS: fvec_madd_avx). bf = -2 makes bf * b
@@ -244,10 +269,12 @@ void MultiplyAdd(size_t n, const float* __restrict a, float bf,
 void DistanceTables(const faiss::ProductQuantizer& pq,
                     const std::vector<float>& by_dim, size_t n,
                     const float* x, float* out) {
-  if (by_dim.empty()) {
-    pq.compute_distance_tables(n, x, out);
-  } else {
+  if (!by_dim.empty()) {
     D4DistanceTables(n, x, pq.M, by_dim.data(), out);
+  } else if (pq.dsub == 1 && pq.ksub == kKsub) {
+    D1DistanceTables(n, x, pq.M, pq.centroids.data(), out);
+  } else {
+    pq.compute_distance_tables(n, x, out);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -128,6 +129,33 @@ TEST(FastScanLut, D4DistanceTablesEqualFaissWhereTheyApply) {
     fastscan_lut::D4DistanceTables(n, x.data(), m, by_dim.data(), ours.data());
     for (size_t e = 0; e < theirs.size(); ++e) {
       // Bitwise: +inf and NaN compared as the same bits.
+      uint32_t a, b;
+      std::memcpy(&a, &ours[e], 4);
+      std::memcpy(&b, &theirs[e], 4);
+      ASSERT_EQ(a, b) << "m " << m << " entry " << e << ": " << ours[e]
+                      << " vs " << theirs[e];
+    }
+  }
+}
+
+// 1-dim sub-vectors (the default recipe for 128 dims and fewer): the same
+// bits as FAISS's tables on any build, infinities and NaNs included.
+TEST(FastScanLut, D1DistanceTablesEqualFaiss) {
+  std::mt19937_64 rng(11);
+  for (size_t m : {1, 5, 100, 128}) {
+    faiss::ProductQuantizer pq(m, m, 4);
+    std::normal_distribution<float> value(0, 1 + static_cast<float>(m));
+    for (float& c : pq.centroids) c = value(rng);
+    const size_t n = 7;
+    std::vector<float> x(n * m);
+    for (float& v : x) v = value(rng);
+    x[0] = 1e30f;  // the square overflows
+    if (m > 1) x[1] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> theirs(n * m * 16), ours(n * m * 16, -1);
+    pq.compute_distance_tables(n, x.data(), theirs.data());
+    fastscan_lut::D1DistanceTables(n, x.data(), m, pq.centroids.data(),
+                                   ours.data());
+    for (size_t e = 0; e < theirs.size(); ++e) {
       uint32_t a, b;
       std::memcpy(&a, &ours[e], 4);
       std::memcpy(&b, &theirs[e], 4);
