@@ -107,6 +107,19 @@ TEST(FastScanLut, QueryTablesEqualFaissOnRandomTables) {
   }
 }
 
+// Bitwise: +inf and NaN compared as the same bits.
+void ExpectSameBits(const std::vector<float>& ours,
+                    const std::vector<float>& theirs, size_t m) {
+  ASSERT_EQ(ours.size(), theirs.size());
+  for (size_t e = 0; e < theirs.size(); ++e) {
+    uint32_t a, b;
+    std::memcpy(&a, &ours[e], 4);
+    std::memcpy(&b, &theirs[e], 4);
+    ASSERT_EQ(a, b) << "m " << m << " entry " << e << ": " << ours[e]
+                    << " vs " << theirs[e];
+  }
+}
+
 TEST(FastScanLut, D4DistanceTablesEqualFaissWhereTheyApply) {
   if (!fastscan_lut::D4TablesApply(4, 16)) {
     GTEST_SKIP() << "built without AVX2: FAISS computes the tables";
@@ -127,14 +140,7 @@ TEST(FastScanLut, D4DistanceTablesEqualFaissWhereTheyApply) {
     const std::vector<float> by_dim =
         fastscan_lut::CentroidsByDim(pq.centroids.data(), m);
     fastscan_lut::D4DistanceTables(n, x.data(), m, by_dim.data(), ours.data());
-    for (size_t e = 0; e < theirs.size(); ++e) {
-      // Bitwise: +inf and NaN compared as the same bits.
-      uint32_t a, b;
-      std::memcpy(&a, &ours[e], 4);
-      std::memcpy(&b, &theirs[e], 4);
-      ASSERT_EQ(a, b) << "m " << m << " entry " << e << ": " << ours[e]
-                      << " vs " << theirs[e];
-    }
+    ExpectSameBits(ours, theirs, m);
   }
 }
 
@@ -155,13 +161,7 @@ TEST(FastScanLut, D1DistanceTablesEqualFaiss) {
     pq.compute_distance_tables(n, x.data(), theirs.data());
     fastscan_lut::D1DistanceTables(n, x.data(), m, pq.centroids.data(),
                                    ours.data());
-    for (size_t e = 0; e < theirs.size(); ++e) {
-      uint32_t a, b;
-      std::memcpy(&a, &ours[e], 4);
-      std::memcpy(&b, &theirs[e], 4);
-      ASSERT_EQ(a, b) << "m " << m << " entry " << e << ": " << ours[e]
-                      << " vs " << theirs[e];
-    }
+    ExpectSameBits(ours, theirs, m);
   }
 }
 
