@@ -86,8 +86,8 @@ std::vector<float> CentroidsByDim(const float* centroids, size_t m);
 void D4DistanceTables(size_t n, const float* x, size_t m,
                       const float* by_dim, float* out);
 
-// The same for 1-dim sub-vectors (knnctl build's default for 128 dims and
-// fewer; centroids as FAISS keeps them, m x 16 floats): the squared
+// The same for 1-dim sub-vectors (knnctl build's default below 192 dims;
+// centroids as FAISS keeps them, m x 16 floats): the squared
 // difference, as FAISS 1.7.3's fvec_L2sqr_ny computes it for d = 1, bit
 // for bit, without its call per sub-quantizer and per-entry extraction
 // (4% of a single-query search of a 128-dim index in perf).

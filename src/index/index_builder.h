@@ -58,8 +58,9 @@ int64_t DefaultFastScanNlist(int64_t rows);
 // 128-dim PCA projection, and on a synthetic 128-dim set, M 128 (1 dim)
 // reached 0.98 1.13x-1.20x faster than M 64 (2 dims), and M 32 (4 dims)
 // stopped below 0.93; on the 384-dim set M 96 (4 dims) matched M 192
-// (2 dims) one query at a time and was 1.10x faster in batches. 784 -> 196, 768 -> 192, 384 -> 96,
-// 300 -> 150, 256 -> 128, 128 -> 128, 100 and below -> dim.
+// (2 dims) one query at a time and was 1.10x faster in batches.
+// 784 -> 196, 768 -> 192, 384 -> 96, 300 -> 150, 256 -> 128, 192 -> 96,
+// and below 192 -> dim (128 -> 128).
 inline constexpr int kMaxFastScanWidth = 4;
 inline constexpr int kMinFastScanM = 96;
 int DefaultFastScanM(int dim);
