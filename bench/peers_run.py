@@ -139,6 +139,7 @@ class CpuTimer:
 NPROBES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
 REFINES = (2, 3, 4, 6, 8, 12, 16, 24)
 
+
 class Knnd:
     name = "knnd"
 

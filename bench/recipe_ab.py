@@ -29,9 +29,9 @@ import subprocess
 
 import numpy as np
 
-K = 10
+from peers_run import K, REFINES, cpu_model, recall
+
 NPROBES = (1, 2, 3, 4, 6, 8, 12, 16, 24)
-REFINES = (2, 3, 4, 6, 8, 12, 16, 24)
 ROUNDS = 5
 
 
@@ -57,12 +57,6 @@ class Searcher:
     def close(self):
         self.proc.stdin.close()
         self.proc.wait()
-
-
-def recall(path, truth):
-    ids = np.fromfile(path, dtype=np.int64).reshape(len(truth), K)
-    hits = sum(len(set(a) & set(b)) for a, b in zip(ids.tolist(), truth.tolist()))
-    return hits / (K * len(truth))
 
 
 def prepare(args):
@@ -98,7 +92,8 @@ def sweep(searcher, rows, truth, top):
     for nprobe in NPROBES:
         for refine in REFINES:
             first = searcher.run(rows, nprobe, refine, 1, True)
-            rec = recall(searcher.ids_out, truth)
+            ids = np.fromfile(searcher.ids_out, dtype=np.int64)
+            rec = recall(ids.reshape(len(truth), K), truth)
             second = searcher.run(rows, nprobe, refine, 1, False)
             seconds = min(first["cpu_s"], second["cpu_s"])
             found.append((nprobe, refine, rec, len(truth) / seconds))
@@ -121,10 +116,7 @@ def main():
     args = p.parse_args()
     targets = [float(t) for t in args.targets.split(",")]
     query_npy, truth, indexes = prepare(args)
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((l.split(":", 1)[1].strip() for l in cpu.splitlines()
-                  if l.startswith("Model name")), "?")
-    print(f"# {model}, {os.cpu_count()} vCPU; {len(truth)} queries of "
+    print(f"# {cpu_model()}, {os.cpu_count()} vCPU; {len(truth)} queries of "
           f"{args.queries}{f', PCA {args.pca}' if args.pca else ''}", flush=True)
     searchers = [Searcher(args.build, index, query_npy,
                           f"{args.work}/ids{i}.bin")
