@@ -132,6 +132,10 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
     return out_of_range("malloc_mmap_threshold_bytes",
                         c.malloc_mmap_threshold_bytes(), 0, uint32_t{32} << 20);
   }
+  if (c.malloc_top_pad_bytes() > (uint32_t{32} << 20)) {
+    return out_of_range("malloc_top_pad_bytes", c.malloc_top_pad_bytes(), 0,
+                        uint32_t{32} << 20);
+  }
   if (c.max_queue_time_ms() > 3600000) {
     return out_of_range("max_queue_time_ms", c.max_queue_time_ms(), 0, 3600000);
   }

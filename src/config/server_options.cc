@@ -25,6 +25,7 @@ MallocSettings MallocSettingsFrom(const ServerConfig& config) {
   settings.arena_max = static_cast<int>(config.malloc_arena_max());
   settings.mmap_threshold_bytes =
       static_cast<int64_t>(config.malloc_mmap_threshold_bytes());
+  settings.top_pad_bytes = static_cast<int64_t>(config.malloc_top_pad_bytes());
   return settings;
 }
 

@@ -26,6 +26,15 @@ void ApplyMallocSettings(const MallocSettings& settings) {
       spdlog::warn("mallopt(M_TRIM_THRESHOLD, {}) failed", mmap_threshold);
     }
   }
+  // What a trim leaves at an arena's top (and a growth adds): with glibc's
+  // 128 KiB, the 1 MiB trim threshold still gave back, and faulted in
+  // again, the top under each large request's buffers (the request's bytes
+  // on gRPC's thread, a slice's look-up tables on a worker); the heap
+  // trimmer gives the pad back once knnd is idle.
+  if (settings.top_pad_bytes > 0 &&
+      mallopt(M_TOP_PAD, static_cast<int>(settings.top_pad_bytes)) != 1) {
+    spdlog::warn("mallopt(M_TOP_PAD, {}) failed", settings.top_pad_bytes);
+  }
   // The coarse search's distance block then stays on the heap instead of
   // being mapped and faulted in on every call (0 leaves FAISS's default).
   SetCoarseBlockRowsUnder(mmap_threshold);

@@ -13,6 +13,8 @@ struct MallocSettings {
   int arena_max = 2;
   // M_MMAP_THRESHOLD; 0: glibc's dynamic one.
   int64_t mmap_threshold_bytes = 1 << 20;
+  // M_TOP_PAD; 0: glibc's default (128 KiB).
+  int64_t top_pad_bytes = 2 << 20;
 };
 
 // Applies `settings` (a failed mallopt is logged, not fatal), sets the trim

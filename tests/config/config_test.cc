@@ -37,6 +37,20 @@ TEST(TransportConfig, GrpcPollUsIsBounded) {
       config, "grpc_poll_us=10001 is outside [0, 10000]");
 }
 
+// The allocator's top pad: 2 MiB by default, 0 (glibc's) up to glibc's
+// 32 MiB accepted, more refused with the field and its range.
+TEST(MallocConfig, TopPadIsBounded) {
+  knnd::v1::ServerConfig config = ::knnd::testing::TestConfig("m.index");
+  EXPECT_EQ(config.malloc_top_pad_bytes(), 2u << 20);
+  config.set_malloc_top_pad_bytes(0);
+  EXPECT_TRUE(ValidateConfig(config).ok());
+  config.set_malloc_top_pad_bytes(32u << 20);
+  EXPECT_TRUE(ValidateConfig(config).ok());
+  config.set_malloc_top_pad_bytes((32u << 20) + 1);
+  ::knnd::testing::ExpectConfigRefused(
+      config, "malloc_top_pad_bytes=33554433 is outside [0, 33554432]");
+}
+
 // The shutdown's times: the delay and the grace are bounded, each refusal
 // naming the field and its range.
 TEST(ShutdownConfig, DelayAndGraceAreBounded) {

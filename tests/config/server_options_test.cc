@@ -61,7 +61,8 @@ TEST(ServerOptions, HeapTrimmerAndMallocDefaultsAreTheConfigs) {
               FieldsAre(trimmer.interval, trimmer.min_free_bytes));
   const MallocSettings settings;
   EXPECT_THAT(MallocSettingsFrom(ServerConfig()),
-              FieldsAre(settings.arena_max, settings.mmap_threshold_bytes));
+              FieldsAre(settings.arena_max, settings.mmap_threshold_bytes,
+                        settings.top_pad_bytes));
 }
 
 TEST(ServerOptions, LimitsDefaultsAreTheConfigs) {

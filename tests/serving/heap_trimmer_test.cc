@@ -9,15 +9,12 @@
 #include <gtest/gtest.h>
 
 #include "knnd/monitoring/process_stats.h"
+#include "testing/glibc_malloc.h"
 
 namespace knnd {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kGlibcMalloc = false;  // the sanitizer's allocator replaces it
-#else
-constexpr bool kGlibcMalloc = true;
-#endif
+using ::knnd::testing::kGlibcMalloc;
 
 int64_t RssAnon() {
   return ReadProcessStats("/proc").resident_anonymous_bytes.value_or(-1);
