@@ -19,6 +19,7 @@
 #include "knnd/faiss/sgemm.h"
 #include "knnd/index/index_snapshot.h"
 #include "testing/fastscan_util.h"
+#include "testing/glibc_malloc.h"
 #include "testing/test_util.h"
 
 namespace knnd {
@@ -155,10 +156,10 @@ class KnndMallocThresholds {
 // distance block is mapped afresh by every call of >= 20 rows and faulted in
 // page by page; sized under the threshold it is reused from the heap.
 TEST(IndexSnapshot, CoarseSearchBlockUnderTheMmapThresholdStopsPageFaults) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "a sanitizer's allocator ignores mallopt and keeps freed "
-                  "memory in quarantine";
-#endif
+  if (!::knnd::testing::kGlibcMalloc) {
+    GTEST_SKIP() << "a sanitizer's allocator ignores mallopt and keeps freed "
+                    "memory in quarantine";
+  }
   TempDir tmp;
   IndexSpec spec;
   spec.factory = "IVF128,PQ8";  // 256 rows x 128 centroids: 32 pages a call
@@ -190,10 +191,10 @@ TEST(IndexSnapshot, CoarseSearchBlockUnderTheMmapThresholdStopsPageFaults) {
 // power-of-two tables of 1 and 4 MiB were mapped and faulted in on every
 // call (102 faults a call here before, 0 after).
 TEST(IndexSnapshot, FastScanTablesStayUnderTheMmapThreshold) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "a sanitizer's allocator ignores mallopt and keeps freed "
-                  "memory in quarantine";
-#endif
+  if (!::knnd::testing::kGlibcMalloc) {
+    GTEST_SKIP() << "a sanitizer's allocator ignores mallopt and keeps freed "
+                    "memory in quarantine";
+  }
   TempDir tmp;
   IndexSpec spec;
   spec.n = 3000;

@@ -22,6 +22,7 @@
 #include "knnd/monitoring/process_stats.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/v1/admin_service.grpc.pb.h"
+#include "testing/glibc_malloc.h"
 #include "testing/test_util.h"
 #include "testing/version_util.h"
 
@@ -439,9 +440,9 @@ int64_t AnonBytes() {
 // 4 MiB precomputed table here) is given back: anonymous memory returns to
 // its level before the swap.
 TEST(IndexManager, AnonymousMemoryReturnsAfterASwap) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "a sanitizer's allocator keeps freed memory (quarantine)";
-#endif
+  if (!::knnd::testing::kGlibcMalloc) {
+    GTEST_SKIP() << "a sanitizer's allocator keeps freed memory (quarantine)";
+  }
   TempDir tmp;
   const std::string dir = tmp.path("versions");
   auto spec = [](int64_t version) {
