@@ -11,8 +11,9 @@
 // With --index it is the bare FAISS server instead: the same listener, and
 // each Search runs the index's search inline on the completion-queue thread
 // that took the call (knnd's IndexSnapshot, lists memory-mapped, as knnd
-// serves them), with none of knnd's gate, workers, limits, metrics or
-// logging. What knnd's p50 is above this one's is knnd's own cost, with
+// serves them; the request's nprobe, k and refine_factor, re-ranked from
+// INDEX.vectors; OpenBLAS's kernels chosen as knnd chooses them), with none
+// of knnd's gate, workers, limits, metrics or logging. What knnd's p50 is above this one's is knnd's own cost, with
 // whatever a search costs inside any gRPC server (caches shared with the
 // network path, the core waking between requests) on both sides.
 //
@@ -116,6 +117,7 @@ grpc::Status SearchIndex(const knnd::v1::SearchRequest& request,
   args.k = k;
   args.nprobe = request.nprobe() > 0 ? static_cast<int>(request.nprobe())
                                      : absl::GetFlag(FLAGS_nprobe);
+  args.refine_factor = static_cast<int>(request.refine_factor());
   args.distances = response->mutable_distances()->mutable_data();
   args.ids = response->mutable_ids()->mutable_data();
   absl::Status status = g_index->Search(args);
@@ -172,6 +174,7 @@ class AsyncNoop final : public knnd::AsyncService {
 
 int main(int argc, char** argv) {
   knnd::RunIndexProbeIfAsked(argc, argv);
+  knnd::UseBlasKernelsForThisCpu();  // as knnd does, first thing
   absl::ParseCommandLine(argc, argv);
   // Blocked before gRPC starts its threads, so that sigwait takes them.
   sigset_t stop;

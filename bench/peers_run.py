@@ -33,7 +33,11 @@ cores: its share (client_cores) is printed, and the cores knnd (all its
 threads, and its workers alone) and the in-process loop used in the same
 windows, with the q/s per core of each over the in-process loop's. --grpc_wire f32,f16 measures
 float16 requests (vectors_f16le, half the bytes) in the same rounds, and the
-recall of the queries rounded to float16.
+recall of the queries rounded to float16. bench/noop_server --index, the same
+search inline on gRPC's threads with none of knnd's serving (gate, workers,
+limits, metrics, logging), is measured beside it at each client count
+(--no-grpc_bare: not): the part of the gap to in process that any gRPC
+server around this search pays.
 
 Sets: Fashion-MNIST (60,000 x 784, the first --nq test images as queries)
 and "minilm": seeded synthetic rows shaped like all-MiniLM-L6-v2 embeddings
@@ -367,7 +371,10 @@ def grpc_mode(knnd, work, queries, setting):
     round]}, [in-process q/s per round], {(wire, clients): [load_gen's
     cores per round]} and the cores used: {"server": {(wire, clients):
     [knnd's, per round]}, "workers": {... its workers'}, "inproc": [the
-    in-process loop's, per round]}."""
+    in-process loop's, per round]}. With --grpc_bare, ("bare", clients)
+    keys are bench/noop_server --index at each client count (f32): the same
+    search inline on gRPC's threads, with none of knnd's gate, workers,
+    limits, metrics or logging."""
     raw = f"{work}/queries.f32"
     queries.astype("<f4").tofile(raw)
     cfg = f"{work}/knnd.textproto"
@@ -384,6 +391,14 @@ def grpc_mode(knnd, work, queries, setting):
                               env={**os.environ, "OMP_NUM_THREADS": "1"})
     counts = [int(c) for c in ARGS.grpc_clients.split(",")]
     wires = ARGS.grpc_wire.split(",")
+    bare = None
+    bare_address = f"127.0.0.1:{free_port()}"
+    if ARGS.grpc_bare:
+        bare = subprocess.Popen([f"{ARGS.build}/bench/noop_server", "--port",
+                                 bare_address.rsplit(":", 1)[1], "--index",
+                                 knnd.index, "--nprobe", str(setting[0])],
+                                stdout=subprocess.PIPE, stderr=log, text=True,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         for _ in range(600):
             if subprocess.run([f"{ARGS.build}/knnctl", "health", "--addr", address],
@@ -392,8 +407,12 @@ def grpc_mode(knnd, work, queries, setting):
             time.sleep(0.2)
         else:
             raise RuntimeError("knnd did not become healthy (see knnd.log)")
+        if bare is not None and bare.stdout.readline().strip() != "serving":
+            raise RuntimeError("noop_server did not start (see knnd.log)")
         knnd.setting = setting
         keys = [(w, c) for w in wires for c in counts]
+        if bare is not None:
+            keys += [("bare", c) for c in counts]
         grpc = {key: [] for key in keys}
         client_cores = {key: [] for key in keys}
         server = {key: [] for key in keys}  # knnd's cores (all its threads)
@@ -406,14 +425,17 @@ def grpc_mode(knnd, work, queries, setting):
             for which, key in runs[shift:] + runs[:shift]:
                 if which == "grpc":
                     wire, clients = key
+                    target, pid = address, daemon.pid
+                    if wire == "bare":
+                        wire, target, pid = "f32", bare_address, bare.pid
                     text = subprocess.run(
-                        [f"{ARGS.build}/bench/load_gen", "--target", address,
+                        [f"{ARGS.build}/bench/load_gen", "--target", target,
                          "--queries", raw, "--d", str(queries.shape[1]),
                          "--batch", "256", "--clients", str(clients),
                          "--seconds", "2", "--wire", wire,
                          "--nprobe", str(setting[0]), "--refine_factor",
                          str(setting[1]), "--k", str(K),
-                         "--server_pid", str(daemon.pid)],
+                         "--server_pid", str(pid)],
                         check=True, capture_output=True, text=True).stdout
                     res = json.loads(text)
                     if res["errors"]:
@@ -433,6 +455,9 @@ def grpc_mode(knnd, work, queries, setting):
     finally:
         daemon.terminate()
         daemon.wait()
+        if bare is not None:
+            bare.terminate()
+            bare.wait()
         log.close()
 
 
@@ -511,6 +536,28 @@ def run_set(spec, targets):
         inproc_per_core = [q / c for q, c in zip(inproc, used["inproc"])]
         for (wire, clients), qps in grpc.items():
             ratio = sorted(g / i for g, i in zip(qps, inproc))
+            if wire == "bare":
+                # Any gRPC server around the same search: what is left of
+                # the gap to in process once knnd's own work is taken away.
+                server = used["server"][(wire, clients)]
+                per_core = sorted(g / s / i for g, s, i in
+                                  zip(qps, server, inproc_per_core))
+                knnd_over = sorted(k / b for k, b in
+                                   zip(grpc.get(("f32", clients), []), qps))
+                result["grpc"]["by_clients"][f"{clients} bare"] = {
+                    "grpc_qps": qps, "ratio": ratio,
+                    "client_cores": cores[(wire, clients)],
+                    "server_cores": server, "per_server_core": per_core,
+                    "knnd_over_bare": knnd_over}
+                print(f"  bare gRPC server (noop_server --index: the search "
+                      f"inline on gRPC's threads), {clients} clients: "
+                      f"{spread(qps)} q/s (load_gen "
+                      f"{spread(cores[(wire, clients)], '{:.2f}')} cores, "
+                      f"server {spread(server, '{:.2f}')}); / in process "
+                      f"{spread(ratio, '{:.2f}')}x, per core "
+                      f"{spread(per_core, '{:.2f}')}x; knnd / bare "
+                      f"{spread(knnd_over, '{:.2f}')}x", flush=True)
+                continue
             # Per core: q/s for each core knnd's process (or its workers)
             # used, over the in-process loop's q/s per core it used, round
             # by round: the server's cost per query whatever the load
@@ -576,6 +623,11 @@ def main():
     p.add_argument("--grpc_wire", default="f32",
                    help="encodings of the gRPC part's queries, each measured "
                         "in the same rounds: f32, f16, bf16 (load_gen --wire)")
+    p.add_argument("--grpc_bare", action=argparse.BooleanOptionalAction,
+                   default=True,
+                   help="also measure bench/noop_server --index (the same "
+                        "search inline on gRPC's threads, none of knnd's "
+                        "serving) at each client count in the same rounds")
     p.add_argument("--grpc_clients", default="2,4",
                    help="closed-loop load_gen clients, each count measured "
                         "against the same in-process rounds")

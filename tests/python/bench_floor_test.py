@@ -2,10 +2,12 @@
 """The floors make bench measures knnd against (bench/noop_server): the
 no-op server answers with results of the right shape and no search, and the
 bare FAISS server (`--index`) answers exactly what FAISS does on the same
-file. A floor that answered less than knnd would flatter knnd's share.
+file, and re-ranks exactly when the request asks (refine_factor, on an
+index knnctl built with its INDEX.vectors). A floor that answered less than
+knnd would flatter knnd's share.
 
   bench_floor_test.py --knnd BUILD/knnd --noop-server BUILD/bench/noop_server \
-      --source-dir . [unittest args]
+      --knnctl BUILD/knnctl --source-dir . [unittest args]
 """
 import os
 import subprocess
@@ -87,6 +89,36 @@ class BenchFloorTest(unittest.TestCase):
         self.assertEqual(list(r.ids), want_i[0].tolist())
         self.assertEqual(r.nprobe, 6)
 
+    def test_bare_server_reranks_as_the_request_asks(self):
+        # peers_run.py sets it beside knnd at the same (nprobe,
+        # refine_factor): without re-ranking it would measure less work.
+        npy = os.path.join(self.tmp.name, "floor.npy")
+        np.save(npy, self.xb)
+        path = os.path.join(self.tmp.name, "rerank.index")
+        subprocess.run([ARGS.knnctl, "build", "--input", npy, "--output", path],
+                       check=True, capture_output=True, timeout=240)
+        floor = self.serve("--index", path)
+        q = self.xb[:32] + 0.1
+        exact = ((q[:, None, :] - self.xb[None, :, :]) ** 2).sum(-1)
+        truth = np.argsort(exact, axis=1)[:, :10]
+        found = {}
+        for refine in (0, 8):
+            r = floor.search(pb.SearchRequest(
+                vectors_f32le=q.astype("<f4").tobytes(), k=10, nprobe=8,
+                refine_factor=refine), timeout=10)
+            ids = np.array(r.ids).reshape(32, 10)
+            d = np.array(r.distances).reshape(32, 10)
+            found[refine] = np.mean([len(set(a) & set(b)) / 10
+                                     for a, b in zip(ids, truth)])
+            if refine:
+                # Exact distances of the returned rows, best first.
+                np.testing.assert_allclose(
+                    d, np.take_along_axis(exact, ids, axis=1), rtol=1e-4,
+                    atol=1e-3)
+                self.assertTrue(np.all(np.diff(d, axis=1) >= 0))
+        self.assertGreater(found[8], found[0])
+        self.assertGreaterEqual(found[8], 0.95)
+
     def test_bare_server_refuses_what_it_cannot_search(self):
         floor = self.serve("--index", self.path)
         for request in (pb.SearchRequest(vectors=[1.0] * 47, k=3),
@@ -118,5 +150,7 @@ class BenchFloorTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest_main(__doc__, add_arguments=lambda p: p.add_argument(
-        "--noop-server", required=True))
+    def add_arguments(p):
+        p.add_argument("--noop-server", required=True)
+        p.add_argument("--knnctl", required=True)
+    unittest_main(__doc__, add_arguments=add_arguments)
