@@ -12,7 +12,9 @@
 // each Search runs the index's search inline on the completion-queue thread
 // that took the call (knnd's IndexSnapshot, lists memory-mapped, as knnd
 // serves them; the request's nprobe, k and refine_factor, re-ranked from
-// INDEX.vectors; OpenBLAS's kernels chosen as knnd chooses them), with none
+// INDEX.vectors, by the sidecar's tuned refine_factor where the request sets
+// none, as knnd's defaults; OpenBLAS's kernels chosen as knnd chooses them),
+// with none
 // of knnd's gate, workers, limits, metrics or logging. What knnd's p50 is above this one's is knnd's own cost, with
 // whatever a search costs inside any gRPC server (caches shared with the
 // network path, the core waking between requests) on both sides.
@@ -117,7 +119,13 @@ grpc::Status SearchIndex(const knnd::v1::SearchRequest& request,
   args.k = k;
   args.nprobe = request.nprobe() > 0 ? static_cast<int>(request.nprobe())
                                      : absl::GetFlag(FLAGS_nprobe);
-  args.refine_factor = static_cast<int>(request.refine_factor());
+  // Unset: the sidecar's tuned refine_factor, as knnd's defaults do
+  // (serving/search_limits.cc), so that the floor re-ranks when knnd does.
+  const knnd::IndexInfo& info = g_index->info();
+  args.refine_factor =
+      request.has_refine_factor() ? static_cast<int>(request.refine_factor())
+      : info.has_vectors && info.tuned_nprobe > 0 ? info.tuned_refine_factor
+                                                  : 0;
   args.distances = response->mutable_distances()->mutable_data();
   args.ids = response->mutable_ids()->mutable_data();
   absl::Status status = g_index->Search(args);

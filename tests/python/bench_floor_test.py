@@ -9,6 +9,7 @@ knnd would flatter knnd's share.
   bench_floor_test.py --knnd BUILD/knnd --noop-server BUILD/bench/noop_server \
       --knnctl BUILD/knnctl --source-dir . [unittest args]
 """
+import json
 import os
 import subprocess
 import tempfile
@@ -118,6 +119,26 @@ class BenchFloorTest(unittest.TestCase):
                 self.assertTrue(np.all(np.diff(d, axis=1) >= 0))
         self.assertGreater(found[8], found[0])
         self.assertGreaterEqual(found[8], 0.95)
+        # A request that sets none: the sidecar's tuned refine_factor, as
+        # knnd's defaults (none before the tuning).
+        def unset():
+            r = floor.search(pb.SearchRequest(
+                vectors_f32le=q.astype("<f4").tobytes(), k=10, nprobe=8),
+                timeout=10)
+            return np.array(r.ids).reshape(32, 10), np.array(r.distances).reshape(32, 10)
+        ids, d = unset()
+        self.assertFalse(np.allclose(d, np.take_along_axis(exact, ids, axis=1),
+                                     rtol=1e-4, atol=1e-3))
+        floor.stop()
+        subprocess.run([ARGS.knnctl, "tune", "--index", path, "--sample", "200",
+                        "--target_recall", "0.99"],
+                       check=True, capture_output=True, timeout=240)
+        meta = json.load(open(path + ".meta.json"))
+        self.assertGreater(meta["tuned_refine_factor"], 0, meta)
+        floor = self.serve("--index", path)
+        ids, d = unset()
+        np.testing.assert_allclose(d, np.take_along_axis(exact, ids, axis=1),
+                                   rtol=1e-4, atol=1e-3)
 
     def test_bare_server_refuses_what_it_cannot_search(self):
         floor = self.serve("--index", self.path)
