@@ -177,7 +177,7 @@ bench-frontier: build
 PEERS_WORK ?= /tmp/knnd_peers
 PEERS_PACKAGES ?= faiss-cpu scann hnswlib numpy
 bench-peers: build
-	@cmake --build $(BUILD) -j $(JOBS) --target peers_bench load_gen
+	@cmake --build $(BUILD) -j $(JOBS) --target peers_bench load_gen noop_server
 	@[ -f $(PEERS_WORK)/venv/.installed ] || { mkdir -p $(PEERS_WORK) && \
 	  /usr/bin/python3 -m venv $(PEERS_WORK)/venv && \
 	  $(PEERS_WORK)/venv/bin/pip install -q --upgrade $(PEERS_PACKAGES) && \
