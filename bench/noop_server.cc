@@ -12,11 +12,10 @@
 // each Search runs the index's search inline on the completion-queue thread
 // that took the call (knnd's IndexSnapshot, lists memory-mapped, as knnd
 // serves them; the request's nprobe, k and refine_factor, re-ranked from
-// INDEX.vectors, by the sidecar's tuned refine_factor where the request sets
-// none, as knnd's defaults; OpenBLAS's kernels chosen as knnd chooses them),
-// with none
-// of knnd's gate, workers, limits, metrics or logging. What knnd's p50 is above this one's is knnd's own cost, with
-// whatever a search costs inside any gRPC server (caches shared with the
+// INDEX.vectors, by knnd's default refine_factor where the request sets
+// none; OpenBLAS's kernels chosen as knnd chooses them), with none of knnd's
+// gate, workers, limits, metrics or logging. What knnd's p50 is above this
+// one's is knnd's own cost, with whatever a search costs inside any gRPC server (caches shared with the
 // network path, the core waking between requests) on both sides.
 //
 //   noop_server --port 50099    # prints "serving" once it listens
@@ -41,6 +40,7 @@
 #include "knnd/index/index_snapshot.h"
 #include "knnd/rpc/async_call.h"
 #include "knnd/rpc/listener.h"
+#include "knnd/serving/search_limits.h"
 #include "knnd/serving/worker_pool.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 
@@ -87,6 +87,10 @@ void Answer(const knnd::v1::SearchRequest& request,
 // row, searched on the calling thread. Bad input is answered with
 // INVALID_ARGUMENT (load_gen sends none).
 const knnd::IndexSnapshot* g_index = nullptr;
+// The refine_factor knnd with its default configuration gives a request
+// that sets none (the sidecar's tuned one, 0 without raw vectors), so that
+// the floor re-ranks when knnd does.
+int g_default_refine_factor = 0;
 
 grpc::Status SearchIndex(const knnd::v1::SearchRequest& request,
                          knnd::v1::SearchResponse* response) {
@@ -119,13 +123,9 @@ grpc::Status SearchIndex(const knnd::v1::SearchRequest& request,
   args.k = k;
   args.nprobe = request.nprobe() > 0 ? static_cast<int>(request.nprobe())
                                      : absl::GetFlag(FLAGS_nprobe);
-  // Unset: the sidecar's tuned refine_factor, as knnd's defaults do
-  // (serving/search_limits.cc), so that the floor re-ranks when knnd does.
-  const knnd::IndexInfo& info = g_index->info();
-  args.refine_factor =
-      request.has_refine_factor() ? static_cast<int>(request.refine_factor())
-      : info.has_vectors && info.tuned_nprobe > 0 ? info.tuned_refine_factor
-                                                  : 0;
+  args.refine_factor = request.has_refine_factor()
+                            ? static_cast<int>(request.refine_factor())
+                            : g_default_refine_factor;
   args.distances = response->mutable_distances()->mutable_data();
   args.ids = response->mutable_ids()->mutable_data();
   absl::Status status = g_index->Search(args);
@@ -201,6 +201,9 @@ int main(int argc, char** argv) {
     }
     snapshot = std::move(*loaded);
     g_index = snapshot.get();
+    g_default_refine_factor =
+        knnd::ResolveLimits(knnd::LimitsConfig(), g_index->info())
+            .default_refine_factor;
   }
   CallbackNoop callback_service;
   AsyncNoop async_service;

@@ -392,10 +392,10 @@ def grpc_mode(knnd, work, queries, setting):
     counts = [int(c) for c in ARGS.grpc_clients.split(",")]
     wires = ARGS.grpc_wire.split(",")
     bare = None
-    bare_address = f"127.0.0.1:{free_port()}"
+    bare_port = free_port()
     if ARGS.grpc_bare:
         bare = subprocess.Popen([f"{ARGS.build}/bench/noop_server", "--port",
-                                 bare_address.rsplit(":", 1)[1], "--index",
+                                 str(bare_port), "--index",
                                  knnd.index, "--nprobe", str(setting[0])],
                                 stdout=subprocess.PIPE, stderr=log, text=True,
                                 env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -427,7 +427,7 @@ def grpc_mode(knnd, work, queries, setting):
                     wire, clients = key
                     target, pid = address, daemon.pid
                     if wire == "bare":
-                        wire, target, pid = "f32", bare_address, bare.pid
+                        wire, target, pid = "f32", f"127.0.0.1:{bare_port}", bare.pid
                     text = subprocess.run(
                         [f"{ARGS.build}/bench/load_gen", "--target", target,
                          "--queries", raw, "--d", str(queries.shape[1]),
@@ -536,12 +536,16 @@ def run_set(spec, targets):
         inproc_per_core = [q / c for q, c in zip(inproc, used["inproc"])]
         for (wire, clients), qps in grpc.items():
             ratio = sorted(g / i for g, i in zip(qps, inproc))
+            # Per core: q/s for each core the server's process (or knnd's
+            # workers) used, over the in-process loop's q/s per core it
+            # used, round by round: the server's cost per query whatever
+            # the load generator beside it takes.
+            server = used["server"][(wire, clients)]
+            per_core = sorted(g / s / i for g, s, i in
+                              zip(qps, server, inproc_per_core))
             if wire == "bare":
                 # Any gRPC server around the same search: what is left of
                 # the gap to in process once knnd's own work is taken away.
-                server = used["server"][(wire, clients)]
-                per_core = sorted(g / s / i for g, s, i in
-                                  zip(qps, server, inproc_per_core))
                 knnd_over = sorted(k / b for k, b in
                                    zip(grpc.get(("f32", clients), []), qps))
                 result["grpc"]["by_clients"][f"{clients} bare"] = {
@@ -558,14 +562,7 @@ def run_set(spec, targets):
                       f"{spread(per_core, '{:.2f}')}x; knnd / bare "
                       f"{spread(knnd_over, '{:.2f}')}x", flush=True)
                 continue
-            # Per core: q/s for each core knnd's process (or its workers)
-            # used, over the in-process loop's q/s per core it used, round
-            # by round: the server's cost per query whatever the load
-            # generator beside it takes.
-            server = used["server"][(wire, clients)]
             workers = used["workers"][(wire, clients)]
-            per_core = sorted(g / s / i for g, s, i in
-                              zip(qps, server, inproc_per_core))
             per_worker_core = sorted(g / w / i for g, w, i in
                                      zip(qps, workers, inproc_per_core))
             entry = {"grpc_qps": qps, "ratio": ratio,

@@ -119,8 +119,8 @@ class BenchFloorTest(unittest.TestCase):
                 self.assertTrue(np.all(np.diff(d, axis=1) >= 0))
         self.assertGreater(found[8], found[0])
         self.assertGreaterEqual(found[8], 0.95)
-        # A request that sets none: the sidecar's tuned refine_factor, as
-        # knnd's defaults (none before the tuning).
+        # A request that sets none: knnd's default, the sidecar's tuned
+        # refine_factor (none before the tuning).
         def unset():
             r = floor.search(pb.SearchRequest(
                 vectors_f32le=q.astype("<f4").tobytes(), k=10, nprobe=8),
@@ -133,7 +133,8 @@ class BenchFloorTest(unittest.TestCase):
         subprocess.run([ARGS.knnctl, "tune", "--index", path, "--sample", "200",
                         "--target_recall", "0.99"],
                        check=True, capture_output=True, timeout=240)
-        meta = json.load(open(path + ".meta.json"))
+        with open(path + ".meta.json") as f:
+            meta = json.load(f)
         self.assertGreater(meta["tuned_refine_factor"], 0, meta)
         floor = self.serve("--index", path)
         ids, d = unset()
