@@ -15,8 +15,9 @@
 // INDEX.vectors, by knnd's default refine_factor where the request sets
 // none; OpenBLAS's kernels chosen as knnd chooses them), with none of knnd's
 // gate, workers, limits, metrics or logging. What knnd's p50 is above this
-// one's is knnd's own cost, with whatever a search costs inside any gRPC server (caches shared with the
-// network path, the core waking between requests) on both sides.
+// one's is knnd's own cost, with whatever a search costs inside any gRPC
+// server (caches shared with the network path, the core waking between
+// requests) on both sides.
 //
 //   noop_server --port 50099    # prints "serving" once it listens
 //   noop_server --callback      # gRPC's callback API instead (comparison)

@@ -102,33 +102,36 @@ class BenchFloorTest(unittest.TestCase):
         q = self.xb[:32] + 0.1
         exact = ((q[:, None, :] - self.xb[None, :, :]) ** 2).sum(-1)
         truth = np.argsort(exact, axis=1)[:, :10]
+
+        def search(refine=None):
+            # refine None: a request that sets no refine_factor.
+            request = pb.SearchRequest(
+                vectors_f32le=q.astype("<f4").tobytes(), k=10, nprobe=8)
+            if refine is not None:
+                request.refine_factor = refine
+            r = floor.search(request, timeout=10)
+            return (np.array(r.ids).reshape(32, 10),
+                    np.array(r.distances).reshape(32, 10))
+
+        def exact_of(ids):
+            return np.take_along_axis(exact, ids, axis=1)
+
         found = {}
         for refine in (0, 8):
-            r = floor.search(pb.SearchRequest(
-                vectors_f32le=q.astype("<f4").tobytes(), k=10, nprobe=8,
-                refine_factor=refine), timeout=10)
-            ids = np.array(r.ids).reshape(32, 10)
-            d = np.array(r.distances).reshape(32, 10)
+            ids, d = search(refine)
             found[refine] = np.mean([len(set(a) & set(b)) / 10
                                      for a, b in zip(ids, truth)])
             if refine:
                 # Exact distances of the returned rows, best first.
-                np.testing.assert_allclose(
-                    d, np.take_along_axis(exact, ids, axis=1), rtol=1e-4,
-                    atol=1e-3)
+                np.testing.assert_allclose(d, exact_of(ids), rtol=1e-4,
+                                           atol=1e-3)
                 self.assertTrue(np.all(np.diff(d, axis=1) >= 0))
         self.assertGreater(found[8], found[0])
         self.assertGreaterEqual(found[8], 0.95)
         # A request that sets none: knnd's default, the sidecar's tuned
         # refine_factor (none before the tuning).
-        def unset():
-            r = floor.search(pb.SearchRequest(
-                vectors_f32le=q.astype("<f4").tobytes(), k=10, nprobe=8),
-                timeout=10)
-            return np.array(r.ids).reshape(32, 10), np.array(r.distances).reshape(32, 10)
-        ids, d = unset()
-        self.assertFalse(np.allclose(d, np.take_along_axis(exact, ids, axis=1),
-                                     rtol=1e-4, atol=1e-3))
+        ids, d = search()
+        self.assertFalse(np.allclose(d, exact_of(ids), rtol=1e-4, atol=1e-3))
         floor.stop()
         subprocess.run([ARGS.knnctl, "tune", "--index", path, "--sample", "200",
                         "--target_recall", "0.99"],
@@ -137,9 +140,8 @@ class BenchFloorTest(unittest.TestCase):
             meta = json.load(f)
         self.assertGreater(meta["tuned_refine_factor"], 0, meta)
         floor = self.serve("--index", path)
-        ids, d = unset()
-        np.testing.assert_allclose(d, np.take_along_axis(exact, ids, axis=1),
-                                   rtol=1e-4, atol=1e-3)
+        ids, d = search()
+        np.testing.assert_allclose(d, exact_of(ids), rtol=1e-4, atol=1e-3)
 
     def test_bare_server_refuses_what_it_cannot_search(self):
         floor = self.serve("--index", self.path)
