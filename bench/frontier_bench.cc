@@ -58,6 +58,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench_threads.h"
 #include "knnd/faiss/faiss_runtime.h"
 #include "knnd/index/index_builder.h"
 #include "knnd/index/index_eval.h"
@@ -356,27 +357,23 @@ void MeasureBatched(const std::string& recipe,
       std::vector<std::vector<int64_t>> ids(threads);
       const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
       const absl::Time start = absl::Now();
-      std::vector<std::thread> pool;
-      for (int t = 0; t < threads; ++t) {
-        pool.emplace_back([&, t] {
-          ids[t].assign(static_cast<size_t>(nq) * kK, -1);
-          std::vector<float> distances(static_cast<size_t>(batch_rows) * kK);
-          for (int rep = 0; rep < reps; ++rep) {
-            for (int64_t q = 0; q < nq; q += batch_rows) {
-              knnd::SearchArgs args;
-              args.queries = data.queries.row(q);
-              args.num_queries = std::min<int64_t>(batch_rows, nq - q);
-              args.k = kK;
-              args.nprobe = best->nprobe;
-              args.refine_factor = best->refine;
-              args.distances = distances.data();
-              args.ids = ids[t].data() + q * kK;
-              OrDie(snapshot.Search(args));
-            }
+      knnd_bench::RunOnThreads(threads, [&](int t) {
+        ids[t].assign(static_cast<size_t>(nq) * kK, -1);
+        std::vector<float> distances(static_cast<size_t>(batch_rows) * kK);
+        for (int rep = 0; rep < reps; ++rep) {
+          for (int64_t q = 0; q < nq; q += batch_rows) {
+            knnd::SearchArgs args;
+            args.queries = data.queries.row(q);
+            args.num_queries = std::min<int64_t>(batch_rows, nq - q);
+            args.k = kK;
+            args.nprobe = best->nprobe;
+            args.refine_factor = best->refine;
+            args.distances = distances.data();
+            args.ids = ids[t].data() + q * kK;
+            OrDie(snapshot.Search(args));
           }
-        });
-      }
-      for (std::thread& t : pool) t.join();
+        }
+      });
       const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
       Batched b{recipe, best->nprobe, best->refine, batch_rows, threads};
       b.recall = knnd::RecallAt(ids[0], kK, data.truth, kK, kK);
@@ -665,6 +662,7 @@ void WriteJson(const std::string& path, const Data& data,
 
 int main(int argc, char** argv) {
   knnd::UseBlasKernelsForThisCpu();  // as knnd and knnctl do, first thing
+  knnd::UseSingleThreadedBlas();  // as knnd's workers: one thread a call
   absl::ParseCommandLine(argc, argv);
   omp_set_num_threads(1);
   const std::string work = absl::GetFlag(FLAGS_work);

@@ -184,6 +184,7 @@ class AsyncNoop final : public knnd::AsyncService {
 int main(int argc, char** argv) {
   knnd::RunIndexProbeIfAsked(argc, argv);
   knnd::UseBlasKernelsForThisCpu();  // as knnd does, first thing
+  knnd::UseSingleThreadedBlas();  // as knnd's workers: one thread a call
   absl::ParseCommandLine(argc, argv);
   // Blocked before gRPC starts its threads, so that sigwait takes them.
   sigset_t stop;

@@ -11,8 +11,11 @@
 // runs every query REPS times in calls of ROWS queries (0: all of them in one
 // call) THREADS times over, the calls shared by THREADS threads, k 10, and
 // prints one JSON line:
-// {"cpu_s": ..., "wall_s": ..., "queries": ...}: the process's CPU seconds
-// and the wall seconds of those calls, and the queries answered in all. The
+// {"cpu_s": ..., "wall_s": ..., "queries": ..., "omp_threads": 1,
+// "blas_threads": 1}: the process's CPU seconds and the wall seconds of
+// those calls, the queries answered in all, and the OpenMP threads each
+// thread's FAISS calls could open and OpenBLAS's threads per call (one
+// each, as in knnd's workers, whatever OMP_NUM_THREADS says). The
 // last pass's ids (k per query, row ids) are written to IDS_OUT
 // as raw little-endian int64 unless it is "-".
 #include <sys/resource.h>
@@ -26,13 +29,13 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "bench_threads.h"
 #include "knnd/faiss/faiss_runtime.h"
 #include "knnd/index/index_snapshot.h"
 #include "knnd/storage/vector_io.h"
@@ -85,30 +88,26 @@ void Run(const knnd::IndexSnapshot& snapshot, const knnd::Matrix& queries,
   std::vector<std::string> errors(command.threads);
   const double cpu0 = ProcessCpuSeconds();
   const absl::Time wall0 = absl::Now();
-  std::vector<std::thread> pool;
-  for (int t = 0; t < command.threads; ++t) {
-    pool.emplace_back([&, t] {
-      std::vector<int64_t> scratch_ids(static_cast<size_t>(rows) * kK);
-      std::vector<float> distances(static_cast<size_t>(rows) * kK);
-      for (int64_t call = next_call.fetch_add(1); call < total_calls;
-           call = next_call.fetch_add(1)) {
-        const int64_t q = (call % calls_per_pass) * rows;
-        knnd::SearchArgs args;
-        args.queries = queries.row(q);
-        args.num_queries = std::min(rows, nq - q);
-        args.k = kK;
-        args.nprobe = command.nprobe;
-        args.refine_factor = command.refine;
-        args.distances = distances.data();
-        args.ids = call >= last_pass ? ids.data() + q * kK : scratch_ids.data();
-        if (absl::Status s = snapshot.Search(args); !s.ok()) {
-          errors[t] = std::string(s.message());
-          return;
-        }
+  const int omp_threads = knnd_bench::RunOnThreads(command.threads, [&](int t) {
+    std::vector<int64_t> scratch_ids(static_cast<size_t>(rows) * kK);
+    std::vector<float> distances(static_cast<size_t>(rows) * kK);
+    for (int64_t call = next_call.fetch_add(1); call < total_calls;
+         call = next_call.fetch_add(1)) {
+      const int64_t q = (call % calls_per_pass) * rows;
+      knnd::SearchArgs args;
+      args.queries = queries.row(q);
+      args.num_queries = std::min(rows, nq - q);
+      args.k = kK;
+      args.nprobe = command.nprobe;
+      args.refine_factor = command.refine;
+      args.distances = distances.data();
+      args.ids = call >= last_pass ? ids.data() + q * kK : scratch_ids.data();
+      if (absl::Status s = snapshot.Search(args); !s.ok()) {
+        errors[t] = std::string(s.message());
+        return;
       }
-    });
-  }
-  for (std::thread& t : pool) t.join();
+    }
+  });
   const double wall = absl::ToDoubleSeconds(absl::Now() - wall0);
   const double cpu = ProcessCpuSeconds() - cpu0;
   for (const std::string& e : errors) {
@@ -122,9 +121,11 @@ void Run(const knnd::IndexSnapshot& snapshot, const knnd::Matrix& queries,
       Die(absl::StrCat("cannot write ", command.ids_out));
     }
   }
-  std::printf("{\"cpu_s\": %.6f, \"wall_s\": %.6f, \"queries\": %lld}\n", cpu,
-              wall,
-              static_cast<long long>(nq) * command.reps * command.threads);
+  std::printf(
+      "{\"cpu_s\": %.6f, \"wall_s\": %.6f, \"queries\": %lld, "
+      "\"omp_threads\": %d, \"blas_threads\": %d}\n",
+      cpu, wall, static_cast<long long>(nq) * command.reps * command.threads,
+      omp_threads, knnd::BlasThreads());
   std::fflush(stdout);
 }
 
@@ -132,6 +133,7 @@ void Run(const knnd::IndexSnapshot& snapshot, const knnd::Matrix& queries,
 
 int main(int argc, char** argv) {
   knnd::UseBlasKernelsForThisCpu();  // as knnd and knnctl do, first thing
+  knnd::UseSingleThreadedBlas();     // as knnd's workers: one thread a call
   absl::ParseCommandLine(argc, argv);
   knnd::LoadOptions load;
   load.probe_in_subprocess = false;

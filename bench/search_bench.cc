@@ -19,7 +19,6 @@
 #include <random>
 #include <atomic>
 #include <cstdio>
-#include <thread>
 #include <vector>
 
 #include <faiss/IVFlib.h>
@@ -36,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench_threads.h"
 #include "knnd/faiss/faiss_runtime.h"
 #include "knnd/monitoring/build_info.h"
 #include "knnd/index/index_probe.h"
@@ -133,25 +133,21 @@ Measured Run(int threads, Call call) {
   std::vector<std::vector<double>> latencies(threads);
   std::atomic<int64_t> queries{0};
   const absl::Time start = absl::Now();
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (int64_t i = 0; absl::Now() - start < duration; ++i) {
-        const absl::Time t0 = absl::Now();
-        queries += call(t, i);
-        const absl::Time t1 = absl::Now();
-        latencies[t].push_back(absl::ToDoubleMilliseconds(t1 - t0));
-        if (idle <= absl::ZeroDuration()) continue;
-        if (spin) {
-          while (absl::Now() - t1 < idle) {
-          }
-        } else {
-          absl::SleepFor(idle);
+  knnd_bench::RunOnThreads(threads, [&](int t) {
+    for (int64_t i = 0; absl::Now() - start < duration; ++i) {
+      const absl::Time t0 = absl::Now();
+      queries += call(t, i);
+      const absl::Time t1 = absl::Now();
+      latencies[t].push_back(absl::ToDoubleMilliseconds(t1 - t0));
+      if (idle <= absl::ZeroDuration()) continue;
+      if (spin) {
+        while (absl::Now() - t1 < idle) {
         }
+      } else {
+        absl::SleepFor(idle);
       }
-    });
-  }
-  for (auto& th : pool) th.join();
+    }
+  });
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   std::vector<double> all;
   for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
@@ -239,6 +235,7 @@ knnd::Server::DrainPlan FiveSecondDrain() {
 
 int main(int argc, char** argv) {
   knnd::UseBlasKernelsForThisCpu();  // as knnd and knnctl do, first thing
+  knnd::UseSingleThreadedBlas();  // as knnd's workers: one thread a call
   knnd::RunIndexProbeIfAsked(argc, argv);
   absl::ParseCommandLine(argc, argv);
   omp_set_num_threads(1);

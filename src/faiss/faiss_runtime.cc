@@ -16,11 +16,14 @@
 #include "absl/strings/strip.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" int openblas_get_num_threads();
 extern "C" char* openblas_get_corename();
 
 namespace knnd {
 
 void UseSingleThreadedBlas() { openblas_set_num_threads(1); }
+
+int BlasThreads() { return openblas_get_num_threads(); }
 
 namespace {
 

@@ -12,8 +12,13 @@
 namespace knnd {
 
 // OpenBLAS runs single-threaded (process-wide): FAISS parallelises over
-// rows itself. Call before the first search or build.
+// rows itself. Call before the first search or build. Without it Debian's
+// OpenBLAS (its pthreads build) starts as many threads as OMP_NUM_THREADS
+// says, else one per core.
 void UseSingleThreadedBlas();
+
+// The threads OpenBLAS runs a call on now (openblas_get_num_threads).
+int BlasThreads();
 
 // OpenBLAS's kernels for this CPU. Debian 12's OpenBLAS (0.3.21, built
 // with the kernels of every x86-64 core it knew: DYNAMIC_ARCH) picks them by
