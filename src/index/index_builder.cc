@@ -10,9 +10,10 @@
 #include "knnd/storage/atomic_file.h"
 #include "knnd/storage/attribute_store.h"
 #include "knnd/storage/id_table.h"
-#include "knnd/storage/payload_file.h"
 #include "knnd/storage/index_metadata.h"
+#include "knnd/storage/payload_file.h"
 #include "knnd/storage/vectors_file.h"
+#include "knnd/storage/version_manifest.h"
 
 namespace knnd {
 namespace {
@@ -230,7 +231,13 @@ absl::Status CommitIndexFile(const std::string& tmp, const std::string& path,
   metadata.set_crc32(*crc);
   loaded->reset();
   if (absl::Status s = CommitTempFile(tmp, path); !s.ok()) return s;
-  return WriteIndexMetadata(MetadataPath(path), metadata);
+  if (absl::Status s = WriteIndexMetadata(MetadataPath(path), metadata);
+      !s.ok()) {
+    return s;
+  }
+  // Last: the manifest binds the index, its sidecar and the companions
+  // written before it into one version (storage/version_manifest.h).
+  return SealVersion(path, metadata.built_by());
 }
 
 

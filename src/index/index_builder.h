@@ -159,9 +159,11 @@ class IndexBuilder {
 // Checks that the index file `tmp` loads in IndexSnapshot (the daemon's
 // own checks), completes `metadata` from it (dim, ntotal, size, CRC-32; the
 // metric and factory when the caller left them empty), renames `tmp` over
-// `path` and writes the sidecar beside it: how every writer here (build,
-// shard, convert, update) commits an index file. `tmp` is removed on
-// failure, so a failed write never replaces a good file.
+// `path`, writes the sidecar beside it and then seals the version
+// (storage/version_manifest.h: the manifest binds the index, the sidecar
+// and the companions already beside `path`): how every writer here
+// (build, shard, convert, update) commits an index file. `tmp` is removed
+// on failure, so a failed write never replaces a good file.
 absl::Status CommitIndexFile(const std::string& tmp, const std::string& path,
                              knnd::v1::IndexMetadata metadata);
 

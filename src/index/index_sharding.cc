@@ -1,10 +1,7 @@
 #include "knnd/index/index_sharding.h"
 
-#include <random>
-
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
+#include "knnd/storage/version_manifest.h"
 
 namespace knnd {
 
@@ -42,13 +39,7 @@ std::string ShardPath(const std::string& path, int shard_id, int count) {
   return absl::StrCat(path, ".shard-", shard_id, "-of-", count);
 }
 
-std::string NewBuildId() {
-  std::random_device device;
-  const uint64_t random =
-      (static_cast<uint64_t>(device()) << 32) ^ static_cast<uint64_t>(device());
-  const uint64_t clock = static_cast<uint64_t>(absl::GetCurrentTimeNanos());
-  return absl::StrFormat("%016x", random ^ (clock * 0x9e3779b97f4a7c15ULL));
-}
+std::string NewBuildId() { return NewVersionId(); }
 
 void SetShardMetadata(const ShardSpec& shard, const std::string& build_id,
                       knnd::v1::IndexMetadata& metadata) {

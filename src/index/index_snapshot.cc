@@ -7,14 +7,43 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "knnd/faiss/vector_math.h"
 #include "knnd/index/index_probe.h"
 #include "knnd/index/rerank.h"
 #include "knnd/storage/index_metadata.h"
+#include "knnd/storage/version_manifest.h"
 
 namespace knnd {
 namespace {
+
+using knnd::v1::VersionManifest;
+
+// The manifest of the version at `path` (null: a bare FAISS file, with
+// nothing beside it), checked against the index file's size and the
+// sidecar; FAILED_PRECONDITION naming the files when the index has
+// companions but no manifest binds them (a build or update killed before
+// it committed, or files put beside it by hand).
+absl::StatusOr<std::unique_ptr<VersionManifest>> ReadBoundVersion(
+    const std::string& path) {
+  absl::StatusOr<VersionManifest> manifest = ReadVersionManifest(path);
+  if (absl::IsNotFound(manifest.status())) {
+    const std::vector<std::string> present = VersionFilesPresent(path);
+    if (present.empty()) return nullptr;
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " has ", absl::StrJoin(present, ", "),
+        " beside it but no manifest ", ManifestPath(path),
+        " binding them into one version: a build or update that did not "
+        "finish (run it again), or files of a knnctl older than manifests "
+        "(rebuild, or `knnctl seal` once you know they belong together)"));
+  }
+  if (!manifest.ok()) return manifest.status();
+  if (absl::Status s = CheckIndexAndSidecar(path, *manifest); !s.ok()) {
+    return s;
+  }
+  return std::make_unique<VersionManifest>(*std::move(manifest));
+}
 
 // Applies `meta`, the metadata sidecar of `path` as read (NOT_FOUND: it
 // has none), to `info`: the sidecar must describe this file (checksum,
@@ -83,10 +112,29 @@ absl::Status ApplyMetadata(
 // Opens VectorsPath(path) as `options.vectors` asks; a file refused under
 // kOptional leaves the reason in info.vectors_error and returns null.
 absl::StatusOr<std::unique_ptr<VectorsFile>> OpenVectors(
-    const std::string& path, const LoadOptions& options, IndexInfo& info) {
+    const std::string& path, const LoadOptions& options,
+    const VersionManifest* manifest, IndexInfo& info) {
   if (options.vectors == VectorsPolicy::kIgnore) return nullptr;
-  absl::StatusOr<std::unique_ptr<VectorsFile>> vectors = VectorsFile::Open(
-      VectorsPath(path), info.dim, info.ntotal, options.verify_checksum);
+  // Only a vectors file the manifest binds is this version's; one beside
+  // an index without a manifest refused the load already.
+  absl::StatusOr<std::unique_ptr<VectorsFile>> vectors =
+      manifest != nullptr && BoundFile(*manifest, kRoleVectors) != nullptr
+          ? VectorsFile::Open(VectorsPath(path), info.dim, info.ntotal,
+                              options.verify_checksum)
+          : absl::NotFoundError(absl::StrCat("no raw-vectors file is bound to ",
+                                             path, " (", VectorsPath(path),
+                                             ")"));
+  if (vectors.ok()) {
+    // A bound file replaced by another build's would re-rank with other
+    // rows' vectors: never used, refused or served without re-ranking as
+    // the policy says for any unusable vectors file.
+    if (absl::Status bound = CheckBoundCompanion(path, *manifest, kRoleVectors,
+                                                 (*vectors)->file_bytes(),
+                                                 (*vectors)->content_crc32());
+        !bound.ok()) {
+      vectors = bound;
+    }
+  }
   if (vectors.ok() && info.shard_count > 0 &&
       info.shard_end_id - info.shard_first_id != info.ntotal) {
     vectors = absl::InvalidArgumentError(absl::StrCat(
@@ -118,7 +166,8 @@ absl::StatusOr<std::unique_ptr<VectorsFile>> OpenVectors(
 // Opens IdTablePath(path) when the sidecar asked for one (info.has_id_table)
 // and fills in its path and size; null without one.
 absl::StatusOr<std::unique_ptr<IdTable>> OpenIdTable(
-    const std::string& path, bool verify_checksum, IndexInfo& info) {
+    const std::string& path, bool verify_checksum,
+    const VersionManifest& manifest, IndexInfo& info) {
   if (!info.has_id_table) return nullptr;
   absl::StatusOr<std::unique_ptr<IdTable>> table =
       IdTable::Open(IdTablePath(path), info.ntotal, verify_checksum);
@@ -129,6 +178,12 @@ absl::StatusOr<std::unique_ptr<IdTable>> OpenIdTable(
                      " says the index holds rows of its own ids, which "
                      "only the id table translates)"));
   }
+  if (absl::Status s =
+          CheckBoundCompanion(path, manifest, kRoleIds, (*table)->file_bytes(),
+                              (*table)->content_crc32());
+      !s.ok()) {
+    return s;
+  }
   info.id_table_path = (*table)->path();
   info.id_table_file_bytes = (*table)->file_bytes();
   return table;
@@ -137,7 +192,8 @@ absl::StatusOr<std::unique_ptr<IdTable>> OpenIdTable(
 // Opens PayloadPath(path) when the sidecar asked for it (info.has_payloads)
 // and fills in its path, size and fields; null without one.
 absl::StatusOr<std::unique_ptr<PayloadFile>> OpenPayloads(
-    const std::string& path, bool verify_checksum, IndexInfo& info) {
+    const std::string& path, bool verify_checksum,
+    const VersionManifest& manifest, IndexInfo& info) {
   if (!info.has_payloads) return nullptr;
   absl::StatusOr<std::unique_ptr<PayloadFile>> payloads =
       PayloadFile::Open(PayloadPath(path), info.ntotal, verify_checksum);
@@ -146,6 +202,12 @@ absl::StatusOr<std::unique_ptr<PayloadFile>> OpenPayloads(
         payloads.status().code(),
         absl::StrCat(payloads.status().message(), " (", MetadataPath(path),
                      " says the index has payloads)"));
+  }
+  if (absl::Status s = CheckBoundCompanion(path, manifest, kRolePayloads,
+                                           (*payloads)->file_bytes(),
+                                           (*payloads)->content_crc32());
+      !s.ok()) {
+    return s;
   }
   info.payloads_path = (*payloads)->path();
   info.payloads_file_bytes = (*payloads)->file_bytes();
@@ -157,7 +219,8 @@ absl::StatusOr<std::unique_ptr<PayloadFile>> OpenPayloads(
 // Opens AttributeStorePath(path) when the sidecar asked for one
 // (info.has_attributes) and fills in its path and size; null without one.
 absl::StatusOr<std::unique_ptr<AttributeStore>> OpenAttributes(
-    const std::string& path, bool verify_checksum, IndexInfo& info) {
+    const std::string& path, bool verify_checksum,
+    const VersionManifest& manifest, IndexInfo& info) {
   if (!info.has_attributes) return nullptr;
   absl::StatusOr<std::unique_ptr<AttributeStore>> store = AttributeStore::Open(
       AttributeStorePath(path), info.ntotal, verify_checksum);
@@ -166,6 +229,12 @@ absl::StatusOr<std::unique_ptr<AttributeStore>> OpenAttributes(
         store.status().code(),
         absl::StrCat(store.status().message(), " (", MetadataPath(path),
                      " says the index was built with attributes)"));
+  }
+  if (absl::Status s = CheckBoundCompanion(path, manifest, kRoleAttributes,
+                                           (*store)->file_bytes(),
+                                           (*store)->content_crc32());
+      !s.ok()) {
+    return s;
   }
   info.attributes_path = (*store)->path();
   info.attributes_file_bytes = (*store)->file_bytes();
@@ -211,6 +280,11 @@ IndexSnapshot::~IndexSnapshot() {
 absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
     const std::string& path, const LoadOptions& options) {
   const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<VersionManifest>> manifest =
+      ReadBoundVersion(path);
+  if (!manifest.ok()) return manifest.status();
+  static const VersionManifest* const kNoFiles = new VersionManifest();
+  const VersionManifest& bound = *manifest != nullptr ? **manifest : *kNoFiles;
   if (options.probe_in_subprocess) {
     if (absl::Status s = ProbeIndexInSubprocess(path, options.probe_timeout);
         !s.ok()) {
@@ -253,16 +327,16 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
     return s;
   }
   absl::StatusOr<std::unique_ptr<IdTable>> id_table =
-      OpenIdTable(path, options.verify_checksum, info);
+      OpenIdTable(path, options.verify_checksum, bound, info);
   if (!id_table.ok()) return id_table.status();
   absl::StatusOr<std::unique_ptr<PayloadFile>> payloads =
-      OpenPayloads(path, options.verify_checksum, info);
+      OpenPayloads(path, options.verify_checksum, bound, info);
   if (!payloads.ok()) return payloads.status();
   absl::StatusOr<std::unique_ptr<AttributeStore>> attributes =
-      OpenAttributes(path, options.verify_checksum, info);
+      OpenAttributes(path, options.verify_checksum, bound, info);
   if (!attributes.ok()) return attributes.status();
   absl::StatusOr<std::unique_ptr<VectorsFile>> vectors =
-      OpenVectors(path, options, info);
+      OpenVectors(path, options, manifest->get(), info);
   if (!vectors.ok()) return vectors.status();
   if (info.has_attributes) {
     info.filter_cache_bytes = cache_bytes;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "knnd/storage/index_metadata.h"
+#include "knnd/storage/version_manifest.h"
 
 namespace knnd {
 
@@ -120,7 +121,7 @@ absl::Status RecordTunedDefaults(const std::string& index_path,
                                                       : result.chosen.recall[0]);
   meta->set_tuned_queries_per_second(result.chosen.queries_per_second);
   meta->set_tuned_on(tuned_on);
-  return WriteIndexMetadata(sidecar, *meta);
+  return RewriteSidecar(index_path, *meta, "knnctl tune");
 }
 
 Matrix SampleRows(const Matrix& base, int64_t count, uint32_t seed,

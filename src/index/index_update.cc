@@ -252,8 +252,9 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
       return s;
     }
   }
-  // The per-row files first, then the index and its sidecar, as knnctl
-  // build orders them.
+  // The per-row files first, then the index, its sidecar and the manifest
+  // (CommitIndexFile), as knnctl build orders them; the caller writes to a
+  // staging name and commits the version (storage/version_manifest.h).
   const std::string vectors_path = VectorsPath(options.output_path);
   if (info.has_vectors) {
     absl::StatusOr<std::unique_ptr<VectorsFile>> vectors = VectorsFile::Open(
@@ -264,8 +265,6 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
       return s;
     }
     report.wrote_vectors = true;
-  } else {
-    std::remove(vectors_path.c_str());
   }
   const std::string ids_path = IdTablePath(options.output_path);
   if (!p.row_ids) {
@@ -274,8 +273,6 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
       return s;
     }
     report.wrote_id_table = true;
-  } else {
-    std::remove(ids_path.c_str());
   }
   const std::string payloads_path = PayloadPath(options.output_path);
   if (info.has_payloads) {
@@ -289,8 +286,6 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
       return s;
     }
     report.wrote_payloads = true;
-  } else {
-    std::remove(payloads_path.c_str());
   }
   const std::string attributes_path = AttributeStorePath(options.output_path);
   if (base_attributes != nullptr) {
@@ -304,8 +299,6 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
     }
     report.wrote_attributes = true;
     report.attribute_columns = static_cast<int64_t>(columns->columns.size());
-  } else {
-    std::remove(attributes_path.c_str());
   }
   const std::string tmp = TempPathFor(options.output_path);
   if (absl::Status s = (*update)->Write(p.new_row_of_base, tmp); !s.ok()) {

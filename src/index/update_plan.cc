@@ -26,6 +26,13 @@ absl::StatusOr<UpdatePlan> PlanUpdate(absl::Span<const int64_t> base_ids,
                        input_row_of[id], " and ", i, ")"));
     }
   }
+  for (size_t i = 0; i < deletions.size(); ++i) {
+    if (deletions[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("id ", deletions[i], " to delete (row ", i,
+                       " of the deletions) is negative; ids are >= 0"));
+    }
+  }
   absl::flat_hash_set<int64_t> deleted(deletions.begin(), deletions.end());
   for (int64_t id : deleted) {
     if (input_row_of.contains(id)) {
@@ -43,10 +50,12 @@ absl::StatusOr<UpdatePlan> PlanUpdate(absl::Span<const int64_t> base_ids,
     return static_cast<int64_t>(plan.rows.size() - 1);
   };
   int64_t found_deletions = 0;
+  absl::flat_hash_set<int64_t> found;
   for (size_t row = 0; row < base_ids.size(); ++row) {
     const int64_t id = base_ids[row];
     if (deleted.contains(id)) {
       ++found_deletions;
+      found.insert(id);
       continue;
     }
     auto upsert = input_row_of.find(id);
@@ -69,6 +78,10 @@ absl::StatusOr<UpdatePlan> PlanUpdate(absl::Span<const int64_t> base_ids,
   plan.deleted = found_deletions;
   plan.deletions_absent =
       static_cast<int64_t>(deleted.size()) - found_deletions;
+  for (int64_t id : deleted) {
+    if (!found.contains(id)) plan.absent_deletions.push_back(id);
+  }
+  std::sort(plan.absent_deletions.begin(), plan.absent_deletions.end());
   plan.row_ids = true;
   for (size_t r = 0; r < plan.ids.size() && plan.row_ids; ++r) {
     plan.row_ids = plan.ids[r] == static_cast<int64_t>(r);

@@ -49,12 +49,14 @@ struct UpdatePlan {
   int64_t added = 0;
   int64_t deleted = 0;
   int64_t deletions_absent = 0;  // ids to delete the base does not hold
+  std::vector<int64_t> absent_deletions;  // those ids, ascending
 };
 
 // `base_ids`: the base's id of each row (with row ids, 0..n-1);
 // `input_ids`: the id of each input row; `deletions`: ids to delete.
 // INVALID_ARGUMENT naming `input_name` and the id when an input id is
-// negative or given twice, or an id is both deleted and given a vector.
+// negative or given twice, an id to delete is negative, or an id is both
+// deleted and given a vector.
 absl::StatusOr<UpdatePlan> PlanUpdate(absl::Span<const int64_t> base_ids,
                                       absl::Span<const int64_t> input_ids,
                                       absl::Span<const int64_t> deletions,

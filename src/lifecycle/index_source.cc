@@ -1,11 +1,15 @@
 #include "knnd/lifecycle/index_source.h"
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 #include "absl/strings/ascii.h"
@@ -15,12 +19,13 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "knnd/index/index_snapshot.h"
 #include "knnd/storage/atomic_file.h"
 #include "knnd/storage/attribute_store.h"
 #include "knnd/storage/id_table.h"
-#include "knnd/storage/payload_file.h"
 #include "knnd/storage/index_metadata.h"
-#include "knnd/index/index_snapshot.h"
+#include "knnd/storage/payload_file.h"
+#include "knnd/storage/version_manifest.h"
 
 namespace knnd {
 namespace {
@@ -68,6 +73,52 @@ absl::StatusOr<int64_t> HighestNumberInUse(const std::string& dir) {
   return highest;
 }
 
+// The file a publisher leaves in its <N>.tmp directory while it fills it:
+// "HOST PID", so that the next publish on the host can tell a directory
+// of a publisher that was killed from one still being filled.
+constexpr char kPublisherFile[] = ".publisher";
+
+std::string PublisherName() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, " ", getpid());
+}
+
+// Removes the <N>.tmp directories of `dir` whose publisher ran on this host
+// and no longer runs (killed publishes), and those with no publisher file
+// (written before it existed, or killed before writing it) once they are
+// an hour old.
+void RemoveStalePublishes(const std::string& dir) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    if (VersionNumber(it->path().filename().string(), ".tmp") <= 0) continue;
+    std::ifstream in(it->path() / kPublisherFile);
+    std::string publisher_host;
+    int64_t pid = 0;
+    if (in >> publisher_host >> pid) {
+      if (publisher_host == host && pid > 0 && pid <= INT32_MAX &&
+          kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+        stale.push_back(it->path());
+      }
+      continue;
+    }
+    std::error_code time_ec;
+    const auto written = fs::last_write_time(it->path(), time_ec);
+    if (!time_ec &&
+        fs::file_time_type::clock::now() - written > std::chrono::hours(1)) {
+      stale.push_back(it->path());
+    }
+  }
+  for (const fs::path& path : stale) {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+}
+
 // The sidecar of an index file that has none, from the loaded index.
 absl::Status WriteSidecarFor(const std::string& index_file,
                              const std::string& sidecar) {
@@ -109,7 +160,7 @@ absl::StatusOr<std::vector<IndexVersion>> IndexSource::List() const {
     const int64_t n = VersionNumber(it->path().filename().string(), "");
     if (n <= 0) continue;
     const std::string index = VersionIndexPath(path_, n);
-    if (Exists(MetadataPath(index))) versions.push_back({n, index});
+    if (Exists(ManifestPath(index))) versions.push_back({n, index});
   }
   if (ec) {
     return absl::UnavailableError(absl::StrCat(
@@ -127,9 +178,9 @@ absl::StatusOr<IndexVersion> IndexSource::Latest() const {
   if (!versions.ok()) return versions.status();
   if (versions->empty()) {
     return absl::NotFoundError(absl::StrCat(
-        "versions directory ", path_, " holds no complete version (",
-        path_, "/<N>/", kVersionIndexFile, " with its sidecar ",
-        kVersionIndexFile, ".meta.json)"));
+        "versions directory ", path_, " holds no complete version (", path_,
+        "/<N>/", kVersionIndexFile, " with its manifest ", kVersionIndexFile,
+        ".manifest.json)"));
   }
   return versions->back();
 }
@@ -150,12 +201,49 @@ absl::StatusOr<IndexVersion> IndexSource::Find(int64_t version) const {
 
 absl::StatusOr<IndexVersion> PublishVersion(const std::string& dir,
                                             const std::string& index_file) {
+  // Only a whole version is published: the files its manifest binds, or a
+  // bare FAISS file with nothing beside it. Files without a manifest (a
+  // build or update that did not finish) are refused by name rather than
+  // published as a version that answers without them.
+  absl::StatusOr<knnd::v1::VersionManifest> manifest =
+      ReadVersionManifest(index_file);
+  if (!manifest.ok() && !absl::IsNotFound(manifest.status())) {
+    return manifest.status();
+  }
+  if (manifest.ok()) {
+    if (absl::Status s = CheckIndexAndSidecar(index_file, *manifest); !s.ok()) {
+      return s;
+    }
+    for (const knnd::v1::VersionManifest::File& file : manifest->files()) {
+      const std::string path = index_file + file.suffix();
+      struct stat st;
+      if (stat(path.c_str(), &st) != 0) {
+        return absl::NotFoundError(absl::StrCat(
+            "cannot publish ", index_file, ": its ", file.role(), " file ",
+            path, ", bound by ", ManifestPath(index_file), ", is missing"));
+      }
+      if (st.st_size != file.bytes()) {
+        return absl::DataLossError(
+            absl::StrCat("cannot publish ", index_file, ": ", path, " has ",
+                         st.st_size, " bytes but ", ManifestPath(index_file),
+                         " binds one of ", file.bytes()));
+      }
+    }
+  } else if (const std::vector<std::string> present =
+                 VersionFilesPresent(index_file);
+             !present.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot publish ", index_file, ": ", absl::StrJoin(present, ", "),
+        " beside it but no manifest ", ManifestPath(index_file),
+        " binds them (a build or update that did not finish: run it again)"));
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
     return absl::UnavailableError(absl::StrCat(
         "cannot create versions directory ", dir, ": ", ec.message()));
   }
+  RemoveStalePublishes(dir);
   absl::StatusOr<int64_t> highest = HighestNumberInUse(dir);
   if (!highest.ok()) return highest.status();
   // mkdir is the claim on a number: a concurrent publisher that took it
@@ -172,40 +260,50 @@ absl::StatusOr<IndexVersion> PublishVersion(const std::string& dir,
   }
   const std::string final_dir = absl::StrCat(dir, "/", version);
   absl::Status status = [&]() -> absl::Status {
+    if (absl::Status s = WriteFileAtomically(
+            absl::StrCat(staging, "/", kPublisherFile), PublisherName());
+        !s.ok()) {
+      return s;
+    }
     const std::string staged = absl::StrCat(staging, "/", kVersionIndexFile);
     std::error_code ec;
-    fs::copy_file(index_file, staged, ec);
-    if (ec) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot copy ", index_file, " to ", staged, ": ", ec.message()));
+    auto copy = [&](const std::string& from, const std::string& to) {
+      fs::copy_file(from, to, ec);
+      return ec ? absl::UnavailableError(absl::StrCat(
+                      "cannot copy ", from, " to ", to, ": ", ec.message()))
+                : absl::OkStatus();
+    };
+    if (!manifest.ok()) {
+      if (absl::Status s = copy(index_file, staged); !s.ok()) return s;
+      if (absl::Status s = WriteSidecarFor(staged, MetadataPath(staged));
+          !s.ok()) {
+        return s;
+      }
+      return SealVersion(staged, "knnctl publish");
     }
-    // The raw vectors for re-ranking, the id table, the payloads and the
-    // attribute store travel with their index, and must match it.
-    const bool has_vectors = Exists(VectorsPath(index_file));
-    for (const auto& companion :
-         {VectorsPath, IdTablePath, PayloadPath, AttributeStorePath}) {
-      const std::string file = companion(index_file);
-      if (!Exists(file)) continue;
-      fs::copy_file(file, companion(staged), ec);
-      if (ec) {
-        return absl::UnavailableError(
-            absl::StrCat("cannot copy ", file, ": ", ec.message()));
+    // The files the manifest binds, and the manifest last.
+    for (const knnd::v1::VersionManifest::File& file : manifest->files()) {
+      if (absl::Status s =
+              copy(index_file + file.suffix(), staged + file.suffix());
+          !s.ok()) {
+        return s;
       }
     }
-    const std::string sidecar = MetadataPath(index_file);
-    if (!Exists(sidecar)) return WriteSidecarFor(staged, MetadataPath(staged));
-    fs::copy_file(sidecar, MetadataPath(staged), ec);
-    if (ec) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot copy ", sidecar, ": ", ec.message()));
+    if (absl::Status s = copy(ManifestPath(index_file), ManifestPath(staged));
+        !s.ok()) {
+      return s;
     }
-    // The copy, checked against its sidecar, is what knnd will load.
+    // The copy, checked whole against its manifest, is what knnd will
+    // load: every file's bytes against its checksum.
     LoadOptions options;
     options.use_precomputed_table = false;
-    if (has_vectors) options.vectors = VectorsPolicy::kRequired;
+    if (BoundFile(*manifest, kRoleVectors) != nullptr) {
+      options.vectors = VectorsPolicy::kRequired;
+    }
     return IndexSnapshot::Load(staged, options).status();
   }();
   if (status.ok()) {
+    std::remove(absl::StrCat(staging, "/", kPublisherFile).c_str());
     // Durable before it becomes visible: the copies, the staging directory,
     // then (after the rename) the versions directory.
     for (const fs::directory_entry& entry : fs::directory_iterator(staging, ec)) {

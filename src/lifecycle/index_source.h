@@ -3,12 +3,14 @@
 // The index path names either one file, served as version 1, or a directory
 // of numbered versions (TF Serving style):
 //
-//   <dir>/<N>/index.faiss            N: a positive decimal number
-//   <dir>/<N>/index.faiss.meta.json  its sidecar (index_metadata.h)
+//   <dir>/<N>/index.faiss                N: a positive decimal number
+//   <dir>/<N>/index.faiss.meta.json      its sidecar (index_metadata.h)
+//   <dir>/<N>/index.faiss.manifest.json  its manifest (version_manifest.h)
+//   <dir>/<N>/index.faiss.ids ...        the companions the manifest binds
 //
-// A version is complete once its sidecar exists, so a writer either fills
+// A version is complete once its manifest exists, so a writer either fills
 // <dir>/<N>.tmp/ and renames it to <dir>/<N>/ (PublishVersion, knnctl
-// publish) or writes the sidecar last. Incomplete versions and any other
+// publish) or writes the manifest last. Incomplete versions and any other
 // entries are ignored, never an error.
 //
 // Thread-safety: IndexSource is immutable and only reads the file system;
@@ -57,11 +59,16 @@ class IndexSource {
   std::string path_;
 };
 
-// Publishes `index_file` as the next version of the versions directory
-// `dir` (created if missing): the file is first loaded and checked, then
-// copied with its sidecar (written from the loaded index when the file has
-// none) into <dir>/<N>.tmp/, which is renamed to <dir>/<N>/, N being one
-// above the highest number in use. A reader never sees a partial version.
+// Publishes the version at `index_file` as the next version of the
+// versions directory `dir` (created if missing): the files its manifest
+// binds and the manifest are copied into <dir>/<N>.tmp/, the copy is
+// loaded and every file checked against its checksum, and the directory is
+// renamed to <dir>/<N>/, N being one above the highest number in use. A
+// bare FAISS file (no manifest, nothing beside it) gets a sidecar written
+// from the loaded index and a manifest; files beside an index without a
+// manifest are refused by name (FAILED_PRECONDITION). <N>.tmp directories
+// of publishes killed on this host are removed first. A reader never sees
+// a partial version.
 absl::StatusOr<IndexVersion> PublishVersion(const std::string& dir,
                                             const std::string& index_file);
 

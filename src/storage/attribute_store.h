@@ -159,6 +159,9 @@ class AttributeStore {
   const std::string& path() const { return file_->path(); }
   int64_t rows() const { return rows_; }
   int64_t file_bytes() const { return static_cast<int64_t>(file_->size()); }
+  // The CRC-32 of the content its header records (what VerifyChecksum()
+  // checks the bytes against; a version manifest binds it).
+  uint32_t content_crc32() const { return header_crc32_; }
   const std::vector<Column>& columns() const { return columns_; }
   // The column named `name`, or nullptr.
   const Column* Find(absl::string_view name) const;

@@ -72,6 +72,9 @@ class IdTable {
   const std::string& path() const { return file_->path(); }
   int64_t count() const { return count_; }
   int64_t file_bytes() const { return static_cast<int64_t>(file_->size()); }
+  // The CRC-32 of the content its header records (what VerifyChecksum()
+  // checks the bytes against; a version manifest binds it).
+  uint32_t content_crc32() const { return header_crc32_; }
 
   // The id of `row` (0 <= row < count()).
   int64_t IdOf(int64_t row) const { return ids_[row]; }

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -29,7 +30,13 @@ absl::StatusOr<std::string> FileCrc32(const std::string& path,
     return absl::NotFoundError(
         absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
   }
-  std::vector<unsigned char> buf(1 << 20);
+  // A small file (a sidecar) reads through a small buffer: a 1 MiB one
+  // per call would stay in the heap's arenas after every version load.
+  struct stat st;
+  const size_t size = fstat(fileno(file), &st) == 0
+                          ? static_cast<size_t>(std::max<off_t>(st.st_size, 1))
+                          : size_t{1} << 20;
+  std::vector<unsigned char> buf(std::min(size, size_t{1} << 20));
   uLong crc = crc32(0L, Z_NULL, 0);
   size_t n;
   while ((n = std::fread(buf.data(), 1, buf.size(), file)) > 0) {
@@ -46,24 +53,25 @@ absl::StatusOr<std::string> FileCrc32(const std::string& path,
   return absl::StrFormat("%08x", crc);
 }
 
-absl::Status WriteIndexMetadata(const std::string& path,
-                                const knnd::v1::IndexMetadata& metadata) {
+absl::Status WriteJsonFile(const std::string& path,
+                           const google::protobuf::Message& message,
+                           absl::string_view what) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
   options.preserve_proto_field_names = true;
   options.always_print_primitive_fields = true;
   std::string json;
-  if (auto s = google::protobuf::util::MessageToJsonString(metadata, &json,
-                                                           options);
+  if (auto s =
+          google::protobuf::util::MessageToJsonString(message, &json, options);
       !s.ok()) {
     return absl::InternalError(
-        absl::StrCat("cannot encode index metadata: ", s.ToString()));
+        absl::StrCat("cannot encode ", what, ": ", s.ToString()));
   }
   return WriteFileAtomically(path, json);
 }
 
-absl::StatusOr<knnd::v1::IndexMetadata> ReadIndexMetadata(
-    const std::string& path) {
+absl::Status ReadJsonFile(const std::string& path, absl::string_view what,
+                          google::protobuf::Message* message) {
   std::ifstream in(path);
   if (!in) {
     if (errno == ENOENT) {
@@ -74,18 +82,32 @@ absl::StatusOr<knnd::v1::IndexMetadata> ReadIndexMetadata(
   }
   std::stringstream text;
   text << in.rdbuf();
-  knnd::v1::IndexMetadata metadata;
   // Fields this knnd does not know are a newer knnctl's additions (a
   // change an older reader must not accept raises format_version instead):
   // skipped, so that a knnd rolled back still serves the versions written
   // since.
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;
-  if (auto s = google::protobuf::util::JsonStringToMessage(text.str(),
-                                                           &metadata, options);
+  if (auto s = google::protobuf::util::JsonStringToMessage(text.str(), message,
+                                                           options);
       !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "index metadata ", path, " is not valid: ", s.message().ToString()));
+        what, " ", path, " is not valid: ", s.message().ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteIndexMetadata(const std::string& path,
+                                const knnd::v1::IndexMetadata& metadata) {
+  return WriteJsonFile(path, metadata, "index metadata");
+}
+
+absl::StatusOr<knnd::v1::IndexMetadata> ReadIndexMetadata(
+    const std::string& path) {
+  knnd::v1::IndexMetadata metadata;
+  if (absl::Status s = ReadJsonFile(path, "index metadata", &metadata);
+      !s.ok()) {
+    return s;
   }
   if (metadata.format_version() > kIndexMetadataFormatVersion) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -12,8 +12,11 @@
 #include <atomic>
 #include <string>
 
+#include <google/protobuf/message.h>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "knnd/v1/index_metadata.pb.h"
 
 namespace knnd {
@@ -24,11 +27,23 @@ inline constexpr uint32_t kIndexMetadataFormatVersion = 1;
 // index_path + ".meta.json".
 std::string MetadataPath(const std::string& index_path);
 
-// zlib's CRC-32 of the whole file as 8 lowercase hex digits, read in 1 MiB
-// chunks so that memory stays bounded whatever the file size. When `cancel`
-// is given and turns true, the read stops with CANCELLED.
+// zlib's CRC-32 of the whole file as 8 lowercase hex digits, read in
+// chunks of at most 1 MiB so that memory stays bounded whatever the file
+// size. When `cancel` is given and turns true, the read stops with
+// CANCELLED.
 absl::StatusOr<std::string> FileCrc32(
     const std::string& path, const std::atomic<bool>* cancel = nullptr);
+
+// The JSON files of a version (sidecar, manifest): `message` in protobuf's
+// JSON mapping with the proto's field names, written through a temporary
+// file and a rename; read with unknown fields skipped (a newer knnctl's
+// additions). NOT_FOUND when `path` does not exist, INVALID_ARGUMENT
+// naming `what` and `path` when it is not valid JSON of the schema.
+absl::Status WriteJsonFile(const std::string& path,
+                           const google::protobuf::Message& message,
+                           absl::string_view what);
+absl::Status ReadJsonFile(const std::string& path, absl::string_view what,
+                          google::protobuf::Message* message);
 
 // Writes `metadata` as JSON to `path` via a temporary file and a rename.
 absl::Status WriteIndexMetadata(const std::string& path,

@@ -155,6 +155,9 @@ class PayloadFile {
   const std::string& path() const { return file_->path(); }
   int64_t count() const { return count_; }
   int64_t file_bytes() const { return static_cast<int64_t>(file_->size()); }
+  // The CRC-32 of the content its header records (what VerifyChecksum()
+  // checks the bytes against; a version manifest binds it).
+  uint32_t content_crc32() const { return header_crc32_; }
   // Field names, by field number (first appearance in the input).
   const std::vector<std::string>& field_names() const { return names_; }
   // The largest row's JSON object with every field, in bytes.

@@ -106,6 +106,9 @@ class VectorsFile {
   int64_t count() const { return count_; }
   VectorsDtype dtype() const { return dtype_; }
   int64_t file_bytes() const { return file_bytes_; }
+  // The CRC-32 of the content its header records (what VerifyChecksum()
+  // checks the bytes against; a version manifest binds it).
+  uint32_t content_crc32() const { return header_crc32_; }
   // Row `id` (0 <= id < count): dim values of dtype().
   const void* row(int64_t id) const {
     return rows_ + id * row_bytes_;

@@ -24,6 +24,7 @@
 #include "knnd/index/memory_model.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/vectors_file.h"
+#include "knnd/storage/version_manifest.h"
 #include "testing/fastscan_util.h"
 
 namespace knnd {
@@ -248,6 +249,8 @@ TEST(FastScanSnapshot, ReRankingWithTheVectorsFileImprovesRecall) {
   ASSERT_TRUE(writer.ok()) << writer.status();
   ASSERT_TRUE((*writer)->Append(base.data(), 6000).ok());
   ASSERT_TRUE((*writer)->Finish().ok());
+  // The version's files written by hand, then bound into it.
+  ASSERT_TRUE(SealVersion(tmp.path("r.index"), "test").ok());
   auto snapshot = MustLoad(tmp.path("r.index"));
   ASSERT_NE(snapshot, nullptr);
   ASSERT_TRUE(snapshot->info().has_vectors);

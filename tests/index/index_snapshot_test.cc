@@ -27,6 +27,7 @@
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/vectors_file.h"
+#include "knnd/storage/version_manifest.h"
 #include "testing/test_util.h"
 
 namespace knnd {
@@ -331,11 +332,27 @@ TEST(IndexMetadata, SidecarOfAnotherIndexIsRefused) {
   cosine.metric = Metric::kCosine;
   BuildIndex(dir.path("a.index"), BuildSpec{});
   BuildIndex(dir.path("b.index"), cosine);
+  const std::string a_sidecar = ReadFile(MetadataPath(dir.path("a.index")));
   std::rename(MetadataPath(dir.path("b.index")).c_str(),
               MetadataPath(dir.path("a.index")).c_str());
   LoadOptions options;
-  options.verify_checksum = false;  // reach the description check
+  options.verify_checksum = false;
+  // The manifest binds a.index's own sidecar: another's is refused first.
   auto loaded = IndexSnapshot::Load(dir.path("a.index"), options);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(loaded.status().message(),
+              AllOf(HasSubstr("a.index.meta.json"), HasSubstr("binds")));
+  // A sidecar sealed with the file whose metric it misstates: the
+  // description check behind the manifest still refuses it.
+  WriteFile(MetadataPath(dir.path("a.index")), a_sidecar);
+  absl::StatusOr<knnd::v1::IndexMetadata> wrong =
+      ReadIndexMetadata(MetadataPath(dir.path("a.index")));
+  ASSERT_TRUE(wrong.ok());
+  wrong->set_metric("cosine");
+  wrong->set_normalized(true);
+  ASSERT_TRUE(RewriteSidecar(dir.path("a.index"), *wrong, "test").ok());
+  loaded = IndexSnapshot::Load(dir.path("a.index"), options);
   ASSERT_FALSE(loaded.ok());
   EXPECT_THAT(loaded.status().message(), HasSubstr("does not describe"));
 }

@@ -31,6 +31,7 @@ using ::knnd::testing::LoadSnapshot;
 using ::knnd::testing::MakeData;
 using ::knnd::testing::MakeSearchRequest;
 using ::knnd::testing::NormalizedRows;
+using ::knnd::testing::ReadFile;
 using ::knnd::testing::ReferenceDistance;
 using ::knnd::testing::RunningServer;
 using ::knnd::testing::Scrape;
@@ -39,6 +40,7 @@ using ::knnd::testing::SearchSnapshot;
 using ::knnd::testing::StartServer;
 using ::knnd::testing::TempDir;
 using ::knnd::testing::TestConfig;
+using ::knnd::testing::WriteFile;
 using ::knnd::testing::WriteVectorsFile;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -215,7 +217,8 @@ TEST(RerankServer, ResponseReportsRefineFactorAndResultsAreExact) {
 // default even though the config asks for more.
 TEST(RerankServer, BadVectorsFileServesTheIndexAlone) {
   TempDir tmp;
-  BuildWithVectors(tmp.path("x.index"), Metric::kL2, absl::nullopt);
+  // The version's vectors file replaced by another build's (17 dims).
+  BuildWithVectors(tmp.path("x.index"), Metric::kL2, VectorsDtype::kFloat32);
   ASSERT_TRUE(WriteVectorsFile(VectorsPath(tmp.path("x.index")),
                                MakeData(kRows, kDim + 1, 3), kDim + 1,
                                VectorsDtype::kFloat32)
@@ -239,6 +242,18 @@ TEST(RerankServer, BadVectorsFileServesTheIndexAlone) {
   EXPECT_THAT(status.error_message(),
               AllOf(HasSubstr("refine_factor=4"), HasSubstr("dim=17"),
                     HasSubstr("index has dim=16")));
+  // Another build's file of the right shape is not used either: the
+  // manifest binds the version's own.
+  BuildWithVectors(tmp.path("y.index"), Metric::kL2, VectorsDtype::kFloat32);
+  const std::string theirs = ReadFile(VectorsPath(tmp.path("y.index")));
+  BuildWithVectors(tmp.path("z.index"), Metric::kL2, VectorsDtype::kFloat16);
+  WriteFile(VectorsPath(tmp.path("z.index")), theirs);
+  LoadOptions optional = WithVectors(VectorsPolicy::kOptional);
+  auto served = LoadSnapshot(tmp.path("z.index"), optional);
+  ASSERT_NE(served, nullptr);
+  EXPECT_FALSE(served->info().has_vectors);
+  EXPECT_THAT(served->info().vectors_error,
+              AllOf(HasSubstr("z.index.vectors"), HasSubstr("another build")));
 }
 
 // Equal estimates are decided by id, missing candidates go last, and the

@@ -17,6 +17,7 @@
 #include "knnd/index/index_update.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/vectors_file.h"
+#include "knnd/storage/version_manifest.h"
 #include "testing/test_util.h"
 
 namespace knnd {
@@ -238,8 +239,7 @@ TEST(UpdateDrift, RecallEstimateOverFloat16Vectors) {
   knnd::v1::IndexMetadata tuned = Sidecar(dir.path("v1.index"));
   tuned.set_tuned_nprobe(16);
   tuned.set_tuned_refine_factor(32);
-  ASSERT_TRUE(
-      WriteIndexMetadata(MetadataPath(dir.path("v1.index")), tuned).ok());
+  ASSERT_TRUE(RewriteSidecar(dir.path("v1.index"), tuned, "test").ok());
   const UpdateReport report = Update(dir.path("v1.index"), dir.path("v2.index"),
                                      MakeData(100, kDim, 9), {}, 40);
   EXPECT_EQ(report.drift.recall_queries, 40);

@@ -30,7 +30,21 @@ TEST(PlanUpdate, KeepsBaseOrderReplacesUpsertsInPlaceAndAppendsAdditions) {
   EXPECT_EQ(plan->added, 2);
   EXPECT_EQ(plan->deleted, 1);
   EXPECT_EQ(plan->deletions_absent, 1);
+  EXPECT_EQ(plan->absent_deletions, std::vector<int64_t>({99}));
   EXPECT_FALSE(plan->row_ids);
+}
+
+TEST(PlanUpdate, NamesTheIdsToDeleteItDidNotFindAndRefusesNegativeOnes) {
+  const std::vector<int64_t> base = {10, 11, 12};
+  auto plan = PlanUpdate(base, {}, {500, 11, 7, 500}, "delta.npy");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->deleted, 1);
+  EXPECT_EQ(plan->absent_deletions, std::vector<int64_t>({7, 500}));
+  auto negative = PlanUpdate(base, {}, {11, -3}, "delta.npy");
+  EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(negative.status().message(),
+              HasSubstr("id -3 to delete (row 1 of the deletions) is "
+                        "negative"));
 }
 
 TEST(PlanUpdate, RowIdsStayRowIdsUnlessADeletionRenumbers) {

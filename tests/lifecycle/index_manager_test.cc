@@ -21,6 +21,7 @@
 #include "knnd/lifecycle/index_source.h"
 #include "knnd/monitoring/process_stats.h"
 #include "knnd/storage/index_metadata.h"
+#include "knnd/storage/version_manifest.h"
 #include "knnd/v1/admin_service.grpc.pb.h"
 #include "testing/glibc_malloc.h"
 #include "testing/test_util.h"
@@ -52,8 +53,8 @@ using ::knnd::testing::VersionSpec;
 using ::knnd::testing::WriteIndex;
 using ::testing::HasSubstr;
 
-// Writes a sidecar describing `index` as it is, so that only knnd's own
-// checks can refuse it.
+// Writes a sidecar describing `index` as it is, and the manifest binding
+// the two, so that only knnd's own checks can refuse it.
 void WriteSidecar(const std::string& index, int dim, const std::string& metric,
                   int64_t ntotal) {
   knnd::v1::IndexMetadata meta;
@@ -66,6 +67,7 @@ void WriteSidecar(const std::string& index, int dim, const std::string& metric,
   ASSERT_TRUE(crc.ok()) << crc.status();
   meta.set_crc32(*crc);
   ASSERT_TRUE(WriteIndexMetadata(MetadataPath(index), meta).ok());
+  ASSERT_TRUE(SealVersion(index, "index_manager_test").ok());
 }
 
 bool Mapped(const std::string& path) {

@@ -1,11 +1,17 @@
 // IndexSource's versions directories and PublishVersion.
 #include "knnd/lifecycle/index_source.h"
 
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+#include "knnd/storage/vectors_file.h"
+#include "knnd/storage/version_manifest.h"
 #include "testing/test_util.h"
 #include "testing/version_util.h"
 
@@ -13,6 +19,7 @@ namespace knnd {
 namespace {
 
 namespace fs = std::filesystem;
+using ::knnd::testing::DeadPid;
 using ::knnd::testing::PublishIndex;
 using ::knnd::testing::TempDir;
 using ::knnd::testing::VersionSpec;
@@ -69,6 +76,70 @@ TEST(IndexSource, PublishRefusesABrokenFile) {
       PublishVersion(tmp.path("versions"), tmp.path("good.index"));
   EXPECT_FALSE(published.ok());
   EXPECT_TRUE(IndexSource(tmp.path("versions")).List()->empty());
+}
+
+std::string HostName() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+TEST(IndexSource, PublishRemovesTheDirectoriesOfKilledPublishes) {
+  TempDir tmp;
+  const std::string dir = tmp.path("versions");
+  const std::string dead = absl::StrCat(DeadPid());
+  ::knnd::testing::WriteFile(dir + "/4.tmp/.publisher",
+                             HostName() + " " + dead);
+  ::knnd::testing::WriteFile(dir + "/4.tmp/index.faiss", "half");
+  ::knnd::testing::WriteFile(dir + "/5.tmp/.publisher",
+                             absl::StrCat(HostName(), " ", getpid()));
+  ::knnd::testing::WriteFile(dir + "/6.tmp/.publisher", "another-host " + dead);
+  fs::create_directories(dir + "/8.tmp");
+  fs::last_write_time(dir + "/8.tmp",
+                      fs::file_time_type::clock::now() - std::chrono::hours(2));
+  EXPECT_EQ(PublishIndex(tmp, dir, VersionSpec(1)), 7);
+  EXPECT_FALSE(fs::exists(dir + "/4.tmp"));
+  EXPECT_FALSE(fs::exists(dir + "/8.tmp"));
+  EXPECT_TRUE(fs::exists(dir + "/5.tmp"));  // its publisher runs
+  EXPECT_TRUE(fs::exists(dir + "/6.tmp"));  // another host's
+  EXPECT_FALSE(fs::exists(dir + "/7/.publisher"));
+}
+
+TEST(IndexSource, PublishRefusesCompanionsNoManifestBinds) {
+  TempDir tmp;
+  const std::string index = tmp.path("x.index");
+  ::knnd::testing::BuildSpec spec;
+  spec.n = 1000;
+  spec.d = 16;
+  spec.factory = "IVF8,PQ4x4fs";
+  for (int64_t i = 0; i < spec.n; ++i) spec.ids.push_back(1000 + 3 * i);
+  ::knnd::testing::BuildIndex(index, spec);
+  ASSERT_EQ(std::remove(ManifestPath(index).c_str()), 0);
+  absl::StatusOr<IndexVersion> published =
+      PublishVersion(tmp.path("versions"), index);
+  ASSERT_FALSE(published.ok());
+  EXPECT_EQ(published.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(published.status().message(), HasSubstr("x.index.ids"));
+  EXPECT_FALSE(fs::exists(tmp.path("versions")));
+}
+
+TEST(IndexSource, PublishCopiesWhatTheManifestBindsOnly) {
+  TempDir tmp;
+  const std::string index = tmp.path("x.index");
+  const std::string other = tmp.path("y.index");
+  ::knnd::testing::BuildSpec spec;
+  spec.n = 1000;
+  spec.d = 16;
+  spec.factory = "IVF8,PQ4x4fs";
+  ::knnd::testing::BuildIndex(index, spec);
+  spec.vectors = VectorsDtype::kFloat32;
+  ::knnd::testing::BuildIndex(other, spec);
+  fs::copy_file(VectorsPath(other), VectorsPath(index));
+  absl::StatusOr<IndexVersion> published =
+      PublishVersion(tmp.path("versions"), index);
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_TRUE(fs::exists(ManifestPath(published->path)));
+  EXPECT_FALSE(fs::exists(VectorsPath(published->path)));
 }
 
 }  // namespace

@@ -206,6 +206,10 @@ void FlipByteFromEnd(const std::string& path, int64_t offset);
 // with its standard output appended to `output` (add "2>&1" for both).
 int RunCommand(const std::string& command, std::string* output);
 
+// The pid of a child process that ran and exited: a process that is gone
+// (for the files killed runs leave behind, named by pid).
+int DeadPid();
+
 // ---- an in-process server ----
 
 // A free TCP port on 127.0.0.1 (bound then released; racy only in theory).

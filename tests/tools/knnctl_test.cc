@@ -18,49 +18,30 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "knnd/storage/index_metadata.h"
+#include "absl/strings/strip.h"
 #include "knnd/index/index_builder.h"
 #include "knnd/index/index_snapshot.h"
+#include "knnd/storage/index_metadata.h"
 #include "knnd/storage/vector_io.h"
+#include "testing/knnctl_run.h"
 #include "testing/test_util.h"
 
 namespace knnd {
 namespace {
 
+using ::knnd::testing::CommandResult;
 using ::knnd::testing::FreePort;
+using ::knnd::testing::Knnctl;
 using ::knnd::testing::MakeData;
 using ::knnd::testing::ReadFile;
-using ::knnd::testing::WriteFile;
 using ::knnd::testing::ReferenceSearch;
 using ::knnd::testing::TempDir;
 using ::knnd::testing::WriteFile;
+using ::knnd::testing::WriteIdsNpy;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-CommandResult Knnctl(const std::string& args) {
-  CommandResult run;
-  // One OpenMP thread: tests share the machine, and OpenMP threads spinning
-  // on busy cores made small builds several times slower. The environment,
-  // not --threads, which only build and eval take.
-  FILE* pipe = popen(absl::StrCat("OMP_NUM_THREADS=1 ", KNNCTL_BINARY, " ",
-                                  args, " 2>&1")
-                         .c_str(),
-                     "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) run.output.append(buf, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
 
 Matrix WriteData(const std::string& path, int64_t rows, int dim,
                  uint32_t seed) {
@@ -577,22 +558,6 @@ TEST(Knnctl, DefaultBuildIsFastScanWithVectorsAndTunesToGoodRecall) {
 
 }
 
-// `ids` as a 1-D little-endian int64 .npy, as numpy writes one.
-void WriteIdsNpy(const std::string& path, const std::vector<int64_t>& ids) {
-  std::string header = absl::StrCat(
-      "{'descr': '<i8', 'fortran_order': False, 'shape': (", ids.size(),
-      ",), }");
-  header.append(64 - (10 + header.size() + 1) % 64, ' ');
-  header += '\n';
-  std::ofstream out(path, std::ios::binary);
-  out.write("\x93NUMPY\x01\x00", 8);
-  const uint16_t length = static_cast<uint16_t>(header.size());
-  out.write(reinterpret_cast<const char*>(&length), 2);
-  out << header;
-  out.write(reinterpret_cast<const char*>(ids.data()),
-            static_cast<std::streamsize>(ids.size() * 8));
-}
-
 // The recall@10 of every (nprobe, refine) row a tune prints.
 std::map<std::pair<int, int>, double> TuneRows(const std::string& out) {
   std::map<std::pair<int, int>, double> rows;
@@ -1045,7 +1010,7 @@ TEST(Knnctl, UpdatePublishesAndShardsLikeABuild) {
   EXPECT_THAT(update.output,
               HasSubstr("2997 kept, 0 upserted (replaced in place), 30 "
                         "added, 3 deleted (1 ids to delete were not in the "
-                        "base)"));
+                        "base: 123456)"));
   EXPECT_THAT(update.output, HasSubstr("v2.index.ids"));
   EXPECT_THAT(update.output, HasSubstr("drift:    PQ error"));
   EXPECT_THAT(update.output, HasSubstr("recall@10"));

@@ -24,11 +24,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/types/optional.h"
 #include "absl/time/clock.h"
+#include "absl/types/optional.h"
 #include "build_outputs.h"
 #include "command.h"
 #include "knnd/base/metric.h"
+#include "knnd/base/units.h"
 #include "knnd/faiss/vector_math.h"
 #include "knnd/index/build_memory.h"
 #include "knnd/index/index_builder.h"
@@ -43,7 +44,7 @@
 #include "knnd/storage/payload_file.h"
 #include "knnd/storage/vector_io.h"
 #include "knnd/storage/vectors_file.h"
-#include "knnd/base/units.h"
+#include "knnd/storage/version_manifest.h"
 
 namespace knnd::knnctl {
 namespace {
@@ -194,21 +195,32 @@ absl::Status Train(IndexBuilder& b, VectorReader& input, int64_t train_rows,
 // --ids (their vectors files were written while adding). The index holds
 // row numbers, so the shards hold ranges of rows. Prints what it wrote;
 // false (after printing why) on failure.
-bool WriteShards(const BuildOptions& options, const IndexBuilder& b,
-                 const std::vector<ShardSpec>& plan,
+bool WriteShards(const BuildOptions& options, const std::string& staged,
+                 const IndexBuilder& b, const std::vector<ShardSpec>& plan,
                  const std::vector<int64_t>& ids, int nprobe,
                  const knnd::v1::IndexMetadata& metadata) {
   const std::string build_id = NewBuildId();
   for (const ShardSpec& shard : plan) {
     const std::string path =
-        ShardPath(options.output, shard.shard_id, shard.shard_count);
-    if (absl::Status s = WriteOrRemoveIdTable(path, ids, shard.first_id,
-                                              shard.end_id, options.ids);
+        ShardPath(staged, shard.shard_id, shard.shard_count);
+    if (absl::Status s = WriteIdTableSlice(path, ids, shard.first_id,
+                                           shard.end_id, options.ids);
         !s.ok()) {
       Fail(s);
       return false;
     }
     if (absl::Status s = b.WriteShard(path, nprobe, shard, build_id, metadata);
+        !s.ok()) {
+      Fail(s);
+      return false;
+    }
+  }
+  // Every shard is written and sealed before the first is committed.
+  for (const ShardSpec& shard : plan) {
+    const std::string path =
+        ShardPath(options.output, shard.shard_id, shard.shard_count);
+    if (absl::Status s = CommitStaged(
+            ShardPath(staged, shard.shard_id, shard.shard_count), path);
         !s.ok()) {
       Fail(s);
       return false;
@@ -281,6 +293,13 @@ int Build(const BuildOptions& options) {
     return Fail(absl::StrCat("cannot write into the directory of ", output,
                              ": ", std::strerror(errno)));
   }
+  // Every file is written under a staging name and the version committed
+  // as `output` only once whole (storage/version_manifest.h): a build that
+  // fails or is killed leaves `output`'s version as it was.
+  const std::unique_ptr<StagingGuard> staging = BeginStaging(output);
+  const std::string& staged = staging->path();
+  BuildOptions staged_options = options;
+  staged_options.output = staged;
 
   absl::StatusOr<std::unique_ptr<VectorReader>> reader =
       VectorReader::Open(input);
@@ -301,12 +320,13 @@ int Build(const BuildOptions& options) {
   absl::StatusOr<std::vector<ShardSpec>> plan =
       PlanRowShards(rows, options.shards);
   if (!plan.ok()) return Fail(plan.status());
-  if (absl::Status s = WriteOrRemovePayloads(options, *plan, rows); !s.ok()) {
+  if (absl::Status s = WritePayloadStores(staged_options, *plan, rows);
+      !s.ok()) {
     return Fail(s);
   }
   int attribute_columns = 0;
   absl::StatusOr<int64_t> attribute_bytes =
-      WriteOrRemoveAttributeStores(options, *plan, rows, &attribute_columns);
+      WriteAttributeStores(staged_options, *plan, rows, &attribute_columns);
   if (!attribute_bytes.ok()) return Fail(attribute_bytes.status());
 
   absl::StatusOr<std::string> factory = FactoryFor(options, rows, dim);
@@ -375,8 +395,8 @@ int Build(const BuildOptions& options) {
 
   // The lists hold row numbers; with --ids the id table maps them. The
   // vectors files are written as the rows pass.
-  VectorsSink vectors(VectorsParts(options, *plan, rows, keep_vectors), dim,
-                      *metric, *vectors_dtype);
+  VectorsSink vectors(VectorsParts(staged_options, *plan, rows, keep_vectors),
+                      dim, *metric, *vectors_dtype);
   std::vector<float> values(static_cast<size_t>(std::min(batch, rows)) * dim);
   // The trained reference knnctl update compares its deltas with
   // (index/update_drift.h): its sample rows copied as the batches pass.
@@ -418,20 +438,20 @@ int Build(const BuildOptions& options) {
   *metadata.mutable_trained() = std::move(*trained);
   if (options.shards > 0) {
     const bool ok =
-        WriteShards(options, b, *plan, ids, nprobe, metadata);
+        WriteShards(options, staged, b, *plan, ids, nprobe, metadata);
     if (ok) PrintMemory(shape, b, baseline, peak_trained, peak_added);
     return ok ? kExitOk : kExitError;
   }
-  // The id table and the vectors file go in first; the index and then its
-  // sidecar follow, and a loader takes a version as complete only with its
-  // sidecar.
-  if (absl::Status s = WriteOrRemoveIdTable(output, ids, 0, rows, options.ids);
+  // The id table joins the staged companions; the index, its sidecar and
+  // the manifest follow, and the whole version is then committed.
+  if (absl::Status s = WriteIdTableSlice(staged, ids, 0, rows, options.ids);
       !s.ok()) {
     return Fail(s);
   }
-  if (absl::Status s = b.Write(output, nprobe, metadata); !s.ok()) {
+  if (absl::Status s = b.Write(staged, nprobe, metadata); !s.ok()) {
     return Fail(s);
   }
+  if (absl::Status s = CommitStaged(staged, output); !s.ok()) return Fail(s);
   struct stat st;
   stat(output.c_str(), &st);
   std::printf(
@@ -439,6 +459,8 @@ int Build(const BuildOptions& options) {
       "%s\n",
       output.c_str(), static_cast<long long>(b.ntotal()), MiB(st.st_size),
       nprobe, MetadataPath(output).c_str());
+  std::printf("sealed:   %s (binds the version's files)\n",
+              ManifestPath(output).c_str());
   const std::string vectors_path = VectorsPath(output);
   if (keep_vectors) {
     stat(vectors_path.c_str(), &st);
@@ -452,6 +474,11 @@ int Build(const BuildOptions& options) {
                 "ids of %s)\n",
                 IdTablePath(output).c_str(), MiB(st.st_size),
                 options.ids.c_str());
+  }
+  if (!options.payloads.empty()) {
+    stat(PayloadPath(output).c_str(), &st);
+    std::printf("wrote:    %s (%.1f MiB: each row's payload)\n",
+                PayloadPath(output).c_str(), MiB(st.st_size));
   }
   if (attribute_columns > 0) {
     stat(AttributeStorePath(output).c_str(), &st);

@@ -17,6 +17,7 @@
 #include "knnd/storage/attribute_store.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/payload_file.h"
+#include "knnd/storage/version_manifest.h"
 
 namespace knnd::knnctl {
 namespace {
@@ -43,6 +44,28 @@ std::string DirectoryOf(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash + 1);
 }
 
+StagingGuard::~StagingGuard() { RemoveStagedVersion(staged_); }
+
+std::unique_ptr<StagingGuard> BeginStaging(const std::string& output) {
+  for (const std::string& stale : RemoveStaleTemporaries(output)) {
+    std::printf("removed:  %s (left by a run that was killed)\n",
+                stale.c_str());
+  }
+  return std::make_unique<StagingGuard>(StagingPathFor(output));
+}
+
+absl::Status CommitStaged(const std::string& staged,
+                          const std::string& output) {
+  std::vector<std::string> removed;
+  if (absl::Status s = CommitStagedVersion(staged, output, &removed); !s.ok()) {
+    return s;
+  }
+  for (const std::string& path : removed) {
+    std::printf("removed:  %s (of the previous version)\n", path.c_str());
+  }
+  return absl::OkStatus();
+}
+
 // The line build --shards and shard print for each shard written: its
 // file, part and size, and whether its vectors file and id table are
 // beside it (with an id table the part is a range of rows).
@@ -62,31 +85,25 @@ void PrintShardWritten(const std::string& path, const ShardSpec& shard) {
 }
 
 // Writes the id table of rows [first, end) of `ids` beside `index_path`
-// (own ids), or removes one left by an earlier build (row ids).
-absl::Status WriteOrRemoveIdTable(const std::string& index_path,
-                                  const std::vector<int64_t>& ids,
-                                  int64_t first, int64_t end,
-                                  const std::string& source) {
-  const std::string path = IdTablePath(index_path);
-  if (ids.empty()) {
-    if (unlink(path.c_str()) == 0) {
-      std::printf("removed:  %s (of a previous build)\n", path.c_str());
-    }
-    return absl::OkStatus();
-  }
-  return WriteIdTable(
-      path, absl::MakeConstSpan(ids.data() + first, end - first), source);
+// (own ids); nothing with row ids.
+absl::Status WriteIdTableSlice(const std::string& index_path,
+                               const std::vector<int64_t>& ids, int64_t first,
+                               int64_t end, const std::string& source) {
+  if (ids.empty()) return absl::OkStatus();
+  return WriteIdTable(IdTablePath(index_path),
+                      absl::MakeConstSpan(ids.data() + first, end - first),
+                      source);
 }
 
 // Reads --attributes (JSON Lines, line i for row i) and writes its store
-// beside the index or each shard (its rows' slice), or removes stores an
-// earlier build left there. Runs before training, like the payloads, so
-// that a bad line fails the build at once and the columns are freed before
-// the lists grow: returns the heap bytes the step holds at its peak (the
-// "attributes" phase of the memory model), 0 without --attributes.
-absl::StatusOr<int64_t> WriteOrRemoveAttributeStores(
-    const BuildOptions& options, const std::vector<ShardSpec>& plan,
-    int64_t rows, int* columns_written) {
+// beside the index or each shard (its rows' slice). Runs before training, like
+// the payloads, so that a bad line fails the build at once and the columns are
+// freed before the lists grow: returns the heap bytes the step holds at its
+// peak (the "attributes" phase of the memory model), 0 without --attributes.
+absl::StatusOr<int64_t> WriteAttributeStores(const BuildOptions& options,
+                                             const std::vector<ShardSpec>& plan,
+                                             int64_t rows,
+                                             int* columns_written) {
   std::vector<std::pair<std::string, ShardSpec>> parts;
   for (const ShardSpec& shard : plan) {
     parts.emplace_back(
@@ -99,15 +116,7 @@ absl::StatusOr<int64_t> WriteOrRemoveAttributeStores(
     parts.emplace_back(options.output, whole);
   }
   *columns_written = 0;
-  if (options.attributes.empty()) {
-    for (const auto& [index_path, shard] : parts) {
-      const std::string path = AttributeStorePath(index_path);
-      if (unlink(path.c_str()) == 0) {
-        std::printf("removed:  %s (of a previous build)\n", path.c_str());
-      }
-    }
-    return 0;
-  }
+  if (options.attributes.empty()) return 0;
   const absl::Time start = absl::Now();
   absl::StatusOr<AttributeColumns> columns =
       ReadAttributesJsonl(options.attributes, rows);
@@ -134,13 +143,12 @@ absl::StatusOr<int64_t> WriteOrRemoveAttributeStores(
     }
   }
   *columns_written = static_cast<int>(columns->columns.size());
-  std::printf("attributes: %s: %zu columns to %s%s (%.1f MiB) in %.1f s\n",
-              options.attributes.c_str(), columns->columns.size(),
-              AttributeStorePath(parts.front().first).c_str(),
-              parts.size() > 1
-                  ? absl::StrCat(" and ", parts.size() - 1, " more").c_str()
-                  : "",
-              MiB(total), absl::ToDoubleSeconds(absl::Now() - start));
+  std::printf(
+      "attributes: %s: %zu columns to %zu store%s (%.1f MiB) in "
+      "%.1f s\n",
+      options.attributes.c_str(), columns->columns.size(), parts.size(),
+      parts.size() > 1 ? "s" : "", MiB(total),
+      absl::ToDoubleSeconds(absl::Now() - start));
   // The store is assembled in memory (WriteAttributeStore): a string
   // that grows by doubling, up to twice the image while it reallocates,
   // beside one numeric column's sort buffers (rows, sorted and held
@@ -149,21 +157,13 @@ absl::StatusOr<int64_t> WriteOrRemoveAttributeStores(
 }
 
 // Writes the payloads of --payloads (JSON Lines, line i for row i) beside
-// the index or each shard (its rows' lines), read one line at a time, or
-// removes payloads an earlier build left there. Runs before training, so
-// that a bad line fails the build at once.
-absl::Status WriteOrRemovePayloads(const BuildOptions& options,
-                                   const std::vector<ShardSpec>& plan,
-                                   int64_t rows) {
+// the index or each shard (its rows' lines), read one line at a time. Runs
+// before training, so that a bad line fails the build at once.
+absl::Status WritePayloadStores(const BuildOptions& options,
+                                const std::vector<ShardSpec>& plan,
+                                int64_t rows) {
   const std::vector<PayloadPart> parts = PayloadParts(options, plan, rows);
-  if (options.payloads.empty()) {
-    for (const PayloadPart& part : parts) {
-      if (unlink(part.path.c_str()) == 0) {
-        std::printf("removed:  %s (of a previous build)\n", part.path.c_str());
-      }
-    }
-    return absl::OkStatus();
-  }
+  if (options.payloads.empty()) return absl::OkStatus();
   const absl::Time start = absl::Now();
   if (absl::Status s = WritePayloadsFromJsonLines(options.payloads, parts);
       !s.ok()) {
@@ -175,12 +175,10 @@ absl::Status WriteOrRemovePayloads(const BuildOptions& options,
     struct stat st;
     if (stat(part.path.c_str(), &st) == 0) bytes += st.st_size;
   }
-  std::printf(
-      "payloads: %s: %lld rows to %s%s (%.1f MiB) in %.1f s\n",
-      options.payloads.c_str(), static_cast<long long>(rows),
-      parts.front().path.c_str(),
-      count > 1 ? absl::StrCat(" and ", count - 1, " more").c_str() : "",
-      MiB(bytes), absl::ToDoubleSeconds(absl::Now() - start));
+  std::printf("payloads: %s: %lld rows to %lld file%s (%.1f MiB) in %.1f s\n",
+              options.payloads.c_str(), static_cast<long long>(rows),
+              static_cast<long long>(count), count > 1 ? "s" : "", MiB(bytes),
+              absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
 }
 
@@ -193,8 +191,7 @@ absl::StatusOr<std::vector<ShardSpec>> PlanRowShards(int64_t rows, int shards) {
 }
 
 // The vectors files the add loop writes: one per shard of `plan`, or one
-// for the whole index. Without --keep_vectors none, and those of an earlier
-// build are removed.
+// for the whole index; none without --keep_vectors.
 std::vector<VectorsSink::Part> VectorsParts(const BuildOptions& options,
                                             const std::vector<ShardSpec>& plan,
                                             int64_t rows, bool keep_vectors) {
@@ -206,17 +203,9 @@ std::vector<VectorsSink::Part> VectorsParts(const BuildOptions& options,
   }
   if (plan.empty()) parts.push_back({VectorsPath(options.output), rows});
   if (keep_vectors) return parts;
-  for (const VectorsSink::Part& part : parts) {
-    if (unlink(part.path.c_str()) == 0 && plan.empty()) {
-      std::printf("removed:  %s (of a previous build)\n", part.path.c_str());
-    }
-  }
-  if (plan.empty()) {
-    std::printf(
-        "note:     no %s (--keep_vectors=false): knnd cannot "
-        "re-rank exactly (refine_factor)\n",
-        parts[0].path.c_str());
-  }
+  std::printf(
+      "note:     no raw-vectors file (--keep_vectors=false): knnd cannot "
+      "re-rank exactly (refine_factor)\n");
   return {};
 }
 

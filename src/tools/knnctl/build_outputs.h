@@ -47,6 +47,30 @@ struct BuildOptions {
 // The directory of `path`, with its trailing slash ("." for a bare name).
 std::string DirectoryOf(const std::string& path);
 
+// The staging name a run writes its version under
+// (storage/version_manifest.h) before it commits it as its output. Made
+// by BeginStaging(), which first removes what killed runs left for the
+// output (printing each path); the destructor removes the staging files
+// of a run that returned without committing, so a failed build or update
+// leaves the output as it was.
+class StagingGuard {
+ public:
+  explicit StagingGuard(std::string staged) : staged_(std::move(staged)) {}
+  ~StagingGuard();
+  StagingGuard(const StagingGuard&) = delete;
+  StagingGuard& operator=(const StagingGuard&) = delete;
+  const std::string& path() const { return staged_; }
+
+ private:
+  const std::string staged_;
+};
+std::unique_ptr<StagingGuard> BeginStaging(const std::string& output);
+
+// Commits the sealed version at `staged` as `output`
+// (CommitStagedVersion), printing the files of the previous version it
+// removed because the new one has none of their kind.
+absl::Status CommitStaged(const std::string& staged, const std::string& output);
+
 // Writes the rows streamed through it (L2-normalised for cosine, as the
 // index holds them) to the vectors files of consecutive row ranges: one
 // for the whole index, or one per shard. Each file is opened when its
@@ -105,36 +129,33 @@ class VectorsSink {
 void PrintShardWritten(const std::string& path, const ShardSpec& shard);
 
 // Writes the id table of rows [first, end) of `ids` beside `index_path`
-// (own ids), or removes one left by an earlier build (row ids).
-absl::Status WriteOrRemoveIdTable(const std::string& index_path,
-                                  const std::vector<int64_t>& ids,
-                                  int64_t first, int64_t end,
-                                  const std::string& source);
+// (own ids); nothing with row ids.
+absl::Status WriteIdTableSlice(const std::string& index_path,
+                               const std::vector<int64_t>& ids, int64_t first,
+                               int64_t end, const std::string& source);
 
 // Reads --attributes (JSON Lines, line i for row i) and writes its store
-// beside the index or each shard (its rows' slice), or removes stores an
-// earlier build left there. Runs before training, like the payloads, so
-// that a bad line fails the build at once and the columns are freed before
-// the lists grow: returns the heap bytes the step holds at its peak (the
-// "attributes" phase of the memory model), 0 without --attributes.
-absl::StatusOr<int64_t> WriteOrRemoveAttributeStores(
-    const BuildOptions& options, const std::vector<ShardSpec>& plan,
-    int64_t rows, int* columns_written);
+// beside the index or each shard (its rows' slice). Runs before training, like
+// the payloads, so that a bad line fails the build at once and the columns are
+// freed before the lists grow: returns the heap bytes the step holds at its
+// peak (the "attributes" phase of the memory model), 0 without --attributes.
+absl::StatusOr<int64_t> WriteAttributeStores(const BuildOptions& options,
+                                             const std::vector<ShardSpec>& plan,
+                                             int64_t rows,
+                                             int* columns_written);
 
 // Writes the payloads of --payloads (JSON Lines, line i for row i) beside
-// the index or each shard (its rows' lines), read one line at a time, or
-// removes payloads an earlier build left there. Runs before training, so
-// that a bad line fails the build at once.
-absl::Status WriteOrRemovePayloads(const BuildOptions& options,
-                                   const std::vector<ShardSpec>& plan,
-                                   int64_t rows);
+// the index or each shard (its rows' lines), read one line at a time. Runs
+// before training, so that a bad line fails the build at once.
+absl::Status WritePayloadStores(const BuildOptions& options,
+                                const std::vector<ShardSpec>& plan,
+                                int64_t rows);
 
 // The shards' row ranges with --shards (equal counts), else none.
 absl::StatusOr<std::vector<ShardSpec>> PlanRowShards(int64_t rows, int shards);
 
 // The vectors files the add loop writes: one per shard of `plan`, or one
-// for the whole index. Without --keep_vectors none, and those of an earlier
-// build are removed.
+// for the whole index; none without --keep_vectors.
 std::vector<VectorsSink::Part> VectorsParts(const BuildOptions& options,
                                             const std::vector<ShardSpec>& plan,
                                             int64_t rows, bool keep_vectors);

@@ -53,6 +53,7 @@ std::function<int()> DefineInfo(FlagSet& flags);
 std::function<int()> DefineHealth(FlagSet& flags);
 // versions.cc: index versions on disk and knnd's admin API.
 std::function<int()> DefinePublish(FlagSet& flags);
+std::function<int()> DefineSeal(FlagSet& flags);
 std::function<int()> DefineReload(FlagSet& flags);
 std::function<int()> DefineVersions(FlagSet& flags);
 

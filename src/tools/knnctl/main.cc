@@ -19,8 +19,7 @@ namespace {
 constexpr Command kCommands[] = {
     {"build", "vectors in, IVF-PQ index file and metadata sidecar out",
      "--input FILE --output INDEX [flags]", DefineBuild},
-    {"convert",
-     "a FastScan index written by FAISS into knnd's mappable layout",
+    {"convert", "a FastScan index written by FAISS into knnd's mappable layout",
      "--input FAISS_FILE --output INDEX [--metric cosine]", DefineConvert},
     {"shard",
      "splits an index into shards sharing its quantizers (docs/sharding.md)",
@@ -38,8 +37,7 @@ constexpr Command kCommands[] = {
     {"tune",
      "stores in the sidecar the fastest nprobe and refine_factor reaching a "
      "target recall",
-     "--index INDEX [--queries FILE] [--target_recall R] [flags]",
-     DefineTune},
+     "--index INDEX [--queries FILE] [--target_recall R] [flags]", DefineTune},
     {"search", "sends queries to knnd, prints neighbours and latency",
      "(--queries FILE | --random N) [flags]", DefineSearch},
     {"info", "describes the served index (--addr) or an index file (--index)",
@@ -47,8 +45,13 @@ constexpr Command kCommands[] = {
     {"health", "exit 0 when knnd reports SERVING, 1 otherwise", "[flags]",
      DefineHealth},
     {"publish",
-     "copies an index file into a versions directory as its next version",
+     "copies a version (the files its manifest binds) into a versions "
+     "directory as its next version",
      "--index FILE --dir DIR", DefinePublish},
+    {"seal",
+     "binds an index and the files beside it into one version (its "
+     "manifest), for files written before manifests",
+     "--index FILE", DefineSeal},
     {"reload", "admin API: load the latest version now, or pin one (rollback)",
      "[--pin N] [flags]", DefineReload},
     {"versions", "admin API: versions known, which serves, why one was refused",

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "build_outputs.h"
 #include "command.h"
 #include "knnd/base/units.h"
 #include "knnd/index/index_update.h"
@@ -51,8 +54,14 @@ void PrintReport(const UpdateCommandOptions& options,
       static_cast<long long>(p.kept), static_cast<long long>(p.upserted),
       static_cast<long long>(p.added), static_cast<long long>(p.deleted));
   if (p.deletions_absent > 0) {
-    std::printf(" (%lld ids to delete were not in the base)",
-                static_cast<long long>(p.deletions_absent));
+    constexpr size_t kNamed = 20;
+    std::vector<int64_t> named(p.absent_deletions.begin(),
+                               p.absent_deletions.begin() +
+                                   std::min(kNamed, p.absent_deletions.size()));
+    std::printf(" (%lld ids to delete were not in the base: %s%s)",
+                static_cast<long long>(p.deletions_absent),
+                absl::StrJoin(named, ", ").c_str(),
+                p.absent_deletions.size() > kNamed ? ", ..." : "");
   }
   std::printf("\n");
   struct stat st;
@@ -116,9 +125,19 @@ int Update(const UpdateCommandOptions& options) {
     return Fail(absl::StrCat("cannot write into the directory of ",
                              options.output, ": ", std::strerror(errno)));
   }
+  if (options.output == options.base) {
+    return Fail(absl::StrCat("the new version cannot overwrite its base ",
+                             options.base,
+                             ": write it beside it (knnctl publish numbers "
+                             "versions)"));
+  }
+  // Written under a staging name and committed as --output once whole
+  // (storage/version_manifest.h): a killed or failed update leaves
+  // --output's version as it was.
+  const std::unique_ptr<StagingGuard> staging = BeginStaging(options.output);
   UpdateOptions update;
   update.base_path = options.base;
-  update.output_path = options.output;
+  update.output_path = staging->path();
   update.input_name = options.input.empty() ? options.deletions : options.input;
   update.input_payloads = options.payloads;
   update.input_attributes = options.attributes;
@@ -156,6 +175,9 @@ int Update(const UpdateCommandOptions& options) {
   }
   absl::StatusOr<UpdateReport> report = UpdateIndexFile(update);
   if (!report.ok()) return Fail(report.status());
+  if (absl::Status s = CommitStaged(staging->path(), options.output); !s.ok()) {
+    return Fail(s);
+  }
   PrintReport(options, *report);
   return kExitOk;
 }

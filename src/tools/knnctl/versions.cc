@@ -1,12 +1,17 @@
-// knnctl publish, reload and versions: numbered index versions in a
-// directory, and knnd's admin API that loads, pins and lists them.
+// knnctl publish, seal, reload and versions: numbered index versions in a
+// directory, the manifest that makes a version of an index's files, and
+// knnd's admin API that loads, pins and lists them.
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "command.h"
+#include "knnd/index/index_snapshot.h"
 #include "knnd/lifecycle/index_source.h"
+#include "knnd/storage/version_manifest.h"
 #include "knnd/v1/admin_service.grpc.pb.h"
 #include "knnd_client.h"
 
@@ -43,6 +48,39 @@ int Publish(const PublishOptions& options) {
   std::printf(
       "next:      knnctl reload (admin API), kill -HUP $(pidof "
       "knnd), or set index_poll_interval_ms\n");
+  return kExitOk;
+}
+
+// Seals the files beside an index written before manifests existed (or by
+// hand) into one version, once they load together with every checksum
+// read: the upgrade path for versions an older knnctl wrote.
+int Seal(const std::string& index) {
+  if (index.empty()) return Fail("seal needs --index FILE");
+  absl::StatusOr<knnd::v1::VersionManifest> existing =
+      ReadVersionManifest(index);
+  if (existing.ok()) {
+    return Fail(
+        absl::StrCat(index, " is sealed already (", ManifestPath(index), ")"));
+  }
+  if (!absl::IsNotFound(existing.status())) return Fail(existing.status());
+  if (absl::Status s = SealVersion(index, "knnctl seal"); !s.ok()) {
+    return Fail(s);
+  }
+  LoadOptions options;
+  options.use_precomputed_table = false;
+  absl::StatusOr<std::unique_ptr<IndexSnapshot>> loaded =
+      IndexSnapshot::Load(index, options);
+  if (!loaded.ok()) {
+    std::remove(ManifestPath(index).c_str());
+    return Fail(absl::StrCat("not sealed: ", loaded.status().message()));
+  }
+  absl::StatusOr<knnd::v1::VersionManifest> manifest =
+      ReadVersionManifest(index);
+  if (!manifest.ok()) return Fail(manifest.status());
+  std::vector<std::string> roles;
+  for (const auto& file : manifest->files()) roles.push_back(file.role());
+  std::printf("sealed:   %s (%s)\n", ManifestPath(index).c_str(),
+              absl::StrJoin(roles, ", ").c_str());
   return kExitOk;
 }
 
@@ -106,12 +144,23 @@ int Versions(const KnndClient::Options& options) {
 std::function<int()> DefinePublish(FlagSet& flags) {
   auto options = std::make_shared<PublishOptions>();
   flags.Add("index", &options->index, "FILE",
-            "Index file to publish (with its sidecar, vectors file and id "
-            "table); it is loaded and checked first.");
+            "Index file to publish, with the files its manifest "
+            "INDEX.manifest.json binds (written by knnctl build and "
+            "update); the copy is loaded and every file checked.");
   flags.Add("dir", &options->dir, "DIR",
             "Versions directory knnd serves (knnd --index DIR): the file "
             "becomes DIR/<next N>/index.faiss.");
   return [options] { return Publish(*options); };
+}
+
+std::function<int()> DefineSeal(FlagSet& flags) {
+  auto index = std::make_shared<std::string>();
+  flags.Add("index", index.get(), "FILE",
+            "Index file whose sidecar and companions (.ids, .payloads, "
+            ".attrs, .vectors) to bind; they must load together, every "
+            "checksum read. Only for files you know belong together: a "
+            "build or update that did not finish is run again instead.");
+  return [index] { return Seal(*index); };
 }
 
 std::function<int()> DefineReload(FlagSet& flags) {
