@@ -38,7 +38,8 @@ constexpr Command kCommands[] = {
     {"tune",
      "stores in the sidecar the fastest nprobe and refine_factor reaching a "
      "target recall",
-     "--index INDEX [--queries FILE] [--target_recall R] [flags]",
+     "--index INDEX [--shards N] [--queries FILE] [--target_recall R] "
+     "[flags]",
      DefineTune},
     {"search", "sends queries to knnd, prints neighbours and latency",
      "(--queries FILE | --random N) [flags]", DefineSearch},
