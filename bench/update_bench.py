@@ -49,7 +49,7 @@ def run(cmd):
 
 
 def recall_at(eval_output, nprobe, refine):
-    # eval's table: nprobe, refine_factor, then recall@1, @10, @100.
+    # eval's table: nprobe, refine_factor, then recall@1 and @10 (--k 10).
     for line in eval_output.splitlines():
         fields = line.split()
         if len(fields) >= 5 and fields[0] == str(nprobe) and \

@@ -51,10 +51,9 @@ absl::StatusOr<std::vector<int64_t>> ExactNeighbors(const Matrix& base,
   return ids;
 }
 
-void RowsToAnswerIds(const IndexSnapshot& snapshot,
-                     std::vector<int64_t>& rows) {
+void RowsToAnswerIds(const MeasuredIndex& index, std::vector<int64_t>& rows) {
   for (int64_t& row : rows) {
-    if (row >= 0) row = snapshot.IdOfRow(row);
+    if (row >= 0) row = index.IdOfRow(row);
   }
 }
 
@@ -112,9 +111,9 @@ std::vector<int64_t> LeaveOut(absl::Span<const int64_t> ids, int k,
 }
 
 absl::StatusOr<std::vector<SweepRow>> SweepNprobe(
-    const IndexSnapshot& snapshot, const Matrix& queries,
+    const MeasuredIndex& index, const Matrix& queries,
     absl::Span<const int64_t> truth, int truth_k, const SweepOptions& options) {
-  const IndexInfo& info = snapshot.info();
+  const IndexInfo& info = index.info();
   if (queries.dim != info.dim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "queries have dim=", queries.dim, " but the index has dim=", info.dim));
@@ -124,14 +123,22 @@ absl::StatusOr<std::vector<SweepRow>> SweepNprobe(
         "ground truth has ", truth.size() / std::max(truth_k, 1),
         " rows but there are ", queries.rows, " queries"));
   }
-  int k = 1;
+  const int k = options.k;
+  if (k < 1 || k > info.ntotal) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("k=", k, " is outside [1, ntotal=", info.ntotal, "]"));
+  }
   for (int r : options.recall_at) {
+    if (r < 1 || r > k) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "recall@", r, " is outside [1, k=", k,
+          "]: a search of k neighbours answers recall@1 to recall@k"));
+    }
     if (r > truth_k) {
       return absl::InvalidArgumentError(absl::StrCat(
           "recall@", r, " needs ", r, " true neighbours per query; the "
           "ground truth has ", truth_k));
     }
-    k = std::max(k, r);
   }
   const bool leaves_out = !options.leave_out.empty();
   if (leaves_out &&
@@ -160,7 +167,7 @@ absl::StatusOr<std::vector<SweepRow>> SweepNprobe(
       args.refine_factor = options.refine_factor;
       args.distances = distances.data() + begin * searched_k;
       args.ids = ids.data() + begin * searched_k;
-      if (absl::Status s = snapshot.Search(args); !s.ok()) return s;
+      if (absl::Status s = index.Search(args); !s.ok()) return s;
     }
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     SweepRow row;

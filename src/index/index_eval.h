@@ -1,6 +1,7 @@
 // Measuring an index: exact ground truth with a flat (brute-force) index,
 // recall of approximate results against it, and a sweep of nprobe through
-// IndexSnapshot, the daemon's own search path.
+// IndexSnapshot, the daemon's own search path, or through a shard set
+// searched and merged as a front merges it (shard_set_search.h).
 //
 // Thread-safety: pure functions; FAISS may use all cores inside them.
 #ifndef KNND_INDEX_INDEX_EVAL_H_
@@ -9,8 +10,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "knnd/faiss/search_args.h"
 #include "knnd/index/index_snapshot.h"
 #include "knnd/storage/vector_io.h"
 
@@ -24,10 +27,48 @@ absl::StatusOr<std::vector<int64_t>> ExactNeighbors(const Matrix& base,
                                                     const Matrix& queries,
                                                     int k, Metric metric);
 
+// What eval and tune measure: one loaded index (MeasuredSnapshot) or the
+// shards of one split searched as one (ShardSetSearch). Search() answers
+// plain k-NN searches (queries, num_queries, k, nprobe, refine_factor into
+// ids and distances) as knnd answers a request of them.
+//
+// Thread-safety: implementations are immutable; Search() is const.
+class MeasuredIndex {
+ public:
+  virtual ~MeasuredIndex() = default;
+  // dim, metric, nlist, ntotal and has_vectors describe what is searched.
+  virtual const IndexInfo& info() const = 0;
+  virtual absl::Status Search(const SearchArgs& args) const = 0;
+  // The id answers carry for row `row` of the indexed vectors
+  // (0 <= row < info().ntotal).
+  virtual int64_t IdOfRow(int64_t row) const = 0;
+};
+
+// One IndexSnapshot, borrowed: it must outlive this.
+class MeasuredSnapshot final : public MeasuredIndex {
+ public:
+  explicit MeasuredSnapshot(const IndexSnapshot& snapshot)
+      : snapshot_(snapshot) {}
+  const IndexInfo& info() const override { return snapshot_.info(); }
+  absl::Status Search(const SearchArgs& args) const override {
+    return snapshot_.Search(args);
+  }
+  int64_t IdOfRow(int64_t row) const override {
+    return snapshot_.IdOfRow(row);
+  }
+
+ private:
+  const IndexSnapshot& snapshot_;
+};
+
 // `rows` (rows of the indexed vectors, as ExactNeighbors() gives them; -1
-// for none) turned in place into the ids `snapshot` answers with
-// (IndexSnapshot::IdOfRow), so that own ids score as row ids do.
-void RowsToAnswerIds(const IndexSnapshot& snapshot, std::vector<int64_t>& rows);
+// for none) turned in place into the ids `index` answers with
+// (MeasuredIndex::IdOfRow), so that own ids score as row ids do.
+void RowsToAnswerIds(const MeasuredIndex& index, std::vector<int64_t>& rows);
+inline void RowsToAnswerIds(const IndexSnapshot& snapshot,
+                            std::vector<int64_t>& rows) {
+  RowsToAnswerIds(MeasuredSnapshot(snapshot), rows);
+}
 
 // R-recall@R, as ann-benchmarks reports it: the mean over queries of
 // |first R results ∩ first R true neighbours| / R. `results` has
@@ -50,8 +91,12 @@ struct SweepRow {
 };
 
 struct SweepOptions {
-  std::vector<int> nprobes;    // each <= nlist
-  std::vector<int> recall_at;  // R values, each <= truth_k
+  std::vector<int> nprobes;  // each <= nlist
+  // Neighbours each search asks for, as a request's k: re-ranking takes
+  // refine_factor * k candidates, so a setting measured at another k than
+  // it is served at would not serve the recall measured.
+  int k = 10;
+  std::vector<int> recall_at;  // R values, each <= k and <= truth_k
   // Queries per Search call (as the daemon's batches would be).
   int64_t batch_rows = 1024;
   // Exact re-ranking of refine_factor * k candidates (0: off); > 0 needs
@@ -70,13 +115,19 @@ struct SweepOptions {
 std::vector<int64_t> LeaveOut(absl::Span<const int64_t> ids, int k,
                               absl::Span<const int64_t> leave_out);
 
-// Searches every query at each nprobe (and options.refine_factor) through
-// snapshot.Search() and scores
-// it against `truth` (truth_k ids per query). queries_per_second is wall
-// time over the whole query set.
+// Searches every query at each nprobe (and options.refine_factor, at
+// options.k) through index.Search() and scores it against `truth`
+// (truth_k ids per query). queries_per_second is wall time over the whole
+// query set.
 absl::StatusOr<std::vector<SweepRow>> SweepNprobe(
-    const IndexSnapshot& snapshot, const Matrix& queries,
+    const MeasuredIndex& index, const Matrix& queries,
     absl::Span<const int64_t> truth, int truth_k, const SweepOptions& options);
+inline absl::StatusOr<std::vector<SweepRow>> SweepNprobe(
+    const IndexSnapshot& snapshot, const Matrix& queries,
+    absl::Span<const int64_t> truth, int truth_k, const SweepOptions& options) {
+  return SweepNprobe(MeasuredSnapshot(snapshot), queries, truth, truth_k,
+                     options);
+}
 
 }  // namespace knnd
 

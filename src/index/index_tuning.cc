@@ -45,12 +45,70 @@ std::vector<int> DefaultRefineSweep(bool has_vectors) {
   return {0, 1, 2, 3, 4, 6, 8, 12, 16};
 }
 
-absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,
+absl::StatusOr<std::vector<SweepRow>> SweepSettings(
+    const MeasuredIndex& index, const Matrix& queries,
+    absl::Span<const int64_t> truth, int truth_k, const SettingsSweep& sweep,
+    const std::function<void(const SweepRow&)>& measured) {
+  SweepOptions options;
+  options.k = sweep.k;
+  options.recall_at =
+      sweep.recall_at.empty() ? std::vector<int>{sweep.k} : sweep.recall_at;
+  const auto k_column =
+      std::find(options.recall_at.begin(), options.recall_at.end(), sweep.k);
+  if (k_column == options.recall_at.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the recall columns leave out recall@k (k=", sweep.k, ")"));
+  }
+  const size_t column =
+      static_cast<size_t>(k_column - options.recall_at.begin());
+  options.batch_rows = sweep.batch_rows;
+  options.leave_out = sweep.leave_out;
+  std::vector<SweepRow> rows;
+  for (int refine_factor : sweep.refine_factors) {
+    options.refine_factor = refine_factor;
+    for (int nprobe : sweep.nprobes) {
+      options.nprobes = {nprobe};
+      absl::StatusOr<std::vector<SweepRow>> row =
+          SweepNprobe(index, queries, truth, truth_k, options);
+      if (!row.ok()) return row.status();
+      rows.push_back(std::move(row->front()));
+      if (measured) measured(rows.back());
+      if (sweep.stop_at_recall > 0 &&
+          RecallBound(rows.back(), column, sweep.confidence_z) >=
+              sweep.stop_at_recall) {
+        break;
+      }
+    }
+  }
+  return rows;
+}
+
+Choice ChooseSetting(absl::Span<const SweepRow> rows, size_t column,
+                     double target, double z, double tolerance) {
+  Choice choice;
+  choice.row = FastestReaching(rows, column, target, z);
+  choice.reached = choice.row != nullptr;
+  if (choice.reached || rows.empty()) return choice;
+  // More nprobe cannot fix what the codes lost: the fastest setting near
+  // the best recall.
+  double best = rows.front().recall[column];
+  for (const SweepRow& row : rows) best = std::max(best, row.recall[column]);
+  for (const SweepRow& row : rows) {
+    if (row.recall[column] >= best - tolerance &&
+        (choice.row == nullptr ||
+         row.queries_per_second > choice.row->queries_per_second)) {
+      choice.row = &row;
+    }
+  }
+  return choice;
+}
+
+absl::StatusOr<TuneResult> TuneSearchDefaults(const MeasuredIndex& index,
                                               const Matrix& queries,
                                               absl::Span<const int64_t> truth,
                                               int truth_k,
                                               const TuneOptions& options) {
-  const IndexInfo& info = snapshot.info();
+  const IndexInfo& info = index.info();
   if (!(options.target_recall > 0 && options.target_recall <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "target_recall=", options.target_recall, " is outside (0, 1]"));
@@ -59,44 +117,30 @@ absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,
     return absl::InvalidArgumentError(absl::StrCat(
         "confidence_z=", options.confidence_z, " is outside [0, 10]"));
   }
-  const std::vector<int> nprobes = options.nprobes.empty()
-                                       ? DefaultNprobeSweep(info.nlist)
-                                       : options.nprobes;
-  const std::vector<int> refine_factors =
-      options.refine_factors.empty() ? DefaultRefineSweep(info.has_vectors)
-                                     : options.refine_factors;
+  SettingsSweep sweep;
+  sweep.k = options.k;
+  sweep.nprobes = options.nprobes.empty() ? DefaultNprobeSweep(info.nlist)
+                                          : options.nprobes;
+  sweep.refine_factors = options.refine_factors.empty()
+                             ? DefaultRefineSweep(info.has_vectors)
+                             : options.refine_factors;
+  sweep.leave_out = options.leave_out;
+  sweep.stop_at_recall = options.target_recall;
+  sweep.confidence_z = options.confidence_z;
+  absl::StatusOr<std::vector<SweepRow>> measured =
+      SweepSettings(index, queries, truth, truth_k, sweep);
+  if (!measured.ok()) return measured.status();
+  if (measured->empty()) {
+    return absl::InvalidArgumentError(
+        "no setting to measure: the nprobe or refine_factor list is empty");
+  }
   TuneResult result;
-  for (int refine_factor : refine_factors) {
-    for (int nprobe : nprobes) {
-      SweepOptions sweep;
-      sweep.nprobes = {nprobe};
-      sweep.recall_at = {options.k};
-      sweep.batch_rows = 1;
-      sweep.refine_factor = refine_factor;
-      sweep.leave_out = options.leave_out;
-      absl::StatusOr<std::vector<SweepRow>> rows =
-          SweepNprobe(snapshot, queries, truth, truth_k, sweep);
-      if (!rows.ok()) return rows.status();
-      result.measured.push_back(rows->front());
-      // A larger nprobe only costs more.
-      if (RecallBound(rows->front(), 0, options.confidence_z) >=
-          options.target_recall) {
-        break;
-      }
-    }
-  }
-  const SweepRow* fastest =
-      FastestReaching(result.measured, 0, options.target_recall,
-                      options.confidence_z);
-  result.reached = fastest != nullptr;
-  if (fastest == nullptr) {
-    fastest = &*std::max_element(
-        result.measured.begin(), result.measured.end(),
-        [](const SweepRow& a, const SweepRow& b) {
-          return a.recall[0] < b.recall[0];
-        });
-  }
-  result.chosen = *fastest;
+  result.measured = std::move(*measured);
+  const Choice choice =
+      ChooseSetting(result.measured, 0, options.target_recall,
+                    options.confidence_z, /*tolerance=*/0);
+  result.reached = choice.reached;
+  result.chosen = *choice.row;
   return result;
 }
 

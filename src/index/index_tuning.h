@@ -1,10 +1,12 @@
 // Tuning the search defaults of an index: the fastest (nprobe,
 // refine_factor) whose recall@k on held-out queries reaches a target,
 // measured through IndexSnapshot::Search at one query per call on the
-// calling thread (what one request of one query costs). `knnctl tune`
-// stores the result in the index's sidecar, and knnd serves it when its
-// config leaves default_nprobe / default_refine_factor unset
-// (serving/search_limits.h).
+// calling thread (what one request of one query costs), or through a
+// shard set searched as one (shard_set_search.h). `knnctl tune` stores
+// the result in the index's sidecar (in every shard's, for a set), and
+// knnd serves it when its config leaves default_nprobe /
+// default_refine_factor unset (serving/search_limits.h). `knnctl eval`
+// measures its grid with the same SweepSettings() and ChooseSetting().
 //
 // Thread-safety: pure functions of their arguments (FAISS searches run on
 // the calling thread).
@@ -12,6 +14,7 @@
 #define KNND_INDEX_INDEX_TUNING_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,6 +64,44 @@ std::vector<int> DefaultNprobeSweep(int64_t nlist);
 // vectors, else only 0.
 std::vector<int> DefaultRefineSweep(bool has_vectors);
 
+// A grid of settings measured at one k.
+struct SettingsSweep {
+  // Neighbours per search, as a request's k (re-ranking takes
+  // refine_factor * k candidates).
+  int k = 10;
+  std::vector<int> nprobes;  // ascending, each in [1, nlist]
+  std::vector<int> refine_factors;
+  // The recall columns of each SweepRow, each <= k; one of them is k.
+  // Empty: {k}.
+  std::vector<int> recall_at;
+  int64_t batch_rows = 1;  // queries per search call
+  // As SweepOptions::leave_out.
+  absl::Span<const int64_t> leave_out;
+  // > 0: for each refine_factor, nprobe stops rising once recall@k less
+  // confidence_z standard errors reaches this (a larger nprobe only costs
+  // more); 0: every nprobe is measured.
+  double stop_at_recall = 0;
+  double confidence_z = 0;
+};
+
+// Measures every (refine_factor, nprobe) of `sweep`, refine_factor by
+// refine_factor and nprobe ascending, through SweepNprobe; `measured`, when
+// set, sees each row as soon as it is measured. `truth` as SweepNprobe's.
+absl::StatusOr<std::vector<SweepRow>> SweepSettings(
+    const MeasuredIndex& index, const Matrix& queries,
+    absl::Span<const int64_t> truth, int truth_k, const SettingsSweep& sweep,
+    const std::function<void(const SweepRow&)>& measured = nullptr);
+
+// The setting to serve of `rows` (not empty): the fastest whose
+// RecallBound(row, column, z) reaches `target` (`reached`), else the
+// fastest whose recall[column] is within `tolerance` of the best one.
+struct Choice {
+  bool reached = false;
+  const SweepRow* row = nullptr;
+};
+Choice ChooseSetting(absl::Span<const SweepRow> rows, size_t column,
+                     double target, double z, double tolerance);
+
 struct TuneResult {
   // Whether any setting reached the target; `chosen` is then the fastest
   // that did, else the one with the highest recall.
@@ -78,15 +119,22 @@ const SweepRow* FastestReaching(absl::Span<const SweepRow> rows, size_t column,
                                 double target, double z = 0);
 
 // `truth` holds truth_k >= options.k exact neighbour ids per query.
-absl::StatusOr<TuneResult> TuneSearchDefaults(const IndexSnapshot& snapshot,
+absl::StatusOr<TuneResult> TuneSearchDefaults(const MeasuredIndex& index,
                                               const Matrix& queries,
                                               absl::Span<const int64_t> truth,
                                               int truth_k,
                                               const TuneOptions& options);
+inline absl::StatusOr<TuneResult> TuneSearchDefaults(
+    const IndexSnapshot& snapshot, const Matrix& queries,
+    absl::Span<const int64_t> truth, int truth_k, const TuneOptions& options) {
+  return TuneSearchDefaults(MeasuredSnapshot(snapshot), queries, truth,
+                            truth_k, options);
+}
 
 // Records `result` in the sidecar of `index_path` (written atomically);
 // `tuned_on` says which queries were used. FAILED_PRECONDITION when the
-// index has no sidecar.
+// index has no sidecar. A shard set records one result in every shard's
+// sidecar, each through this.
 absl::Status RecordTunedDefaults(const std::string& index_path,
                                  const TuneOptions& options,
                                  const TuneResult& result,

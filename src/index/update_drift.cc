@@ -194,6 +194,7 @@ absl::Status MeasureUpdateRecall(const std::string& output_path,
   drift.recall_refine_factor =
       info.tuned_nprobe > 0 ? info.tuned_refine_factor : 0;
   sweep.nprobes = {drift.recall_nprobe};
+  sweep.k = kRecallK;
   sweep.recall_at = {kRecallK};
   sweep.refine_factor = drift.recall_refine_factor;
   absl::StatusOr<std::vector<SweepRow>> measured =

@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "knnd/index/shard_merge_order.h"
 #include "knnd/rpc/result_fields.h"
 
 namespace knnd {
@@ -20,18 +22,29 @@ std::string Name(const ShardAnswer& a) {
                       a.target, ")");
 }
 
-// The targets and values of a field that differs between answers.
+// The targets and values of a field that differs between answers, and
+// `fix` (empty or a sentence) after them.
 template <typename Get>
 absl::Status Disagree(const std::vector<ShardAnswer>& answers,
-                      const char* field, Get get) {
+                      const char* field, Get get, absl::string_view fix = "") {
   std::vector<std::string> parts;
   for (const ShardAnswer& a : answers) {
     parts.push_back(absl::StrCat(Name(a), ": ", get(*a.response)));
   }
-  return absl::FailedPreconditionError(
-      absl::StrCat("the shards' answers disagree on ", field,
-                   ", so they cannot be merged: ", absl::StrJoin(parts, "; ")));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the shards' answers disagree on ", field, ", so they cannot be merged: ",
+      absl::StrJoin(parts, "; "), fix.empty() ? "" : ". ", fix));
 }
+
+// Shards answer one request with different nprobe or refine_factor only
+// when it left them unset and each took its own default.
+constexpr absl::string_view kDefaultsFix =
+    "A request that leaves nprobe or refine_factor unset gets each shard's "
+    "default (its config's default_nprobe / default_refine_factor, else its "
+    "sidecar's tuned ones): tune the set as one (knnctl tune --index OUT "
+    "--shards N records one decision in every shard's sidecar), or give "
+    "every shard the same defaults in its config, or set both in the "
+    "request";
 
 // One candidate of one query: (PQ estimate, exact distance, id); without
 // re-ranking both distances are the answer's.
@@ -96,9 +109,13 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
   auto queries = [](const SearchResponse& r) { return r.num_queries(); };
   if (differ(queries)) return Disagree(answers, "num_queries", queries);
   auto nprobe = [](const SearchResponse& r) { return r.nprobe(); };
-  if (differ(nprobe)) return Disagree(answers, "nprobe", nprobe);
+  if (differ(nprobe)) {
+    return Disagree(answers, "nprobe", nprobe, kDefaultsFix);
+  }
   auto refine_of = [](const SearchResponse& r) { return r.refine_factor(); };
-  if (differ(refine_of)) return Disagree(answers, "refine_factor", refine_of);
+  if (differ(refine_of)) {
+    return Disagree(answers, "refine_factor", refine_of, kDefaultsFix);
+  }
   const int refine = static_cast<int>(first.refine_factor());
   const int candidates_width = refine > 0 ? refine * k : k;
   for (const ShardAnswer& a : answers) {
@@ -205,17 +222,6 @@ void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
     merged->mutable_payloads()->Reserve(static_cast<int>(num_queries * k));
   }
 
-  auto better = [ascending](float a, float b) {
-    return ascending ? a < b : a > b;
-  };
-  auto by_approx = [&better](const Entry& a, const Entry& b) {
-    if (a.approx != b.approx) return better(a.approx, b.approx);
-    return a.id < b.id;
-  };
-  auto by_exact = [&better](const Entry& a, const Entry& b) {
-    if (a.exact != b.exact) return better(a.exact, b.exact);
-    return a.id < b.id;
-  };
   std::vector<Entry> entries;
   for (int64_t q = 0; q < num_queries; ++q) {
     entries.clear();
@@ -236,22 +242,10 @@ void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
                      : nullptr});
       }
     }
-    size_t keep;
-    if (candidates) {
-      // The unsharded index's candidates, then its re-ranking.
-      const size_t kc = std::min(entries.size(),
-                                 static_cast<size_t>(refine) * k);
-      std::partial_sort(entries.begin(), entries.begin() + kc, entries.end(),
-                        by_approx);
-      entries.resize(kc);
-      keep = std::min(kc, static_cast<size_t>(k));
-      std::partial_sort(entries.begin(), entries.begin() + keep,
-                        entries.end(), by_exact);
-    } else {
-      keep = std::min(entries.size(), static_cast<size_t>(k));
-      std::partial_sort(entries.begin(), entries.begin() + keep,
-                        entries.end(), by_exact);
-    }
+    // With candidates, the unsharded index's candidates, then its
+    // re-ranking.
+    const size_t keep =
+        MergeOrder(entries, k, candidates ? refine : 0, ascending);
     for (size_t j = 0; j < keep; ++j) {
       out.ids[q * k + j] = entries[j].id;
       out.distances[q * k + j] = entries[j].exact;

@@ -119,6 +119,58 @@ TEST(IndexTuning, LeaveOutDropsTheOwnIdOrTheLast) {
             (std::vector<int64_t>{5, 9, 11, 1, 2, 3, 0, 0, 2, 3, -1, -1}));
 }
 
+// A sweep searches at its k, as a request of k neighbours does (re-ranking
+// takes refine_factor * k candidates): recall columns wider than k are
+// refused rather than measured at another k, and a grid names recall@k.
+TEST(IndexTuning, SweepsSearchAtTheirKAndRefuseWiderColumns) {
+  TempDir tmp;
+  const std::string path = tmp.path("t.index");
+  const Matrix base = BuildIndex(path);
+  std::unique_ptr<IndexSnapshot> snapshot = Load(path);
+  const Matrix queries = SampleRows(base, 50, 4);
+  auto truth = ExactNeighbors(base, queries, 100, Metric::kL2);
+  ASSERT_TRUE(truth.ok());
+  SweepOptions sweep;
+  sweep.nprobes = {4};
+  sweep.k = 10;
+  sweep.recall_at = {1, 10};
+  EXPECT_TRUE(SweepNprobe(*snapshot, queries, *truth, 100, sweep).ok());
+  sweep.recall_at = {10, 100};
+  EXPECT_THAT(
+      SweepNprobe(*snapshot, queries, *truth, 100, sweep).status().message(),
+      HasSubstr("recall@100 is outside [1, k=10]"));
+  SettingsSweep grid;
+  grid.k = 10;
+  grid.nprobes = {4};
+  grid.refine_factors = {0};
+  grid.recall_at = {1};
+  EXPECT_THAT(SweepSettings(MeasuredSnapshot(*snapshot), queries, *truth, 100,
+                            grid)
+                  .status()
+                  .message(),
+              HasSubstr("leave out recall@k (k=10)"));
+}
+
+// Without a setting reaching the target, the fastest within the tolerance
+// of the best recall.
+TEST(IndexTuning, ChoiceFallsBackToTheFastestNearTheBest) {
+  auto row = [](double recall, double qps) {
+    SweepRow r;
+    r.recall = {recall};
+    r.queries_per_second = qps;
+    return r;
+  };
+  const std::vector<SweepRow> rows = {row(0.5, 100), row(0.9, 10),
+                                      row(0.898, 50)};
+  Choice near = ChooseSetting(rows, 0, 0.95, 0, 0.005);
+  EXPECT_FALSE(near.reached);
+  EXPECT_EQ(near.row, &rows[2]);
+  EXPECT_EQ(ChooseSetting(rows, 0, 0.95, 0, 0).row, &rows[1]);
+  Choice reached = ChooseSetting(rows, 0, 0.85, 0, 0);
+  EXPECT_TRUE(reached.reached);
+  EXPECT_EQ(reached.row, &rows[2]);
+}
+
 // Sampled rows as queries find themselves; left out of their results and
 // of their truth they score lower (as a new query would), and the tuned
 // setting then needs at least the nprobe that the self-inclusive measure

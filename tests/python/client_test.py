@@ -102,6 +102,42 @@ class FakeServerTest(ClientContract, unittest.TestCase):
 
 
 
+    def test_close_after_retried_calls_leaves_no_thread_failing(self):
+        # A retry waits with the channel watched. grpcio's connectivity
+        # poller outlives a watch by up to 0.2 s, and a second watch within
+        # that time asked it to connect once more: when close() came first
+        # it called the closed channel and died with "Cannot invoke RPC:
+        # Channel closed!", a thread traceback on stderr. Rounds of a call
+        # retried twice, then close(); every thread a round started is
+        # waited for, and none may end in threading.excepthook.
+        import grpc
+        from knnd_client import KnnClient, RetryPolicy
+        unavailable = ("fail", grpc.StatusCode.UNAVAILABLE, 10)
+        fake = client_testing.FakeKnnd([unavailable, unavailable, ("ok",)])
+        self.addCleanup(fake.stop)
+        failures = []
+        hook = threading.excepthook
+        threading.excepthook = lambda args: failures.append(
+            f"{args.thread.name}: {args.exc_type.__name__}: {args.exc_value}")
+        self.addCleanup(setattr, threading, "excepthook", hook)
+        for _ in range(10):
+            with fake.lock:
+                fake.calls.clear()  # the script starts again
+            before = set(threading.enumerate())
+            client = KnnClient(fake.address, timeout_s=5,
+                               retry=RetryPolicy(max_attempts=3))
+            ids, _ = client.search(np.ones((1, 4), np.float32), 2)
+            client.close()
+            self.assertEqual(ids.tolist(), [[0, 1]])
+            self.assertEqual(len(fake.calls), 3)
+            # The fake server's pool threads live on; gRPC's end.
+            for thread in set(threading.enumerate()) - before:
+                if not thread.name.startswith("ThreadPoolExecutor"):
+                    thread.join(5)
+                    self.assertFalse(thread.is_alive(), thread.name)
+        self.assertEqual(failures, [])
+
+
 class LiveKnndTest(LiveKnnd):
     """KnnClient against knnd serving the test index."""
 

@@ -4,7 +4,8 @@ the knnd-client (installed from clients/python) searching it. Answers carry
 the user's ids, with the recall of the same build with row ids at every
 setting; allow-lists are the user's ids; ShardedKnnClient over the same
 build split in 2 shards (each with its slice of the id table) merges to the
-unsharded answer.
+unsharded answer, and serves the defaults the set was tuned to as one
+(`knnctl tune --shards 2`).
 
 Run by ctest (python_own_ids); by hand:
   /usr/bin/python3 tests/python/own_ids_test.py --knnd build/knnd \\
@@ -67,6 +68,10 @@ class OwnIdsTest(unittest.TestCase):
                             "--target_recall", "0.95", "--sample", "300"],
                            check=True, capture_output=True)
         split = build("split.index", "--ids", ids, "--shards", "2")
+        # One decision for the set, in both shards' sidecars.
+        subprocess.run([ARGS.knnctl, "tune", "--index", split, "--shards",
+                        "2", "--target_recall", "0.95", "--sample", "300"],
+                       check=True, capture_output=True)
         cls.daemons = {}
         for name, path in [("rows", rows), ("own", own),
                            ("shard0", split + ".shard-0-of-2"),
@@ -132,6 +137,29 @@ class OwnIdsTest(unittest.TestCase):
         # Ids the index does not hold match nothing.
         none, _ = own.search(self.xq[:3], K, 8, allowed_ids=[1, 2, 3])
         self.assertTrue((none == -1).all())
+
+    def test_sharded_client_serves_the_set_tuned_as_one(self):
+        # Requests that set no nprobe or refine_factor: every shard applies
+        # the one tuned decision, so the answers merge, and they are the
+        # whole index's answers at that setting.
+        from knnd_client import ShardedKnnClient
+        sharded = ShardedKnnClient([self.daemons["shard1"].address,
+                                    self.daemons["shard0"].address],
+                                   timeout_s=30)
+        self.addCleanup(sharded.close)
+        infos = sharded.info()
+        defaults = {(i.defaults_source, i.default_nprobe,
+                     i.default_refine_factor) for i in infos}
+        self.assertEqual(len(defaults), 1, defaults)
+        source, nprobe, refine = defaults.pop()
+        self.assertEqual(source, "tuned")
+        self.assertGreater(refine, 0)
+        got, got_d = sharded.search(self.xq, K)
+        want, want_d = self.client("own").search(self.xq, K, nprobe,
+                                                 refine_factor=refine)
+        np.testing.assert_array_equal(got_d, want_d)
+        self.assertAlmostEqual(recall(got, self.ids[self.truth]),
+                               recall(want, self.ids[self.truth]), delta=0.01)
 
     def test_sharded_client_merges_own_id_shards_to_the_whole_answer(self):
         from knnd_client import ShardedKnnClient

@@ -455,10 +455,12 @@ class MergeUnitTest(unittest.TestCase):
         targets = ["a:1", "b:2", "c:3"]
         request = pb.SearchRequest(vectors_f32le=b"\0" * 32, dim=8, k=1)
 
-        def answer(shard_id, build=BUILD, count=3, version=V):
+        def answer(shard_id, build=BUILD, count=3, version=V, nprobe=4,
+                   refine=0):
             return pb.SearchResponse(
                 num_queries=1, k=1, ids=[shard_id], distances=[1.0],
-                metric=pb.METRIC_L2, index_version=version,
+                metric=pb.METRIC_L2, index_version=version, nprobe=nprobe,
+                refine_factor=refine,
                 shard=pb.ShardInfo(shard_id=shard_id, shard_count=count,
                                    build_id=build))
 
@@ -476,6 +478,17 @@ class MergeUnitTest(unittest.TestCase):
                  "c:3.*one of 4 shards"),
                 ((answer(0), answer(1), answer(2, version=V + 1)),
                  "different index_version"),
+                # Shards tuned one by one: each answered with its own
+                # default; the error names them and how to agree.
+                ((answer(0), answer(1), answer(2, nprobe=8)),
+                 r"different nprobe \(each shard took its own default: tune "
+                 r"the set as one \(knnctl tune --index OUT --shards N.*"
+                 r"a:1 \(targets\[0\]\): 4, .*c:3 \(targets\[2\]\): 8"),
+                ((answer(0, refine=2), answer(1, refine=2),
+                  answer(2, refine=4)),
+                 r"different refine_factor \(each shard took its own "
+                 r"default: tune the set as one.*"
+                 r"b:2 \(targets\[1\]\): 2, .*c:3 \(targets\[2\]\): 4"),
                 ((answer(0), pb.SearchResponse(), answer(2)),
                  r"not a shard: b:2 \(targets\[1\]\)")):
             with self.subTest(message=message):

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/test_util.h"
@@ -279,6 +280,32 @@ TEST(CheckShardAnswers, RefusesAnswersThatDoNotFormOneSet) {
   // A subset (partial results) of one set is fine.
   const std::vector<SearchResponse> one = {Answer(1, 2, {2}, {1})};
   EXPECT_TRUE(CheckShardAnswers(Of(one), 2, 1).ok());
+}
+
+// Shards tuned one by one serve different defaults: the refusal names
+// every shard with its value and says how to make them agree.
+TEST(CheckShardAnswers, DifferentDefaultsNameTheShardsTheValuesAndTheFix) {
+  for (const char* field : {"nprobe", "refine_factor"}) {
+    std::vector<SearchResponse> r = {
+        Answer(0, 2, {1, 2}, {1, 2}, {1, 2}, knnd::v1::METRIC_L2, 2),
+        Answer(1, 2, {3, 4, 5, 6}, {1, 2, 3, 4}, {1, 2, 3, 4},
+               knnd::v1::METRIC_L2, 4)};
+    if (std::string(field) == "nprobe") {
+      r[1] = r[0];
+      r[1].mutable_shard()->set_shard_id(1);
+      r[1].set_nprobe(8);
+    }
+    const std::string message = std::string(
+        CheckShardAnswers(Of(r), 2, 1).message());
+    EXPECT_THAT(message, HasSubstr(absl::StrCat("disagree on ", field)));
+    const bool nprobe = std::string(field) == "nprobe";
+    EXPECT_THAT(message, HasSubstr(absl::StrCat("shard 0 (t0): ",
+                                                nprobe ? 4 : 2)));
+    EXPECT_THAT(message, HasSubstr(absl::StrCat("shard 1 (t1): ",
+                                                nprobe ? 8 : 4)));
+    EXPECT_THAT(message, HasSubstr("tune the set as one (knnctl tune "
+                                   "--index OUT --shards N"));
+  }
 }
 
 }  // namespace

@@ -906,6 +906,191 @@ TEST(Knnctl, TuneRecordsTheFastestSettingReachingTheTarget) {
   EXPECT_EQ(again->tuned_nprobe(), meta->tuned_nprobe());
 }
 
+// Seeded clustered vectors split into base rows and query rows of the
+// same clusters, written to `base_path` and `queries_path`.
+std::pair<Matrix, Matrix> WriteBaseAndQueries(const std::string& base_path,
+                                              const std::string& queries_path,
+                                              int64_t rows, int64_t queries,
+                                              int dim, uint32_t seed) {
+  const std::vector<float> all = MakeData(rows + queries, dim, seed);
+  Matrix base, query;
+  base.rows = rows;
+  query.rows = queries;
+  base.dim = query.dim = dim;
+  base.values.assign(all.begin(), all.begin() + rows * dim);
+  query.values.assign(all.begin() + rows * dim, all.end());
+  EXPECT_TRUE(WriteVectors(base_path, base).ok());
+  EXPECT_TRUE(WriteVectors(queries_path, query).ok());
+  return {base, query};
+}
+
+// recall@k of `response` (a search of every row of `queries`) against a
+// brute-force search of `base`.
+double ServedRecall(const knnd::v1::SearchResponse& response,
+                    const Matrix& base, const Matrix& queries, int k) {
+  const std::vector<int64_t> truth = knnd::testing::BruteForceNeighbors(
+      base.values, queries.values, base.dim, k, Metric::kL2);
+  int64_t hits = 0;
+  for (int64_t q = 0; q < queries.rows; ++q) {
+    const std::set<int64_t> expected(truth.begin() + q * k,
+                                     truth.begin() + (q + 1) * k);
+    for (int j = 0; j < k; ++j) hits += expected.count(response.ids(q * k + j));
+  }
+  return static_cast<double>(hits) / static_cast<double>(queries.rows * k);
+}
+
+// A front's (or one knnd's) GetIndexInfo answers once it serves.
+bool WaitServing(const knnd::testing::RunningServer& server) {
+  const absl::Time end = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < end) {
+    grpc::ClientContext context;
+    knnd::v1::GetIndexInfoResponse info;
+    if (server.stub->GetIndexInfo(&context, {}, &info).ok()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+// eval's chosen setting, served as its line says (default_nprobe and
+// default_refine_factor in knnd's config, and requests of --k neighbours
+// that set neither), answers the recall@k eval printed for it: eval
+// searches at --k, where re-ranking takes refine_factor x k candidates, as
+// a request does.
+TEST(Knnctl, EvalsChosenSettingServesTheRecallItPrints) {
+  TempDir dir;
+  const auto [base, queries] = WriteBaseAndQueries(
+      dir.path("base.npy"), dir.path("q.npy"), 4000, 200, 32, 21);
+  const std::string index = dir.path("x.index");
+  // 4-bit codes of 8 sub-quantizers: PQ alone stays far below the target,
+  // so the chosen setting re-ranks.
+  CommandResult built = Knnctl(absl::StrCat(
+      "build --input ", dir.path("base.npy"), " --output ", index,
+      " --nlist 32 --m 8"));
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  CommandResult eval = Knnctl(absl::StrCat(
+      "eval --index ", index, " --queries ", dir.path("q.npy"), " --base ",
+      dir.path("base.npy"), " --k 10 --nprobes 4,8,32 "
+      "--refine_factors 0,1,2,4,8 --target_recall 0.9"));
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  int nprobe = 0, refine = 0;
+  double printed = 0;
+  const size_t at = eval.output.find("chosen nprobe: ");
+  ASSERT_NE(at, std::string::npos) << eval.output;
+  ASSERT_EQ(std::sscanf(eval.output.c_str() + at,
+                        "chosen nprobe: %d refine_factor: %d (recall@10 %lf",
+                        &nprobe, &refine, &printed),
+            3)
+      << eval.output;
+  ASSERT_GT(refine, 0) << eval.output;
+
+  knnd::v1::ServerConfig config = knnd::testing::TestConfig(index);
+  config.set_default_nprobe(static_cast<uint32_t>(nprobe));
+  config.set_default_refine_factor(static_cast<uint32_t>(refine));
+  knnd::testing::RunningServer server = knnd::testing::StartServer(config);
+  ASSERT_NE(server.stub, nullptr);
+  knnd::v1::SearchResponse response;
+  ASSERT_TRUE(knnd::testing::CallSearch(
+                  *server.stub,
+                  knnd::testing::MakeSearchRequest(queries.values, 10),
+                  &response)
+                  .ok());
+  EXPECT_EQ(response.nprobe(), static_cast<uint32_t>(nprobe));
+  EXPECT_EQ(response.refine_factor(), static_cast<uint32_t>(refine));
+  // 4 decimals printed; one neighbour of 2,000 is 0.0005.
+  EXPECT_NEAR(ServedRecall(response, base, queries, 10), printed, 0.00051)
+      << eval.output;
+}
+
+// A shard set is tuned as one: `tune --index OUT --shards N` measures the
+// merged answer of every shard (the unsharded index's: the shards share
+// their quantizers), records one decision in every shard's sidecar, and a
+// front over the shards then answers requests that set no nprobe or
+// refine_factor with it, at the recall tune recorded. A shard alone is
+// refused, naming the command that tunes its set.
+TEST(Knnctl, AShardSetIsTunedAsOneAndItsFrontServesTheTunedDefaults) {
+  TempDir dir;
+  const auto [base, queries] = WriteBaseAndQueries(
+      dir.path("base.npy"), dir.path("q.npy"), 6000, 200, 32, 23);
+  const std::string set = dir.path("set.index");
+  const std::string build = absl::StrCat(
+      "build --input ", dir.path("base.npy"), " --nlist 32 --m 16 --output ");
+  CommandResult built = Knnctl(absl::StrCat(build, set, " --shards 2"));
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  EXPECT_THAT(built.output, HasSubstr(absl::StrCat(
+                                "knnctl tune --index ", set, " --shards 2")));
+
+  CommandResult alone = Knnctl(absl::StrCat("tune --index ", set,
+                                            ".shard-1-of-2 --sample 50"));
+  EXPECT_EQ(alone.exit_code, 2) << alone.output;
+  EXPECT_THAT(alone.output, HasSubstr("is shard 1 of 2"));
+  EXPECT_THAT(alone.output,
+              HasSubstr(absl::StrCat("knnctl tune --index ", set,
+                                     " --shards 2")));
+
+  const std::string sweep = absl::StrCat(
+      " --queries ", dir.path("q.npy"), " --target_recall 0.9");
+  CommandResult tuned =
+      Knnctl(absl::StrCat("tune --index ", set, " --shards 2", sweep));
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  std::vector<knnd::v1::IndexMetadata> metas;
+  for (int s = 0; s < 2; ++s) {
+    auto meta = ReadIndexMetadata(
+        MetadataPath(absl::StrCat(set, ".shard-", s, "-of-2")));
+    ASSERT_TRUE(meta.ok()) << meta.status();
+    metas.push_back(*meta);
+  }
+  ASSERT_GE(metas[0].tuned_nprobe(), 1u) << tuned.output;
+  EXPECT_GT(metas[0].tuned_refine_factor(), 0u) << tuned.output;
+  EXPECT_EQ(metas[0].tuned_k(), 10u);
+  for (auto field : {&knnd::v1::IndexMetadata::tuned_nprobe,
+                     &knnd::v1::IndexMetadata::tuned_refine_factor,
+                     &knnd::v1::IndexMetadata::tuned_k}) {
+    EXPECT_EQ((metas[1].*field)(), (metas[0].*field)());
+  }
+  EXPECT_EQ(metas[1].tuned_recall(), metas[0].tuned_recall());
+  EXPECT_EQ(metas[1].tuned_on(), metas[0].tuned_on());
+  EXPECT_THAT(metas[0].tuned_on(), HasSubstr("2 shards"));
+
+  // The set measures what the unsharded index of the same quantizers
+  // measures, setting by setting.
+  const std::string whole = dir.path("whole.index");
+  ASSERT_EQ(Knnctl(build + whole).exit_code, 0);
+  CommandResult whole_tune =
+      Knnctl(absl::StrCat("tune --index ", whole, sweep, " --dry_run"));
+  ASSERT_EQ(whole_tune.exit_code, 0) << whole_tune.output;
+  const std::map<std::pair<int, int>, double> set_rows = TuneRows(tuned.output);
+  const std::map<std::pair<int, int>, double> whole_rows =
+      TuneRows(whole_tune.output);
+  ASSERT_GE(set_rows.size(), 3u) << tuned.output;
+  for (const auto& [setting, recall] : set_rows) {
+    if (whole_rows.count(setting) == 0) continue;  // the sweeps stop apart
+    EXPECT_NEAR(recall, whole_rows.at(setting), 0.0011)
+        << "nprobe " << setting.first << " refine " << setting.second;
+  }
+
+  std::vector<knnd::testing::RunningServer> shards;
+  std::vector<std::string> targets;
+  for (int s = 0; s < 2; ++s) {
+    shards.push_back(knnd::testing::StartServer(knnd::testing::TestConfig(
+        absl::StrCat(set, ".shard-", s, "-of-2"))));
+    ASSERT_NE(shards.back().stub, nullptr);
+    targets.push_back(shards.back().address);
+  }
+  knnd::testing::RunningServer front =
+      knnd::testing::StartServer(knnd::testing::FrontConfig(targets));
+  ASSERT_TRUE(WaitServing(front));
+  knnd::v1::SearchResponse response;
+  const grpc::Status status = knnd::testing::CallSearch(
+      *front.stub, knnd::testing::MakeSearchRequest(queries.values, 10),
+      &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.nprobe(), metas[0].tuned_nprobe());
+  EXPECT_EQ(response.refine_factor(), metas[0].tuned_refine_factor());
+  EXPECT_NEAR(ServedRecall(response, base, queries, 10),
+              metas[0].tuned_recall(), 1e-9)
+      << tuned.output;
+}
+
 // convert turns a FastScan index that FAISS wrote into knnd's mappable
 // layout with a sidecar; knnd loads the result and refused the original.
 TEST(Knnctl, ConvertMakesAFaissFastScanFileServable) {

@@ -700,12 +700,24 @@ def sleep_polling(channel: grpc.Channel, delay_s: float) -> None:
     served again, whatever the backoff. A watcher kept for the channel's
     life would cost every call CPU (and grpcio 1.51 then hangs at exit
     unless the client is closed), so one watches only while a retry
-    waits."""
-    ready = grpc.channel_ready_future(channel)
+    waits.
+
+    The watcher asks for no connection attempt (try_to_connect=False, where
+    grpc.channel_ready_future asks for one): grpcio's poller thread lives
+    up to 0.2 s past the last unsubscribe, a subscription asking to connect
+    while it lives leaves it an attempt to make, and it made that attempt
+    even after close(), on the closed channel, dying with "Cannot invoke
+    RPC: Channel closed!" on stderr (every close() right after a call
+    retried twice, grpcio 1.51 and 1.85). Polling is what reconnecting
+    needs; the retried call itself connects a channel left idle."""
+    def ignore(connectivity: grpc.ChannelConnectivity) -> None:
+        del connectivity  # the watch only keeps the channel polled
+
+    channel.subscribe(ignore, try_to_connect=False)
     try:
         time.sleep(delay_s)
     finally:
-        ready.cancel()
+        channel.unsubscribe(ignore)
 
 
 def call_metadata(bearer_token: Optional[str]

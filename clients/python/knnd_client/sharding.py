@@ -445,10 +445,16 @@ def check_answers(targets: Sequence[str], versions: ShardVersions,
 
     def name(i: int) -> str:
         return describe(targets, versions, i)
+    # Shards answer one request with different nprobe or refine_factor
+    # only when it left them unset and each took its own default.
+    defaults = ("each shard took its own default: tune the set as one "
+                "(knnctl tune --index OUT --shards N records one decision in "
+                "every shard's sidecar), give every shard the same default "
+                "in its config, or pass {} explicitly")
     for field, hint in (("index_version", "answers never mix versions"),
                         ("metric", "one index, one metric"),
-                        ("nprobe", "pass nprobe explicitly"),
-                        ("refine_factor", "pass refine_factor explicitly")):
+                        ("nprobe", defaults.format("nprobe")),
+                        ("refine_factor", defaults.format("refine_factor"))):
         values = {i: getattr(a, field) for i, a in answers.items()}
         if len(set(values.values())) > 1:
             raise ShardedSearchError(

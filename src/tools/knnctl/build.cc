@@ -228,8 +228,10 @@ bool WriteShards(const BuildOptions& options, const std::string& staged,
     PrintShardWritten(path, shard);
   }
   std::printf("build id: %s (in every shard's sidecar)\n", build_id.c_str());
-  std::printf("next:     serve each shard with its own knnd and merge with "
-              "knnd --shard_targets (docs/sharding.md)\n");
+  std::printf("next:     knnctl tune --index %s --shards %zu (tunes the set "
+              "as one), then serve each shard with its own knnd and merge "
+              "with knnd --shard_targets (docs/sharding.md)\n",
+              options.output.c_str(), plan.size());
   return true;
 }
 

@@ -1,6 +1,8 @@
 // knnctl eval: recall@R and queries/s of an index file for a sweep of
 // nprobe (and refine_factor), measured through IndexSnapshot, the daemon's
-// own search path, and the setting to serve.
+// own search path, at --k as a request of k neighbours searches, and the
+// setting to serve. The sweep and the choice are knnctl tune's
+// (index/index_tuning.h).
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -41,21 +43,24 @@ struct Truth {
   int k = 0;
 };
 
-// The R values of the recall columns: 1, 10, 100 and --k, at most ntotal.
-std::vector<int> RecallColumns(int k, int64_t ntotal) {
+// The R values of the recall columns: 1, 10 and 100 up to --k, and k.
+// Every setting is searched at k, as a request of k neighbours is (with
+// re-ranking, of refine_factor * k candidates), and recall@R scores the
+// first R of those k results.
+std::vector<int> RecallColumns(int k) {
   std::vector<int> columns;
   for (int r : {1, 10, 100, k}) {
-    if (r >= 1 && r <= ntotal) columns.push_back(r);
+    if (r <= k) columns.push_back(r);
   }
   std::sort(columns.begin(), columns.end());
   columns.erase(std::unique(columns.begin(), columns.end()), columns.end());
   return columns;
 }
 
-// --ground_truth for `rows` queries; drops the recall columns beyond its
-// neighbours per query.
+// --ground_truth for `rows` queries, with at least k neighbours per query
+// (every recall column is <= k).
 absl::StatusOr<Truth> TruthFromFile(const std::string& path, int64_t rows,
-                                    int k, std::vector<int>& columns) {
+                                    int k) {
   absl::StatusOr<IdMatrix> read = ReadIds(path);
   if (!read.ok()) return read.status();
   if (read->rows < rows) {
@@ -65,10 +70,7 @@ absl::StatusOr<Truth> TruthFromFile(const std::string& path, int64_t rows,
   Truth truth;
   truth.k = read->cols;
   truth.ids.assign(read->values.begin(), read->values.begin() + rows * truth.k);
-  columns.erase(std::remove_if(columns.begin(), columns.end(),
-                               [&](int r) { return r > truth.k; }),
-                columns.end());
-  if (columns.empty() || k > truth.k) {
+  if (k > truth.k) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, " has ", truth.k, " neighbours per query, fewer than --k=", k));
   }
@@ -76,13 +78,12 @@ absl::StatusOr<Truth> TruthFromFile(const std::string& path, int64_t rows,
   return truth;
 }
 
-// Exact neighbours of `queries` in --base, as many per query as the
-// widest recall column, in the ids the index answers with: through its id
-// table (own ids), else through --ids (an index whose lists hold the ids).
+// Exact neighbours of `queries` in --base, k per query, in the ids the
+// index answers with: through its id table (own ids), else through --ids
+// (an index whose lists hold the ids).
 absl::StatusOr<Truth> TruthFromBase(const EvalOptions& options,
                                     const IndexSnapshot& snapshot,
-                                    const Matrix& queries,
-                                    const std::vector<int>& columns) {
+                                    const Matrix& queries, int k) {
   const IndexInfo& info = snapshot.info();
   absl::StatusOr<Matrix> base = ReadVectors(options.base);
   if (!base.ok()) return base.status();
@@ -92,7 +93,7 @@ absl::StatusOr<Truth> TruthFromBase(const EvalOptions& options,
         info.ntotal, "; --base must be the indexed vectors"));
   }
   Truth truth;
-  truth.k = columns.back();
+  truth.k = k;
   const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<int64_t>> exact =
       ExactNeighbors(*base, queries, truth.k, info.metric);
@@ -121,28 +122,22 @@ absl::StatusOr<Truth> TruthFromBase(const EvalOptions& options,
 // fastest setting within 0.005 of it, then the chosen line.
 void ReportChoice(const std::vector<SweepRow>& rows, size_t target_column,
                   int k, double target, bool has_vectors) {
-  const SweepRow* reached = FastestReaching(rows, target_column, target);
-  const SweepRow* best = &rows.front();
-  for (const SweepRow& row : rows) {
-    if (row.recall[target_column] > best->recall[target_column]) best = &row;
-  }
+  // The measured mean, not tune's confidence bound: eval reports what it
+  // measured on these queries.
+  const Choice choice = ChooseSetting(rows, target_column, target, /*z=*/0,
+                                      /*tolerance=*/0.005);
+  const SweepRow* chosen = choice.row;
   std::printf("\n");
-  const SweepRow* chosen = reached;
-  if (reached != nullptr) {
+  if (choice.reached) {
     std::printf(
         "recall@%d >= %.3g: fastest at nprobe %d refine_factor %d "
         "(%.4f, %.0f queries/s)\n",
-        k, target, reached->nprobe, reached->refine_factor,
-        reached->recall[target_column], reached->queries_per_second);
+        k, target, chosen->nprobe, chosen->refine_factor,
+        chosen->recall[target_column], chosen->queries_per_second);
   } else {
-    // More nprobe cannot fix what the PQ codes lost; take the fastest
-    // setting within 0.005 of the best recall instead.
+    const SweepRow* best = &rows.front();
     for (const SweepRow& row : rows) {
-      if (row.recall[target_column] >= best->recall[target_column] - 0.005 &&
-          (chosen == nullptr ||
-           row.queries_per_second > chosen->queries_per_second)) {
-        chosen = &row;
-      }
+      if (row.recall[target_column] > best->recall[target_column]) best = &row;
     }
     std::printf(
         "no setting reaches recall@%d >= %.3g: the best is %.4f at nprobe %d "
@@ -156,11 +151,12 @@ void ReportChoice(const std::vector<SweepRow>& rows, size_t target_column,
               "(--refine_factors).");
   }
   std::printf(
-      "chosen nprobe: %d refine_factor: %d (recall@%d %.4f); serve "
-      "it with default_nprobe: %d and default_refine_factor: %d in "
-      "the config, or per request\n",
+      "chosen nprobe: %d refine_factor: %d (recall@%d %.4f at k=%d); serve "
+      "it with default_nprobe: %d and default_refine_factor: %d in the "
+      "config, or per request with k=%d; knnctl tune records such a "
+      "setting in the sidecar\n",
       chosen->nprobe, chosen->refine_factor, k, chosen->recall[target_column],
-      chosen->nprobe, chosen->refine_factor);
+      k, chosen->nprobe, chosen->refine_factor, k);
 }
 
 int Eval(const EvalOptions& options) {
@@ -184,7 +180,7 @@ int Eval(const EvalOptions& options) {
     return Fail(
         absl::StrCat("--k=", k, " must be in [1, ntotal=", info.ntotal, "]"));
   }
-  std::vector<int> columns = RecallColumns(k, info.ntotal);
+  const std::vector<int> columns = RecallColumns(k);
   absl::StatusOr<std::vector<int>> nprobes =
       NprobeList(options.nprobes, info.nlist);
   if (!nprobes.ok()) return Fail(nprobes.status());
@@ -197,8 +193,8 @@ int Eval(const EvalOptions& options) {
 
   absl::StatusOr<Truth> truth =
       options.ground_truth.empty()
-          ? TruthFromBase(options, **snapshot, *queries, columns)
-          : TruthFromFile(options.ground_truth, queries->rows, k, columns);
+          ? TruthFromBase(options, **snapshot, *queries, k)
+          : TruthFromFile(options.ground_truth, queries->rows, k);
   if (!truth.ok()) return Fail(truth.status());
   std::fflush(stdout);
 
@@ -212,35 +208,33 @@ int Eval(const EvalOptions& options) {
     std::printf("vectors:  not used: %s\n", info.vectors_error.c_str());
   }
 
-  std::printf("\n%8s  %6s", "nprobe", "refine");
+  std::printf("\nsearched at k=%d (--k), as a request of %d neighbours: "
+              "re-ranking takes refine_factor x %d candidates\n",
+              k, k, k);
+  std::printf("%8s  %6s", "nprobe", "refine");
   for (int r : columns)
     std::printf("  %10s", absl::StrCat("recall@", r).c_str());
   std::printf("  %10s\n", "queries/s");
-  // One (nprobe, refine_factor) at a time, so each row shows as soon as it
-  // is measured.
-  SweepOptions sweep;
+  SettingsSweep sweep;
+  sweep.k = k;
+  sweep.nprobes = *nprobes;
+  sweep.refine_factors = *refine_factors;
   sweep.recall_at = columns;
   sweep.batch_rows = options.batch;
-  std::vector<SweepRow> rows;
-  for (int refine_factor : *refine_factors) {
-    for (int nprobe : *nprobes) {
-      sweep.nprobes = {nprobe};
-      sweep.refine_factor = refine_factor;
-      absl::StatusOr<std::vector<SweepRow>> row =
-          SweepNprobe(**snapshot, *queries, truth->ids, truth->k, sweep);
-      if (!row.ok()) return Fail(row.status());
-      std::printf("%8d  %6d", row->front().nprobe, refine_factor);
-      for (double recall : row->front().recall) {
-        std::printf("  %10.4f", recall);
-      }
-      std::printf("  %10.0f\n", row->front().queries_per_second);
-      std::fflush(stdout);
-      rows.push_back(std::move(row->front()));
-    }
-  }
+  // Each row shows as soon as it is measured.
+  absl::StatusOr<std::vector<SweepRow>> rows = SweepSettings(
+      MeasuredSnapshot(**snapshot), *queries, truth->ids, truth->k, sweep,
+      [](const SweepRow& row) {
+        std::printf("%8d  %6d", row.nprobe, row.refine_factor);
+        for (double recall : row.recall) std::printf("  %10.4f", recall);
+        std::printf("  %10.0f\n", row.queries_per_second);
+        std::fflush(stdout);
+      });
+  if (!rows.ok()) return Fail(rows.status());
   const size_t target_column =
       std::find(columns.begin(), columns.end(), k) - columns.begin();
-  ReportChoice(rows, target_column, k, options.target_recall, info.has_vectors);
+  ReportChoice(*rows, target_column, k, options.target_recall,
+               info.has_vectors);
   return kExitOk;
 }
 

@@ -37,7 +37,9 @@ constexpr Command kCommands[] = {
     {"tune",
      "stores in the sidecar the fastest nprobe and refine_factor reaching a "
      "target recall",
-     "--index INDEX [--queries FILE] [--target_recall R] [flags]", DefineTune},
+     "--index INDEX [--shards N] [--queries FILE] [--target_recall R] "
+     "[flags]",
+     DefineTune},
     {"search", "sends queries to knnd, prints neighbours and latency",
      "(--queries FILE | --random N) [flags]", DefineSearch},
     {"info", "describes the served index (--addr) or an index file (--index)",

@@ -46,10 +46,12 @@ int Shard(const ShardOptions& options) {
                       shard);
   }
   std::printf(
-      "split %s into %d shards in %.1f s; serve each with its own "
-      "knnd and merge with knnd --shard_targets (docs/sharding.md)\n",
+      "split %s into %d shards in %.1f s; tune the set as one (knnctl "
+      "tune --index %s --shards %d), then serve each with its own knnd and "
+      "merge with knnd --shard_targets (docs/sharding.md)\n",
       options.index.c_str(), options.shards,
-      absl::ToDoubleSeconds(absl::Now() - start));
+      absl::ToDoubleSeconds(absl::Now() - start), output.c_str(),
+      options.shards);
   return kExitOk;
 }
 
