@@ -106,7 +106,12 @@ Timing TimeCase(const std::vector<knnd::ShardAnswer>& answers, int shards,
       std::exit(1);
     }
     SearchResponse merged;
-    knnd::MergeShardAnswers(answers, k, /*as_bytes=*/false, &merged);
+    if (!knnd::MergeShardAnswers(answers, k, /*as_bytes=*/false,
+                                 /*max_answer_bytes=*/0, &merged)
+             .ok()) {
+      std::fprintf(stderr, "merge_bench: MergeShardAnswers refused the set\n");
+      std::exit(1);
+    }
     if (merged.ids_size() != static_cast<int>(merged.num_queries()) * k) {
       std::fprintf(stderr, "merge_bench: wrong merged size\n");
       std::exit(1);

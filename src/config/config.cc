@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "knnd/config/server_options.h"
 #include "knnd/index/index_sharding.h"
+#include "knnd/rpc/search_request_codec.h"
 
 namespace knnd {
 namespace {
@@ -246,6 +247,11 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
   if (c.default_refine_factor() > c.max_refine_factor()) {
     return out_of_range("default_refine_factor", c.default_refine_factor(), 0,
                         c.max_refine_factor());
+  }
+  // Deeper filters are not read at all (search_request_codec.h).
+  if (c.max_filter_depth() < 1 || c.max_filter_depth() > kMaxFilterDepthLimit) {
+    return out_of_range("max_filter_depth", c.max_filter_depth(), 1,
+                        kMaxFilterDepthLimit);
   }
   return absl::OkStatus();
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "knnd/base/saturating.h"
 #include "knnd/base/units.h"
 #include "knnd/index/rerank.h"
 
@@ -26,87 +27,115 @@ int64_t FastScanSearchBytes(const IndexInfo& index, const SearchShape& shape,
   const int64_t lut2 = 16 * 2 * index.code_size_bytes;
   const bool l2_residual = index.by_residual && index.metric == Metric::kL2;
   const int64_t tables_per_query = l2_residual ? nprobe : 1;
-  int64_t bytes = nq * tables_per_query * (lut * 4 + lut2) + nq * 8;
+  int64_t bytes = SatAdd(
+      SatMul(nq, tables_per_query, SatAdd(SatMul(lut, 4), lut2)),
+      SatMul(nq, 8));
   if (l2_residual) {
-    bytes += index.precomputed_table_bytes > 0
-                 ? nq * lut * 4
-                 : nq * nprobe * std::max(index.dim, index.ivf_dim) * 4;
+    bytes = SatAdd(
+        bytes, index.precomputed_table_bytes > 0
+                   ? SatMul(nq, lut, 4)
+                   : SatMul(nq, nprobe,
+                            std::max<int64_t>(index.dim, index.ivf_dim), 4));
   }
-  if (index.by_residual) bytes += nq * nprobe * (4 + 2);
-  bytes += nq * nprobe * 12;
-  bytes += nq * (((2 * k + 15) / 16 * 16) * (2 + 8) + 64);
-  bytes += calls * (kMaxFastScanQueryGroup * lut2 + k * 4);
+  if (index.by_residual) bytes = SatAdd(bytes, SatMul(nq, nprobe, 4 + 2));
+  bytes = SatAdd(bytes, SatMul(nq, nprobe, 12));
+  // FAISS's reservoir of 2k: round_up(2k, 16) * (2 + 8) + 64 per query.
+  const int64_t reservoir =
+      SatMul(SatAdd(SatMul(2, k), 15) / 16, 16 * (2 + 8));
+  bytes = SatAdd(bytes, SatMul(nq, SatAdd(reservoir, 64)));
+  bytes = SatAdd(bytes, SatMul(calls, SatAdd(kMaxFastScanQueryGroup * lut2,
+                                             SatMul(k, 4))));
   return bytes;
 }
 
 }  // namespace
 
 int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape) {
-  const int64_t nq = shape.num_queries;
+  // Every product and sum saturates (base/saturating.h): the shape's
+  // values are the caller's, checked against limits an operator may set
+  // far apart, and a wrapped estimate would let the gate admit anything.
+  const int64_t nq = std::max<int64_t>(0, shape.num_queries);
   const int64_t d = index.dim;
-  const int64_t k = shape.k;
-  int64_t bytes = nq * d * 4 + shape.query_copy_bytes;
+  const int64_t k = std::max(0, shape.k);
+  const int64_t nprobe = std::max(0, shape.nprobe);
+  int64_t bytes = SatAdd(SatMul(nq, d, 4), shape.query_copy_bytes);
   if (index.has_pretransform || index.metric == Metric::kCosine) {
-    bytes += nq * std::max<int64_t>(d, index.ivf_dim) * 4;  // a transformed copy
+    // A transformed copy.
+    bytes = SatAdd(bytes,
+                   SatMul(nq, std::max<int64_t>(d, index.ivf_dim), 4));
   }
-  bytes += 2 * nq * k * 12;
-  bytes += nq * shape.nprobe * 12;
+  bytes = SatAdd(bytes, SatMul(2, nq, k, 12));
+  bytes = SatAdd(bytes, SatMul(nq, nprobe, 12));
   const int64_t rows = shape.unit_rows > 0 ? std::min(nq, shape.unit_rows)
                                            : nq;
   if (rows >= kBlasThresholdRows) {
-    bytes += nq * std::min(index.nlist, kBlasDatabaseBlock) * 4;
+    bytes = SatAdd(bytes,
+                   SatMul(nq, std::min(index.nlist, kBlasDatabaseBlock), 4));
   }
-  bytes += index.nlist * 4;
+  bytes = SatAdd(bytes, SatMul(index.nlist, 4));
   const int64_t calls = std::max<int64_t>(
-      1, shape.unit_rows > 0 ? (nq + shape.unit_rows - 1) / shape.unit_rows : 1);
+      1, shape.unit_rows > 0 ? SatAdd(nq, shape.unit_rows - 1) / shape.unit_rows
+                             : 1);
+  SearchShape clean = shape;
+  clean.num_queries = nq;
+  clean.k = static_cast<int>(k);
+  clean.nprobe = static_cast<int>(nprobe);
   if (index.fastscan) {
-    bytes += FastScanSearchBytes(index, shape, calls);
+    bytes = SatAdd(bytes, FastScanSearchBytes(index, clean, calls));
   } else {
-    bytes += nq * k * 12;
-    bytes += calls *
-             (2 * int64_t{index.pq_m} * (int64_t{1} << index.pq_nbits) * 4 +
-              2 * d * 4);
+    bytes = SatAdd(bytes, SatMul(nq, k, 12));
+    const int64_t tables =
+        SatAdd(SatMul(2 * int64_t{index.pq_m},
+                      int64_t{1} << std::clamp(index.pq_nbits, 0, 32), 4),
+               SatMul(2, d, 4));
+    bytes = SatAdd(bytes, SatMul(calls, tables));
   }
-  bytes += shape.filter_ids * 16;
+  const int64_t filter_ids = std::max<int64_t>(0, shape.filter_ids);
+  bytes = SatAdd(bytes, SatMul(filter_ids, 16));
   // With an id table every call translates the allow-list into rows.
-  if (index.has_id_table) bytes += calls * shape.filter_ids * 8;
+  if (index.has_id_table) bytes = SatAdd(bytes, SatMul(calls, filter_ids, 8));
   if (shape.filtered) {
     // The filter's bitmap, when it has one; per call the exact plan's list
     // ids of the matching rows or the IVF plan's copies of the queries it
     // widens (filter_planner.h).
-    if (shape.filter_bitmap) bytes += RowBitmap::WordsFor(index.ntotal) * 8;
-    bytes += calls * std::max(shape.filter_matched_rows * 8,
-                              rows * (d * 4 + int64_t{k} * 12));
+    if (shape.filter_bitmap) {
+      bytes = SatAdd(bytes, SatMul(RowBitmap::WordsFor(index.ntotal), 8));
+    }
+    bytes = SatAdd(
+        bytes,
+        SatMul(calls, std::max(SatMul(shape.filter_matched_rows, 8),
+                               SatMul(rows, SatAdd(SatMul(d, 4),
+                                                   SatMul(k, 12))))));
   }
   if (shape.refine_factor > 0) {
     // FAISS's kc + slack best and the kc kept (rerank.h), 12 bytes each.
-    const int kc = static_cast<int>(shape.refine_factor * k);
-    bytes += nq * (2 * int64_t{kc} + CandidateSlack(kc)) * 12;
+    const int64_t kc = SatMul(shape.refine_factor, k);
+    const int64_t slack = kc / 4 + 8;  // CandidateSlack, without int overflow
+    bytes = SatAdd(bytes, SatMul(nq, SatAdd(SatMul(2, kc), slack), 12));
   }
-  bytes += 2 * shape.payload_bytes;
+  bytes = SatAdd(bytes, SatMul(2, std::max<int64_t>(0, shape.payload_bytes)));
   return bytes;
 }
 
 int64_t PayloadBytesBound(const IndexInfo& index, int64_t entries,
                           int64_t max_send_message_bytes) {
   if (entries <= 0 || index.max_payload_json_bytes <= 0) return 0;
-  if (index.max_payload_json_bytes > max_send_message_bytes / entries) {
-    return max_send_message_bytes;
-  }
-  return entries * index.max_payload_json_bytes;
+  return std::min(SatMul(entries, index.max_payload_json_bytes),
+                  max_send_message_bytes);
 }
 
 int64_t LoadPeakHeapBytes(const IndexInfo& planned) {
-  return planned.heap_bytes +
-         std::max<int64_t>(0, planned.read_peak_extra_bytes -
-                                  planned.precomputed_table_bytes);
+  return SatAdd(planned.heap_bytes,
+                std::max<int64_t>(0, SatSub(planned.read_peak_extra_bytes,
+                                            planned.precomputed_table_bytes)));
 }
 
 absl::Status CheckIndexFits(const IndexInfo& planned, int64_t other_heap_bytes,
                             const MemoryLimits& limits) {
   if (limits.limit_bytes <= 0) return absl::OkStatus();
   const int64_t peak = LoadPeakHeapBytes(planned);
-  const int64_t need = peak + other_heap_bytes + limits.headroom_bytes;
+  const int64_t need =
+      SatAdd(SatAdd(peak, other_heap_bytes), limits.headroom_bytes);
   if (need <= limits.limit_bytes) return absl::OkStatus();
   std::string reading;
   if (peak > planned.heap_bytes) {
@@ -150,9 +179,9 @@ int64_t InflightBytesBudget(const MemoryLimits& limits,
                             int64_t index_heap_bytes, int percent,
                             int64_t fixed_bytes) {
   if (limits.limit_bytes <= 0) return fixed_bytes;
-  const int64_t free_bytes =
-      limits.limit_bytes - index_heap_bytes - limits.headroom_bytes;
-  return std::max<int64_t>(1, free_bytes / 100 * percent);
+  const int64_t free_bytes = SatSub(
+      SatSub(limits.limit_bytes, index_heap_bytes), limits.headroom_bytes);
+  return std::max<int64_t>(1, SatMul(free_bytes / 100, percent));
 }
 
 }  // namespace knnd

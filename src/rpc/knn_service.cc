@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "knnd/base/saturating.h"
 #include "knnd/index/memory_model.h"
 #include "knnd/serving/search_request.h"
 #include "knnd/rpc/result_fields.h"
@@ -67,6 +68,11 @@ void KnnServiceImpl::Search(SearchCall* call) {
   const absl::Time arrival = absl::Now();
   const SearchAdmission::Answer answer = AnswerFor(call, arrival);
   if (!admission_.Authorize(*call->context(), answer)) return;
+  if (absl::Status s = CheckFilterParsed(call->request(),
+                                         options_.limits.filter.max_depth);
+      !s.ok()) {
+    return admission_.Refuse(RejectReason::kInvalid, s, answer);
+  }
   Pinned pinned;
   RejectReason reason = RejectReason::kInvalid;
   absl::StatusOr<ParsedSearch> parsed = PinAndParse(call, &pinned, &reason);
@@ -87,15 +93,21 @@ void KnnServiceImpl::Search(SearchCall* call) {
   const int64_t payload_entries =
       !payloads->has_value() ? 0
       : AnswersWithCandidates(call->request(), *parsed)
-          ? parsed->num_queries * parsed->k * parsed->refine_factor
-          : parsed->num_queries * parsed->k;
+          ? SatMul(parsed->num_queries, parsed->k, parsed->refine_factor)
+          : SatMul(parsed->num_queries, parsed->k);
   const SearchShape shape =
       ShapeOf(*parsed, pinned.snapshot->info(), payload_entries);
+  const int64_t bytes = EstimateSearchBytes(pinned.snapshot->info(), shape);
+  if (Saturated(bytes)) {
+    return admission_.RefuseSaturated(
+        {parsed->num_queries, parsed->k, parsed->refine_factor,
+         parsed->nprobe, payloads->has_value()},
+        answer);
+  }
   absl::StatusOr<AdmissionGate::Ticket> ticket = admission_.Admit(
       *call->context(), arrival, absl::FromChrono(call->context()->deadline()),
-      {parsed->num_queries,
-       EstimateSearchBytes(pinned.snapshot->info(), shape),
-       parsed->num_queries * std::max(parsed->nprobe, 1)},
+      {parsed->num_queries, bytes,
+       SatMul(parsed->num_queries, std::max(parsed->nprobe, 1))},
       answer);
   if (!ticket.ok()) return;
   batcher_->Submit(MakeJob(call, std::move(pinned), std::move(*parsed),
@@ -331,6 +343,7 @@ void KnnServiceImpl::GetIndexInfo(InfoCall* call) {
       static_cast<uint32_t>(limits.max_queries_per_request));
   response->set_max_filter_ids(static_cast<uint32_t>(limits.max_filter_ids));
   response->set_max_receive_message_bytes(options_.max_receive_message_bytes);
+  response->set_max_send_message_bytes(options_.max_send_message_bytes);
   response->set_has_metadata(index.has_metadata);
   response->set_normalized(index.normalized);
   response->set_factory(index.factory);

@@ -29,6 +29,7 @@
 #include "knnd/rpc/async_call.h"
 #include "knnd/rpc/call_hold.h"
 #include "knnd/rpc/search_admission.h"
+#include "knnd/rpc/search_request_codec.h"  // before the service is used
 #include "knnd/rpc/token_auth.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 

@@ -3,6 +3,9 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "knnd/base/saturating.h"
+
 namespace knnd {
 
 SearchAdmission::SearchAdmission(const Options& options, AdmissionGate* gate,
@@ -27,6 +30,22 @@ void SearchAdmission::Refuse(RejectReason reason, const absl::Status& status,
                              const Answer& answer) const {
   metrics_->RecordRejection(reason);
   answer(status);
+}
+
+void SearchAdmission::RefuseSaturated(const Shape& shape,
+                                      const Answer& answer) const {
+  Refuse(RejectReason::kTooLarge,
+         absl::InvalidArgumentError(absl::StrCat(
+             "request of ", shape.queries, " queries, k=", shape.k,
+             ", refine_factor=", shape.refine_factor,
+             shape.nprobe > 0 ? absl::StrCat(", nprobe=", shape.nprobe) : "",
+             shape.payloads ? " with payloads" : "",
+             " needs an estimated ", kSaturated,
+             " bytes or more (the estimate overflows 64 bits), more than "
+             "max_inflight_bytes=",
+             gate_->max_inflight_bytes(),
+             "; send fewer queries or a smaller k or refine_factor")),
+         answer);
 }
 
 absl::StatusOr<AdmissionGate::Ticket> SearchAdmission::Admit(

@@ -57,6 +57,16 @@ class SearchAdmission {
     int64_t work_units = 0;  // rows x nprobe; 0: not counted
   };
 
+  // What a refusal for a saturated estimate names: the request's shape as
+  // the door read it (for a front, as it will ask the shards).
+  struct Shape {
+    int64_t queries = 0;
+    int64_t k = 0;
+    int64_t refine_factor = 0;
+    int64_t nprobe = 0;  // 0: the shards' default
+    bool payloads = false;
+  };
+
   SearchAdmission(const Options& options, AdmissionGate* gate,
                   Metrics* metrics, const TokenAuthenticator* auth,
                   CallHold* hold);
@@ -70,6 +80,11 @@ class SearchAdmission {
   // under `reason`, then answered.
   void Refuse(RejectReason reason, const absl::Status& status,
               const Answer& answer) const;
+
+  // A request whose memory estimate saturated (base/saturating.h): no
+  // budget can hold it. Counted as too large and answered INVALID_ARGUMENT
+  // naming its shape and the gate's max_inflight_bytes.
+  void RefuseSaturated(const Shape& shape, const Answer& answer) const;
 
   // The deadline on arrival, then the gate: the call's ticket, or, refused
   // (deadline passed, gate full or draining), the call is answered (at

@@ -26,6 +26,15 @@ absl::StatusOr<absl::optional<PayloadSelection>> RequestedPayloads(
   return absl::optional<PayloadSelection>(std::move(*selection));
 }
 
+int64_t PayloadFieldBytes(int64_t size) {
+  using google::protobuf::io::CodedOutputStream;
+  return CodedOutputStream::VarintSize32(
+             static_cast<uint32_t>(
+                 knnd::v1::SearchResponse::kPayloadsFieldNumber)
+             << 3) +
+         CodedOutputStream::VarintSize64(static_cast<uint64_t>(size)) + size;
+}
+
 absl::Status AnswerTooLarge(int64_t answer_bytes, int64_t payload_bytes,
                             int64_t max_send_message_bytes) {
   return absl::ResourceExhaustedError(absl::StrCat(
@@ -39,20 +48,15 @@ absl::StatusOr<int64_t> AddPayloads(const IndexSnapshot& snapshot,
                                     const PayloadSelection& selection,
                                     int64_t max_send_message_bytes,
                                     knnd::v1::SearchResponse* response) {
-  using google::protobuf::io::CodedOutputStream;
   const ResultColumn<int64_t> ids = ReadResults(*response).ids;
   const int64_t entries = std::max<int64_t>(ids.size(), 0);
   std::vector<int64_t> sizes(static_cast<size_t>(entries));
   int64_t payload_bytes = 0;
-  // Each entry costs its tag (1 byte), its length and its bytes.
   int64_t answer_bytes = static_cast<int64_t>(response->ByteSizeLong());
   for (int64_t i = 0; i < entries; ++i) {
     sizes[i] = snapshot.PayloadJsonBytes(ids[i], selection);
     payload_bytes += sizes[i];
-    answer_bytes += 1 +
-                    CodedOutputStream::VarintSize64(
-                        static_cast<uint64_t>(sizes[i])) +
-                    sizes[i];
+    answer_bytes += PayloadFieldBytes(sizes[i]);
   }
   if (answer_bytes > max_send_message_bytes) {
     return AnswerTooLarge(answer_bytes, payload_bytes, max_send_message_bytes);

@@ -36,6 +36,10 @@ absl::StatusOr<int64_t> AddPayloads(const IndexSnapshot& snapshot,
                                     int64_t max_send_message_bytes,
                                     knnd::v1::SearchResponse* response);
 
+// The bytes one payload of `size` bytes adds to an answer: its tag (two
+// bytes: field 16), its length and itself.
+int64_t PayloadFieldBytes(int64_t size);
+
 // RESOURCE_EXHAUSTED: an answer of `answer_bytes` exceeds the
 // `max_send_message_bytes` limit (the message AddPayloads and the shard
 // front give).

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "knnd/base/saturating.h"
 #include "knnd/index/index_sharding.h"
 #include "knnd/rpc/shard_set.h"
 #include "spdlog/spdlog.h"
@@ -160,7 +161,17 @@ void ShardFront::PollOnce() {
     absl::MutexLock lock(&mu_);
     for (size_t i = 0; i < n; ++i) {
       Shard& shard = *shards_[i];
-      if (polls[i].status.ok()) {
+      absl::Status declared =
+          polls[i].status.ok()
+              ? CheckShardDeclared(polls[i].response,
+                                   options_.max_shard_response_bytes)
+              : absl::OkStatus();
+      if (polls[i].status.ok() && !declared.ok()) {
+        // Values no front could count with (a shard claiming payloads of
+        // 2^62 bytes): the shard is not ready, and its last good values,
+        // if any, stay the ones searches are sized and checked with.
+        shard.polled = std::move(declared);
+      } else if (polls[i].status.ok()) {
         shard.polled = absl::OkStatus();
         shard.info = std::move(polls[i].response);
         shard.serving_version = shard.info.version();
@@ -253,22 +264,51 @@ int ShardFront::dim() const {
   return info == nullptr ? 0 : static_cast<int>(info->dim());
 }
 
-int ShardFront::default_refine_factor() const {
+FrontFacts ShardFront::Facts() const {
   absl::MutexLock lock(&mu_);
-  const GetIndexInfoResponse* info = KnownInfoLocked();
-  return info == nullptr ? 0
-                         : static_cast<int>(info->default_refine_factor());
-}
-
-int64_t ShardFront::max_payload_bytes() const {
-  absl::MutexLock lock(&mu_);
-  int64_t bytes = 0;
+  FrontFacts facts;
+  facts.max_send_message_bytes = options_.max_send_message_bytes;
+  const GetIndexInfoResponse* known = KnownInfoLocked();
+  if (known == nullptr) return facts;
+  facts.dim = known->dim();
+  facts.default_refine_factor = known->default_refine_factor();
+  ShardBounds stand_in;  // the largest of the shards that answered
+  // The lowest of the shards' limits.
+  auto lowest = [&facts](int64_t& limit, int64_t value) {
+    limit = facts.limits_known ? std::min(limit, value) : value;
+  };
   for (const auto& shard : shards_) {
-    if (shard->polled.ok()) {
-      bytes = std::max(bytes, shard->info.max_payload_bytes());
+    const GetIndexInfoResponse& info = shard->info;
+    if (info.dim() == 0) continue;  // never answered a poll
+    lowest(facts.max_k, info.max_k());
+    lowest(facts.max_refine_factor, info.max_refine_factor());
+    lowest(facts.max_queries_per_request, info.max_queries_per_request());
+    lowest(facts.max_filter_depth, info.max_filter_depth());
+    facts.limits_known = true;
+    stand_in.max_payload_bytes =
+        std::max(stand_in.max_payload_bytes, info.max_payload_bytes());
+    stand_in.max_answer_bytes =
+        std::max(stand_in.max_answer_bytes, AnswerBytesOf(info));
+  }
+  for (const auto& shard : shards_) {
+    const GetIndexInfoResponse& info = shard->info;
+    if (info.dim() == 0) {
+      facts.shards.push_back(stand_in);
+    } else {
+      facts.shards.push_back(
+          {info.max_payload_bytes(), AnswerBytesOf(info), info.version()});
     }
   }
-  return bytes;
+  return facts;
+}
+
+int64_t ShardFront::AnswerBytesOf(const GetIndexInfoResponse& info) const {
+  // A shard too old to report its max_send_message_bytes: the most the
+  // front's channel receives.
+  return info.max_send_message_bytes() > 0
+             ? std::min(info.max_send_message_bytes(),
+                        options_.max_shard_response_bytes)
+             : options_.max_shard_response_bytes;
 }
 
 std::string ShardFront::build_id() const {
@@ -297,9 +337,9 @@ absl::Status ShardFront::SetInfo(GetIndexInfoResponse* response) const {
   for (const auto& shard : shards_) {
     const GetIndexInfoResponse& info = shard->info;
     if (info.shard().shard_id() == 0) first = &info;
-    ntotal += info.ntotal();
-    file_bytes += info.file_bytes();
-    heap_bytes += info.heap_bytes();
+    ntotal = SatAdd(ntotal, info.ntotal());
+    file_bytes = SatAdd(file_bytes, info.file_bytes());
+    heap_bytes = SatAdd(heap_bytes, info.heap_bytes());
     end_id = std::max(end_id, info.shard().end_id());
     targets.push_back(shard->target);
   }
@@ -310,6 +350,8 @@ absl::Status ShardFront::SetInfo(GetIndexInfoResponse* response) const {
   response->set_heap_bytes(heap_bytes);
   response->set_path(absl::StrCat("shards: ", absl::StrJoin(targets, ",")));
   response->set_version(SetVersionLocked());
+  // The merged answer's limit is the front's own.
+  response->set_max_send_message_bytes(options_.max_send_message_bytes);
   // The limits every shard accepts.
   for (const auto& shard : shards_) {
     const GetIndexInfoResponse& info = shard->info;
@@ -347,7 +389,7 @@ absl::Status ShardFront::SetInfo(GetIndexInfoResponse* response) const {
     for (const auto& shard : shards_) {
       for (const knnd::v1::AttributeColumnInfo& c : shard->info.attributes()) {
         if (c.name() != column.name()) continue;
-        rows += c.rows_with_value();
+        rows = SatAdd(rows, c.rows_with_value());
         column.set_distinct_keywords(
             std::max(column.distinct_keywords(), c.distinct_keywords()));
       }

@@ -41,6 +41,8 @@
 #include "knnd/rpc/async_call.h"
 #include "knnd/rpc/call_hold.h"
 #include "knnd/rpc/search_admission.h"
+#include "knnd/rpc/search_request_codec.h"  // before the service is used
+#include "knnd/rpc/shard_front_estimate.h"
 #include "knnd/rpc/token_auth.h"
 #include "knnd/serving/admission_gate.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
@@ -61,7 +63,9 @@ class ShardFront {
     // The deadline of a call whose caller set none (or one over a day).
     absl::Duration default_deadline = absl::Seconds(30);
     int retry_pushback_ms = 50;
-    // Largest answer accepted from one shard.
+    // Largest answer accepted from one shard (the shards' channels refuse
+    // larger ones); also the most a shard may report as its
+    // max_payload_bytes (shard_front_estimate.h).
     int64_t max_shard_response_bytes = int64_t{256} << 20;
     // Largest merged answer (payloads included) sent, in bytes.
     int64_t max_send_message_bytes = int64_t{64} << 20;
@@ -104,13 +108,15 @@ class ShardFront {
   absl::Status ready() const;
 
   // From a shard answering now, else the last answer of any shard: the
-  // index's dim and default refine_factor (0 while no shard ever
-  // answered), the set's build id. From every shard's last answer: the
-  // largest payload of a row (0: none).
+  // index's dim (0 while no shard ever answered), the set's build id.
   int dim() const;
-  int default_refine_factor() const;
-  int64_t max_payload_bytes() const;
   std::string build_id() const;
+  // What a Search is sized with (shard_front_estimate.h), from the shards'
+  // last polls that passed CheckShardDeclared: dim and default
+  // refine_factor as dim() takes them, the limits every shard accepts, and
+  // per target its payload and answer bounds (a target that never
+  // answered such a poll gets the largest of the others').
+  FrontFacts Facts() const;
   // The shard id target `shard` last reported; false while unknown.
   bool ShardIdOf(size_t shard, int* id) const;
   // GetIndexInfo of the set: shard 0's answer with the counts and sizes
@@ -144,6 +150,9 @@ class ShardFront {
   int64_t SetVersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const knnd::v1::GetIndexInfoResponse* KnownInfoLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The largest answer a shard sends, as the front counts it: its
+  // max_send_message_bytes, at most max_shard_response_bytes.
+  int64_t AnswerBytesOf(const knnd::v1::GetIndexInfoResponse& info) const;
 
   const Options options_;
   Metrics* const metrics_;
@@ -171,7 +180,9 @@ struct ShardFront::Shard {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<knnd::v1::KnnService::Stub> stub;
   // Guarded by ShardFront::mu_: the last poll's outcome, and the serving
-  // version last heard of (from a poll, an answer or a refusal).
+  // version last heard of (from a poll, an answer or a refusal). `info` is
+  // the last answer that passed CheckShardDeclared (a poll whose values are
+  // out of range fails, naming them, and leaves it as it was).
   absl::Status polled = absl::UnavailableError("not polled yet");
   knnd::v1::GetIndexInfoResponse info;
   int64_t serving_version = 0;

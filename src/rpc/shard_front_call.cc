@@ -12,10 +12,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "knnd/base/saturating.h"
 #include "knnd/rpc/knn_service.h"
 #include "knnd/rpc/search_admission.h"
-#include "knnd/rpc/search_payloads.h"
 #include "knnd/rpc/shard_front.h"
+#include "knnd/rpc/shard_front_estimate.h"
 #include "knnd/rpc/shard_merge.h"
 #include "knnd/rpc/status_util.h"
 #include "spdlog/spdlog.h"
@@ -74,18 +75,33 @@ class ShardFront::Call final {
     // that allows partial results is still answered, and any other fails
     // naming the shard. Only a front that has never heard of any shard
     // refuses (a poll that missed its deadline does not make it forget).
-    if (front_->dim() == 0) {
+    FrontFacts facts = front_->Facts();
+    if (facts.dim == 0) {
       return admission.Refuse(RejectReason::kNotReady, front_->ready(),
                               answer);
+    }
+    // A filter too deep to read is refused here, never sent on.
+    if (absl::Status s = CheckFilterParsed(*request_, facts.max_filter_depth);
+        !s.ok()) {
+      return admission.Refuse(RejectReason::kInvalid, s, answer);
+    }
+    absl::StatusOr<FrontDemand> demand = EstimateFrontSearch(*request_, facts);
+    if (!demand.ok()) {
+      return admission.Refuse(RejectReason::kInvalid, demand.status(), answer);
+    }
+    if (Saturated(demand->bytes)) {
+      return admission.RefuseSaturated(demand->shape, answer);
     }
     deadline_ = absl::FromChrono(context_->deadline());
     if (deadline_ - arrival_ > absl::Hours(24)) {
       deadline_ = arrival_ + front_->options_.default_deadline;
     }
     absl::StatusOr<AdmissionGate::Ticket> ticket = admission.Admit(
-        *context_, arrival_, deadline_, {EstimateQueries(), EstimateBytes(), 0},
-        answer);
+        *context_, arrival_, deadline_,
+        {demand->shape.queries, demand->bytes, 0}, answer);
     if (!ticket.ok()) return;
+    // What the answers are held to: the bounds the estimate counted.
+    bounds_ = std::move(facts.shards);
     // The shards get a little less time than the caller, so that a shard
     // that does not answer in time is known before the caller's deadline,
     // and the call still ends with the others' merged answer (partial
@@ -119,44 +135,6 @@ class ShardFront::Call final {
     grpc::Status status;
     absl::Time start;
   };
-
-  // Rows of the request, for the gate (the shards check the request).
-  int64_t EstimateQueries() const {
-    const int64_t dim = std::max<int64_t>(1, front_->dim());
-    const int64_t values =
-        request_->vectors_size() > 0
-            ? request_->vectors_size()
-            : static_cast<int64_t>(request_->vectors_f32le().size() / 4 +
-                                   request_->vectors_f16le().size() / 2 +
-                                   request_->vectors_bf16le().size() / 2);
-    return std::max<int64_t>(1, values / dim);
-  }
-
-  // The copy of the request sent to the shards and their answers, each up
-  // to refine_factor * k entries of 16 bytes (id, two distances) per row
-  // (k with a filter: AnswersWithCandidates);
-  // with payloads asked for, each entry's (at most the largest row's), and
-  // the merged answer's (at most max_send_message_bytes).
-  int64_t EstimateBytes() const {
-    const int64_t k = std::max(1, request_->k());
-    const int64_t refine =
-        request_->has_filter()
-            ? 1
-            : std::max<int64_t>(1, request_->has_refine_factor()
-                                       ? request_->refine_factor()
-                                       : front_->default_refine_factor());
-    const int64_t entries = EstimateQueries() * k * refine;
-    const int64_t shards = static_cast<int64_t>(front_->shards_.size());
-    int64_t bytes = static_cast<int64_t>(request_->ByteSizeLong()) +
-                    shards * entries * 16;
-    if (request_->has_payloads()) {
-      const int64_t row = front_->max_payload_bytes();
-      bytes += shards * entries * row +
-               std::min(EstimateQueries() * k * row,
-                        front_->options_.max_send_message_bytes);
-    }
-    return bytes;
-  }
 
   // Sends the request to every shard, pinned to `version` (0: unpinned).
   void Scatter(int64_t version) {
@@ -204,21 +182,25 @@ class ShardFront::Call final {
   void Gather() {
     // The round's calls, taken out of subs_ (which OnCancel reads): every
     // callback has run, so nothing else touches them any more, and a retry
-    // fills subs_ with the next round's.
-    std::vector<std::unique_ptr<Sub>> subs;
+    // fills subs_ with the next round's. Kept in gathered_ until the answer
+    // (Answer() frees them first).
     {
       absl::MutexLock lock(&mu_);
-      subs.swap(subs_);
+      gathered_.clear();  // a previous round's
+      gathered_.swap(subs_);
     }
+    const std::vector<std::unique_ptr<Sub>>& subs = gathered_;
     const size_t n = front_->shards_.size();
     bool refused_version = false;
     std::vector<ShardAnswer> answers;
+    std::vector<size_t> answered;  // the target of each answer
     std::vector<size_t> failed;
     for (size_t i = 0; i < n; ++i) {
       const Sub& sub = *subs[i];
       if (sub.status.ok()) {
         front_->NoteServingVersion(i, sub.response.serving_version());
         answers.push_back({&sub.response, front_->shards_[i]->target});
+        answered.push_back(i);
         continue;
       }
       failed.push_back(i);
@@ -255,8 +237,27 @@ class ShardFront::Call final {
       Answer(s);
       return;
     }
-    MergeShardAnswers(answers, request_->k(), request_->results_as_bytes(),
-                      response_);
+    // No payload beyond what its shard declared is merged or forwarded.
+    for (size_t j = 0; j < answers.size(); ++j) {
+      const size_t i = answered[j];
+      int id = 0;
+      const bool known = front_->ShardIdOf(i, &id);
+      if (absl::Status s = CheckAnswerWithinBounds(
+              *answers[j].response, bounds_[i],
+              ShardName(*front_->shards_[i], known, id));
+          !s.ok()) {
+        Answer(s);
+        return;
+      }
+    }
+    if (absl::Status s = MergeShardAnswers(
+            answers, request_->k(), request_->results_as_bytes(),
+            front_->options_.max_send_message_bytes, response_);
+        !s.ok()) {
+      response_->Clear();
+      Answer(s);
+      return;
+    }
     std::vector<bool> present(n, false);
     for (const ShardAnswer& a : answers) present[a.response->shard().shard_id()] = true;
     for (size_t id = 0; id < n; ++id) {
@@ -266,14 +267,6 @@ class ShardFront::Call final {
       int64_t payload_bytes = 0;
       for (const std::string& p : response_->payloads()) {
         payload_bytes += static_cast<int64_t>(p.size());
-      }
-      const int64_t answer_bytes =
-          static_cast<int64_t>(response_->ByteSizeLong());
-      const int64_t limit = front_->options_.max_send_message_bytes;
-      if (answer_bytes > limit) {
-        response_->Clear();
-        Answer(AnswerTooLarge(answer_bytes, payload_bytes, limit));
-        return;
       }
       front_->metrics_->RecordPayloadBytes(payload_bytes);
     }
@@ -315,6 +308,13 @@ class ShardFront::Call final {
 
   // Finishes the call; the last use of `this` (the call's end deletes it).
   void Answer(const absl::Status& status) {
+    // The shards' calls go first, while the front is sure to be alive:
+    // each context holds its shard's channel, and once CallEnded() lets the
+    // front's destructor go on, a context freed after it could drop a
+    // channel's last reference on gRPC's own callback thread, whose queue
+    // that channel's end would then delete under it (a crash seen when
+    // large answers made the freeing slow).
+    gathered_.clear();
     const absl::Duration total = absl::Now() - arrival_;
     front_->metrics_->RecordRpc(Metrics::Rpc::kSearch, status.code(), total);
     if (!status.ok() && spdlog::should_log(spdlog::level::debug)) {
@@ -344,6 +344,9 @@ class ShardFront::Call final {
   absl::Time deadline_;
   absl::Time shard_deadline_;
   AdmissionGate::Ticket ticket_;
+  // Per target, the payload bound its answer is held to (set on
+  // admission; read by Gather).
+  std::vector<ShardBounds> bounds_;
   SearchRequest sub_request_;
   int attempts_ = 0;
   int64_t pinned_ = 0;
@@ -351,6 +354,9 @@ class ShardFront::Call final {
   std::atomic<int> remaining_{0};
   absl::Mutex mu_;
   std::vector<std::unique_ptr<Sub>> subs_ ABSL_GUARDED_BY(mu_);
+  // The last round's calls, once all have ended: touched only by Gather
+  // and Answer, which never run at the same time.
+  std::vector<std::unique_ptr<Sub>> gathered_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 

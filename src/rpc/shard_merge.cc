@@ -8,8 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "knnd/base/saturating.h"
 #include "knnd/index/shard_merge_order.h"
 #include "knnd/rpc/result_fields.h"
+#include "knnd/rpc/search_payloads.h"
 
 namespace knnd {
 namespace {
@@ -116,8 +118,11 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
   if (differ(refine_of)) {
     return Disagree(answers, "refine_factor", refine_of, kDefaultsFix);
   }
-  const int refine = static_cast<int>(first.refine_factor());
-  const int candidates_width = refine > 0 ? refine * k : k;
+  // From the network: in 64 bits, saturating, so that no refine_factor
+  // wraps into a width that matches (refine_factor * k must equal an
+  // answer's 32-bit k).
+  const int64_t refine = first.refine_factor();
+  const int64_t candidates_width = refine > 0 ? SatMul(refine, k) : k;
   for (const ShardAnswer& a : answers) {
     const SearchResponse& r = *a.response;
     // A filtered answer holds the shard's k best exact distances
@@ -125,7 +130,7 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
     // sends its candidates with their estimates, which merge as well.
     const bool filtered =
         r.filter_plan() != knnd::v1::FILTER_PLAN_UNSPECIFIED;
-    const int width = filtered && r.k() == k ? k : candidates_width;
+    const int64_t width = filtered && r.k() == k ? k : candidates_width;
     const ResultColumns columns = ReadResults(r);
     if (columns.ids.size() < 0 || columns.distances.size() < 0 ||
         columns.approx_distances.size() < 0) {
@@ -134,7 +139,7 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
           "distances_f32le or approx_distances_f32le) that does not hold a "
           "whole number of values"));
     }
-    const int64_t n = static_cast<int64_t>(r.num_queries()) * width;
+    const int64_t n = SatMul(r.num_queries(), width);
     const bool sizes = r.k() == width && columns.ids.size() == n &&
                        columns.distances.size() == n &&
                        (columns.approx_distances.size() ==
@@ -166,13 +171,14 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
   return absl::OkStatus();
 }
 
-void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
-                       bool as_bytes, SearchResponse* merged) {
+absl::Status MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
+                               bool as_bytes, int64_t max_answer_bytes,
+                               SearchResponse* merged) {
   const SearchResponse& first = *answers.front().response;
   const bool ascending = first.metric() == knnd::v1::METRIC_L2;
   const float pad = ascending ? std::numeric_limits<float>::infinity()
                               : -std::numeric_limits<float>::infinity();
-  const int refine = static_cast<int>(first.refine_factor());
+  const int64_t refine = first.refine_factor();
   // With re-ranking every shard sent its refine * k candidates with both
   // distances (CheckShardAnswers made sure). Unfiltered, the merge keeps
   // the candidates the unsharded index would have re-ranked (the refine * k
@@ -218,9 +224,10 @@ void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
   columns.reserve(answers.size());
   for (const ShardAnswer& a : answers) columns.push_back(ReadResults(*a.response));
   const bool payloads = first.payloads_size() > 0;
-  if (payloads) {
-    merged->mutable_payloads()->Reserve(static_cast<int>(num_queries * k));
-  }
+  // Each kept result's payload (null for a pad), copied once the answer
+  // with them is known to fit.
+  std::vector<const std::string*> kept_payloads;
+  if (payloads) kept_payloads.resize(static_cast<size_t>(num_queries * k));
 
   std::vector<Entry> entries;
   for (int64_t q = 0; q < num_queries; ++q) {
@@ -249,14 +256,31 @@ void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
     for (size_t j = 0; j < keep; ++j) {
       out.ids[q * k + j] = entries[j].id;
       out.distances[q * k + j] = entries[j].exact;
-      if (payloads) merged->add_payloads(*entries[j].payload);
-    }
-    if (payloads) {
-      for (size_t j = keep; j < static_cast<size_t>(k); ++j) {
-        merged->add_payloads();
-      }
+      if (payloads) kept_payloads[q * k + j] = entries[j].payload;
     }
   }
+  if (!payloads) return absl::OkStatus();
+  int64_t payload_bytes = 0;
+  int64_t answer_bytes = static_cast<int64_t>(merged->ByteSizeLong());
+  for (const std::string* payload : kept_payloads) {
+    const int64_t size =
+        payload == nullptr ? 0 : static_cast<int64_t>(payload->size());
+    payload_bytes += size;
+    answer_bytes += PayloadFieldBytes(size);
+  }
+  if (max_answer_bytes > 0 && answer_bytes > max_answer_bytes) {
+    return AnswerTooLarge(answer_bytes, payload_bytes, max_answer_bytes);
+  }
+  auto* out_payloads = merged->mutable_payloads();
+  out_payloads->Reserve(static_cast<int>(kept_payloads.size()));
+  for (const std::string* payload : kept_payloads) {
+    if (payload == nullptr) {
+      out_payloads->Add();
+    } else {
+      *out_payloads->Add() = *payload;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace knnd

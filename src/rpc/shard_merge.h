@@ -8,6 +8,7 @@
 #ifndef KNND_RPC_SHARD_MERGE_H_
 #define KNND_RPC_SHARD_MERGE_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -46,9 +47,14 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
 // holds them as bytes fields when `as_bytes` (the caller's
 // results_as_bytes), else as repeated fields. When the answers carry
 // payloads (SearchRequest.payloads), each kept result's payload goes with
-// it, and a pad's is empty.
-void MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
-                       bool as_bytes, knnd::v1::SearchResponse* merged);
+// it, and a pad's is empty: sized first, and when the answer with them
+// would exceed `max_answer_bytes` (the front's max_send_message_bytes; 0:
+// no limit) none is copied and the merge answers RESOURCE_EXHAUSTED
+// naming both sizes (AnswerTooLarge), as knnd over one index does. OK
+// otherwise.
+absl::Status MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
+                               bool as_bytes, int64_t max_answer_bytes,
+                               knnd::v1::SearchResponse* merged);
 
 }  // namespace knnd
 

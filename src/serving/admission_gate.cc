@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "knnd/base/saturating.h"
 
 namespace knnd {
 
@@ -45,6 +46,17 @@ absl::StatusOr<AdmissionGate::Ticket> AdmissionGate::TryAdmitWork(
                       "knnd is shutting down (draining): retry on another "
                       "replica"));
   }
+  // An estimate is never negative, and one that saturated
+  // (base/saturating.h) means its inputs were out of all proportion: taken,
+  // the first would lower the bytes counted in flight and the second make
+  // every later sum overflow, both letting others past the budget.
+  if (bytes < 0 || Saturated(bytes)) {
+    return reject(RejectReason::kTooLarge,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "request's estimated bytes (", bytes,
+                      ") are out of range [0, ", kSaturated - 1,
+                      "]; send fewer queries or a smaller k")));
+  }
   if (max_bytes_ > 0 && bytes > max_bytes_) {
     return reject(RejectReason::kTooLarge,
                   absl::InvalidArgumentError(absl::StrCat(
@@ -59,7 +71,8 @@ absl::StatusOr<AdmissionGate::Ticket> AdmissionGate::TryAdmitWork(
                       queries, " requested > max_inflight_queries=",
                       options_.max_inflight_queries)));
   }
-  if (max_bytes_ > 0 && bytes_ + bytes > max_bytes_) {
+  if (Saturated(SatAdd(bytes_, bytes)) ||
+      (max_bytes_ > 0 && bytes_ + bytes > max_bytes_)) {
     return reject(RejectReason::kMemoryBudget,
                   absl::ResourceExhaustedError(absl::StrCat(
                       "server at memory budget: ", bytes_, " bytes in flight + ",

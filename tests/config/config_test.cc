@@ -51,6 +51,22 @@ TEST(MallocConfig, TopPadIsBounded) {
       config, "malloc_top_pad_bytes=33554433 is outside [0, 33554432]");
 }
 
+// Filters nested deeper than 256 are never read (search_request_codec.h),
+// so max_filter_depth is 1 to 256: before, any value was taken, and 0 or
+// one above 2^31 wrapped into a negative limit.
+TEST(FilterConfig, MaxFilterDepthIsBounded) {
+  knnd::v1::ServerConfig config = ::knnd::testing::TestConfig("f.index");
+  EXPECT_EQ(config.max_filter_depth(), 16u);
+  config.set_max_filter_depth(256);
+  EXPECT_TRUE(ValidateConfig(config).ok());
+  config.set_max_filter_depth(257);
+  ::knnd::testing::ExpectConfigRefused(
+      config, "max_filter_depth=257 is outside [1, 256]");
+  config.set_max_filter_depth(0);
+  ::knnd::testing::ExpectConfigRefused(
+      config, "max_filter_depth=0 is outside [1, 256]");
+}
+
 // The shutdown's times: the delay and the grace are bounded, each refusal
 // naming the field and its range.
 TEST(ShutdownConfig, DelayAndGraceAreBounded) {

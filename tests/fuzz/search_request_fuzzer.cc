@@ -1,15 +1,19 @@
-// Fuzzes the Search request path as the server runs it: raw bytes parsed as a
-// knnd.v1.SearchRequest, validated by ParseSearchRequest against a tiny
-// IVF-PQ index (built once at start-up), then searched when valid. Any crash,
-// sanitizer report or out-of-range result id is a finding.
+// Fuzzes the Search request path as the server runs it: raw bytes read as
+// a knnd.v1.SearchRequest as the server reads them (search_request_codec.h:
+// a filter nested too deep is walked without recursion), validated by
+// ParseSearchRequest against a tiny IVF-PQ index (built once at start-up),
+// then searched when valid. Any crash, sanitizer report or out-of-range
+// result id is a finding.
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "fuzz_util.h"
 #include "knnd/index/index_probe.h"
 #include "knnd/index/index_snapshot.h"
+#include "knnd/rpc/search_request_codec.h"
 #include "knnd/serving/search_request.h"
 #include "knnd/v1/knn_service.pb.h"
 #include "testing/test_util.h"
@@ -52,7 +56,15 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   knnd::v1::SearchRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
+  if (!knnd::ReadSearchRequest(
+          std::string(reinterpret_cast<const char*>(data), size), &request)) {
+    return 0;
+  }
+  // A request read without a filter nested too deep is refused.
+  if (!knnd::CheckFilterParsed(request, 16).ok()) {
+    if (request.has_filter()) std::abort();
+    return 0;
+  }
   const knnd::IndexInfo& info = target->snapshot->info();
   absl::StatusOr<knnd::ParsedSearch> parsed =
       knnd::ParseSearchRequest(request, info, target->limits);

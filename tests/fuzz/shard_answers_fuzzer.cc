@@ -97,7 +97,11 @@ void MergeAnswers(FuzzedDataProvider& in, size_t n) {
   }
   if (!knnd::CheckShardAnswers(answers, static_cast<int>(n), k).ok()) return;
   SearchResponse merged;
-  knnd::MergeShardAnswers(answers, k, in.ConsumeBool(), &merged);
+  if (!knnd::MergeShardAnswers(answers, k, in.ConsumeBool(),
+                               /*max_answer_bytes=*/0, &merged)
+           .ok()) {
+    std::abort();  // without a limit the merge always succeeds
+  }
   const int64_t q_count = responses.front().num_queries();
   const knnd::ResultColumns out = knnd::ReadResults(merged);
   if (out.ids.size() != q_count * k || out.distances.size() != q_count * k) {

@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "knnd/base/saturating.h"
+
 namespace knnd {
 namespace {
 
@@ -132,6 +134,39 @@ TEST(RerankMemory, EstimateCountsTheCandidateBuffers) {
   // FAISS's 80 + 28 best, then the 80 kept: 12 bytes each per query.
   EXPECT_EQ(EstimateSearchBytes(info, shape) - plain,
             100 * (80 + 28 + 80) * 12);
+}
+
+// Shapes an operator's limits allow in combination (max_k 100,000,
+// max_refine_factor 1,024, max_queries_per_request unbounded above) and a
+// front's shards could ask for: the estimate saturates instead of wrapping
+// (before, refine_factor * k wrapped in 32 bits and the products in 64,
+// into small or negative estimates the gate took), and a budget built
+// from a cgroup "no limit" value stays positive.
+TEST(MemoryModel, EstimatesSaturateInsteadOfWrapping) {
+  IndexInfo info = Info(128, 4096, 32);
+  info.has_vectors = true;
+  info.ntotal = 1000000;
+  SearchShape huge{int64_t{1} << 32, 100000, 4096, 0, 1024, 128};
+  EXPECT_EQ(EstimateSearchBytes(info, huge), kSaturated);
+  SearchShape wide{1, 2147483647, 1, 0, 2147483647, 0};
+  EXPECT_EQ(EstimateSearchBytes(info, wide), kSaturated);
+  wide.payload_bytes = kSaturated;
+  wide.refine_factor = 0;
+  EXPECT_EQ(EstimateSearchBytes(info, wide), kSaturated);
+  info.fastscan = true;
+  info.by_residual = true;
+  EXPECT_EQ(EstimateSearchBytes(info, huge), kSaturated);
+  // Every estimate of a shape with fewer queries is at most this one's.
+  SearchShape fewer = huge;
+  for (int64_t queries = 1; queries < (int64_t{1} << 32); queries *= 16) {
+    fewer.num_queries = queries;
+    const int64_t bytes = EstimateSearchBytes(info, fewer);
+    EXPECT_GT(bytes, 0) << queries;
+  }
+  info.max_payload_json_bytes = int64_t{1} << 62;
+  EXPECT_EQ(PayloadBytesBound(info, int64_t{1} << 40, 64 << 20), 64 << 20);
+  MemoryLimits unlimited{9223372036854771712, 128 << 20};
+  EXPECT_GT(InflightBytesBudget(unlimited, 1 << 30, 50, 0), 0);
 }
 
 }  // namespace

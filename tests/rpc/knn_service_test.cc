@@ -317,6 +317,26 @@ TEST_F(KnnServiceTest, AnswersWhosePayloadsExceedTheSendLimitAreRefused) {
   request.mutable_payloads()->set_all_fields(true);
   EXPECT_TRUE(CallSearch(*stub_, request, &response).ok());
   EXPECT_EQ(response.payloads_size(), 10);
+  // Sized exactly (a payload's tag is two bytes, field 16): an answer of
+  // the limit is sent, one a byte over it refused by knnd by name (before,
+  // it was sized a byte short per payload, and gRPC failed to send it).
+  request = MakeSearchRequest(MakeData(5, kDim, 7), 10);
+  request.mutable_payloads()->set_all_fields(true);
+  config.set_max_send_message_bytes(1 << 20);
+  StartService(config);
+  ASSERT_TRUE(CallSearch(*stub_, request, &response).ok());
+  const int64_t size = static_cast<int64_t>(response.ByteSizeLong());
+  ASSERT_GE(size, 1025);  // the config's least limit is 1024
+  config.set_max_send_message_bytes(static_cast<uint64_t>(size));
+  StartService(config);
+  EXPECT_TRUE(CallSearch(*stub_, request, &response).ok());
+  config.set_max_send_message_bytes(static_cast<uint64_t>(size - 1));
+  StartService(config);
+  status = CallSearch(*stub_, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr(absl::StrCat("the answer with its payloads would be ",
+                                     size, " bytes")));
 }
 
 // genre == "news" and u < 50000, as text for a Filter.

@@ -63,7 +63,9 @@ TEST(MergeShardAnswers, L2TakesTheSmallestAscendingTiesByIdAndPads) {
       Answer(1, 2, {2, 9, 11}, {0.5f, 2.0f, 3.0f})};
   ASSERT_TRUE(CheckShardAnswers(Of(r), 2, 3).ok());
   SearchResponse merged;
-  MergeShardAnswers(Of(r), 4, /*as_bytes=*/false, &merged);
+  ASSERT_TRUE(MergeShardAnswers(Of(r), 4, /*as_bytes=*/false,
+                                /*max_answer_bytes=*/0, &merged)
+                  .ok());
   EXPECT_THAT(merged.ids(), ElementsAre(2, 7, 3, 9));
   EXPECT_THAT(merged.distances(), ElementsAre(0.5f, 1.0f, 2.0f, 2.0f));
   EXPECT_EQ(merged.k(), 4);
@@ -71,7 +73,9 @@ TEST(MergeShardAnswers, L2TakesTheSmallestAscendingTiesByIdAndPads) {
   EXPECT_EQ(merged.serving_version(), 3);  // the lowest
 
   SearchResponse padded;
-  MergeShardAnswers(Of(r), 7, /*as_bytes=*/false, &padded);
+  ASSERT_TRUE(MergeShardAnswers(Of(r), 7, /*as_bytes=*/false,
+                                /*max_answer_bytes=*/0, &padded)
+                  .ok());
   EXPECT_THAT(padded.ids(), ElementsAre(2, 7, 3, 9, 11, -1, -1));
   EXPECT_EQ(padded.distances(6), kInf);
 }
@@ -89,11 +93,29 @@ TEST(MergeShardAnswers, PayloadsFollowTheirResults) {
   }
   ASSERT_TRUE(CheckShardAnswers(Of(r), 2, 3).ok());
   SearchResponse merged;
-  MergeShardAnswers(Of(r), 7, /*as_bytes=*/false, &merged);
+  ASSERT_TRUE(MergeShardAnswers(Of(r), 7, /*as_bytes=*/false,
+                                /*max_answer_bytes=*/0, &merged)
+                  .ok());
   EXPECT_THAT(merged.ids(), ElementsAre(2, 7, 3, 9, 11, -1, -1));
   EXPECT_THAT(merged.payloads(),
               ElementsAre("{\"id\":2}", "{\"id\":7}", "{\"id\":3}",
                           "{\"id\":9}", "{\"id\":11}", "", ""));
+  // Sized before any payload is copied: exactly the limit fits, a byte
+  // less is refused naming both sizes (as knnd over one index does), and
+  // the refused answer holds no payload.
+  const int64_t size = static_cast<int64_t>(merged.ByteSizeLong());
+  SearchResponse fits;
+  EXPECT_TRUE(
+      MergeShardAnswers(Of(r), 7, /*as_bytes=*/false, size, &fits).ok());
+  EXPECT_EQ(fits.payloads_size(), 7);
+  SearchResponse refused;
+  const absl::Status over =
+      MergeShardAnswers(Of(r), 7, /*as_bytes=*/false, size - 1, &refused);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.message(),
+              HasSubstr(absl::StrCat("the answer with its payloads would be ",
+                                     size, " bytes")));
+  EXPECT_EQ(refused.payloads_size(), 0);
   r[1].mutable_payloads()->RemoveLast();
   EXPECT_THAT(CheckShardAnswers(Of(r), 2, 3).message(),
               HasSubstr("shard 1 (t1) answered 2 payloads for 3 results"));
@@ -104,7 +126,9 @@ TEST(MergeShardAnswers, InnerProductTakesTheLargestDescending) {
       Answer(0, 2, {1, 2}, {0.9f, 0.1f}, {}, knnd::v1::METRIC_INNER_PRODUCT),
       Answer(1, 2, {5, -1}, {0.5f, -kInf}, {}, knnd::v1::METRIC_INNER_PRODUCT)};
   SearchResponse merged;
-  MergeShardAnswers(Of(r), 4, /*as_bytes=*/false, &merged);
+  ASSERT_TRUE(MergeShardAnswers(Of(r), 4, /*as_bytes=*/false,
+                                /*max_answer_bytes=*/0, &merged)
+                  .ok());
   EXPECT_THAT(merged.ids(), ElementsAre(1, 5, 2, -1));
   EXPECT_EQ(merged.distances(3), -kInf);
 }
@@ -122,7 +146,9 @@ TEST(MergeShardAnswers, RerankingReranksOnlyTheUnshardedCandidates) {
              2)};
   ASSERT_TRUE(CheckShardAnswers(Of(r), 2, 1).ok());
   SearchResponse merged;
-  MergeShardAnswers(Of(r), 1, /*as_bytes=*/false, &merged);
+  ASSERT_TRUE(MergeShardAnswers(Of(r), 1, /*as_bytes=*/false,
+                                /*max_answer_bytes=*/0, &merged)
+                  .ok());
   // Candidates by estimate: 4 (1.0), 6 (1.5); by exact distance 6 (2.0).
   EXPECT_THAT(merged.ids(), ElementsAre(6));
   EXPECT_THAT(merged.distances(), ElementsAre(2.0f));
@@ -146,7 +172,9 @@ TEST(MergeShardAnswers, FilteredMergesTheExactDistancesOfEveryCandidate) {
   r[1].set_filter_matched_rows(40);
   ASSERT_TRUE(CheckShardAnswers(Of(r), 2, 1).ok());
   SearchResponse merged;
-  MergeShardAnswers(Of(r), 2, /*as_bytes=*/false, &merged);
+  ASSERT_TRUE(MergeShardAnswers(Of(r), 2, /*as_bytes=*/false,
+                                /*max_answer_bytes=*/0, &merged)
+                  .ok());
   EXPECT_THAT(merged.ids(), ElementsAre(4, 6));
   EXPECT_THAT(merged.distances(), ElementsAre(0.5f, 2.0f));
   EXPECT_EQ(merged.filter_plan(), knnd::v1::FILTER_PLAN_MIXED);
@@ -162,7 +190,9 @@ TEST(MergeShardAnswers, FilteredMergesTheExactDistancesOfEveryCandidate) {
   }
   ASSERT_TRUE(CheckShardAnswers(Of(k_best), 2, 1).ok());
   SearchResponse from_k_best;
-  MergeShardAnswers(Of(k_best), 1, /*as_bytes=*/false, &from_k_best);
+  ASSERT_TRUE(MergeShardAnswers(Of(k_best), 1, /*as_bytes=*/false,
+                                /*max_answer_bytes=*/0, &from_k_best)
+                  .ok());
   EXPECT_THAT(from_k_best.ids(), ElementsAre(4));
   // Unfiltered, the same width is refused: the merge needs candidates.
   for (SearchResponse& answer : k_best) answer.clear_filter_plan();
@@ -178,13 +208,17 @@ TEST(MergeShardAnswers, FilteredMergesTheExactDistancesOfEveryCandidate) {
     answer.set_refine_factor(1);
   }
   SearchResponse unfiltered;
-  MergeShardAnswers(Of(r), 1, /*as_bytes=*/false, &unfiltered);
+  ASSERT_TRUE(MergeShardAnswers(Of(r), 1, /*as_bytes=*/false,
+                                /*max_answer_bytes=*/0, &unfiltered)
+                  .ok());
   EXPECT_THAT(unfiltered.ids(), ElementsAre(6));
   for (SearchResponse& answer : r) {
     answer.set_filter_plan(knnd::v1::FILTER_PLAN_IVF);
   }
   SearchResponse filtered;
-  MergeShardAnswers(Of(r), 1, /*as_bytes=*/false, &filtered);
+  ASSERT_TRUE(MergeShardAnswers(Of(r), 1, /*as_bytes=*/false,
+                                /*max_answer_bytes=*/0, &filtered)
+                  .ok());
   EXPECT_THAT(filtered.ids(), ElementsAre(4));
 }
 
@@ -199,13 +233,19 @@ TEST(MergeShardAnswers, ReadsAndWritesTheBytesForm) {
                                              repeated[1]};
   ASSERT_TRUE(CheckShardAnswers(Of(mixed), 2, 1).ok());
   SearchResponse want;
-  MergeShardAnswers(Of(repeated), 1, /*as_bytes=*/false, &want);
+  ASSERT_TRUE(MergeShardAnswers(Of(repeated), 1, /*as_bytes=*/false,
+                                /*max_answer_bytes=*/0, &want)
+                  .ok());
   SearchResponse from_mixed;
-  MergeShardAnswers(Of(mixed), 1, /*as_bytes=*/false, &from_mixed);
+  ASSERT_TRUE(MergeShardAnswers(Of(mixed), 1, /*as_bytes=*/false,
+                                /*max_answer_bytes=*/0, &from_mixed)
+                  .ok());
   EXPECT_EQ(from_mixed.SerializeAsString(), want.SerializeAsString());
 
   SearchResponse as_bytes;
-  MergeShardAnswers(Of(mixed), 1, /*as_bytes=*/true, &as_bytes);
+  ASSERT_TRUE(MergeShardAnswers(Of(mixed), 1, /*as_bytes=*/true,
+                                /*max_answer_bytes=*/0, &as_bytes)
+                  .ok());
   EXPECT_EQ(as_bytes.ids_size() + as_bytes.distances_size(), 0);
   EXPECT_EQ(as_bytes.SerializeAsString(), AsBytes(want).SerializeAsString());
 }
@@ -276,6 +316,17 @@ TEST(CheckShardAnswers, RefusesAnswersThatDoNotFormOneSet) {
     // And a width that is not refine_factor * k is refused.
     EXPECT_THAT(CheckShardAnswers(Of(r), 2, 2).message(),
                 HasSubstr("a shard answers 4 per query"));
+  }
+  {
+    // A refine_factor from the network whose product with k overflows 32
+    // bits (before, refine * k in int: undefined, and wrapped it could
+    // match an answer's width) names the width it would need.
+    std::vector<SearchResponse> r = {
+        Answer(0, 2, {4, 8}, {3.0f, 0.1f}, {1, 2}),
+        Answer(1, 2, {6, 5}, {2.0f, 5.0f}, {1, 2})};
+    for (SearchResponse& answer : r) answer.set_refine_factor(2147483649u);
+    EXPECT_THAT(CheckShardAnswers(Of(r), 2, 2).message(),
+                HasSubstr("a shard answers 4294967298 per query"));
   }
   // A subset (partial results) of one set is fine.
   const std::vector<SearchResponse> one = {Answer(1, 2, {2}, {1})};

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "knnd/base/saturating.h"
+
 namespace knnd {
 namespace {
 
@@ -112,6 +114,31 @@ TEST(AdmissionGate, RequestLargerThanABudgetIsInvalidNotRetryable) {
   auto b = gate.TryAdmit(1, 1001, &reason);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(reason, RejectReason::kTooLarge);
+}
+
+// An estimate that wrapped negative lowered the bytes counted in flight,
+// so that others passed the budget; one that saturated made every later
+// sum overflow. Both are refused, with or without a byte budget.
+TEST(AdmissionGate, NegativeOrSaturatedEstimatesAreRefused) {
+  for (int64_t budget : {int64_t{1000}, int64_t{0}}) {
+    AdmissionGate gate(Budget(10, budget));
+    RejectReason reason;
+    for (int64_t bytes : {int64_t{-206000000000}, kSaturated}) {
+      auto refused = gate.TryAdmit(1, bytes, &reason);
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
+          << bytes << " budget " << budget;
+      EXPECT_EQ(reason, RejectReason::kTooLarge);
+      EXPECT_EQ(gate.bytes_in_flight(), 0) << bytes;
+    }
+    // Without a budget, a sum that would overflow is refused too.
+    if (budget == 0) {
+      auto a = gate.TryAdmit(1, kSaturated - 10);
+      ASSERT_TRUE(a.ok());
+      EXPECT_EQ(gate.TryAdmit(1, 20).status().code(),
+                absl::StatusCode::kResourceExhausted);
+      EXPECT_EQ(gate.bytes_in_flight(), kSaturated - 10);
+    }
+  }
 }
 
 TEST(AdmissionGate, TicketReleasesOnDestructionAndMoveKeepsOneOwner) {
