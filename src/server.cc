@@ -144,10 +144,10 @@ absl::Status Server::Start() {
       "gRPC holds at most {:.1f} MiB for requests being received and answers "
       "being sent (grpc_memory_quota_bytes); largest request message "
       "{:.1f} MiB (max_receive_message_bytes {:.1f} MiB, at most half the "
-      "quota and the byte budget)",
+      "quota and the byte budget); Search messages read {} at a time",
       limits.memory_quota_bytes / 1048576.0,
       limits.max_receive_message_bytes / 1048576.0,
-      config_.max_receive_message_bytes() / 1048576.0);
+      config_.max_receive_message_bytes() / 1048576.0, RequestReads(limits));
 
   // One port for both when the addresses are the same, unless that is an
   // ephemeral port (":0"), which gives each listener its own.

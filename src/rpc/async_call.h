@@ -22,6 +22,11 @@
 //   - UnaryMethod<Service, Request, Response>: binds one generated
 //     Request<Method> to a handler; each matched call posts the next
 //     request on the same queue before its handler runs.
+//   - ReadOnMatchMethod<Service, Request, Response>: the same for a unary
+//     method whose request message gRPC reads only once the call is
+//     matched (a method registered as a stream): at most `reads` messages
+//     are read at once, and a call not yet matched holds no more than its
+//     HTTP/2 stream window.
 //
 // Lifetime of a call: it is deleted once gRPC has returned both its finish
 // and its done (AsyncNotifyWhenDone) events, so cancellation, deadline and
@@ -30,19 +35,25 @@
 #ifndef KNND_RPC_ASYNC_CALL_H_
 #define KNND_RPC_ASYNC_CALL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/completion_queue.h>
 #include <grpcpp/server_context.h>
+#include <grpcpp/support/async_stream.h>
 #include <grpcpp/support/async_unary_call.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define KNND_TSAN_HANDOFF 1
@@ -135,6 +146,10 @@ class CallCount {
 struct ServingQueue {
   grpc::ServerCompletionQueue* cq = nullptr;
   CallCount* calls = nullptr;
+  // How many request messages of one ReadOnMatchMethod are read at once on
+  // this queue: what the listener's limits let gRPC hold for them
+  // (listener.h, RequestReads).
+  int request_reads = 1;
 };
 
 // A service served from completion queues.
@@ -261,15 +276,74 @@ class UnaryCall : public UnaryCallBase {
   Response response_;
 };
 
+// A unary call as gRPC serves it: `Writer` (gRPC's responder for the
+// method's kind) answers it; its finish and done events come back here.
+// The method's Call (below) asks gRPC for the call and takes its request.
+template <class Request, class Response, class Writer>
+class ServedCall : public UnaryCall<Request, Response> {
+ public:
+  void Finish(const grpc::Status& status) final {
+    // The finishing thread holds the call until Finish() returns: Finish
+    // reads the call (the response as it is serialized, the context's
+    // metadata) after PostTag() and before gRPC starts the batch, and the
+    // events that may delete it on a queue's thread meanwhile come back
+    // through gRPC core, which TSan does not see. The reference count's
+    // order is one it sees; outside TSan it costs two atomic operations.
+    this->Ref();
+    PostTag(&finish_tag_);
+    if (status.ok()) {
+      writer_.Finish(this->response_, status, &finish_tag_);
+    } else {
+      writer_.FinishWithError(status, &finish_tag_);
+    }
+    this->Unref();
+  }
+
+ protected:
+  explicit ServedCall(const ServingQueue& queue)
+      : queue_(queue),
+        writer_(&this->context_),
+        finish_tag_(this, &ServedCall::OnFinished),
+        done_tag_(this, &ServedCall::OnDoneEvent) {
+    this->calls_ = queue_.calls;
+    this->calls_->Add();
+    PostTag(&done_tag_);
+    this->context_.AsyncNotifyWhenDone(&done_tag_);
+  }
+
+  // A request gRPC gave back unmatched (the server is shutting down): no
+  // other event comes, so the call is deleted here.
+  void Discard() {
+    CallCount* const calls = this->calls_;
+    delete this;
+    calls->Remove();
+  }
+
+  const ServingQueue queue_;
+  Writer writer_;
+
+ private:
+  void OnFinished(bool /*ok*/) { this->Unref(); }
+  void OnDoneEvent(bool /*ok*/) {
+    this->Done();
+    this->Unref();
+  }
+
+  MemberTag<ServedCall> finish_tag_;
+  MemberTag<ServedCall> done_tag_;
+};
+
 // Serves one unary method of `Service` (a generated AsyncService) with
-// `handler`. Handlers run on the queue's thread that matched the call; a
+// `handler`. gRPC reads a call's request message before it matches the
+// call. Handlers run on the queue's thread that matched the call; a
 // handler that blocks blocks its queue.
 template <class Service, class Request, class Response>
 class UnaryMethod {
  public:
   using RequestFn = void (Service::*)(
-      grpc::ServerContext*, Request*, grpc::ServerAsyncResponseWriter<Response>*,
-      grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*);
+      grpc::ServerContext*, Request*,
+      grpc::ServerAsyncResponseWriter<Response>*, grpc::CompletionQueue*,
+      grpc::ServerCompletionQueue*, void*);
   using Handler = std::function<void(UnaryCall<Request, Response>*)>;
 
   UnaryMethod(Service* service, RequestFn request, Handler handler)
@@ -282,70 +356,143 @@ class UnaryMethod {
   }
 
  private:
-  class Call final : public UnaryCall<Request, Response> {
+  class Call final
+      : public ServedCall<Request, Response,
+                          grpc::ServerAsyncResponseWriter<Response>> {
    public:
     Call(UnaryMethod* method, const ServingQueue& queue)
-        : method_(method),
-          queue_(queue),
-          writer_(&this->context_),
-          request_tag_(this, &Call::OnRequest),
-          finish_tag_(this, &Call::OnFinished),
-          done_tag_(this, &Call::OnDoneEvent) {
-      this->calls_ = queue_.calls;
-      this->calls_->Add();
-      PostTag(&done_tag_);
+        : ServedCall<Request, Response,
+                     grpc::ServerAsyncResponseWriter<Response>>(queue),
+          method_(method),
+          request_tag_(this, &Call::OnRequest) {
       PostTag(&request_tag_);
-      this->context_.AsyncNotifyWhenDone(&done_tag_);
       (method_->service_->*method_->request_)(&this->context_, &this->request_,
-                                              &writer_, queue_.cq, queue_.cq,
-                                              &request_tag_);
-    }
-
-    void Finish(const grpc::Status& status) override {
-      // The finishing thread holds the call until Finish() returns: Finish
-      // reads the call (the response as it is serialized, the context's
-      // metadata) after PostTag() and before gRPC starts the batch, and the
-      // events that may delete it on a queue's thread meanwhile come back
-      // through gRPC core, which TSan does not see. The reference count's
-      // order is one it sees; outside TSan it costs two atomic operations.
-      this->Ref();
-      PostTag(&finish_tag_);
-      if (status.ok()) {
-        writer_.Finish(this->response_, status, &finish_tag_);
-      } else {
-        writer_.FinishWithError(status, &finish_tag_);
-      }
-      this->Unref();
+                                              &this->writer_, this->queue_.cq,
+                                              this->queue_.cq, &request_tag_);
     }
 
    private:
     void OnRequest(bool ok) {
-      if (!ok) {  // the server is shutting down; no other event comes
-        CallCount* const calls = this->calls_;
-        delete this;
-        calls->Remove();
-        return;
-      }
-      new Call(method_, queue_);  // the next call of this method here
+      if (!ok) return this->Discard();
+      new Call(method_, this->queue_);  // the next call of this method here
       method_->handler_(this);
-    }
-    void OnFinished(bool /*ok*/) { this->Unref(); }
-    void OnDoneEvent(bool /*ok*/) {
-      this->Done();
-      this->Unref();
     }
 
     UnaryMethod* const method_;
-    const ServingQueue queue_;
-    grpc::ServerAsyncResponseWriter<Response> writer_;
     MemberTag<Call> request_tag_;
-    MemberTag<Call> finish_tag_;
-    MemberTag<Call> done_tag_;
   };
 
   Service* const service_;
   const RequestFn request_;
   const Handler handler_;
+};
+
+// Serves one unary method of `Service` that is registered as a stream
+// (WithStreamedUnaryMethod_<M>, then marked asynchronous: see
+// knn_async_service.h), so that gRPC matches a call without reading its
+// request message; a matched call reads it, then posts its successor and
+// runs `handler`, as UnaryMethod does. Why: gRPC reads a unary call's
+// message as soon as its headers arrive, every call at once, so a flood of
+// large requests made gRPC hold all of them before knnd could refuse any,
+// and its memory quota then cut random calls (admitted ones among them) to
+// free memory. Here at most `reads` calls of the method are matched and
+// reading at once per queue; the others wait in gRPC's queue of calls
+// (first come, first served) with no more than their HTTP/2 stream window
+// received. A read still going after `lend_after` (a client that sends its
+// message slowly, or not at all) lets the next call read beside it, so
+// that a stalled client holds up no other: it adds memory only as fast as
+// it sends. A client sees an ordinary unary method.
+template <class Service, class Request, class Response>
+class ReadOnMatchMethod {
+ public:
+  using Reader = grpc::ServerAsyncReader<Response, Request>;
+  using RequestFn = void (Service::*)(grpc::ServerContext*, Reader*,
+                                      grpc::CompletionQueue*,
+                                      grpc::ServerCompletionQueue*, void*);
+  using Handler = std::function<void(UnaryCall<Request, Response>*)>;
+
+  // How long a read holds its turn by default: a message of the largest
+  // size (32 MiB by default) arrives within it from a client sending 300
+  // Mbit/s or more, so a flood of large messages from such clients is read
+  // within the bound.
+  static constexpr absl::Duration kLendAfter = absl::Seconds(1);
+
+  ReadOnMatchMethod(Service* service, RequestFn request, Handler handler)
+      : service_(service), request_(request), handler_(std::move(handler)) {}
+
+  // Posts `reads` requests of this method on `queue`: at most that many of
+  // its calls read their message at once there, besides those reading for
+  // longer than `lend_after`.
+  void Listen(const ServingQueue& queue, int reads,
+              absl::Duration lend_after = kLendAfter) {
+    lend_after_ = lend_after;
+    for (int i = 0; i < std::max(1, reads); ++i) new Call(this, queue);
+  }
+
+ private:
+  class Call final : public ServedCall<Request, Response, Reader> {
+   public:
+    Call(ReadOnMatchMethod* method, const ServingQueue& queue)
+        : ServedCall<Request, Response, Reader>(queue),
+          method_(method),
+          request_tag_(this, &Call::OnMatched),
+          read_tag_(this, &Call::OnRead),
+          lend_tag_(this, &Call::OnLendTime) {
+      PostTag(&request_tag_);
+      (method_->service_->*method_->request_)(&this->context_, &this->writer_,
+                                              this->queue_.cq, this->queue_.cq,
+                                              &request_tag_);
+    }
+
+   private:
+    void OnMatched(bool ok) {
+      if (!ok) return this->Discard();
+      // The alarm's event comes back (fired or cancelled) before the call
+      // may be deleted.
+      this->Ref();
+      PostTag(&lend_tag_);
+      lend_alarm_.Set(this->queue_.cq,
+                      absl::ToChronoTime(absl::Now() + method_->lend_after_),
+                      &lend_tag_);
+      PostTag(&read_tag_);
+      this->writer_.Read(&this->request_, &read_tag_);
+    }
+    // Once per call, from the read's end or the alarm, whichever is first.
+    void PassTurn() {
+      if (!turn_passed_.exchange(true, std::memory_order_acq_rel)) {
+        new Call(method_, this->queue_);
+      }
+    }
+    void OnLendTime(bool fired) {
+      if (fired) PassTurn();
+      this->Unref();
+    }
+    void OnRead(bool ok) {
+      PassTurn();  // the next call may read now
+      lend_alarm_.Cancel();
+      if (ok) return method_->handler_(this);
+      // No message: the client went away, gRPC refused the message (larger
+      // than max_receive_message_bytes: the client already has gRPC's
+      // status), or the stream closed without one or with one that does
+      // not parse. The status reaches only the last kind of client.
+      this->Finish(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       "the call carried no request message that parses as a " +
+                           Request::descriptor()->full_name()));
+    }
+
+    ReadOnMatchMethod* const method_;
+    MemberTag<Call> request_tag_;
+    MemberTag<Call> read_tag_;
+    MemberTag<Call> lend_tag_;
+    grpc::Alarm lend_alarm_;
+    std::atomic<bool> turn_passed_{false};
+  };
+
+  Service* const service_;
+  const RequestFn request_;
+  const Handler handler_;
+  absl::Duration lend_after_ = kLendAfter;  // set by Listen, before any call
 };
 
 }  // namespace knnd

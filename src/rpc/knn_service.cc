@@ -60,7 +60,7 @@ KnnServiceImpl::KnnServiceImpl(const Options& options, IndexHolder* holder,
             [this](InfoCall* call) { GetIndexInfo(call); }) {}
 
 void KnnServiceImpl::Listen(const ServingQueue& queue) {
-  search_.Listen(queue, kPendingSearches);
+  search_.Listen(queue, queue.request_reads);
   info_.Listen(queue);
 }
 

@@ -9,6 +9,11 @@
 //
 // Every call is counted in `metrics`, rejections by reason.
 //
+// Search is registered as a stream and served by ReadOnMatchMethod
+// (knn_async_service.h): a call's message is read only when one of the
+// listener's reads is free, so that gRPC never holds a flood of large
+// requests at once (and never cuts admitted calls to free memory).
+//
 // Ownership: borrows the holder, gate, batcher, metrics, authenticator and
 // hold, which must outlive it.
 // Thread-safety: handlers run concurrently on the listener's completion
@@ -28,6 +33,7 @@
 #include "knnd/serving/search_request.h"
 #include "knnd/rpc/async_call.h"
 #include "knnd/rpc/call_hold.h"
+#include "knnd/rpc/knn_async_service.h"
 #include "knnd/rpc/search_admission.h"
 #include "knnd/rpc/search_request_codec.h"  // before the service is used
 #include "knnd/rpc/token_auth.h"
@@ -70,7 +76,7 @@ class KnnServiceImpl final : public AsyncService {
   void GetIndexInfo(InfoCall* call);
 
  private:
-  using Async = knnd::v1::KnnService::AsyncService;
+  using Async = KnnAsyncService;
 
   // The snapshot a Search runs on, and the version serving when it was
   // pinned.
@@ -104,7 +110,7 @@ class KnnServiceImpl final : public AsyncService {
   const TokenAuthenticator* const auth_;
   const SearchAdmission admission_;
   Async service_;
-  UnaryMethod<Async, knnd::v1::SearchRequest, knnd::v1::SearchResponse>
+  ReadOnMatchMethod<Async, knnd::v1::SearchRequest, knnd::v1::SearchResponse>
       search_;
   UnaryMethod<Async, knnd::v1::GetIndexInfoRequest,
               knnd::v1::GetIndexInfoResponse>

@@ -64,6 +64,16 @@ void AddConnectionLimits(const ConnectionLimits& limits,
                               limits.keepalive_permit_without_calls ? 1 : 0);
   builder->AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE,
                               limits.max_metadata_bytes);
+  // A call whose message knnd has not asked for yet (ReadOnMatchMethod)
+  // holds what its HTTP/2 stream window let the client send: gRPC's
+  // initial 64 KiB without BDP probing, which would raise the window every
+  // stream starts with to the connection's bandwidth-delay product
+  // (megabytes). A message being read still gets a window of its size.
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  // Near the quota gRPC frees memory by sending GOAWAY on idle connections
+  // and then by cancelling calls picked at random (RST_STREAM
+  // ENHANCE_YOUR_CALM), admitted ones included; RequestReads keeps the
+  // messages being read within it.
   if (limits.memory_quota_bytes > 0) {
     grpc::ResourceQuota quota("knnd");
     quota.Resize(static_cast<size_t>(limits.memory_quota_bytes));
@@ -72,6 +82,13 @@ void AddConnectionLimits(const ConnectionLimits& limits,
 }
 
 }  // namespace
+
+int RequestReads(const ConnectionLimits& limits) {
+  if (limits.memory_quota_bytes <= 0) return kMaxRequestReads;
+  const int64_t reads = limits.memory_quota_bytes /
+                        std::max<int64_t>(1, limits.max_receive_message_bytes);
+  return static_cast<int>(std::clamp<int64_t>(reads, 1, kMaxRequestReads));
+}
 
 absl::StatusOr<Listener> BuildListener(const ListenerSpec& spec) {
   Listener listener;
@@ -97,9 +114,9 @@ absl::StatusOr<Listener> BuildListener(const ListenerSpec& spec) {
                                                " (address in use or invalid)"));
   }
   for (size_t i = 0; i < queues->size(); ++i) {
-    for (AsyncService* service : spec.services) {
-      service->Listen(queues->queue(i));
-    }
+    ServingQueue queue = queues->queue(i);
+    queue.request_reads = RequestReads(spec.limits);
+    for (AsyncService* service : spec.services) service->Listen(queue);
   }
   queues->Start(spec.thread_name, spec.threads_per_queue, spec.poll_us,
                 spec.may_poll);

@@ -87,6 +87,20 @@ struct Listener {
   int port = 0;
 };
 
+// The most request messages one method served by ReadOnMatchMethod
+// (async_call.h) reads at once on a queue. A small message is in gRPC's
+// buffers when its call is matched, so its read ends at once: more reads
+// would not serve small calls sooner, only let more large ones in.
+inline constexpr int kMaxRequestReads = 4;
+
+// How many request messages one method served by ReadOnMatchMethod may
+// read at once on a queue: as many of the largest message as gRPC's memory
+// quota holds, so that the messages being read do not bring gRPC to its
+// quota (where it cuts calls: listener.cc), from 1 to kMaxRequestReads
+// (kMaxRequestReads without a quota). 2 with knnd's defaults, where the
+// largest message is half the quota.
+int RequestReads(const ConnectionLimits& limits);
+
 // Builds and starts the server; UNAVAILABLE "cannot listen on ROLE ADDRESS
 // (address in use or invalid)" when it cannot bind.
 absl::StatusOr<Listener> BuildListener(const ListenerSpec& spec);

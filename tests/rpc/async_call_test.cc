@@ -3,6 +3,10 @@
 // reaching the handler, every call deleted, a listener closed with calls
 // still posted and one still open, threads that poll their queue before
 // sleeping (poll_us), and many calls answered by a thread of their own.
+// ReadOnMatchMethod (Search as KnnAsyncService registers it): a unary
+// client answered, at most `reads` messages read at once (a call whose
+// message has not come holds its read until it comes, the call ends or its
+// turn is lent), and a call that closes without a message refused.
 #include "knnd/rpc/async_call.h"
 
 #include <atomic>
@@ -14,12 +18,14 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "knnd/rpc/knn_async_service.h"
 #include "knnd/rpc/listener.h"
 #include "testing/test_util.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
@@ -355,6 +361,256 @@ TEST(AsyncCall, APollingThreadTakesTheNextCallWithoutSleeping) {
   EXPECT_GE(cases[2].waits, kCalls) << "threads whose may_poll says no";
   EXPECT_GE(cases[2].blocked, kCalls / 3) << "threads whose may_poll says no";
   EXPECT_GE(asked.load(), kCalls) << "may_poll asked after each event";
+}
+
+using knnd::v1::SearchRequest;
+using knnd::v1::SearchResponse;
+using SearchCall = UnaryCall<SearchRequest, SearchResponse>;
+
+// Search served by ReadOnMatchMethod with `reads` reads at once, each
+// lent after `lend_after`; the handler answers with the request's k and
+// records the order of the ks.
+class ReadOnMatchService final : public AsyncService {
+ public:
+  ReadOnMatchService(int reads, absl::Duration lend_after)
+      : reads_(reads),
+        lend_after_(lend_after),
+        method_(&service_, &KnnAsyncService::RequestSearch,
+                [this](SearchCall* call) {
+                  {
+                    absl::MutexLock lock(&mu_);
+                    handled_.push_back(call->request().k());
+                  }
+                  call->response()->set_k(call->request().k());
+                  call->Finish(grpc::Status::OK);
+                }) {}
+  grpc::Service* grpc_service() override { return &service_; }
+  void Listen(const ServingQueue& queue) override {
+    method_.Listen(queue, reads_, lend_after_);
+  }
+  // The ks of the requests handled, in order.
+  std::vector<int> handled() {
+    absl::MutexLock lock(&mu_);
+    return handled_;
+  }
+  // Waits until `n` requests have been handled; false after `timeout`.
+  bool AwaitHandled(size_t n, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return handled_.size() >= n;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+  }
+
+ private:
+  const int reads_;
+  const absl::Duration lend_after_;
+  KnnAsyncService service_;
+  ReadOnMatchMethod<KnnAsyncService, SearchRequest, SearchResponse> method_;
+  absl::Mutex mu_;
+  std::vector<int> handled_ ABSL_GUARDED_BY(mu_);
+};
+
+// A Search opened as a raw stream, as a unary client's call looks on the
+// wire, whose message the test sends when it wants (or never).
+class OpenSearch {
+ public:
+  explicit OpenSearch(grpc::GenericStub* stub) {
+    context_.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(20));
+    call_ = stub->PrepareCall(&context_, "/knnd.v1.KnnService/Search", &cq_);
+    call_->StartCall(Tag(1));
+    Await(1);  // its headers are on the wire
+  }
+  ~OpenSearch() {
+    cq_.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+
+  // Sends the message with `k` and half-closes; the answer's status, and
+  // its k in *k.
+  grpc::Status Send(int k, int* answered_k) {
+    SearchRequest request;
+    request.set_k(k);
+    return SendBytes(request.SerializeAsString(), answered_k);
+  }
+  // Sends `bytes` as the message and half-closes; as Send.
+  grpc::Status SendBytes(const std::string& bytes, int* answered_k = nullptr) {
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer buffer(&slice, 1);
+    call_->Write(buffer, Tag(2));
+    Await(2);
+    return Close(answered_k);
+  }
+  // Half-closes without a message; the answer's status.
+  grpc::Status Close(int* answered_k = nullptr) {
+    call_->WritesDone(Tag(3));
+    Await(3);
+    grpc::ByteBuffer answer;
+    call_->Read(&answer, Tag(4));
+    const bool got = Await(4);
+    grpc::Status status;
+    call_->Finish(&status, Tag(5));
+    Await(5);
+    SearchResponse response;
+    if (got && answered_k != nullptr &&
+        grpc::SerializationTraits<SearchResponse>::Deserialize(&answer,
+                                                               &response)
+            .ok()) {
+      *answered_k = static_cast<int>(response.k());
+    }
+    return status;
+  }
+  void Cancel() { context_.TryCancel(); }
+
+ private:
+  static void* Tag(intptr_t n) { return reinterpret_cast<void*>(n); }
+  // Waits for the event `tag`; its ok.
+  bool Await(intptr_t tag) {
+    void* got = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(cq_.Next(&got, &ok));
+    EXPECT_EQ(got, Tag(tag));
+    return ok;
+  }
+
+  grpc::ClientContext context_;
+  grpc::CompletionQueue cq_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+};
+
+struct ReadOnMatchServed {
+  // By default a read is never lent within a test.
+  explicit ReadOnMatchServed(int reads,
+                             absl::Duration lend_after = absl::Hours(1))
+      : service(reads, lend_after) {
+    absl::StatusOr<Listener> built =
+        knnd::testing::ServeOnLoopback(&service, /*queues=*/1);
+    EXPECT_TRUE(built.ok()) << built.status();
+    channel =
+        knnd::testing::FreshChannel("127.0.0.1:" + std::to_string(built->port));
+    stub = knnd::v1::KnnService::NewStub(channel);
+    generic = std::make_unique<grpc::GenericStub>(channel);
+    listener = std::move(*built);
+  }
+  // A unary Search with `k`, from a thread of its own; its status goes to
+  // *status and its answered k to *answered_k.
+  std::thread UnarySearch(int k, grpc::Status* status, int* answered_k) {
+    return std::thread([this, k, status, answered_k] {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(20));
+      SearchRequest request;
+      request.set_k(k);
+      SearchResponse response;
+      *status = stub->Search(&context, request, &response);
+      *answered_k = static_cast<int>(response.k());
+    });
+  }
+
+  ReadOnMatchService service;
+  Listener listener;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<knnd::v1::KnnService::Stub> stub;
+  std::unique_ptr<grpc::GenericStub> generic;
+};
+
+TEST(ReadOnMatchMethod, AnswersAUnaryClient) {
+  ReadOnMatchServed served(/*reads=*/2);
+  for (int k : {7, 8, 9}) {
+    grpc::Status status;
+    int answered = 0;
+    served.UnarySearch(k, &status, &answered).join();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(answered, k);
+  }
+  EXPECT_EQ(served.service.handled(), (std::vector<int>{7, 8, 9}));
+}
+
+// With one read, a call whose message has not come holds it: a unary
+// call sent after it (on the same connection, so matched after it) is
+// read and handled only once the first call's message has come. A method
+// that read every call at once (as gRPC does for a unary method) would
+// have handled the second call first.
+TEST(ReadOnMatchMethod, ReadsAtMostItsReadsAtOnce) {
+  ReadOnMatchServed served(/*reads=*/1);
+  OpenSearch first(served.generic.get());
+  grpc::Status second_status;
+  int second_k = 0;
+  std::thread second = served.UnarySearch(2, &second_status, &second_k);
+  EXPECT_FALSE(served.service.AwaitHandled(1, absl::Milliseconds(300)))
+      << "the second call was read while the first held the only read";
+  int first_k = 0;
+  const grpc::Status first_status = first.Send(1, &first_k);
+  second.join();
+  ASSERT_TRUE(first_status.ok()) << first_status.error_message();
+  ASSERT_TRUE(second_status.ok()) << second_status.error_message();
+  EXPECT_EQ(first_k, 1);
+  EXPECT_EQ(second_k, 2);
+  EXPECT_EQ(served.service.handled(), (std::vector<int>{1, 2}));
+}
+
+// A read that outlasts `lend_after` lets the next call read beside it: a
+// client that does not send its message holds up no other.
+TEST(ReadOnMatchMethod, ASlowReadLendsItsTurn) {
+  ReadOnMatchServed served(/*reads=*/1, absl::Milliseconds(50));
+  OpenSearch slow(served.generic.get());
+  grpc::Status second_status;
+  int second_k = 0;
+  served.UnarySearch(2, &second_status, &second_k).join();
+  ASSERT_TRUE(second_status.ok()) << second_status.error_message();
+  EXPECT_EQ(second_k, 2);
+  int slow_k = 0;
+  const grpc::Status slow_status = slow.Send(1, &slow_k);
+  ASSERT_TRUE(slow_status.ok()) << slow_status.error_message();
+  EXPECT_EQ(slow_k, 1);
+  EXPECT_EQ(served.service.handled(), (std::vector<int>{2, 1}));
+  // Each call passed its turn on once: the next call still reads.
+  grpc::Status third;
+  int k = 0;
+  served.UnarySearch(3, &third, &k).join();
+  EXPECT_TRUE(third.ok()) << third.error_message();
+}
+
+// A call that ends while it holds the read (its client cancels) gives the
+// read to the next call.
+TEST(ReadOnMatchMethod, ACancelledReadGoesToTheNextCall) {
+  ReadOnMatchServed served(/*reads=*/1);
+  auto first = std::make_unique<OpenSearch>(served.generic.get());
+  grpc::Status second_status;
+  int second_k = 0;
+  std::thread second = served.UnarySearch(2, &second_status, &second_k);
+  first->Cancel();
+  second.join();
+  ASSERT_TRUE(second_status.ok()) << second_status.error_message();
+  EXPECT_EQ(second_k, 2);
+  EXPECT_EQ(served.service.handled(), (std::vector<int>{2}));
+  first.reset();
+}
+
+// A call that closes without a message, or with one that does not parse,
+// is refused INVALID_ARGUMENT (gRPC's own answer for a unary method that
+// does not parse is INTERNAL "Unable to parse request").
+TEST(ReadOnMatchMethod, ACallWithoutAMessageThatParsesIsRefused) {
+  ReadOnMatchServed served(/*reads=*/1);
+  for (const char* bytes : {"", "\xff\xff\xff"}) {
+    OpenSearch call(served.generic.get());
+    const grpc::Status status =
+        *bytes == '\0' ? call.Close() : call.SendBytes(bytes);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(status.error_message(),
+              "the call carried no request message that parses as a "
+              "knnd.v1.SearchRequest");
+  }
+  EXPECT_TRUE(served.service.handled().empty());
+  // And the read is free again.
+  grpc::Status next;
+  int k = 0;
+  served.UnarySearch(5, &next, &k).join();
+  EXPECT_TRUE(next.ok()) << next.error_message();
 }
 
 }  // namespace
