@@ -14,6 +14,7 @@
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/async_stream.h>
 
+#include "knnd/rpc/search_request_codec.h"  // before the service is used
 #include "knnd/v1/knn_service.grpc.pb.h"
 
 namespace knnd {
