@@ -498,10 +498,15 @@ TEST_F(BadVectorsFileTest, PublishCarriesTheVectorsAndChecksThem) {
   ASSERT_NE(served, nullptr);
   EXPECT_TRUE(served->info().has_vectors);
 
+  // Cut after it was sealed: refused before anything is copied, naming
+  // the file and the size its manifest binds.
   ASSERT_EQ(truncate(path_.c_str(), 1000), 0);
   auto refused = PublishVersion(tmp_.path("versions"), tmp_.path("x.index"));
   ASSERT_FALSE(refused.ok());
-  EXPECT_THAT(refused.status().message(), HasSubstr("truncated"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(refused.status().message(),
+              AllOf(HasSubstr(path_), HasSubstr("has 1000 bytes"),
+                    HasSubstr("binds one of")));
 }
 
 // ---- own ids: the id table beside the index ----
