@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "knnd/base/units.h"
+#include "knnd/index/filter_planner.h"
 #include "knnd/index/rerank.h"
 
 namespace knnd {
@@ -70,18 +71,27 @@ int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape) {
   bytes += shape.filter_ids * 16;
   // With an id table every call translates the allow-list into rows.
   if (index.has_id_table) bytes += calls * shape.filter_ids * 8;
+  const int kc = static_cast<int>(shape.refine_factor * k);
+  const int64_t fetched =
+      shape.refine_factor > 0 ? kc + CandidateSlack(kc) : k;
   if (shape.filtered) {
     // The filter's bitmap, when it has one; per call the exact plan's list
     // ids of the matching rows or the IVF plan's copies of the queries it
-    // widens (filter_planner.h).
+    // widens with their results, the ids it compares, their
+    // ProbeReference and the best rows of their closest list
+    // (filter_planner.h).
     if (shape.filter_bitmap) bytes += RowBitmap::WordsFor(index.ntotal) * 8;
+    const int64_t reference_rows =
+        ReferenceRank(k, shape.filter_matched_rows, index.ntotal);
     bytes += calls * std::max(shape.filter_matched_rows * 8,
-                              rows * (d * 4 + int64_t{k} * 12));
+                              rows * (d * 4 + fetched * (12 + 8) +
+                                      int64_t{sizeof(ProbeReference)} +
+                                      reference_rows * 12));
   }
   if (shape.refine_factor > 0) {
-    // FAISS's kc + slack best and the kc kept (rerank.h), 12 bytes each.
-    const int kc = static_cast<int>(shape.refine_factor * k);
-    bytes += nq * (2 * int64_t{kc} + CandidateSlack(kc)) * 12;
+    // FAISS's kc + slack best and the kc kept (rerank.h), 12 bytes each;
+    // a filtered search keeps and re-ranks all kc + slack.
+    bytes += nq * (fetched + (shape.filtered ? fetched : kc)) * 12;
   }
   bytes += 2 * shape.payload_bytes;
   return bytes;
