@@ -139,8 +139,14 @@ bench-client: build
 # IDSelector search of the same index (faiss-cpu, the newest, in a venv
 # under FILTER_WORK: FAISS 1.7.3 takes no selector on FastScan), and
 # RssAnon with and without INDEX.attrs and INDEX.payloads; indexes go to
-# FILTER_WORK (built once). Each set one query a request, then 100.
+# FILTER_WORK (built once). Each set one query a request, then 100. Then
+# filters that follow the vector space (bench/RESULTS.md, "Filters that
+# follow the space") on a seeded clustered 100k x 128 set: a topic held by
+# a few clusters, and every topic but the query's own, beside filters
+# spread evenly; with FILTER_BASELINE=DIR (another build directory) its
+# knnd serves the same index in the same run, for a paired comparison.
 FILTER_WORK ?= /tmp/knnd_filter_bench
+FILTER_BASELINE ?=
 bench-filter: build
 	@[ -f $(FILTER_WORK)/venv/.installed ] || { mkdir -p $(FILTER_WORK) && \
 	  /usr/bin/python3 -m venv $(FILTER_WORK)/venv && \
@@ -150,6 +156,10 @@ bench-filter: build
 	  /usr/bin/python3 bench/filter_bench.py --build $(BUILD) --workdir $(FILTER_WORK) \
 	    --faiss_python $(FILTER_WORK)/venv/bin/python --set $$set \
 	    --batch $$batch || exit 1; done; done
+	for batch in 1 100; do \
+	  /usr/bin/python3 bench/filter_bench.py --set clustered --build $(BUILD) \
+	    --workdir $(FILTER_WORK) --batch $$batch \
+	    $(if $(FILTER_BASELINE),--baseline_build $(FILTER_BASELINE)) || exit 1; done
 
 # Exact re-ranking on Fashion-MNIST (bench/RESULTS.md, "Re-ranking"): knnd
 # over gRPC vs python3-faiss IndexRefineFlat, recall, RSS split. The index is

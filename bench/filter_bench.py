@@ -42,6 +42,26 @@ seeded 1M-row set, measured in one run (bench/RESULTS.md, "Filters").
    getting, per selectivity, the same unfiltered searches at k and at the
    post-filter's k').
 Prints a Markdown table and the issue's targets as ratios of this run.
+
+--set clustered: filters that follow the vector space (bench/RESULTS.md,
+"Filters that follow the space"), before and after in one run:
+
+  /usr/bin/python3 bench/filter_bench.py --set clustered --build build \
+      [--baseline_build OLD_BUILD] [--rows 100000] [--clusters 48] \
+      [--batch 1] [--nq 400] [--rounds 4] [--nprobe N] [--refine_factor R]
+
+--rows x --dim seeded rows shaped like text embeddings (24-dim latent
+space, --clusters clusters) with their own 63-bit ids, a keyword "topic"
+tied to the clusters (topic-{cluster % 12}: the rows of a few clusters,
+8.3% each) and the integer "u" as above; knnctl build, knnctl tune
+--target_recall 0.95 on 2,000 held-out queries. This build's knnd and,
+with --baseline_build, another build's knnd serve the same files, and take
+turns every --chunk queries, --rounds times. Filters: u below 0.1% to 99%
+(spread evenly over the space), topic = topic-3 (correlated: most queries
+lie far from its clusters), topics 0-3 (33%), and every topic but the
+query's own (anti-correlated, $ne; a request holds queries of one topic).
+Prints recall@10 against an exact search of the admitted rows, queries/s
+and knnd's execution time per request, for each knnd.
 """
 import argparse
 import json
@@ -179,12 +199,212 @@ class FaissSearch:
         self.proc.wait(30)
 
 
+def clustered_rows(n, dim, clusters, seed):
+    """Seeded rows shaped like text embeddings (frontier_run.embedding_like:
+    clusters on a 24-dim subspace of R^dim shared by every seed, plus
+    isotropic noise) and each row's cluster."""
+    latent = 24
+    shared = np.random.default_rng(7)
+    basis = shared.standard_normal((latent, dim)).astype(np.float32) / np.sqrt(
+        latent)
+    centres = shared.standard_normal((clusters, latent)).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    cluster = rng.integers(0, clusters, n)
+    z = centres[cluster] + 0.5 * rng.standard_normal((n, latent),
+                                                     dtype=np.float32)
+    x = z @ basis + 0.05 * rng.standard_normal((n, dim), dtype=np.float32)
+    return x.astype(np.float32), cluster
+
+
+def exact_among(xb, mask, xq):
+    """The K nearest admitted rows of each query, as row numbers."""
+    import faiss
+    rows = np.flatnonzero(mask)
+    flat = faiss.IndexFlatL2(xb.shape[1])
+    flat.add(xb[rows])
+    return rows[flat.search(xq, K)[1]]
+
+
+def run_clustered(args):
+    import faiss
+    faiss.omp_set_num_threads(1)
+    knnctl = os.path.join(args.build, "knnctl")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    tmp = tempfile.TemporaryDirectory()
+    work = os.path.join(args.workdir or tmp.name,
+                        f"clustered_{args.rows}_{args.clusters}")
+    os.makedirs(work, exist_ok=True)
+    install_client(os.path.join(HERE, ".."), os.path.join(tmp.name, "client"))
+    from knnd_client import KnnClient
+
+    started = time.time()
+    topics = 12
+    xb, cluster = clustered_rows(args.rows, args.dim, args.clusters, 1)
+    xq, q_cluster = clustered_rows(args.nq, args.dim, args.clusters, 2)
+    xt, _ = clustered_rows(2000, args.dim, args.clusters, 3)
+    topic, q_topic = cluster % topics, q_cluster % topics
+    u = np.random.default_rng(2026).integers(0, 100000, args.rows)
+    ids = np.random.default_rng(11).integers(0, 2**63 - 1, args.rows)
+    assert len(np.unique(ids)) == args.rows
+    index = os.path.join(work, "index")
+    if not os.path.exists(index + ".meta.json"):
+        np.save(os.path.join(work, "base.npy"), xb)
+        np.save(os.path.join(work, "ids.npy"), ids)
+        np.save(os.path.join(work, "tune.npy"), xt)
+        with open(os.path.join(work, "attrs.jsonl"), "w") as f:
+            f.writelines(f'{{"u": {int(v)}, "topic": "topic-{int(t)}"}}\n'
+                         for v, t in zip(u, topic))
+        subprocess.run([knnctl, "build", "--input",
+                        os.path.join(work, "base.npy"), "--ids",
+                        os.path.join(work, "ids.npy"), "--output", index,
+                        "--attributes", os.path.join(work, "attrs.jsonl")],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
+        subprocess.run([knnctl, "tune", "--index", index, "--queries",
+                        os.path.join(work, "tune.npy"), "--target_recall",
+                        "0.95"], check=True, env=env, stdout=subprocess.DEVNULL)
+    print(f"index ready after {time.time() - started:.0f} s", flush=True)
+    builds = {"after": args.build}
+    if args.baseline_build:
+        builds = {"before": args.baseline_build, **builds}
+    daemons = {name: Daemon(os.path.join(b, "knnd"), ["--index", index],
+                            knnctl=knnctl, env=env,
+                            log_path=os.path.join(work, name + ".log"))
+               for name, b in builds.items()}
+    for name, daemon in daemons.items():
+        if not daemon.wait_serving(300):
+            raise RuntimeError(f"knnd ({name}): " + daemon.read_log())
+    clients = {name: KnnClient(d.address, timeout_s=60)
+               for name, d in daemons.items()}
+    info = clients["after"].info()
+    setting = {}
+    if args.nprobe > 0:
+        setting["nprobe"] = args.nprobe
+    if args.refine_factor >= 0:
+        setting["refine_factor"] = args.refine_factor
+    order = np.argsort(ids)
+    sorted_ids = ids[order]
+
+    def rows_of(got):
+        got = np.asarray(got)
+        pos = np.clip(np.searchsorted(sorted_ids, got), 0, args.rows - 1)
+        return np.where((got >= 0) & (sorted_ids[pos] == got), order[pos], -1)
+
+    # (name, the filter of topic t's queries, its mask, whether it is the
+    # same for every query).
+    filters = [(f"u < {s:.1%} (even)", lambda t, b=int(100000 * s): {
+                   "u": {"$lt": b}}, lambda t, b=int(100000 * s): u < b, True)
+               for s in SELECTIVITIES]
+    filters += [
+        ("topic-3 (correlated)", lambda t: {"topic": "topic-3"},
+         lambda t: topic == 3, True),
+        ("topics 0-3 (correlated)",
+         lambda t: {"topic": {"$in": [f"topic-{i}" for i in range(4)]}},
+         lambda t: topic < 4, True),
+        ("not the query's topic (anti-correlated)",
+         lambda t: {"topic": {"$ne": f"topic-{t}"}},
+         lambda t: topic != t, False),
+    ]
+    by_topic = np.argsort(q_topic, kind="stable")
+    execution = "knnd_search_execution_duration_seconds_"
+
+    def execution_so_far(daemon):
+        page = daemon.scrape()
+        return (sum(v for n, v in page.items()
+                    if n.startswith(execution + "sum")),
+                sum(v for n, v in page.items()
+                    if n.startswith(execution + "count")))
+
+    table = []
+    for name, make_filter, make_mask, shared in filters:
+        # The calls: `batch` queries of one topic each (every query's
+        # filter is the same, or its topic's).
+        sequence = np.arange(args.nq) if shared else by_topic
+        calls = []
+        for begin in range(0, args.nq, args.batch):
+            group = sequence[begin:begin + args.batch]
+            if not shared:
+                group = group[q_topic[group] == q_topic[group[0]]]
+            calls.append(group)
+        if not shared:  # what the topic cut off goes in calls of its own
+            covered = np.concatenate(calls)
+            rest = np.setdiff1d(sequence, covered)
+            calls += [rest[q_topic[rest] == t] for t in np.unique(q_topic[rest])]
+        truth = np.full((args.nq, K), -1)
+        for t in (np.unique(q_topic) if not shared else [0]):
+            which = (np.arange(args.nq) if shared
+                     else np.flatnonzero(q_topic == t))
+            truth[which] = exact_among(xb, make_mask(t), xq[which])
+        results = {m: np.full((args.nq, K), -1) for m in clients}
+        seconds = {m: 0.0 for m in clients}
+        served = {m: [0.0, 0.0] for m in clients}
+        methods = list(clients)
+        chunk_calls = max(1, args.chunk // args.batch)
+        for r in range(args.rounds):
+            for begin in range(0, len(calls), chunk_calls):
+                for m in methods:
+                    before = execution_so_far(daemons[m])
+                    start = time.perf_counter()
+                    for group in calls[begin:begin + chunk_calls]:
+                        t = int(q_topic[group[0]])
+                        got, _ = clients[m].search(
+                            xq[group], K, filter=make_filter(t), **setting)
+                        results[m][group] = rows_of(got)
+                    seconds[m] += time.perf_counter() - start
+                    after = execution_so_far(daemons[m])
+                    served[m][0] += after[0] - before[0]
+                    served[m][1] += after[1] - before[1]
+                methods = methods[1:] + methods[:1]
+        n_rows = int(make_mask(int(q_topic[0])).sum())
+        table.append((name, n_rows, {
+            m: (recall(results[m], truth), args.rounds * args.nq / seconds[m],
+                1e6 * served[m][0] / max(1, served[m][1])) for m in clients}))
+        print(f"{name} done after {time.time() - started:.0f} s", flush=True)
+
+    print()
+    per_call = "one per call" if args.batch == 1 else f"{args.batch} per call"
+    print(f"seeded clustered {args.rows:,} x {args.dim} ({args.clusters} "
+          f"clusters, {topics} topics, own 63-bit ids), {args.nq} queries "
+          f"{per_call}, k={K}, nprobe "
+          f"{setting.get('nprobe', info.default_nprobe)} refine_factor "
+          f"{setting.get('refine_factor', info.default_refine_factor)} "
+          f"({'flags' if setting else 'tuned'}), {args.rounds} rounds "
+          f"interleaved by {args.chunk}; {cpu_model()}; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+          f"{time.time() - started:.0f} s")
+    print()
+    names = list(clients)
+    print("| filter | rows | " + " | ".join(
+        f"{m} recall@10 | {m} q/s | {m} us/request" for m in names) +
+        (" | after / before q/s |" if len(names) == 2 else " |"))
+    print("|---|---|" + "---|---|---|" * len(names) +
+          ("---|" if len(names) == 2 else ""))
+    for name, n_rows, r in table:
+        cells = " | ".join(f"{r[m][0]:.3f} | {r[m][1]:,.0f} | {r[m][2]:.0f}"
+                           for m in names)
+        ratio = (f" | {r['after'][1] / r['before'][1]:.2f} |"
+                 if len(names) == 2 else " |")
+        print(f"| {name} | {n_rows:,} | {cells}{ratio}")
+    print("(the anti-correlated filter's rows: those of the first query's "
+          "topic left out; us/request: knnd_search_execution_duration_seconds "
+          "over the turn's requests)")
+    for daemon in daemons.values():
+        daemon.stop(10)
+    tmp.cleanup()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build", default="build")
-    parser.add_argument("--set", choices=("fashion", "1m"), default="fashion")
-    parser.add_argument("--rows", type=int, default=1000000,
-                        help="rows of the seeded set (--set 1m)")
+    parser.add_argument("--set", choices=("fashion", "1m", "clustered"),
+                        default="fashion")
+    parser.add_argument("--rows", type=int, default=0,
+                        help="rows of the seeded set (--set 1m: default "
+                             "1,000,000; clustered: 100,000)")
+    parser.add_argument("--clusters", type=int, default=48,
+                        help="clusters of --set clustered")
+    parser.add_argument("--baseline_build", default="",
+                        help="--set clustered: another build whose knnd "
+                             "serves the same index in the same run")
     parser.add_argument("--dim", type=int, default=128,
                         help="its dimension (128, or 384 like MiniLM)")
     parser.add_argument("--payload_bytes", type=int, default=100)
@@ -205,6 +425,10 @@ def main():
                         help="every search's refine_factor; -1: knnd's "
                              "tuned one")
     args = parser.parse_args()
+    if not args.rows:
+        args.rows = 100000 if args.set == "clustered" else 1000000
+    if args.set == "clustered":
+        return run_clustered(args)
     import faiss
     faiss.omp_set_num_threads(1)
     knnctl = os.path.join(args.build, "knnctl")

@@ -56,10 +56,11 @@ class FastScanSearcher {
 
   // Searches args.num_queries queries of dimension index->d (row-major in
   // args.queries) with args.k results each (>= 1) from args.nprobe lists
-  // (>= 1, capped at nlist), only among args.allowed_ids when that is not
-  // empty; writes num_queries * k distances and ids, each query's results
-  // best first. The re-ranking fields are not read. INVALID_ARGUMENT for
-  // bad arguments; a FAISS error is INTERNAL.
+  // (>= 1, capped at nlist; those after the first args.skip_probes), only
+  // among args.allowed_ids when that is not empty; writes num_queries * k
+  // distances and ids, each query's results best first, and with a filter
+  // args.probe_reference when it is set. The re-ranking fields are not
+  // read. INVALID_ARGUMENT for bad arguments; a FAISS error is INTERNAL.
   absl::Status Search(const SearchArgs& args) const;
 
  private:
@@ -70,13 +71,18 @@ class FastScanSearcher {
         centroid_norms_(std::move(centroid_norms)),
         name_(std::move(name)) {}
 
-  // Search() after its checks; `filter` null: every id is allowed;
+  // Search() after its checks, the lists of ranks [skip, nprobe) of each
+  // query; `filter` null: every id is allowed;
   // `admitted` (with a filter): the filter's lists, scanned instead; with
-  // `flat`, all of them without the coarse search.
+  // `flat`, all of them without the coarse search; `reference` (with a
+  // filter, not flat): n entries filled as SearchArgs::probe_reference
+  // says, at ref_nprobe, ref_k and ref_rank.
   absl::Status SearchImpl(size_t n, const float* x, size_t k, size_t nprobe,
-                          const IdFilter* filter,
+                          size_t skip, const IdFilter* filter,
                           const FilteredLists* admitted, bool flat,
-                          float* distances, int64_t* labels) const;
+                          ProbeReference* reference, size_t ref_nprobe,
+                          size_t ref_k, size_t ref_rank, float* distances,
+                          int64_t* labels) const;
 
   const FastScanParts parts_;
   // The PQ centroids by dimension where knnd computes the float tables

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include <faiss/IndexIVFPQ.h>
 #include <faiss/IndexIVFPQFastScan.h>
@@ -175,6 +176,13 @@ absl::Status IvfPqIndex::BuildPrecomputedTable() {
 }
 
 absl::Status IvfPqIndex::SearchUnpadded(const SearchArgs& args) const {
+  const int64_t nprobe =
+      std::min<int64_t>(args.nprobe, static_cast<int64_t>(ivfpq_->nlist));
+  if (args.skip_probes < 0 || args.skip_probes >= nprobe) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search of ", facts_.path, ": skip_probes=", args.skip_probes,
+        " is outside [0, ", nprobe, ") (nprobe)"));
+  }
   IdFilter filter(args);  // SearchParameters takes it non-const
   return CatchFaiss(absl::StatusCode::kInternal, "FAISS search failed", [&] {
     const float* x = args.queries;
@@ -186,9 +194,76 @@ absl::Status IvfPqIndex::SearchUnpadded(const SearchArgs& args) const {
     faiss::SearchParametersIVF params;
     params.nprobe = static_cast<size_t>(args.nprobe);
     if (filter.active()) params.sel = &filter;
-    ivfpq_->search(args.num_queries, x, args.k, args.distances, args.ids,
-                   &params);
+    if (args.skip_probes == 0 &&
+        (args.probe_reference == nullptr || !filter.active())) {
+      ivfpq_->search(args.num_queries, x, args.k, args.distances, args.ids,
+                     &params);
+      return;
+    }
+    SearchPreassigned(args, x, params);
   });
+}
+
+void IvfPqIndex::SearchPreassigned(
+    const SearchArgs& args, const float* x,
+    const faiss::SearchParametersIVF& params) const {
+  // What IndexIVF::search does (the coarse search, then the lists), with
+  // the first skip_probes lists of each query left out, the coarse result
+  // kept for the reference, and the closest lists searched again without
+  // the filter.
+  const int64_t n = args.num_queries;
+  const int64_t nprobe =
+      std::min<int64_t>(args.nprobe, static_cast<int64_t>(ivfpq_->nlist));
+  const int64_t skip = args.skip_probes;
+  std::vector<faiss::Index::idx_t> lists(static_cast<size_t>(n * nprobe));
+  std::vector<float> coarse(lists.size());
+  ivfpq_->quantizer->search(n, x, nprobe, coarse.data(), lists.data());
+  const int64_t scanned = nprobe - skip;
+  std::vector<faiss::Index::idx_t> scan_lists(static_cast<size_t>(n * scanned));
+  std::vector<float> scan_coarse(scan_lists.size());
+  for (int64_t q = 0; q < n; ++q) {
+    std::copy_n(lists.data() + q * nprobe + skip, scanned,
+                scan_lists.data() + q * scanned);
+    std::copy_n(coarse.data() + q * nprobe + skip, scanned,
+                scan_coarse.data() + q * scanned);
+  }
+  faiss::SearchParametersIVF part = params;
+  part.nprobe = static_cast<size_t>(scanned);
+  ivfpq_->search_preassigned(n, x, args.k, scan_lists.data(),
+                             scan_coarse.data(), args.distances, args.ids,
+                             false, &part);
+  if (args.probe_reference == nullptr) return;
+  const int64_t anchor = std::min<int64_t>(args.reference_nprobe, nprobe) - 1;
+  for (int64_t q = 0; q < n; ++q) {
+    args.probe_reference[q].frontier = coarse[q * nprobe + nprobe - 1];
+    args.probe_reference[q].anchor = coarse[q * nprobe + anchor];
+  }
+  if (args.reference_rank < 1) return;
+  std::vector<faiss::Index::idx_t> closest(static_cast<size_t>(n));
+  std::vector<float> closest_coarse(closest.size());
+  for (int64_t q = 0; q < n; ++q) {
+    closest[q] = lists[q * nprobe];
+    closest_coarse[q] = coarse[q * nprobe];
+  }
+  const int64_t rank = args.reference_rank;
+  std::vector<float> dis(static_cast<size_t>(n * rank));
+  std::vector<faiss::Index::idx_t> ids(dis.size());
+  faiss::SearchParametersIVF plain;
+  plain.nprobe = 1;
+  ivfpq_->search_preassigned(n, x, rank, closest.data(),
+                             closest_coarse.data(), dis.data(), ids.data(),
+                             false, &plain);
+  // The distance of the r-th best, or of the last one found.
+  const auto at = [&](int64_t q, int64_t r) {
+    for (int64_t j = r; j-- > 0;) {
+      if (ids[q * rank + j] >= 0) return dis[q * rank + j];
+    }
+    return MissingDistance(facts_.metric);
+  };
+  for (int64_t q = 0; q < n; ++q) {
+    args.probe_reference[q].nearest_kth = at(q, args.reference_k);
+    args.probe_reference[q].nearest_rank = at(q, rank);
+  }
 }
 
 absl::Status IvfPqIndex::WritePart(const std::string&, int64_t,

@@ -22,6 +22,7 @@
 namespace faiss {
 struct IndexIVFPQ;
 struct IndexPreTransform;
+struct SearchParametersIVF;
 }  // namespace faiss
 
 namespace knnd {
@@ -48,6 +49,11 @@ class IvfPqIndex final : public ServingIndex {
  private:
   IvfPqIndex();
   absl::Status SearchUnpadded(const SearchArgs& args) const override;
+  // The search of `x` (args.queries after any pre-transform) with
+  // `params` from its coarse assignment: for args.skip_probes and
+  // args.probe_reference. Throws FAISS's errors.
+  void SearchPreassigned(const SearchArgs& args, const float* x,
+                         const faiss::SearchParametersIVF& params) const;
   const faiss::Index& root() const override { return *root_; }
 
   std::unique_ptr<faiss::Index> root_;

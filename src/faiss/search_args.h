@@ -19,6 +19,7 @@
 namespace knnd {
 
 class FilteredLists;
+struct ProbeReference;
 
 // Buffers are owned by the caller and hold num_queries * k entries
 // (num_queries * k * refine_factor with return_candidates).
@@ -72,6 +73,42 @@ struct SearchArgs {
   // allowed_range->Test(l - allowed_rows_first). Never set together with
   // allowed_rows or allowed_ids.
   const ColumnRange* allowed_range = nullptr;
+  // The first skip_probes lists of each query's coarse order (closest
+  // first) are not scanned: the IVF plan's widening (index/filter_planner.h)
+  // scanned them in its previous pass and merges this pass's results, the
+  // best k of the other nprobe - skip_probes lists, with that pass's.
+  // 0 <= skip_probes < nprobe; not read by the flat plan.
+  int skip_probes = 0;
+  // Optional out, for the IVF plan's widening (index/filter_planner.h):
+  // num_queries entries of where each query's filtered scan stands
+  // (ProbeReference). Written only with a filter (allowed_rows or
+  // allowed_range) and not allowed_lists_flat; reference_nprobe >= 1
+  // then, and 1 <= reference_k <= reference_rank, or both 0 (the closest
+  // list not searched: nearest_kth and nearest_rank left as they are).
+  ProbeReference* probe_reference = nullptr;
+  int reference_nprobe = 0;
+  int reference_k = 0;
+  int reference_rank = 0;
+};
+
+// Where one query's filtered scan stands against the geometry it searched,
+// in the index's own terms: squared L2 distances, or for an
+// inner-product index similarities (larger is closer). `frontier`: the
+// coarse distance of the farthest list probed (the nprobe-th closest);
+// `anchor`: that of the reference_nprobe-th closest list, where an
+// unfiltered search would stop. `nearest_kth` and `nearest_rank`: the
+// estimated distances of the reference_k-th and reference_rank-th closest
+// rows of the query's closest list, searched without the filter (its
+// farthest row when the list holds fewer; MissingDistance when it is
+// empty; a FastScan index estimates them from the list's first 128 rows,
+// the ranks scaled to their share): how far an unfiltered answer reaches,
+// and how far the k-th match of a filter spread evenly over the rows
+// would.
+struct ProbeReference {
+  float frontier = 0;
+  float anchor = 0;
+  float nearest_kth = 0;
+  float nearest_rank = 0;
 };
 
 // Whether `args` carries an attribute filter (allowed_rows or

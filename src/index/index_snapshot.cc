@@ -444,9 +444,11 @@ FilterPlan IndexSnapshot::PlanFilter(int64_t matched_rows,
 }
 
 absl::Status IndexSnapshot::SearchIndex(const SearchArgs& call,
-                                        int candidates) const {
+                                        int candidates, int k,
+                                        std::vector<char>* deep) const {
   // Unfiltered, or the flat plan: every match is seen in one call.
   if (!FiltersRows(call) || call.allowed_lists_flat) {
+    if (deep != nullptr) deep->assign(static_cast<size_t>(call.num_queries), 1);
     return faiss_->Search(call);
   }
   FilterPlanInput input;
@@ -454,9 +456,12 @@ absl::Status IndexSnapshot::SearchIndex(const SearchArgs& call,
   input.nprobe = call.nprobe;
   input.candidates = candidates;
   input.filtered_lists = call.allowed_lists != nullptr;
-  return SearchIvfWidening(
-      *faiss_, call, StartingNprobe(info_, input),
-      std::min<int64_t>(candidates, input.matched_rows));
+  IvfWidening plan;
+  plan.start_nprobe = StartingNprobe(info_, input);
+  plan.need = std::min<int64_t>(candidates, input.matched_rows);
+  plan.k = k;
+  plan.matched_rows = input.matched_rows;
+  return SearchIvfWidening(*faiss_, call, plan, deep);
 }
 
 absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
@@ -523,7 +528,9 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
     }
   }
   if (args.refine_factor <= 0) {
-    if (absl::Status s = SearchIndex(call, args.k); !s.ok()) return s;
+    if (absl::Status s = SearchIndex(call, args.k, args.k); !s.ok()) {
+      return s;
+    }
     list_ids_.ToAnswerIds(args.num_queries, args.k, args.distances, args.ids);
     return absl::OkStatus();
   }
@@ -538,7 +545,10 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
   call.k = kf;
   call.distances = fetched_distances.data();
   call.ids = fetched_ids.data();
-  if (absl::Status s = SearchIndex(call, kc); !s.ok()) return s;
+  std::vector<char> deep;
+  if (absl::Status s = SearchIndex(call, kc, args.k, &deep); !s.ok()) {
+    return s;
+  }
   const absl::Time start = absl::Now();
   if (args.return_candidates) {
     // Every candidate with both distances, for a merger of shards.
@@ -551,7 +561,7 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
     for (int64_t i = 0; i < args.num_queries * kc; ++i) {
       if (args.ids[i] < 0) args.approx_distances[i] = pad;
     }
-  } else {
+  } else if (!FiltersRows(args)) {
     const size_t n = static_cast<size_t>(args.num_queries) * kc;
     std::vector<float> candidate_distances(n);
     std::vector<int64_t> candidate_ids(n);
@@ -562,6 +572,22 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
     RerankExact(*vectors_, list_ids_, info_.metric, call.queries,
                 args.num_queries, kc, candidate_ids.data(), args.k,
                 args.distances, args.ids);
+  } else {
+    // Every fetched candidate in order, of which the kc best are
+    // re-ranked, or all of them where the matches lie far out
+    // (filter_planner.h).
+    std::vector<float> candidate_distances(nf);
+    std::vector<int64_t> candidate_ids(nf);
+    KeepBestCandidates(info_.metric, fetched_ids.data(),
+                       fetched_distances.data(), args.num_queries, kf, kf,
+                       candidate_ids.data(), candidate_distances.data(),
+                       list_ids_);
+    const int64_t dim = info_.dim;
+    for (int64_t q = 0; q < args.num_queries; ++q) {
+      RerankExact(*vectors_, list_ids_, info_.metric, call.queries + q * dim,
+                  1, deep[q] != 0 ? kf : kc, candidate_ids.data() + q * kf,
+                  args.k, args.distances + q * args.k, args.ids + q * args.k);
+    }
   }
   if (args.rerank_time != nullptr) *args.rerank_time = absl::Now() - start;
   return absl::OkStatus();

@@ -274,8 +274,12 @@ class IndexSnapshot {
 
   // ServingIndex::Search of `call`; with an attribute filter, the IVF plan of
   // filter_planner.h, each query needing `candidates` results (or every
-  // matching row when fewer match).
-  absl::Status SearchIndex(const SearchArgs& call, int candidates) const;
+  // matching row when fewer match) and widened until the lists probed
+  // reach past its k-th. With a filter, `deep` (num_queries entries) says
+  // which queries re-rank every candidate (filter_planner.h: those of the
+  // flat plan, and the IVF plan's whose matches lay far out).
+  absl::Status SearchIndex(const SearchArgs& call, int candidates, int k,
+                           std::vector<char>* deep = nullptr) const;
 
   std::unique_ptr<ServingIndex> faiss_;
   IndexInfo info_;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "knnd/base/saturating.h"
 #include "knnd/base/units.h"
+#include "knnd/index/filter_planner.h"
 #include "knnd/index/rerank.h"
 
 namespace knnd {
@@ -94,24 +95,32 @@ int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape) {
   bytes = SatAdd(bytes, SatMul(filter_ids, 16));
   // With an id table every call translates the allow-list into rows.
   if (index.has_id_table) bytes = SatAdd(bytes, SatMul(calls, filter_ids, 8));
+  const int64_t kc = SatMul(shape.refine_factor, k);
+  // FAISS's kc + slack best (CandidateSlack, without int overflow).
+  const int64_t fetched = shape.refine_factor > 0 ? SatAdd(kc, kc / 4 + 8) : k;
   if (shape.filtered) {
     // The filter's bitmap, when it has one; per call the exact plan's list
     // ids of the matching rows or the IVF plan's copies of the queries it
-    // widens (filter_planner.h).
+    // widens with their results, the ids it compares, their
+    // ProbeReference and the best rows of their closest list
+    // (filter_planner.h).
     if (shape.filter_bitmap) {
       bytes = SatAdd(bytes, SatMul(RowBitmap::WordsFor(index.ntotal), 8));
     }
-    bytes = SatAdd(
-        bytes,
-        SatMul(calls, std::max(SatMul(shape.filter_matched_rows, 8),
-                               SatMul(rows, SatAdd(SatMul(d, 4),
-                                                   SatMul(k, 12))))));
+    const int64_t reference_rows = ReferenceRank(
+        static_cast<int>(k), shape.filter_matched_rows, index.ntotal);
+    const int64_t widened_row = SatAdd(
+        SatAdd(SatMul(d, 4), SatMul(fetched, 12 + 8)),
+        SatAdd(int64_t{sizeof(ProbeReference)}, SatMul(reference_rows, 12)));
+    bytes = SatAdd(bytes,
+                   SatMul(calls, std::max(SatMul(shape.filter_matched_rows, 8),
+                                          SatMul(rows, widened_row))));
   }
   if (shape.refine_factor > 0) {
-    // FAISS's kc + slack best and the kc kept (rerank.h), 12 bytes each.
-    const int64_t kc = SatMul(shape.refine_factor, k);
-    const int64_t slack = kc / 4 + 8;  // CandidateSlack, without int overflow
-    bytes = SatAdd(bytes, SatMul(nq, SatAdd(SatMul(2, kc), slack), 12));
+    // FAISS's kc + slack best and the kc kept (rerank.h), 12 bytes each;
+    // a filtered search keeps and re-ranks all kc + slack.
+    bytes = SatAdd(
+        bytes, SatMul(nq, SatAdd(fetched, shape.filtered ? fetched : kc), 12));
   }
   bytes = SatAdd(bytes, SatMul(2, std::max<int64_t>(0, shape.payload_bytes)));
   return bytes;

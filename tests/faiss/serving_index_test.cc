@@ -3,9 +3,12 @@
 // FAISS itself are refused with the way out.
 #include "knnd/faiss/serving_index.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -179,6 +182,102 @@ TEST(ServingIndexFastScan, MissingNeighboursAreMinusOneWithTheMetricsPad) {
           EXPECT_EQ(d[q * k + j], pad);
         }
       }
+    }
+  }
+}
+
+// The IVF plan's widening (index/filter_planner.h) asks a pass for the
+// lists past the previous pass's only (SearchArgs::skip_probes) and for
+// where the scan stands (SearchArgs::probe_reference). For both kinds of
+// file and metric: the best of lists [3, 12) merged with the best of
+// [0, 3) are the best of [0, 12); the reference's frontier (the 12th
+// list) lies no closer than its anchor (the 4th), the closest list's 30th
+// row no closer than its 10th; skipping every list probed is refused.
+TEST(ServingIndex, SkipsTheListsAPreviousPassScannedAndReportsWhereItStands) {
+  TempDir tmp;
+  for (const bool inner_product : {false, true}) {
+    for (const std::string factory : {"IVF32,PQ16x4fs", "IVF32,PQ8"}) {
+      SCOPED_TRACE(factory + (inner_product ? " ip" : " l2"));
+      IndexSpec spec = FastScanSpec(factory);
+      spec.inner_product = inner_product;
+      std::unique_ptr<ServingIndex> index;
+      if (factory == "IVF32,PQ8") {
+        WriteIndex(tmp.path("p.index"), spec);
+        index = MustOpen(tmp.path("p.index"));
+      } else {
+        index = OpenConverted(tmp, spec);
+      }
+      ASSERT_NE(index, nullptr);
+      const std::vector<float> queries = MakeData(8, spec.d, 77);
+      RowBitmap rows(spec.n);
+      for (int64_t r = 0; r < spec.n; r += 3) rows.Set(r);
+      constexpr int kK = 10;
+      const auto search = [&](int nprobe, int skip,
+                              std::vector<ProbeReference>* reference) {
+        std::pair<std::vector<float>, std::vector<int64_t>> out;
+        out.first.resize(8 * kK);
+        out.second.resize(8 * kK);
+        SearchArgs args;
+        args.queries = queries.data();
+        args.num_queries = 8;
+        args.k = kK;
+        args.nprobe = nprobe;
+        args.skip_probes = skip;
+        args.allowed_rows = &rows;
+        args.distances = out.first.data();
+        args.ids = out.second.data();
+        if (reference != nullptr) {
+          reference->resize(8);
+          args.probe_reference = reference->data();
+          args.reference_nprobe = 4;
+          args.reference_k = kK;
+          args.reference_rank = 3 * kK;
+        }
+        EXPECT_TRUE(index->Search(args).ok());
+        return out;
+      };
+      std::vector<ProbeReference> reference;
+      const auto whole = search(12, 0, &reference);
+      const auto head = search(3, 0, nullptr);
+      const auto tail = search(12, 3, nullptr);
+      for (int q = 0; q < 8; ++q) {
+        std::vector<std::pair<float, int64_t>> merged;
+        for (const auto* part : {&head, &tail}) {
+          for (int j = 0; j < kK; ++j) {
+            merged.emplace_back(part->first[q * kK + j],
+                                part->second[q * kK + j]);
+          }
+        }
+        std::stable_sort(merged.begin(), merged.end(),
+                         [&](const auto& a, const auto& b) {
+                           return inner_product ? a.first > b.first
+                                                : a.first < b.first;
+                         });
+        for (int j = 0; j < kK; ++j) {
+          EXPECT_EQ(merged[j].first, whole.first[q * kK + j]) << q << " " << j;
+        }
+        const ProbeReference& r = reference[q];
+        if (inner_product) {
+          EXPECT_LE(r.frontier, r.anchor);
+          EXPECT_LE(r.nearest_rank, r.nearest_kth);
+        } else {
+          EXPECT_GE(r.frontier, r.anchor);
+          EXPECT_GE(r.nearest_rank, r.nearest_kth);
+        }
+        EXPECT_TRUE(std::isfinite(r.nearest_kth));
+      }
+      SearchArgs bad;
+      bad.queries = queries.data();
+      bad.num_queries = 8;
+      bad.k = kK;
+      bad.nprobe = 4;
+      bad.skip_probes = 4;
+      std::vector<float> d(8 * kK);
+      std::vector<int64_t> ids(8 * kK);
+      bad.distances = d.data();
+      bad.ids = ids.data();
+      EXPECT_THAT(index->Search(bad).message(),
+                  HasSubstr("skip_probes=4 is outside [0, 4)"));
     }
   }
 }

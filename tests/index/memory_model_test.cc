@@ -50,7 +50,9 @@ TEST(MemoryModel, EstimateCountsEachBufferOfTheModel) {
                 EstimateSearchBytes(own_ids, one),
             1000 * 24);
   // An attribute filter: its bitmap, and per call the larger of the exact
-  // plan's rows and the IVF plan's copy of the rows it widens.
+  // plan's rows and the IVF plan's copy of the rows it widens (queries,
+  // results and the ids compared, ProbeReference, the closest list's best
+  // rows: 256 for one matching row in a million).
   IndexInfo million = info;
   million.ntotal = 1000000;
   SearchShape attributes = one;
@@ -62,12 +64,12 @@ TEST(MemoryModel, EstimateCountsEachBufferOfTheModel) {
   attributes.filter_matched_rows = 1;
   EXPECT_EQ(EstimateSearchBytes(million, attributes) -
                 EstimateSearchBytes(million, one),
-            1000000 / 8 + (128 * 4 + 10 * 12));
+            1000000 / 8 + (128 * 4 + 10 * 20 + 16 + 256 * 12));
   // One numeric condition searched through its bounds has no bitmap.
   attributes.filter_bitmap = false;
   EXPECT_EQ(EstimateSearchBytes(million, attributes) -
                 EstimateSearchBytes(million, one),
-            128 * 4 + 10 * 12);
+            128 * 4 + 10 * 20 + 16 + 256 * 12);
 }
 
 // Payloads: the answer's JSON objects and their serialised copy, at most
@@ -134,6 +136,16 @@ TEST(RerankMemory, EstimateCountsTheCandidateBuffers) {
   // FAISS's 80 + 28 best, then the 80 kept: 12 bytes each per query.
   EXPECT_EQ(EstimateSearchBytes(info, shape) - plain,
             100 * (80 + 28 + 80) * 12);
+  // A filtered search keeps and re-ranks all 108, and its IVF plan's
+  // widened copies hold 108 results a query (and their ids once more).
+  shape.filtered = true;
+  shape.filter_bitmap = false;
+  shape.filter_matched_rows = 1;
+  SearchShape unrefined = shape;
+  unrefined.refine_factor = 0;
+  EXPECT_EQ(EstimateSearchBytes(info, shape) -
+                EstimateSearchBytes(info, unrefined),
+            100 * (108 + 108) * 12 + 100 * (108 - 10) * 20);
 }
 
 // Shapes an operator's limits allow in combination (max_k 100,000,

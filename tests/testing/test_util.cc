@@ -88,7 +88,8 @@ int64_t PublishIndex(const TempDir& tmp, const std::string& dir,
 
 std::vector<float> BuildIndex(const std::string& path, const BuildSpec& spec) {
   SetOpenMpThreadsOfThisThread(1);
-  std::vector<float> x = MakeData(spec.n, spec.d, spec.seed);
+  std::vector<float> x =
+      spec.rows.empty() ? MakeData(spec.n, spec.d, spec.seed) : spec.rows;
   IndexBuilder::Options options;
   options.dim = spec.d;
   options.metric = spec.metric;

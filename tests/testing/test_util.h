@@ -75,13 +75,15 @@ int64_t PublishIndex(const TempDir& tmp, const std::string& dir,
                      const IndexSpec& spec);
 
 // An index as `knnctl build` makes one: knnd's IndexBuilder over
-// MakeData(n, d, seed), added in two batches (the second's ids continue
+// MakeData(n, d, seed) (or the rows given), added in two batches (the second's ids continue
 // the first's), written with a stored nprobe of 4 and a metadata sidecar
 // whose source is "MakeData(n, d, seed)".
 struct BuildSpec {
   int64_t n = 4000;
   int d = 32;
   uint32_t seed = 7;
+  // Non-empty (n x d): these rows instead of MakeData(n, d, seed)'s.
+  std::vector<float> rows;
   Metric metric = Metric::kL2;
   std::string factory = "IVF32,PQ8";
   // Set: the raw-vectors file VectorsPath(path) of this dtype is written
