@@ -27,11 +27,6 @@
 
 namespace knnd {
 
-// Search calls each front door keeps posted on every completion queue: a
-// burst of new calls is matched without waiting for each to post its
-// successor.
-inline constexpr int kPendingSearches = 4;
-
 // The trailing metadata with which a refusal for a full gate says how long
 // to wait before retrying, in milliseconds (gRPC's retry policy reads it).
 inline constexpr char kPushbackMetadata[] = "grpc-retry-pushback-ms";

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "knnd/base/saturating.h"
+#include "knnd/rpc/knn_async_service.h"
 #include "knnd/rpc/knn_service.h"
 #include "knnd/rpc/search_admission.h"
 #include "knnd/rpc/shard_front.h"
@@ -363,7 +364,7 @@ class ShardFront::Call final {
 // ---------------------------------------------------------------------------
 class ShardFront::Service final : public AsyncService {
  public:
-  using Async = knnd::v1::KnnService::AsyncService;
+  using Async = KnnAsyncService;
   using InfoCall = UnaryCall<GetIndexInfoRequest, GetIndexInfoResponse>;
 
   explicit Service(ShardFront* front)
@@ -375,7 +376,7 @@ class ShardFront::Service final : public AsyncService {
 
   grpc::Service* grpc_service() override { return &service_; }
   void Listen(const ServingQueue& queue) override {
-    search_.Listen(queue, kPendingSearches);
+    search_.Listen(queue, queue.request_reads);
     info_.Listen(queue);
   }
 
@@ -396,7 +397,10 @@ class ShardFront::Service final : public AsyncService {
 
   ShardFront* const front_;
   Async service_;
-  UnaryMethod<Async, SearchRequest, SearchResponse> search_;
+  // Read on match, as knnd's own Search (knn_async_service.h): a flood of
+  // large requests waits in gRPC's queue of calls instead of being read at
+  // once.
+  ReadOnMatchMethod<Async, SearchRequest, SearchResponse> search_;
   UnaryMethod<Async, GetIndexInfoRequest, GetIndexInfoResponse> info_;
 };
 
