@@ -404,8 +404,7 @@ void RecordReference(const faiss::IndexIVFPQFastScan& ivf, size_t n,
     const size_t size = ivf.invlists->list_size(list);
     if (size == 0) continue;
     const size_t ij = q * nprobe;
-    const uint8_t* lut =
-        luts.tables.get() + (luts.is_3d ? ij : q) * dim12_2;
+    const uint8_t* lut = luts.tables.get() + (luts.is_3d ? ij : q) * dim12_2;
     const uint16_t bias = luts.has_bias ? luts.biases[ij] : 0;
     // At most kReferenceBlocks blocks of the list, its first rows (rows
     // go to lists in the order they come, so they are a sample of its
@@ -542,51 +541,42 @@ absl::Status FastScanSearcher::Search(const SearchArgs& args) const {
   }
   if (args.probe_reference != nullptr &&
       (args.reference_nprobe < 1 || args.reference_k < 0 ||
-       args.reference_rank < args.reference_k ||
-       args.reference_rank > kMaxK ||
+       args.reference_rank < args.reference_k || args.reference_rank > kMaxK ||
        (args.reference_k == 0) != (args.reference_rank == 0))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "search of ", name_, ": probe_reference with reference_nprobe=",
-        args.reference_nprobe, " (not >= 1), or reference_k=",
-        args.reference_k, " and reference_rank=", args.reference_rank,
+        args.reference_nprobe, " (not >= 1), or reference_k=", args.reference_k,
+        " and reference_rank=", args.reference_rank,
         " not 1 <= reference_k <= reference_rank <= ", kMaxK, " nor both 0"));
   }
   if (args.skip_probes < 0 || args.skip_probes >= nprobe) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "search of ", name_, ": skip_probes=", args.skip_probes,
-        " is outside [0, ", nprobe, ") (nprobe)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("search of ", name_, ": skip_probes=", args.skip_probes,
+                     " is outside [0, ", nprobe, ") (nprobe)"));
   }
   if (n == 0) return absl::OkStatus();
   const IdFilter filter(args);
-  ProbeReference* const reference =
-      filter.active() && !args.allowed_lists_flat ? args.probe_reference
-                                                  : nullptr;
+  ProbeReference* const reference = filter.active() && !args.allowed_lists_flat
+                                        ? args.probe_reference
+                                        : nullptr;
   return faiss_types::CatchFaiss(
       absl::StatusCode::kInternal, absl::StrCat("search of ", name_), [&] {
-        return SearchImpl(static_cast<size_t>(n), args.queries,
-                          static_cast<size_t>(args.k),
-                          static_cast<size_t>(nprobe),
-                          static_cast<size_t>(args.skip_probes),
-                          filter.active() ? &filter : nullptr,
-                          args.allowed_lists, args.allowed_lists_flat,
-                          reference,
-                          static_cast<size_t>(args.reference_nprobe),
-                          static_cast<size_t>(args.reference_k),
-                          static_cast<size_t>(args.reference_rank),
-                          args.distances, args.ids);
+        return SearchImpl(
+            static_cast<size_t>(n), args.queries, static_cast<size_t>(args.k),
+            static_cast<size_t>(nprobe), static_cast<size_t>(args.skip_probes),
+            filter.active() ? &filter : nullptr, args.allowed_lists,
+            args.allowed_lists_flat, reference,
+            static_cast<size_t>(args.reference_nprobe),
+            static_cast<size_t>(args.reference_k),
+            static_cast<size_t>(args.reference_rank), args.distances, args.ids);
       });
 }
 
-absl::Status FastScanSearcher::SearchImpl(size_t n, const float* x_in,
-                                          size_t k, size_t nprobe,
-                                          size_t skip,
-                                          const IdFilter* filter,
-                                          const FilteredLists* admitted,
-                                          bool flat,
-                                          ProbeReference* reference,
-                                          size_t ref_nprobe, size_t ref_k,
-                                          size_t ref_rank, float* distances,
-                                          int64_t* labels) const {
+absl::Status FastScanSearcher::SearchImpl(
+    size_t n, const float* x_in, size_t k, size_t nprobe, size_t skip,
+    const IdFilter* filter, const FilteredLists* admitted, bool flat,
+    ProbeReference* reference, size_t ref_nprobe, size_t ref_k, size_t ref_rank,
+    float* distances, int64_t* labels) const {
   const faiss::IndexIVFPQFastScan& ivf = *parts_.ivf;
 
   // Pre-transform (PCA, OPQ, ...), as IndexPreTransform::search does.

@@ -250,9 +250,8 @@ void IvfPqIndex::SearchPreassigned(
   std::vector<faiss::Index::idx_t> ids(dis.size());
   faiss::SearchParametersIVF plain;
   plain.nprobe = 1;
-  ivfpq_->search_preassigned(n, x, rank, closest.data(),
-                             closest_coarse.data(), dis.data(), ids.data(),
-                             false, &plain);
+  ivfpq_->search_preassigned(n, x, rank, closest.data(), closest_coarse.data(),
+                             dis.data(), ids.data(), false, &plain);
   // The distance of the r-th best, or of the last one found.
   const auto at = [&](int64_t q, int64_t r) {
     for (int64_t j = r; j-- > 0;) {

@@ -32,8 +32,8 @@ int ReferenceRank(int k, int64_t matched_rows, int64_t ntotal) {
       static_cast<double>(std::max<int64_t>(matched_rows, 1)) /
       static_cast<double>(std::max<int64_t>(ntotal, 1));
   const double rank = std::ceil(k / std::min(1.0, selectivity));
-  return static_cast<int>(std::max<double>(
-      k, std::min<double>(kMaxReferenceRank, rank)));
+  return static_cast<int>(
+      std::max<double>(k, std::min<double>(kMaxReferenceRank, rank)));
 }
 
 const char* FilterPlanName(FilterPlan plan) {
@@ -87,10 +87,9 @@ FilterPlan ChooseFilterPlan(const IndexFacts& facts,
            probes * codes * CodeCost(facts);
   };
   const double rerank = input.has_vectors ? input.candidates * dim : 0;
-  const double ivf =
-      scan(StartingNprobe(facts, input),
-           input.filtered_lists ? matched / nlist : list_rows) +
-      rerank;
+  const double ivf = scan(StartingNprobe(facts, input),
+                          input.filtered_lists ? matched / nlist : list_rows) +
+                     rerank;
   FilterPlan plan = FilterPlan::kIvf;
   double cost = ivf;
   if (input.filtered_lists && facts.fastscan && !facts.by_residual) {
@@ -134,9 +133,9 @@ constexpr float kFarOut = 1.5f;
 
 // One query's standing after a pass of the IVF plan.
 struct Standing {
-  const int64_t* ids;     // call.k results, closest first
+  const int64_t* ids;  // call.k results, closest first
   const float* distances;
-  int64_t found;          // results that are matches
+  int64_t found;  // results that are matches
 };
 
 // Whether the query's k-th match lies farther out than the lists probed
@@ -199,9 +198,8 @@ void MergeResults(Metric metric, int k, float* a_distances, int64_t* a_ids,
   ids.resize(static_cast<size_t>(k));
   int i = 0, j = 0;
   for (int out = 0; out < k; ++out) {
-    const bool take_b =
-        smaller ? b_distances[j] < a_distances[i]
-                : b_distances[j] > a_distances[i];
+    const bool take_b = smaller ? b_distances[j] < a_distances[i]
+                                : b_distances[j] > a_distances[i];
     if (take_b) {
       distances[out] = b_distances[j];
       ids[out] = b_ids[j++];
@@ -216,8 +214,8 @@ void MergeResults(Metric metric, int k, float* a_distances, int64_t* a_ids,
 
 }  // namespace
 
-absl::Status SearchIvfWidening(const ServingIndex& index, const SearchArgs& call,
-                               const IvfWidening& plan,
+absl::Status SearchIvfWidening(const ServingIndex& index,
+                               const SearchArgs& call, const IvfWidening& plan,
                                std::vector<char>* far_out) {
   const int64_t nlist = index.facts().nlist;
   const int dim = index.facts().dim;
@@ -289,9 +287,8 @@ absl::Status SearchIvfWidening(const ServingIndex& index, const SearchArgs& call
             std::copy_n(ids.data() + i * call.k, call.k, q_ids);
           } else {
             MergeResults(metric, call.k, q_distances, q_ids,
-                         distances.data() + i * call.k,
-                         ids.data() + i * call.k, merged_distances,
-                         merged_ids);
+                         distances.data() + i * call.k, ids.data() + i * call.k,
+                         merged_distances, merged_ids);
           }
           refs[q] = group_refs[i];
         }

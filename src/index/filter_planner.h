@@ -141,8 +141,8 @@ struct IvfWidening {
 // so that its answer re-ranks deeper (every candidate fetched: the
 // estimates' errors grow with the distance, against the gaps between the
 // matches' distances).
-absl::Status SearchIvfWidening(const ServingIndex& index, const SearchArgs& call,
-                               const IvfWidening& plan,
+absl::Status SearchIvfWidening(const ServingIndex& index,
+                               const SearchArgs& call, const IvfWidening& plan,
                                std::vector<char>* far_out = nullptr);
 
 // The exact plan: per query the `k` closest of `list_ids_held` (list ids

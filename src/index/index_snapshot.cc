@@ -443,9 +443,8 @@ FilterPlan IndexSnapshot::PlanFilter(int64_t matched_rows,
   return ChooseFilterPlan(info_, input);
 }
 
-absl::Status IndexSnapshot::SearchIndex(const SearchArgs& call,
-                                        int candidates, int k,
-                                        std::vector<char>* deep) const {
+absl::Status IndexSnapshot::SearchIndex(const SearchArgs& call, int candidates,
+                                        int k, std::vector<char>* deep) const {
   // Unfiltered, or the flat plan: every match is seen in one call.
   if (!FiltersRows(call) || call.allowed_lists_flat) {
     if (deep != nullptr) deep->assign(static_cast<size_t>(call.num_queries), 1);
@@ -584,9 +583,9 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
                        list_ids_);
     const int64_t dim = info_.dim;
     for (int64_t q = 0; q < args.num_queries; ++q) {
-      RerankExact(*vectors_, list_ids_, info_.metric, call.queries + q * dim,
-                  1, deep[q] != 0 ? kf : kc, candidate_ids.data() + q * kf,
-                  args.k, args.distances + q * args.k, args.ids + q * args.k);
+      RerankExact(*vectors_, list_ids_, info_.metric, call.queries + q * dim, 1,
+                  deep[q] != 0 ? kf : kc, candidate_ids.data() + q * kf, args.k,
+                  args.distances + q * args.k, args.ids + q * args.k);
     }
   }
   if (args.rerank_time != nullptr) *args.rerank_time = absl::Now() - start;

@@ -248,11 +248,10 @@ TEST(ServingIndex, SkipsTheListsAPreviousPassScannedAndReportsWhereItStands) {
                                 part->second[q * kK + j]);
           }
         }
-        std::stable_sort(merged.begin(), merged.end(),
-                         [&](const auto& a, const auto& b) {
-                           return inner_product ? a.first > b.first
-                                                : a.first < b.first;
-                         });
+        std::stable_sort(
+            merged.begin(), merged.end(), [&](const auto& a, const auto& b) {
+              return inner_product ? a.first > b.first : a.first < b.first;
+            });
         for (int j = 0; j < kK; ++j) {
           EXPECT_EQ(merged[j].first, whole.first[q * kK + j]) << q << " " << j;
         }

@@ -265,9 +265,9 @@ TEST(FilterPlanner, IvfPlanFindsKMatchesWheneverKRowsMatch) {
 
 // Filters that follow the vector space, on rows shaped like text
 // embeddings: 32 seeded clusters on a 16-dim subspace of R^32, plus a
-// little noise (4 lists a cluster here, 16,000 rows). A "topic" is the clusters c with
-// c % 8 == t (4 clusters, 12.5% of the rows). Correlated: one topic, asked
-// by queries near rows of every topic, most of them far from it.
+// little noise (4 lists a cluster here, 16,000 rows). A "topic" is the clusters
+// c with c % 8 == t (4 clusters, 12.5% of the rows). Correlated: one topic,
+// asked by queries near rows of every topic, most of them far from it.
 // Anti-correlated: every topic but the query's own. Either way the first
 // lists to hold k matches are not those holding the nearest ones; the IVF
 // plan must find them all the same, for FastScan and 8-bit IVF-PQ: its
@@ -358,8 +358,8 @@ double FilteredRecall(const IndexSnapshot& snapshot, const ClusteredCase& c,
       }
     }
     if (queries.empty()) continue;
-    const RowBitmap rows = correlated ? TopicRows(c, 3, true)
-                                      : TopicRows(c, t, false);
+    const RowBitmap rows =
+        correlated ? TopicRows(c, 3, true) : TopicRows(c, t, false);
     SearchArgs plan_args;
     plan_args.k = kK;
     plan_args.nprobe = nprobe;
@@ -385,9 +385,9 @@ TEST(FilterPlanner, IvfPlanKeepsItsRecallWhenTheFilterFollowsTheSpace) {
     const char* factory;
     Metric metric;
   };
-  for (const Case& kind : {Case{"IVF128,PQ16x4fs", Metric::kL2},
-                           Case{"IVF128,PQ8", Metric::kL2},
-                           Case{"IVF128,PQ16x4fs", Metric::kCosine}}) {
+  for (const Case& kind :
+       {Case{"IVF128,PQ16x4fs", Metric::kL2}, Case{"IVF128,PQ8", Metric::kL2},
+        Case{"IVF128,PQ16x4fs", Metric::kCosine}}) {
     SCOPED_TRACE(absl::StrCat(kind.factory, " ", MetricName(kind.metric)));
     BuildSpec spec;
     spec.n = c.kRows;
@@ -396,8 +396,8 @@ TEST(FilterPlanner, IvfPlanKeepsItsRecallWhenTheFilterFollowsTheSpace) {
     spec.factory = kind.factory;
     spec.metric = kind.metric;
     spec.vectors = VectorsDtype::kFloat32;
-    const std::string path = tmp.path(
-        absl::StrCat(kind.factory, MetricName(kind.metric), ".index"));
+    const std::string path =
+        tmp.path(absl::StrCat(kind.factory, MetricName(kind.metric), ".index"));
     BuildIndex(path, spec);
     std::unique_ptr<IndexSnapshot> snapshot = LoadSnapshot(path);
     LoadOptions codes_only_options;
@@ -407,12 +407,11 @@ TEST(FilterPlanner, IvfPlanKeepsItsRecallWhenTheFilterFollowsTheSpace) {
     ASSERT_NE(snapshot, nullptr);
     ASSERT_NE(codes_only, nullptr);
     ASSERT_EQ(snapshot->info().nlist, kNlist);
-    const std::vector<float> base = kind.metric == Metric::kCosine
-                                        ? NormalizedRows(c.base, kDim)
-                                        : c.base;
-    const double unfiltered = Recall(
-        SearchSnapshot(*snapshot, c.queries, kK, kNprobe, 4).ids,
-        BruteForceNeighbors(base, c.queries, kDim, kK, kind.metric));
+    const std::vector<float> base =
+        kind.metric == Metric::kCosine ? NormalizedRows(c.base, kDim) : c.base;
+    const double unfiltered =
+        Recall(SearchSnapshot(*snapshot, c.queries, kK, kNprobe, 4).ids,
+               BruteForceNeighbors(base, c.queries, kDim, kK, kind.metric));
     for (bool correlated : {true, false}) {
       SCOPED_TRACE(correlated ? "correlated" : "anti-correlated");
       const double reranked =

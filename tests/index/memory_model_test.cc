@@ -143,9 +143,9 @@ TEST(RerankMemory, EstimateCountsTheCandidateBuffers) {
   shape.filter_matched_rows = 1;
   SearchShape unrefined = shape;
   unrefined.refine_factor = 0;
-  EXPECT_EQ(EstimateSearchBytes(info, shape) -
-                EstimateSearchBytes(info, unrefined),
-            100 * (108 + 108) * 12 + 100 * (108 - 10) * 20);
+  EXPECT_EQ(
+      EstimateSearchBytes(info, shape) - EstimateSearchBytes(info, unrefined),
+      100 * (108 + 108) * 12 + 100 * (108 - 10) * 20);
 }
 
 // Shapes an operator's limits allow in combination (max_k 100,000,

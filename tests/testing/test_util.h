@@ -75,9 +75,9 @@ int64_t PublishIndex(const TempDir& tmp, const std::string& dir,
                      const IndexSpec& spec);
 
 // An index as `knnctl build` makes one: knnd's IndexBuilder over
-// MakeData(n, d, seed) (or the rows given), added in two batches (the second's ids continue
-// the first's), written with a stored nprobe of 4 and a metadata sidecar
-// whose source is "MakeData(n, d, seed)".
+// MakeData(n, d, seed) (or the rows given), added in two batches (the second's
+// ids continue the first's), written with a stored nprobe of 4 and a metadata
+// sidecar whose source is "MakeData(n, d, seed)".
 struct BuildSpec {
   int64_t n = 4000;
   int d = 32;
