@@ -1,12 +1,17 @@
 #!/bin/bash
-# make fuzz: runs each libFuzzer target for SECONDS from its committed seeds
-# (corpus/<target>) plus a scratch corpus (the index seeds are generated
-# here). Fails when a target finds a crash, leak or sanitizer report --
-# including one printed by the index loader's probe child.
-#   run_fuzzers.sh BUILD_DIR SECONDS TARGET...
+# make fuzz: runs the libFuzzer targets for SECONDS in all, each for its
+# SHARE of them (default 1), from its committed seeds (corpus/<target>) plus
+# a scratch corpus (the index seeds are generated here). Fails when a target
+# finds a crash, leak or sanitizer report -- including one printed by the
+# index loader's probe child.
+#   run_fuzzers.sh BUILD_DIR SECONDS TARGET[:SHARE]...
 set -euo pipefail
-build=$1 seconds=$2
+build=$1 total_seconds=$2
 shift 2
+shares=0
+for spec in "$@"; do
+  [[ $spec == *:* ]] && shares=$((shares + ${spec#*:})) || shares=$((shares + 1))
+done
 src=$(cd "$(dirname "$0")" && pwd)
 san=$(cd "$src/../sanitizers" && pwd)
 work=$(cd "$build" && pwd)/fuzz-work
@@ -29,7 +34,11 @@ export TEST_TMPDIR=$work
 child_oom="allocator is out of memory|allocation-size-too-big|requested allocation size"
 
 status=0
-for target in "$@"; do
+for spec in "$@"; do
+  target=${spec%%:*} share=1
+  [[ $spec == *:* ]] && share=${spec#*:}
+  seconds=$((total_seconds * share / shares))
+  [ "$seconds" -ge 1 ] || seconds=1
   corpus=$work/corpus/$target
   mkdir -p "$corpus"
   seeds=()

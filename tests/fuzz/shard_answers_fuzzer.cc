@@ -114,7 +114,7 @@ void MergeAnswers(FuzzedDataProvider& in, size_t n) {
       bool sent = false;
       for (const SearchResponse& r : responses) {
         const knnd::ResultColumns sent_ids = knnd::ReadResults(r);
-        for (uint32_t c = 0; c < r.k(); ++c) {
+        for (int32_t c = 0; c < r.k(); ++c) {
           sent |= sent_ids.ids[q * r.k() + c] == id;
         }
       }

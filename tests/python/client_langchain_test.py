@@ -19,7 +19,7 @@ import numpy as np
 
 import client_testing
 from client_testing import ROUTE_ENV
-from knnd_harness import Daemon
+from knnd_harness import Daemon, stop_all
 
 ARGS = None
 
@@ -108,10 +108,8 @@ class LangChainTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        for shard in getattr(cls, "shards", []) + getattr(
-                cls, "payload_daemons", []):
-            shard.stop(30)
-        cls.daemon.stop(30)
+        stop_all(getattr(cls, "shards", []) + getattr(cls, "payload_daemons", [])
+                 + [cls.daemon], 30)
         cls.tmp.cleanup()
 
     def store(self, docstore=None, **kwargs):

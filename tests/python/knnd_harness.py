@@ -246,16 +246,36 @@ class Daemon:
     def stop(self, grace_s=0):
         """Closes the channels and ends knnd: SIGKILL, or with `grace_s` a
         SIGTERM and SIGKILL after that many seconds. Returns the exit code."""
+        return self._reap(self._begin_stop(grace_s))
+
+    def _begin_stop(self, grace_s):
+        """stop()'s first half: the channels closed, SIGTERM sent when
+        `grace_s`; returns the time at which _reap() kills."""
         self.close_channels()
+        if grace_s and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return time.monotonic() + grace_s
+
+    def _reap(self, kill_at):
+        """stop()'s second half: waits for the exit until `kill_at`, then
+        SIGKILL. Returns the exit code."""
         if self.proc.poll() is None:
-            if grace_s:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    return self.proc.wait(grace_s)
-                except subprocess.TimeoutExpired:
-                    pass
+            try:
+                return self.proc.wait(max(0.0, kill_at - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
             self.proc.kill()
         return self.proc.wait()
+
+
+def stop_all(daemons, grace_s=0):
+    """Daemon.stop(grace_s) for each of `daemons`, their shutdown delays
+    (knnd's default is 5 s) passing together rather than one after another:
+    every one gets its SIGTERM before any is waited on. Returns the exit
+    codes."""
+    daemons = list(daemons)
+    kill_at = [daemon._begin_stop(grace_s) for daemon in daemons]
+    return [daemon._reap(t) for daemon, t in zip(daemons, kill_at)]
 
 
 def unittest_main(description, knnctl=False, add_arguments=None, setup=None):

@@ -21,7 +21,7 @@ import unittest
 import grpc
 import numpy as np
 
-from knnd_harness import Daemon, install_client, unittest_main
+from knnd_harness import Daemon, install_client, stop_all, unittest_main
 
 ARGS = None
 ROWS = 3000
@@ -92,8 +92,7 @@ class PayloadsTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        for daemon in cls.daemons.values():
-            daemon.stop(30)
+        stop_all(cls.daemons.values(), 30)
         cls.tmp.cleanup()
 
     def client(self, name):
