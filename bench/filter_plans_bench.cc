@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "knnd/faiss/vector_math.h"
 #include "knnd/index/filter_planner.h"
 #include "knnd/index/index_snapshot.h"
+#include "knnd/index/prepared_filter.h"
 #include "knnd/storage/vector_io.h"
 #include "knnd/v1/knn_service.pb.h"
 
@@ -100,8 +102,9 @@ int main(int argc, char** argv) {
   auto rows = snapshot.CompileFilter(filter, {}, knnd::FilterLimits{});
   if (!rows.ok()) Die(rows.status().ToString());
   const int64_t matched = rows->Count();
-  const std::unique_ptr<const knnd::FilteredLists> lists =
+  const std::shared_ptr<const knnd::FilteredLists> lists =
       snapshot.FilterLists(*rows, matched);
+  const auto shared_rows = std::make_shared<const knnd::RowBitmap>(*rows);
 
   // Exact neighbours among the matching rows (from --base, the build's
   // input, row i the index's row i), as ids.
@@ -171,20 +174,26 @@ int main(int argc, char** argv) {
       args.nprobe = nprobe;
       args.refine_factor = refine;
       args.distances = distances.data();
+      // Each case's plan as the handler prepares it, or the flat plan
+      // forced.
+      std::optional<knnd::PreparedFilter> prepared;
       if (c.filtered) {
-        args.allowed_rows = &*rows;
-        args.allowed_rows_count = matched;
-        if (c.with_lists) args.allowed_lists = lists.get();
-        args.allowed_lists_flat = c.flat;
-        c.plan = c.flat ? knnd::FilterPlan::kFlat
-                        : snapshot.PlanFilter(matched, args);
+        prepared = knnd::PrepareRows(snapshot, shared_rows,
+                                     c.with_lists ? lists : nullptr,
+                                     {batch, kK, nprobe, refine});
+        if (c.flat) prepared->plan = knnd::FilterPlan::kFlat;
+        c.plan = prepared->plan;
       }
       const absl::Time start = absl::Now();
       for (int64_t q = 0; q < nq; q += batch) {
         args.num_queries = std::min(batch, nq - q);
         args.queries = read->values.data() + q * info.dim;
         args.ids = ids.data() + q * kK;
-        if (absl::Status s = snapshot.Search(args); !s.ok()) Die(s.ToString());
+        if (absl::Status s = snapshot.Search(
+                args, prepared.has_value() ? &*prepared : nullptr);
+            !s.ok()) {
+          Die(s.ToString());
+        }
       }
       c.us.push_back(absl::ToDoubleMicroseconds(absl::Now() - start) /
                      static_cast<double>(nq));

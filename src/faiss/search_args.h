@@ -2,7 +2,10 @@
 // the request handler fills it for a whole request (SearchJob::args), the
 // Batcher for each batch it runs, IndexSnapshot::Search reads all of it and
 // passes it on to ServingIndex::Search, which reads the fields of the first
-// group (the re-ranking ones are the snapshot's).
+// group (the re-ranking ones are the snapshot's). An attribute filter does
+// not travel in it from the handler: it comes prepared beside it
+// (index/prepared_filter.h), and IndexSnapshot::Search sets the allowed_*
+// fields below from it for the call it makes to ServingIndex.
 //
 // Thread-safety: a plain value; the buffers it points to belong to the
 // caller.
@@ -49,9 +52,9 @@ struct SearchArgs {
   // An attribute filter's rows (index/attribute_filter.h), when not null:
   // only list ids l with allowed_rows->Test(l - allowed_rows_first) can be
   // returned. The request's allowed_ids are folded into it when it is
-  // compiled, so allowed_ids is then empty. The handler sets the rows;
-  // IndexSnapshot sets allowed_rows_first (a shard's first list id) and
-  // plans the search (filter_planner.h).
+  // compiled, so allowed_ids is then empty. IndexSnapshot sets it and
+  // allowed_rows_first (a shard's first list id) from the prepared filter
+  // (index/prepared_filter.h), whose plan it runs.
   const RowBitmap* allowed_rows = nullptr;
   int64_t allowed_rows_first = 0;
   // allowed_rows's lists cut down to its rows (filtered_lists.h), when the
@@ -64,8 +67,8 @@ struct SearchArgs {
   // no coarse search and nprobe unused (the flat plan of
   // index/filter_planner.h).
   bool allowed_lists_flat = false;
-  // allowed_rows->Count() when the caller has counted it (the handler does,
-  // to plan), so that the search does not count again; -1: not known.
+  // allowed_rows->Count() when the caller has counted it (the prepared
+  // filter has), so that the search does not count again; -1: not known.
   // Never set without allowed_rows, and never to another value.
   int64_t allowed_rows_count = -1;
   // Instead of allowed_rows, a filter of one numeric condition tested per
@@ -74,12 +77,12 @@ struct SearchArgs {
   // allowed_rows or allowed_ids.
   const ColumnRange* allowed_range = nullptr;
   // The first skip_probes lists of each query's coarse order (closest
-  // first) are not scanned: the IVF plan's widening (index/filter_planner.h)
+  // first) are not scanned: the IVF plan's widening (index/filtered_search.h)
   // scanned them in its previous pass and merges this pass's results, the
   // best k of the other nprobe - skip_probes lists, with that pass's.
   // 0 <= skip_probes < nprobe; not read by the flat plan.
   int skip_probes = 0;
-  // Optional out, for the IVF plan's widening (index/filter_planner.h):
+  // Optional out, for the IVF plan's widening (index/filtered_search.h):
   // num_queries entries of where each query's filtered scan stands
   // (ProbeReference). Written only with a filter (allowed_rows or
   // allowed_range) and not allowed_lists_flat; reference_nprobe >= 1

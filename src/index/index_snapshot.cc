@@ -10,7 +10,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "knnd/faiss/vector_math.h"
+#include "knnd/index/filtered_search.h"
 #include "knnd/index/index_probe.h"
+#include "knnd/index/prepared_filter.h"
 #include "knnd/index/rerank.h"
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/version_manifest.h"
@@ -241,14 +243,6 @@ absl::StatusOr<std::unique_ptr<AttributeStore>> OpenAttributes(
   return store;
 }
 
-// The rows an attribute filter of `args` admits (FiltersRows(args)): a
-// bitmap's count, or a column range's, counted when it was compiled.
-int64_t MatchedRows(const SearchArgs& args) {
-  if (args.allowed_rows == nullptr) return args.allowed_range->matched;
-  return args.allowed_rows_count >= 0 ? args.allowed_rows_count
-                                      : args.allowed_rows->Count();
-}
-
 }  // namespace
 
 IndexSnapshot::IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info,
@@ -434,37 +428,31 @@ std::unique_ptr<const FilteredLists> IndexSnapshot::FilterLists(
   return faiss_->FilterLists(rows, info_.shard_first_id);
 }
 
-FilterPlan IndexSnapshot::PlanFilter(int64_t matched_rows,
-                                     const SearchArgs& args) const {
-  FilterPlanInput input =
-      PlanInputFor(matched_rows, args.nprobe, args.k, args.refine_factor,
-                   vectors_ != nullptr);
-  input.filtered_lists = args.allowed_lists != nullptr;
-  return ChooseFilterPlan(info_, input);
-}
-
-absl::Status IndexSnapshot::SearchIndex(const SearchArgs& call, int candidates,
-                                        int k, std::vector<char>* deep) const {
+absl::Status IndexSnapshot::SearchIndex(const SearchArgs& call,
+                                        const PreparedFilter* filter,
+                                        int candidates, int k,
+                                        std::vector<char>* deep) const {
   // Unfiltered, or the flat plan: every match is seen in one call.
-  if (!FiltersRows(call) || call.allowed_lists_flat) {
+  if (filter == nullptr || filter->plan == FilterPlan::kFlat) {
     if (deep != nullptr) deep->assign(static_cast<size_t>(call.num_queries), 1);
     return faiss_->Search(call);
   }
-  FilterPlanInput input;
-  input.matched_rows = MatchedRows(call);
-  input.nprobe = call.nprobe;
-  input.candidates = candidates;
-  input.filtered_lists = call.allowed_lists != nullptr;
   IvfWidening plan;
-  plan.start_nprobe = StartingNprobe(info_, input);
-  plan.need = std::min<int64_t>(candidates, input.matched_rows);
+  plan.start_nprobe = filter->start_nprobe;
+  plan.need = std::min<int64_t>(candidates, filter->matched_rows);
   plan.k = k;
-  plan.matched_rows = input.matched_rows;
+  plan.matched_rows = filter->matched_rows;
   return SearchIvfWidening(*faiss_, call, plan, deep);
 }
 
-absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
+absl::Status IndexSnapshot::Search(const SearchArgs& args,
+                                   const PreparedFilter* filter) const {
   if (args.rerank_time != nullptr) *args.rerank_time = absl::ZeroDuration();
+  if (FiltersRows(args)) {
+    return absl::InvalidArgumentError(
+        "search of a snapshot with allowed_rows or allowed_range set: an "
+        "attribute filter comes prepared (PrepareFilter)");
+  }
   if (args.refine_factor > 0 && vectors_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "refine_factor=", args.refine_factor, " needs the raw-vectors file ",
@@ -491,11 +479,16 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
     NormalizeRows(normalized.data(), args.num_queries, info_.dim);
     call.queries = normalized.data();
   }
-  if (FiltersRows(args)) {
+  if (filter != nullptr) {
+    // The prepared filter's rows, as ServingIndex takes them.
+    call.allowed_rows = filter->rows.get();
+    call.allowed_rows_count =
+        filter->rows != nullptr ? filter->matched_rows : -1;
+    call.allowed_range = filter->range.has_value() ? &*filter->range : nullptr;
+    call.allowed_lists = filter->lists.get();
     call.allowed_rows_first = info_.shard_first_id;
-    const int64_t matched = MatchedRows(args);
-    if (args.allowed_rows != nullptr) call.allowed_rows_count = matched;
-    if (matched == 0) {
+    call.allowed_lists_flat = filter->plan == FilterPlan::kFlat;
+    if (filter->matched_rows == 0) {
       // Nothing to search: an empty, padded answer.
       const int64_t n = args.num_queries * ResultWidth(args);
       std::fill_n(args.ids, n, int64_t{-1});
@@ -505,19 +498,16 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
       }
       return absl::OkStatus();
     }
-    const FilterPlan plan = PlanFilter(matched, args);
-    if (plan == FilterPlan::kFlat) call.allowed_lists_flat = true;
-    if (plan == FilterPlan::kExact) {
+    if (filter->plan == FilterPlan::kExact) {
       // Every matching row at its exact distance; with return_candidates
       // the best ResultWidth() of them, their estimates exact too.
       const absl::Time start = absl::Now();
       const int width = ResultWidth(args);
-      SearchExactRows(*vectors_, list_ids_, info_.metric, call.queries,
-                      args.num_queries,
-                      args.allowed_rows != nullptr
-                          ? args.allowed_rows->Rows(info_.shard_first_id)
-                          : args.allowed_range->Rows(info_.shard_first_id),
-                      width, args.distances, args.ids);
+      SearchExactRows(
+          *vectors_, list_ids_, info_.metric, call.queries, args.num_queries,
+          filter->rows != nullptr ? filter->rows->Rows(info_.shard_first_id)
+                                  : filter->range->Rows(info_.shard_first_id),
+          width, args.distances, args.ids);
       if (args.return_candidates && args.refine_factor > 0) {
         std::copy_n(args.distances, args.num_queries * width,
                     args.approx_distances);
@@ -527,7 +517,7 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
     }
   }
   if (args.refine_factor <= 0) {
-    if (absl::Status s = SearchIndex(call, args.k, args.k); !s.ok()) {
+    if (absl::Status s = SearchIndex(call, filter, args.k, args.k); !s.ok()) {
       return s;
     }
     list_ids_.ToAnswerIds(args.num_queries, args.k, args.distances, args.ids);
@@ -545,7 +535,7 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
   call.distances = fetched_distances.data();
   call.ids = fetched_ids.data();
   std::vector<char> deep;
-  if (absl::Status s = SearchIndex(call, kc, args.k, &deep); !s.ok()) {
+  if (absl::Status s = SearchIndex(call, filter, kc, args.k, &deep); !s.ok()) {
     return s;
   }
   const absl::Time start = absl::Now();
@@ -560,7 +550,7 @@ absl::Status IndexSnapshot::Search(const SearchArgs& args) const {
     for (int64_t i = 0; i < args.num_queries * kc; ++i) {
       if (args.ids[i] < 0) args.approx_distances[i] = pad;
     }
-  } else if (!FiltersRows(args)) {
+  } else if (filter == nullptr) {
     const size_t n = static_cast<size_t>(args.num_queries) * kc;
     std::vector<float> candidate_distances(n);
     std::vector<int64_t> candidate_ids(n);

@@ -54,6 +54,8 @@
 
 namespace knnd {
 
+struct PreparedFilter;  // prepared_filter.h
+
 // What is known about a loaded index: what the file says (IndexFacts),
 // then its version, sidecar and vectors file. Filled by Load(), then
 // constant.
@@ -225,23 +227,23 @@ class IndexSnapshot {
   // Whether FilterLists() builds lists for a filter of `matched` rows.
   bool KeepsFilterLists(int64_t matched) const;
 
-  // The plan Search() follows for a request of these arguments with
-  // allowed_rows (or allowed_range) holding `matched_rows` rows
-  // (filter_planner.h).
-  FilterPlan PlanFilter(int64_t matched_rows, const SearchArgs& args) const;
-
   // k-NN search; with metric cosine the queries are L2-normalised first
   // (on a copy). With an id table, allowed_ids are translated to rows
   // before the search and the answers (candidates too) back to ids after
-  // it, equal distances ordered by id. With allowed_rows or allowed_range, the
-  // search PlanFilter() chooses. Results of each query are sorted closest
-  // first; missing neighbours are id -1 with distance +inf (L2) or -inf (inner
-  // product). With refine_factor > 0 the distances are exact (squared L2, inner
-  // product or cosine), computed from the memory-mapped raw vectors.
-  // Arguments are assumed validated (see search_request.h); a FAISS error
-  // is returned as INTERNAL, refine_factor > 0 without vectors as
-  // FAILED_PRECONDITION.
-  absl::Status Search(const SearchArgs& args) const;
+  // it, equal distances ordered by id. With `filter` (an attribute filter
+  // prepared for this snapshot and these arguments, prepared_filter.h),
+  // the plan it holds, run without planning again (filtered_search.h); the
+  // filter's rows reach ServingIndex as SearchArgs' allowed_* fields, which
+  // `args` itself leaves unset. Results of each query are sorted closest
+  // first; missing neighbours are id -1 with distance +inf (L2) or -inf
+  // (inner product). With refine_factor > 0 the distances are exact
+  // (squared L2, inner product or cosine), computed from the memory-mapped
+  // raw vectors. Arguments are assumed validated (see search_request.h); a
+  // FAISS error is returned as INTERNAL, refine_factor > 0 without vectors
+  // as FAILED_PRECONDITION, allowed_rows or allowed_range set in `args` as
+  // INVALID_ARGUMENT (a filter comes prepared).
+  absl::Status Search(const SearchArgs& args,
+                      const PreparedFilter* filter = nullptr) const;
 
   // The payload fields a request asks for (every field, or `fields`):
   // FAILED_PRECONDITION naming the index when it has no payloads,
@@ -272,13 +274,14 @@ class IndexSnapshot {
                 std::unique_ptr<PayloadFile> payloads,
                 std::unique_ptr<AttributeStore> attributes);
 
-  // ServingIndex::Search of `call`; with an attribute filter, the IVF plan of
-  // filter_planner.h, each query needing `candidates` results (or every
-  // matching row when fewer match) and widened until the lists probed
-  // reach past its k-th. With a filter, `deep` (num_queries entries) says
-  // which queries re-rank every candidate (filter_planner.h: those of the
-  // flat plan, and the IVF plan's whose matches lay far out).
-  absl::Status SearchIndex(const SearchArgs& call, int candidates, int k,
+  // ServingIndex::Search of `call`; with `filter` and the IVF plan, the
+  // widening of filtered_search.h, each query needing `candidates` results
+  // (or every matching row when fewer match) and widened until the lists
+  // probed reach past its k-th. With a filter, `deep` (num_queries
+  // entries) says which queries re-rank every candidate (filter_planner.h:
+  // those of the flat plan, and the IVF plan's whose matches lay far out).
+  absl::Status SearchIndex(const SearchArgs& call, const PreparedFilter* filter,
+                           int candidates, int k,
                            std::vector<char>* deep = nullptr) const;
 
   std::unique_ptr<ServingIndex> faiss_;

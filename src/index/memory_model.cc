@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "knnd/base/saturating.h"
 #include "knnd/base/units.h"
+#include "knnd/faiss/search_args.h"
 #include "knnd/index/filter_planner.h"
 #include "knnd/index/rerank.h"
 

@@ -77,10 +77,11 @@ void KnnServiceImpl::Search(SearchCall* call) {
   RejectReason reason = RejectReason::kInvalid;
   absl::StatusOr<ParsedSearch> parsed = PinAndParse(call, &pinned, &reason);
   if (!parsed.ok()) return admission_.Refuse(reason, parsed.status(), answer);
-  if (parsed->filter_cache != ParsedSearch::FilterCacheUse::kNone) {
+  if (parsed->filter.has_value() &&
+      parsed->filter->cache_use != PreparedFilter::CacheUse::kNone) {
     const FilterCache::Stats cache = pinned.snapshot->filter_cache()->stats();
     metrics_->RecordFilterCache(
-        parsed->filter_cache == ParsedSearch::FilterCacheUse::kHit,
+        parsed->filter->cache_use == PreparedFilter::CacheUse::kHit,
         cache.bytes, cache.entries);
   }
   absl::StatusOr<absl::optional<PayloadSelection>> payloads =
@@ -183,9 +184,10 @@ SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed,
       options_.max_batch_rows,
       PayloadBytesBound(index, payload_entries,
                         options_.max_send_message_bytes),
-      parsed.filter_rows != nullptr || parsed.filter_range.has_value(),
-      parsed.filter_matched_rows,
-      parsed.filter_rows != nullptr && !parsed.filter_cached,
+      parsed.filter.has_value(),
+      parsed.filter.has_value() ? parsed.filter->matched_rows : 0,
+      parsed.filter.has_value() && parsed.filter->rows != nullptr &&
+          !parsed.filter->cached,
       static_cast<int64_t>(parsed.aligned_copy.size() * sizeof(float))};
 }
 
@@ -199,9 +201,7 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   auto job = std::make_unique<SearchJob>();
   job->query_storage = std::move(parsed.aligned_copy);
   job->allowed_ids_storage = std::move(parsed.allowed_ids);
-  job->filter_rows_storage = std::move(parsed.filter_rows);
-  job->filter_lists_storage = std::move(parsed.filter_lists);
-  job->filter_range_storage = parsed.filter_range;
+  job->filter = std::move(parsed.filter);
   SearchArgs& args = job->args;
   args.queries = job->query_storage.empty() ? parsed.queries
                                             : job->query_storage.data();
@@ -211,14 +211,6 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   args.refine_factor = parsed.refine_factor;
   args.return_candidates = return_candidates;
   args.allowed_ids = job->allowed_ids_storage;
-  if (job->filter_rows_storage != nullptr) {
-    args.allowed_rows = job->filter_rows_storage.get();
-    args.allowed_rows_count = parsed.filter_matched_rows;
-    args.allowed_lists = job->filter_lists_storage.get();
-  }
-  if (job->filter_range_storage.has_value()) {
-    args.allowed_range = &*job->filter_range_storage;
-  }
 
   // The answer's header, and its result arrays, which the search fills in
   // place.
@@ -233,10 +225,10 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   response->set_nprobe(static_cast<uint32_t>(args.nprobe));
   response->set_refine_factor(static_cast<uint32_t>(args.refine_factor));
   if (index.shard_count > 0) SetShard(index, response->mutable_shard());
-  if (FiltersRows(args)) {
+  if (job->filter.has_value()) {
     response->set_filter_matched_rows(
-        static_cast<uint64_t>(parsed.filter_matched_rows));
-    switch (pinned.snapshot->PlanFilter(parsed.filter_matched_rows, args)) {
+        static_cast<uint64_t>(job->filter->matched_rows));
+    switch (job->filter->plan) {
       case FilterPlan::kExact:
         response->set_filter_plan(knnd::v1::FILTER_PLAN_EXACT);
         break;

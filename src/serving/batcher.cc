@@ -70,6 +70,20 @@ Batcher::~Batcher() {
   mu_.Await(absl::Condition(&idle));
 }
 
+namespace {
+
+// Whether two jobs' filters are one: none, or the same bitmap (the filter
+// cache's, shared) with the same lists and plan. Bounds are each job's
+// own.
+bool SameFilter(const std::optional<PreparedFilter>& a,
+                const std::optional<PreparedFilter>& b) {
+  if (!a.has_value() || !b.has_value()) return a.has_value() == b.has_value();
+  return a->rows != nullptr && a->rows == b->rows && a->lists == b->lists &&
+         a->plan == b->plan && a->start_nprobe == b->start_nprobe;
+}
+
+}  // namespace
+
 bool Batcher::SameKey(const Running& a, const Running& b) {
   const SearchArgs& x = a.job->args;
   const SearchArgs& y = b.job->args;
@@ -79,9 +93,7 @@ bool Batcher::SameKey(const Running& a, const Running& b) {
          x.return_candidates == y.return_candidates &&
          a.filter_hash == b.filter_hash &&
          a.job->allowed_ids_storage == b.job->allowed_ids_storage &&
-         x.allowed_rows == y.allowed_rows &&
-         x.allowed_lists == y.allowed_lists &&
-         x.allowed_range == y.allowed_range;
+         SameFilter(a.job->filter, b.job->filter);
 }
 
 void Batcher::Submit(std::unique_ptr<SearchJob> job) {
@@ -291,7 +303,8 @@ void Batcher::Search(const std::vector<Unit>& batch) {
     if (candidates) args.approx_distances = approx.data();
   }
   const absl::Time search_start = absl::Now();
-  const absl::Status status = first.snapshot->Search(args);
+  const absl::Status status = first.snapshot->Search(
+      args, first.filter.has_value() ? &*first.filter : nullptr);
   if (gate_ != nullptr && status.ok()) {
     gate_->RecordWork(rows * std::max(first.args.nprobe, 1),
                       absl::Now() - search_start);

@@ -42,9 +42,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "knnd/serving/admission_gate.h"
 #include "knnd/index/index_snapshot.h"
+#include "knnd/index/prepared_filter.h"
 #include "knnd/monitoring/metrics.h"
+#include "knnd/serving/admission_gate.h"
 #include "knnd/serving/worker_pool.h"
 
 namespace knnd {
@@ -65,13 +66,9 @@ struct SearchJob {
   SearchArgs args;
   std::vector<float> query_storage;  // owns args.queries when it is a copy
   std::vector<int64_t> allowed_ids_storage;  // sorted ascending
-  // Holds args.allowed_rows (an attribute filter's rows, shared with the
-  // snapshot's filter cache when it keeps them) when set, or owns
-  // args.allowed_range (one numeric condition's bounds).
-  std::shared_ptr<const RowBitmap> filter_rows_storage;
-  // Holds args.allowed_lists (the filter cache's lists of those rows).
-  std::shared_ptr<const FilteredLists> filter_lists_storage;
-  std::optional<ColumnRange> filter_range_storage;
+  // The request's attribute filter, prepared (index/prepared_filter.h):
+  // IndexSnapshot::Search runs its plan.
+  std::optional<PreparedFilter> filter;
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> is_cancelled;  // optional
   // Called exactly once, on a worker thread, after the last unit.

@@ -214,141 +214,23 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
   return parsed;
 }
 
-namespace {
-
-// The inputs of the filter planner for a filter admitting `matched_rows`.
-FilterPlanInput PlanInput(const IndexInfo& index, const ParsedSearch& parsed,
-                          int64_t matched_rows) {
-  return PlanInputFor(matched_rows, parsed.nprobe, parsed.k,
-                      parsed.refine_factor, index.has_vectors);
-}
-
-// Whether the IVF plan of a filter of one numeric condition costs less
-// through its bounds than through a bitmap compiled for this request. The
-// bitmap sets a bit per matching row (per other row past half the column);
-// the bounds cost nothing up front but a test, a read of the mapped column,
-// per code the IVF plan looks at: at most every code of the lists it starts
-// with, and far fewer once a query's heap holds matches. So the bitmap
-// where its rows are fewer than those codes (1M rows at 1%: 10,000 bits
-// against 20 of 1,024 lists, ~20,000 codes; bench/RESULTS.md "Filters").
-// A bitmap the filter cache already holds costs nothing up front and a
-// test of ntotal / 8 bytes in cache per code: it beats the bounds.
-bool BoundsCheaperThanCompiling(const IndexInfo& index,
-                                const ParsedSearch& parsed,
-                                int64_t matched_rows) {
-  const FilterPlanInput input = PlanInput(index, parsed, matched_rows);
-  const int64_t bits = std::min(matched_rows, index.ntotal - matched_rows);
-  const int64_t codes = parsed.num_queries * StartingNprobe(index, input) *
-                        (index.ntotal / std::max<int64_t>(index.nlist, 1));
-  return bits > codes;
-}
-
-void UseBounds(const ColumnRange& range, ParsedSearch& parsed) {
-  parsed.filter_matched_rows = range.matched;
-  parsed.filter_range = range;
-}
-
-void UseRows(std::shared_ptr<const RowBitmap> rows, int64_t matched,
-             std::shared_ptr<const FilteredLists> lists, bool cached,
-             ParsedSearch& parsed) {
-  parsed.filter_matched_rows = matched;
-  parsed.filter_rows = std::move(rows);
-  parsed.filter_lists = std::move(lists);
-  parsed.filter_cached = cached;
-  parsed.allowed_ids.clear();
-}
-
-// A filter cache hit's bitmap and lists, as they are.
-void UseKept(FilterCache::Lookup kept, ParsedSearch& parsed) {
-  parsed.filter_cache = ParsedSearch::FilterCacheUse::kHit;
-  UseRows(std::move(kept.rows), kept.matched, std::move(kept.lists),
-          /*cached=*/true, parsed);
-}
-
-}  // namespace
-
 absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
                          const IndexSnapshot& snapshot,
                          const SearchLimits& limits, ParsedSearch& parsed) {
   if (!request.has_filter()) return absl::OkStatus();
-  const IndexInfo& index = snapshot.info();
-  FilterCache* const cache =
-      parsed.allowed_ids.empty() ? snapshot.filter_cache() : nullptr;
-  std::string key;
-  if (cache != nullptr) {
-    // A kept filter is used as it is: nothing compiled, not even a
-    // column's bounds.
-    key = request.filter().SerializeAsString();
-    FilterCache::Lookup kept = cache->FindIfKept(key);
-    if (kept.rows != nullptr) {
-      UseKept(std::move(kept), parsed);
-      return absl::OkStatus();
-    }
-  }
-  std::optional<ColumnRange> range;
-  bool exact_plan = false;
-  if (parsed.allowed_ids.empty()) {
-    // One numeric condition may need no bitmap: two binary searches count
-    // its rows, and the search tests only the candidates it looks at. The
-    // exact plan lists its few matches from the column's sorted rows;
-    // where the snapshot would keep the filter with its lists (flat plan,
-    // cheaper still), it is kept on its second sighting.
-    absl::StatusOr<std::optional<ColumnRange>> compiled =
-        snapshot.CompileColumnRange(request.filter(), limits.filter);
-    if (!compiled.ok()) return compiled.status();
-    range = std::move(*compiled);
-    exact_plan =
-        range.has_value() &&
-        ChooseFilterPlan(index, PlanInput(index, parsed, range->matched)) ==
-            FilterPlan::kExact;
-    if (exact_plan &&
-        (cache == nullptr || !snapshot.KeepsFilterLists(range->matched))) {
-      UseBounds(*range, parsed);
-      return absl::OkStatus();
-    }
-  }
-  bool keep_bounds =
-      range.has_value() &&
-      (exact_plan || BoundsCheaperThanCompiling(index, parsed, range->matched));
-  if (cache != nullptr) {
-    FilterCache::Lookup found = cache->Find(key);
-    if (found.rows != nullptr) {  // kept since FindIfKept, by another call
-      UseKept(std::move(found), parsed);
-      return absl::OkStatus();
-    }
-    parsed.filter_cache = ParsedSearch::FilterCacheUse::kMiss;
-    // Seen before: compiled now, and kept for the next ones.
-    keep_bounds = keep_bounds && !found.seen_before;
-  }
-  if (keep_bounds) {
-    UseBounds(*range, parsed);
-    return absl::OkStatus();
-  }
-  absl::StatusOr<RowBitmap> rows =
-      snapshot.CompileFilter(request.filter(), parsed.allowed_ids, limits.filter);
-  if (!rows.ok()) return rows.status();
-  if (cache != nullptr) {
-    // A filter admitting few rows is kept with its lists cut down to them.
-    const int64_t matched = rows->Count();
-    std::unique_ptr<const FilteredLists> lists =
-        snapshot.FilterLists(*rows, matched);
-    FilterCache::Inserted inserted = cache->Insert(
-        std::move(key), std::move(*rows), std::move(lists), matched);
-    UseRows(std::move(inserted.rows), inserted.matched,
-            inserted.kept ? std::move(inserted.lists) : nullptr,
-            inserted.kept, parsed);
-  } else {
-    const int64_t matched = rows->Count();
-    UseRows(std::make_shared<const RowBitmap>(std::move(*rows)), matched,
-            nullptr, /*cached=*/false, parsed);
-  }
+  absl::StatusOr<PreparedFilter> filter = PrepareFilter(
+      request.filter(), parsed.allowed_ids,
+      {parsed.num_queries, parsed.k, parsed.nprobe, parsed.refine_factor},
+      snapshot, limits.filter);
+  if (!filter.ok()) return filter.status();
+  parsed.filter = std::move(*filter);
   return absl::OkStatus();
 }
 
 bool AnswersWithCandidates(const knnd::v1::SearchRequest& request,
                            const ParsedSearch& parsed) {
   return request.return_candidates() && parsed.refine_factor > 0 &&
-         parsed.filter_rows == nullptr && !parsed.filter_range.has_value();
+         !parsed.filter.has_value();
 }
 
 }  // namespace knnd

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
@@ -19,6 +20,7 @@
 
 #include "knnd/index/index_builder.h"
 #include "knnd/index/index_sharding.h"
+#include "knnd/index/prepared_filter.h"
 #include "knnd/serving/search_request.h"
 #include "testing/test_util.h"
 
@@ -39,6 +41,16 @@ using ::knnd::testing::TempDir;
 constexpr int64_t kRows = 4000;
 constexpr int kDim = 32;
 constexpr int kK = 10;
+
+// The plan PrepareRows chooses for a filter admitting `rows` (with
+// `lists`, when the filter cache keeps them) on `snapshot`, for k = kK.
+FilterPlan PlanOf(const IndexSnapshot& snapshot, const RowBitmap& rows,
+                  int nprobe, int refine_factor,
+                  std::shared_ptr<const FilteredLists> lists = nullptr) {
+  return PrepareRows(snapshot, std::make_shared<const RowBitmap>(rows),
+                     std::move(lists), {1, kK, nprobe, refine_factor})
+      .plan;
+}
 
 // Rows whose "u" lies in [0, 100000 * fraction): about that fraction.
 knnd::v1::Filter UBelow(double fraction) {
@@ -157,6 +169,48 @@ TEST(FilterPlanner, FilteredListsMakeTheIvfPlanCheaper) {
   EXPECT_EQ(ChooseFilterPlan(facts, input), FilterPlan::kExact);
 }
 
+// A filter is planned once, when it is prepared: IndexSnapshot::Search
+// runs the plan the PreparedFilter holds, not one of its own (a plan set by
+// hand is the one that runs), and refuses a filter passed in SearchArgs
+// unprepared.
+TEST(FilterPlanner, SearchRunsThePreparedPlanWithoutPlanningAgain) {
+  TempDir tmp;
+  const Built built = Build(tmp.path("x.index"), "IVF32,PQ8");
+  std::unique_ptr<IndexSnapshot> snapshot = LoadSnapshot(tmp.path("x.index"));
+  ASSERT_NE(snapshot, nullptr);
+  absl::StatusOr<RowBitmap> rows =
+      snapshot->CompileFilter(UBelow(0.5), {}, FilterLimits{});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  const std::vector<float> queries = MakeData(20, kDim, 97);
+  const int64_t n = static_cast<int64_t>(queries.size()) / kDim;
+  SearchResults got;
+  got.ids.resize(n * kK);
+  got.distances.resize(n * kK);
+  SearchArgs args;
+  args.queries = queries.data();
+  args.num_queries = n;
+  args.k = kK;
+  args.nprobe = 2;
+  args.distances = got.distances.data();
+  args.ids = got.ids.data();
+  PreparedFilter prepared =
+      PrepareRows(*snapshot, std::make_shared<const RowBitmap>(*rows), nullptr,
+                  {n, kK, 2, 0});
+  ASSERT_EQ(prepared.plan, FilterPlan::kIvf);
+  const std::vector<int64_t> exact = ExactAmong(built.base, *rows, queries);
+  ASSERT_TRUE(snapshot->Search(args, &prepared).ok());
+  EXPECT_NE(got.ids, exact);  // the IVF plan's estimates, not exact
+  prepared.plan = FilterPlan::kExact;
+  ASSERT_TRUE(snapshot->Search(args, &prepared).ok());
+  EXPECT_EQ(got.ids, exact);
+
+  args.allowed_rows = &*rows;
+  const absl::Status unprepared = snapshot->Search(args);
+  EXPECT_EQ(unprepared.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(unprepared.message()),
+              ::testing::HasSubstr("comes prepared"));
+}
+
 TEST(FilterPlanner, ExactPlanReturnsTheTrueNeighboursAmongMatches) {
   TempDir tmp;
   const Built built = Build(tmp.path("x.index"), "IVF32,PQ8");
@@ -166,10 +220,7 @@ TEST(FilterPlanner, ExactPlanReturnsTheTrueNeighboursAmongMatches) {
   absl::StatusOr<RowBitmap> rows =
       snapshot->CompileFilter(UBelow(0.01), {}, FilterLimits{});
   ASSERT_TRUE(rows.ok()) << rows.status();
-  SearchArgs args;
-  args.k = kK;
-  args.nprobe = 1;
-  ASSERT_EQ(snapshot->PlanFilter(rows->Count(), args), FilterPlan::kExact);
+  ASSERT_EQ(PlanOf(*snapshot, *rows, 1, 0), FilterPlan::kExact);
   const std::vector<float> queries = MakeData(20, kDim, 99);
   const std::vector<int64_t> want = ExactAmong(built.base, *rows, queries);
   for (int refine : {0, 4}) {
@@ -204,8 +255,10 @@ TEST(FilterPlanner, FewMatchesAreSearchedExactlyWithoutReranking) {
     parsed.nprobe = 2;
     ASSERT_TRUE(ParseFilter(request, *snapshot, SearchLimits{}, parsed).ok());
   }
-  ASSERT_NE(parsed.filter_lists, nullptr);
-  ASSERT_LT(parsed.filter_matched_rows, 100);
+  ASSERT_TRUE(parsed.filter.has_value());
+  ASSERT_NE(parsed.filter->lists, nullptr);
+  ASSERT_LT(parsed.filter->matched_rows, 100);
+  EXPECT_EQ(parsed.filter->plan, FilterPlan::kExact);
   const std::vector<float> queries = MakeData(20, kDim, 91);
   SearchResults got;
   got.ids.resize(queries.size() / kDim * kK);
@@ -215,17 +268,11 @@ TEST(FilterPlanner, FewMatchesAreSearchedExactlyWithoutReranking) {
   args.num_queries = static_cast<int64_t>(queries.size()) / kDim;
   args.k = kK;
   args.nprobe = 2;
-  args.allowed_rows = parsed.filter_rows.get();
-  args.allowed_rows_count = parsed.filter_matched_rows;
-  args.allowed_lists = parsed.filter_lists.get();
   args.distances = got.distances.data();
   args.ids = got.ids.data();
-  EXPECT_EQ(snapshot->PlanFilter(parsed.filter_matched_rows, args),
-            FilterPlan::kExact);
-  ASSERT_TRUE(snapshot->Search(args).ok());
-  EXPECT_EQ(got.ids, ExactAmong(built.base, *parsed.filter_rows, queries));
-  args.refine_factor = 4;
-  EXPECT_EQ(snapshot->PlanFilter(parsed.filter_matched_rows, args),
+  ASSERT_TRUE(snapshot->Search(args, &*parsed.filter).ok());
+  EXPECT_EQ(got.ids, ExactAmong(built.base, *parsed.filter->rows, queries));
+  EXPECT_EQ(PlanOf(*snapshot, *parsed.filter->rows, 2, 4, parsed.filter->lists),
             FilterPlan::kFlat);
 }
 
@@ -360,11 +407,7 @@ double FilteredRecall(const IndexSnapshot& snapshot, const ClusteredCase& c,
     if (queries.empty()) continue;
     const RowBitmap rows =
         correlated ? TopicRows(c, 3, true) : TopicRows(c, t, false);
-    SearchArgs plan_args;
-    plan_args.k = kK;
-    plan_args.nprobe = nprobe;
-    plan_args.refine_factor = refine;
-    EXPECT_EQ(snapshot.PlanFilter(rows.Count(), plan_args), FilterPlan::kIvf);
+    EXPECT_EQ(PlanOf(snapshot, rows, nprobe, refine), FilterPlan::kIvf);
     const std::vector<int64_t> ids =
         SearchSnapshot(snapshot, queries, kK, nprobe, refine, {}, &rows).ids;
     got.insert(got.end(), ids.begin(), ids.end());
@@ -487,11 +530,7 @@ TEST(FilterPlanner, ColumnRangeSearchesLikeItsBitmapInAShard) {
     ASSERT_TRUE(range.ok()) << range.status();
     ASSERT_TRUE(range->has_value());
     ASSERT_EQ((*range)->matched, rows->Count());
-    SearchArgs args;
-    args.k = kK;
-    args.nprobe = 2;
-    (shard->PlanFilter(rows->Count(), args) == FilterPlan::kExact ? exact
-                                                                  : ivf) = true;
+    (PlanOf(*shard, *rows, 2, 0) == FilterPlan::kExact ? exact : ivf) = true;
     for (int refine : {0, 4}) {
       const SearchResults want =
           SearchSnapshot(*shard, queries, kK, 2, refine, {}, &*rows);
@@ -521,9 +560,10 @@ TEST(FilterPlanner, ColumnRangeSearchesLikeItsBitmapInAShard) {
     parsed.k = kK;
     parsed.nprobe = 2;
     ASSERT_TRUE(ParseFilter(request, *shard, SearchLimits{}, parsed).ok());
-    EXPECT_EQ(parsed.filter_range.has_value(), c.bounds);
-    EXPECT_EQ(parsed.filter_rows != nullptr, !c.bounds);
-    EXPECT_EQ(parsed.filter_matched_rows,
+    ASSERT_TRUE(parsed.filter.has_value());
+    EXPECT_EQ(parsed.filter->range.has_value(), c.bounds);
+    EXPECT_EQ(parsed.filter->rows != nullptr, !c.bounds);
+    EXPECT_EQ(parsed.filter->matched_rows,
               shard->CompileFilter(UBelow(c.fraction), {}, {})->Count());
   }
 }
@@ -551,7 +591,7 @@ TEST(FilterPlanner, RepeatedFiltersAreServedFromTheSnapshotsCache) {
   EXPECT_EQ(snapshot->info().filter_cache_bytes, 1 << 20);
   EXPECT_EQ(snapshot->info().heap_bytes - uncached->info().heap_bytes, 1 << 20);
 
-  using Use = ParsedSearch::FilterCacheUse;
+  using Use = PreparedFilter::CacheUse;
   auto parse = [&](const IndexSnapshot& s, const knnd::v1::Filter& filter,
                    int64_t queries, std::vector<int64_t> allowed_ids = {}) {
     knnd::v1::SearchRequest request;
@@ -562,30 +602,31 @@ TEST(FilterPlanner, RepeatedFiltersAreServedFromTheSnapshotsCache) {
     parsed.nprobe = 2;
     parsed.allowed_ids = std::move(allowed_ids);
     EXPECT_TRUE(ParseFilter(request, s, SearchLimits{}, parsed).ok());
-    return parsed;
+    EXPECT_TRUE(parsed.filter.has_value());
+    return parsed.filter.value_or(PreparedFilter());
   };
   const std::vector<float> queries = MakeData(1, kDim, 77);
 
   // 50% for one query: the bounds first, compiled and kept on the second
   // miss, found on the third; the same answers each time.
   const knnd::v1::Filter half = UBelow(0.5);
-  const ParsedSearch first = parse(*snapshot, half, 1);
-  EXPECT_EQ(first.filter_cache, Use::kMiss);
-  ASSERT_TRUE(first.filter_range.has_value());
-  const ParsedSearch second = parse(*snapshot, half, 1);
-  EXPECT_EQ(second.filter_cache, Use::kMiss);
-  ASSERT_NE(second.filter_rows, nullptr);
-  EXPECT_TRUE(second.filter_cached);
-  const ParsedSearch third = parse(*snapshot, half, 1);
-  EXPECT_EQ(third.filter_cache, Use::kHit);
-  EXPECT_EQ(third.filter_rows, second.filter_rows);
-  EXPECT_TRUE(third.filter_cached);
-  EXPECT_EQ(third.filter_matched_rows, first.filter_matched_rows);
-  EXPECT_EQ(third.filter_matched_rows, third.filter_rows->Count());
-  const SearchResults bounds = SearchSnapshot(*snapshot, queries, kK, 2, 4, {},
-                                              nullptr, &*first.filter_range);
-  const SearchResults kept = SearchSnapshot(*snapshot, queries, kK, 2, 4, {},
-                                            third.filter_rows.get());
+  const PreparedFilter first = parse(*snapshot, half, 1);
+  EXPECT_EQ(first.cache_use, Use::kMiss);
+  ASSERT_TRUE(first.range.has_value());
+  const PreparedFilter second = parse(*snapshot, half, 1);
+  EXPECT_EQ(second.cache_use, Use::kMiss);
+  ASSERT_NE(second.rows, nullptr);
+  EXPECT_TRUE(second.cached);
+  const PreparedFilter third = parse(*snapshot, half, 1);
+  EXPECT_EQ(third.cache_use, Use::kHit);
+  EXPECT_EQ(third.rows, second.rows);
+  EXPECT_TRUE(third.cached);
+  EXPECT_EQ(third.matched_rows, first.matched_rows);
+  EXPECT_EQ(third.matched_rows, third.rows->Count());
+  const SearchResults bounds =
+      SearchSnapshot(*snapshot, queries, kK, 2, 4, {}, nullptr, &*first.range);
+  const SearchResults kept =
+      SearchSnapshot(*snapshot, queries, kK, 2, 4, {}, third.rows.get());
   EXPECT_EQ(kept.ids, bounds.ids);
   EXPECT_EQ(kept.distances, bounds.distances);
 
@@ -593,42 +634,42 @@ TEST(FilterPlanner, RepeatedFiltersAreServedFromTheSnapshotsCache) {
   knnd::v1::Filter both;
   *both.mutable_all_of()->add_filters() = UBelow(0.3);
   *both.mutable_all_of()->add_filters() = UBelow(0.6);
-  const ParsedSearch compiled = parse(*snapshot, both, 1);
-  EXPECT_EQ(compiled.filter_cache, Use::kMiss);
-  EXPECT_TRUE(compiled.filter_cached);
-  const ParsedSearch found = parse(*snapshot, both, 1);
-  EXPECT_EQ(found.filter_cache, Use::kHit);
-  EXPECT_EQ(found.filter_rows, compiled.filter_rows);
+  const PreparedFilter compiled = parse(*snapshot, both, 1);
+  EXPECT_EQ(compiled.cache_use, Use::kMiss);
+  EXPECT_TRUE(compiled.cached);
+  const PreparedFilter found = parse(*snapshot, both, 1);
+  EXPECT_EQ(found.cache_use, Use::kHit);
+  EXPECT_EQ(found.rows, compiled.rows);
 
   // The exact plan (0.2% of 4,000 rows) keeps the bounds the first time,
   // and, since the snapshot keeps lists for so few rows (for the flat
   // plan), is compiled and kept the second time.
-  const ParsedSearch exact = parse(*snapshot, UBelow(0.002), 1);
-  EXPECT_EQ(exact.filter_cache, Use::kMiss);
-  EXPECT_TRUE(exact.filter_range.has_value());
-  const ParsedSearch exact_kept = parse(*snapshot, UBelow(0.002), 1);
-  EXPECT_EQ(exact_kept.filter_cache, Use::kMiss);
-  EXPECT_TRUE(exact_kept.filter_cached);
-  EXPECT_NE(exact_kept.filter_lists, nullptr);
-  EXPECT_EQ(parse(*snapshot, UBelow(0.002), 1).filter_cache, Use::kHit);
+  const PreparedFilter exact = parse(*snapshot, UBelow(0.002), 1);
+  EXPECT_EQ(exact.cache_use, Use::kMiss);
+  EXPECT_TRUE(exact.range.has_value());
+  const PreparedFilter exact_kept = parse(*snapshot, UBelow(0.002), 1);
+  EXPECT_EQ(exact_kept.cache_use, Use::kMiss);
+  EXPECT_TRUE(exact_kept.cached);
+  EXPECT_NE(exact_kept.lists, nullptr);
+  EXPECT_EQ(parse(*snapshot, UBelow(0.002), 1).cache_use, Use::kHit);
   // An allow-list folded into the bitmap: nothing asked, nothing kept.
-  const ParsedSearch listed = parse(*snapshot, both, 1, {1, 2, 3, 500});
-  EXPECT_EQ(listed.filter_cache, Use::kNone);
-  ASSERT_NE(listed.filter_rows, nullptr);
-  EXPECT_FALSE(listed.filter_cached);
-  EXPECT_NE(listed.filter_rows, compiled.filter_rows);
+  const PreparedFilter listed = parse(*snapshot, both, 1, {1, 2, 3, 500});
+  EXPECT_EQ(listed.cache_use, Use::kNone);
+  ASSERT_NE(listed.rows, nullptr);
+  EXPECT_FALSE(listed.cached);
+  EXPECT_NE(listed.rows, compiled.rows);
   const FilterCache::Stats stats = snapshot->filter_cache()->stats();
   EXPECT_EQ(stats.entries, 3);
   EXPECT_EQ(stats.hits, 3);
   EXPECT_EQ(stats.misses, 5);
 
   // Without a cache: compiled per request, as before.
-  const ParsedSearch plain = parse(*uncached, both, 1);
-  EXPECT_EQ(plain.filter_cache, Use::kNone);
-  EXPECT_FALSE(plain.filter_cached);
-  EXPECT_EQ(*plain.filter_rows, *compiled.filter_rows);
-  EXPECT_TRUE(parse(*uncached, half, 1).filter_range.has_value());
-  EXPECT_TRUE(parse(*uncached, half, 1).filter_range.has_value());
+  const PreparedFilter plain = parse(*uncached, both, 1);
+  EXPECT_EQ(plain.cache_use, Use::kNone);
+  EXPECT_FALSE(plain.cached);
+  EXPECT_EQ(*plain.rows, *compiled.rows);
+  EXPECT_TRUE(parse(*uncached, half, 1).range.has_value());
+  EXPECT_TRUE(parse(*uncached, half, 1).range.has_value());
 }
 
 // A kept filter admitting few rows of a FastScan index comes with its own
@@ -664,28 +705,24 @@ TEST(FilterPlanner, SparseKeptFiltersKeepTheirLists) {
     parsed.k = kK;
     parsed.nprobe = 2;
     EXPECT_TRUE(ParseFilter(request, s, SearchLimits{}, parsed).ok());
-    return parsed;
+    EXPECT_TRUE(parsed.filter.has_value());
+    return parsed.filter.value_or(PreparedFilter());
   };
   const std::vector<float> queries = MakeData(30, kDim, 78);
   for (const double fraction : {0.05, 0.2}) {
     parse(*fastscan, UBelow(fraction));  // bounds or kept: seen once
-    const ParsedSearch kept = parse(*fastscan, UBelow(fraction));
-    ASSERT_NE(kept.filter_rows, nullptr) << fraction;
-    ASSERT_TRUE(kept.filter_cached) << fraction;
-    ASSERT_NE(kept.filter_lists, nullptr) << fraction;
-    EXPECT_EQ(kept.filter_lists->rows(), kept.filter_matched_rows);
-    const ParsedSearch hit = parse(*fastscan, UBelow(fraction));
-    EXPECT_EQ(hit.filter_cache, ParsedSearch::FilterCacheUse::kHit);
-    EXPECT_EQ(hit.filter_lists, kept.filter_lists);
-    SearchArgs plan_args;
-    plan_args.k = kK;
-    plan_args.nprobe = 2;
-    plan_args.allowed_lists = hit.filter_lists.get();
+    const PreparedFilter kept = parse(*fastscan, UBelow(fraction));
+    ASSERT_NE(kept.rows, nullptr) << fraction;
+    ASSERT_TRUE(kept.cached) << fraction;
+    ASSERT_NE(kept.lists, nullptr) << fraction;
+    EXPECT_EQ(kept.lists->rows(), kept.matched_rows);
+    const PreparedFilter hit = parse(*fastscan, UBelow(fraction));
+    EXPECT_EQ(hit.cache_use, PreparedFilter::CacheUse::kHit);
+    EXPECT_EQ(hit.lists, kept.lists);
     ASSERT_FALSE(fastscan->info().by_residual);
     // 5%: every match's code beats the coarse search; 20%: the IVF scan
     // of the probed lists' matches.
-    const FilterPlan plan =
-        fastscan->PlanFilter(hit.filter_matched_rows, plan_args);
+    const FilterPlan plan = PlanOf(*fastscan, *hit.rows, 2, 0, hit.lists);
     EXPECT_EQ(plan, fraction < 0.1 ? FilterPlan::kFlat : FilterPlan::kIvf);
     for (int refine : {0, 4}) {
       SearchResults with_lists;
@@ -697,12 +734,11 @@ TEST(FilterPlanner, SparseKeptFiltersKeepTheirLists) {
       args.k = kK;
       args.nprobe = 2;
       args.refine_factor = refine;
-      args.allowed_rows = hit.filter_rows.get();
-      args.allowed_rows_count = hit.filter_matched_rows;
-      args.allowed_lists = hit.filter_lists.get();
       args.distances = with_lists.distances.data();
       args.ids = with_lists.ids.data();
-      ASSERT_TRUE(fastscan->Search(args).ok());
+      const PreparedFilter prepared = PrepareRows(
+          *fastscan, hit.rows, hit.lists, {args.num_queries, kK, 2, refine});
+      ASSERT_TRUE(fastscan->Search(args, &prepared).ok());
       if (refine == 0) {
         // The IVF scan through the bitmap (no vectors: never the exact
         // plan) of the same lists, or of every list for the flat plan,
@@ -710,16 +746,16 @@ TEST(FilterPlanner, SparseKeptFiltersKeepTheirLists) {
         const SearchResults bitmap = SearchSnapshot(
             *codes_only, queries, kK,
             plan == FilterPlan::kFlat ? fastscan->info().nlist : 2, 0, {},
-            hit.filter_rows.get());
+            hit.rows.get());
         EXPECT_EQ(with_lists.ids, bitmap.ids) << fraction;
         EXPECT_EQ(with_lists.distances, bitmap.distances) << fraction;
         continue;
       }
       // Re-ranked: the exact plan's true neighbours, nearly all.
-      const SearchResults exact = SearchSnapshot(
-          *fastscan, queries, kK, 2, refine, {}, hit.filter_rows.get());
+      const SearchResults exact =
+          SearchSnapshot(*fastscan, queries, kK, 2, refine, {}, hit.rows.get());
       const std::set<int64_t> admitted_ids = [&] {
-        const std::vector<int64_t> r = hit.filter_rows->Rows();
+        const std::vector<int64_t> r = hit.rows->Rows();
         return std::set<int64_t>(r.begin(), r.end());
       }();
       int64_t same = 0;
@@ -743,17 +779,17 @@ TEST(FilterPlanner, SparseKeptFiltersKeepTheirLists) {
 
   // 50% of the rows (compiled on its second miss): no lists.
   parse(*fastscan, UBelow(0.5));
-  const ParsedSearch dense = parse(*fastscan, UBelow(0.5));
-  ASSERT_TRUE(dense.filter_cached);
-  EXPECT_EQ(dense.filter_lists, nullptr);
+  const PreparedFilter dense = parse(*fastscan, UBelow(0.5));
+  ASSERT_TRUE(dense.cached);
+  EXPECT_EQ(dense.lists, nullptr);
   // 8-bit IVF-PQ: FAISS's scan cannot use lists. (Two conditions:
   // compiled and kept at once.)
   knnd::v1::Filter both;
   *both.mutable_all_of()->add_filters() = UBelow(0.05);
   *both.mutable_all_of()->add_filters() = UBelow(0.5);
-  const ParsedSearch pq = parse(*ivfpq, both);
-  ASSERT_TRUE(pq.filter_cached);
-  EXPECT_EQ(pq.filter_lists, nullptr);
+  const PreparedFilter pq = parse(*ivfpq, both);
+  ASSERT_TRUE(pq.cached);
+  EXPECT_EQ(pq.lists, nullptr);
 }
 
 }  // namespace

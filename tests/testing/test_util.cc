@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -27,6 +29,7 @@
 #include "knnd/config/config.h"
 #include "knnd/faiss/faiss_runtime.h"
 #include "knnd/index/index_builder.h"
+#include "knnd/index/prepared_filter.h"
 #include "knnd/lifecycle/index_source.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/payload_file.h"
@@ -250,12 +253,22 @@ SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
   args.k = k;
   args.nprobe = nprobe;
   args.allowed_ids = allowed_ids;
-  args.allowed_rows = allowed_rows;
-  args.allowed_range = allowed_range;
   args.distances = results.distances.data();
   args.ids = results.ids.data();
   args.refine_factor = refine_factor;
-  absl::Status status = snapshot.Search(args);
+  // The filter prepared as the handler prepares it (its plan chosen for
+  // this shape).
+  std::optional<PreparedFilter> filter;
+  const FilteredSearchShape shape{n, k, nprobe, refine_factor};
+  if (allowed_rows != nullptr) {
+    filter =
+        PrepareRows(snapshot, std::make_shared<const RowBitmap>(*allowed_rows),
+                    nullptr, shape);
+  } else if (allowed_range != nullptr) {
+    filter = PrepareRange(snapshot, *allowed_range, shape);
+  }
+  absl::Status status =
+      snapshot.Search(args, filter.has_value() ? &*filter : nullptr);
   EXPECT_TRUE(status.ok()) << status;
   return results;
 }
