@@ -125,7 +125,7 @@ demo: build
 	@$(BUILD)/knnd --index $(DEMO_DIR)/fashion-mnist.index --listen $(DEMO_ADDR) \
 	    --metrics_listen $(DEMO_METRICS) & pid=$$!; \
 	  trap "kill -TERM $$pid 2>/dev/null; wait $$pid" EXIT; \
-	  for i in $$(seq 300); do $(BUILD)/knnctl health --addr $(DEMO_ADDR) >/dev/null 2>&1 && break; sleep 0.2; done; \
+	  $(BUILD)/knnctl health --addr $(DEMO_ADDR) --wait 60 --timeout_ms 1000 >/dev/null 2>&1; \
 	  $(BUILD)/knnctl info --addr $(DEMO_ADDR) | grep -E '^(metric|ntotal|index_type|factory|source|created|default|tuned)'; \
 	  $(BUILD)/knnctl search --addr $(DEMO_ADDR) --k 5 --limit 1000 --batch 100 \
 	    --queries $(FASHION)/t10k-images-idx3-ubyte.gz

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "knnd/index/index_builder.h"
 #include "knnd/index/index_snapshot.h"
 #include "knnd/storage/index_metadata.h"
@@ -120,6 +122,46 @@ TEST(Knnctl, ExitCodes) {
                                 FreePort()))
                 .exit_code,
             1);
+}
+
+// knnctl health --wait asks again until knnd serves: started before
+// anything listens on the port, it exits 0 once a server there has loaded
+// its index; against nothing it gives up once the wait is over (exit 1);
+// a wait out of range is refused (exit 2). What the README's step 3 pastes.
+TEST(Knnctl, HealthWaitPollsUntilKnndServes) {
+  TempDir dir;
+  knnd::testing::BuildSpec spec;
+  spec.n = 2000;
+  spec.d = 16;
+  knnd::testing::BuildIndex(dir.path("x.index"), spec);
+  const int port = FreePort();
+  CommandResult waited;
+  const absl::Time asked = absl::Now();
+  std::thread health([&] {
+    waited =
+        Knnctl(absl::StrCat("health --wait 60 --timeout_ms 500 --addr "
+                            "127.0.0.1:",
+                            port));
+  });
+  absl::SleepFor(absl::Milliseconds(700));  // polled, refused, polled again
+  knnd::v1::ServerConfig config =
+      knnd::testing::TestConfig(dir.path("x.index"));
+  config.set_listen_address(absl::StrCat("127.0.0.1:", port));
+  knnd::testing::RunningServer server = knnd::testing::StartServer(config);
+  health.join();
+  ASSERT_NE(server.stub, nullptr);
+  EXPECT_EQ(waited.exit_code, 0) << waited.output;
+  EXPECT_THAT(waited.output, HasSubstr("SERVING"));
+  EXPECT_GE(absl::Now() - asked, absl::Milliseconds(700));
+
+  const absl::Time start = absl::Now();
+  CommandResult nothing = Knnctl(absl::StrCat(
+      "health --wait 1 --timeout_ms 500 --addr 127.0.0.1:", FreePort()));
+  EXPECT_EQ(nothing.exit_code, 1) << nothing.output;
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(800));
+  CommandResult bad = Knnctl("health --wait -1 --addr 127.0.0.1:1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.output, HasSubstr("--wait=-1"));
 }
 
 constexpr const char* kCommands[] = {"build",  "convert", "shard",

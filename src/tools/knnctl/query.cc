@@ -44,6 +44,7 @@ struct InfoOptions {
 struct HealthOptions {
   KnndClient::Options client;
   std::string service;
+  double wait_s = 0;  // poll until SERVING for at most this long
 };
 
 // MetricName()'s name of the metric a response reports.
@@ -218,25 +219,39 @@ int Info(const InfoOptions& options) {
 
 int Health(const HealthOptions& options) {
   using grpc::health::v1::HealthCheckResponse;
+  if (!(options.wait_s >= 0 && options.wait_s <= 86400)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--wait=", options.wait_s, " is outside [0, 86400] seconds")));
+  }
   absl::StatusOr<std::unique_ptr<KnndClient>> client =
       KnndClient::Create(options.client);
   if (!client.ok()) return Fail(client.status());
   auto stub = grpc::health::v1::Health::NewStub((*client)->channel());
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(options.service);
-  HealthCheckResponse response;
-  grpc::ClientContext context;
-  (*client)->Prepare(context);
-  grpc::Status s = stub->Check(&context, request, &response);
-  if (!s.ok()) {
-    FailRpc("health check", s);
-    return kExitNotServing;
+  // With --wait, a knnd not listening yet or still loading is asked again
+  // every 200 ms until it serves or the wait is over; the last answer (or
+  // error) is the one printed.
+  const absl::Time give_up = absl::Now() + absl::Seconds(options.wait_s);
+  for (;;) {
+    HealthCheckResponse response;
+    grpc::ClientContext context;
+    (*client)->Prepare(context);
+    grpc::Status s = stub->Check(&context, request, &response);
+    const bool serving =
+        s.ok() && response.status() == HealthCheckResponse::SERVING;
+    if (serving || absl::Now() + absl::Milliseconds(200) > give_up) {
+      if (!s.ok()) {
+        FailRpc("health check", s);
+        return kExitNotServing;
+      }
+      std::printf(
+          "%s\n",
+          HealthCheckResponse::ServingStatus_Name(response.status()).c_str());
+      return serving ? kExitOk : kExitNotServing;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
   }
-  std::printf(
-      "%s\n",
-      HealthCheckResponse::ServingStatus_Name(response.status()).c_str());
-  return response.status() == HealthCheckResponse::SERVING ? kExitOk
-                                                           : kExitNotServing;
 }
 
 }  // namespace
@@ -273,6 +288,9 @@ std::function<int()> DefineHealth(FlagSet& flags) {
   flags.Add("service", &options->service, "NAME",
             "grpc.health.v1 service name to check; empty = the server as a "
             "whole.");
+  flags.Add("wait", &options->wait_s, "S",
+            "Ask again every 200 ms, while knnd is not listening yet or not "
+            "serving, for up to S seconds (0 to 86400); 0 = ask once.");
   KnndClient::AddFlags(KnndClient::Api::kSearch, flags, options->client);
   return [options] { return Health(*options); };
 }
