@@ -152,7 +152,8 @@ class PackageTest(unittest.TestCase):
                 print(e)
             """], capture_output=True, text=True)
         self.assertEqual(check.returncode, 0, check.stderr)
-        self.assertIn("pip install 'knnd-client[langchain]'", check.stdout)
+        self.assertIn("pip install './clients/python[langchain]'", check.stdout)
+        self.assertIn("langchain-core>=0.3,<2", check.stdout)
 
 
 

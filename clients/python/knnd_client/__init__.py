@@ -14,7 +14,7 @@
     # knnd_client.aio.AsyncShardedKnnClient: the same, awaited
 
 The LangChain vector store is knnd_client.langchain.KnndVectorStore
-(`pip install knnd-client[langchain]`); it is not imported here, so this
+(`pip install './clients/python[langchain]'`); it is not imported here, so this
 package does not need langchain-core.
 """
 from knnd_client._common import PUSHBACK_METADATA_KEY, RetryPolicy, pushback_ms

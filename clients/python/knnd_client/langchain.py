@@ -1,6 +1,6 @@
 """knnd as a LangChain vector store and retriever (read-only).
 
-    pip install 'knnd-client[langchain]'
+    pip install './clients/python[langchain]'   # from a knnd checkout
 
     from knnd_client import KnnClient
     from knnd_client.langchain import KnndVectorStore
@@ -43,8 +43,11 @@ try:
     from langchain_core.vectorstores import VectorStore
 except ImportError as error:  # pragma: no cover - depends on the install
     raise ImportError(
-        "knnd_client.langchain needs langchain-core: "
-        "pip install 'knnd-client[langchain]'") from error
+        "knnd_client.langchain needs langchain-core: install knnd-client "
+        "with its langchain extra, from a knnd checkout: "
+        "pip install './clients/python[langchain]' (or a wheel built from "
+        "it: pip install 'knnd_client-VERSION-py3-none-any.whl[langchain]'), "
+        "or pip install 'langchain-core>=0.3,<2'") from error
 
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
 from knnd_client.aio import AsyncKnnClient, AsyncShardedKnnClient
