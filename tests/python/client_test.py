@@ -206,24 +206,48 @@ class LiveKnndTest(LiveKnnd):
         self.assertEqual(client.info().dim, 48)
 
 
-    def test_server_errors_surface_as_rpc_errors(self):
+    def test_server_errors_surface_as_the_clients_own_errors(self):
+        """A refused call raises knnd_client's error type for its code
+        (InvalidArgument, Unavailable, ...), whose str() is the code and
+        knnd's message without gRPC's debug blob; it is still a
+        grpc.RpcError (and grpc.aio.AioRpcError) with code() and
+        details(), so code written against gRPC's errors keeps working."""
         import grpc
-        from knnd_client import AsyncKnnClient
+        import grpc.aio
+        import knnd_client
+        from knnd_client import AsyncKnnClient, KnnClient, RetryPolicy
         addr = self.start_knnd().address
         client = self.client(addr)
-        with self.assertRaises(grpc.RpcError) as err:
+        with self.assertRaises(knnd_client.InvalidArgument) as err:
             client.search(np.ones((1, 16), np.float32), 3)
+        self.assertIsInstance(err.exception, grpc.RpcError)
+        self.assertIsInstance(err.exception, grpc.aio.AioRpcError)
+        self.assertIsInstance(err.exception, knnd_client.KnndError)
         self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("dim=16 does not match the index dimension 48",
                       err.exception.details())
+        self.assertTrue(str(err.exception).startswith("INVALID_ARGUMENT: dim=16"),
+                        str(err.exception))
+        self.assertNotIn("debug_error_string", str(err.exception))
+        self.assertIsNone(err.exception.pushback_ms)
+        self.assertIsInstance(err.exception.cause, grpc.RpcError)
 
         async def main():
             async with AsyncKnnClient(addr) as aclient:
                 await aclient.search(np.ones((1, 16), np.float32), 3)
-        with self.assertRaises(grpc.RpcError) as err:
+        with self.assertRaises(knnd_client.InvalidArgument) as err:
             asyncio.run(main())
         self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("dim=16 does not match", err.exception.details())
+        self.assertNotIn("debug_error_string", str(err.exception))
+
+        # Nothing listening: Unavailable once the retries are spent.
+        with KnnClient(f"127.0.0.1:{free_port()}", timeout_s=2,
+                       retry=RetryPolicy(max_attempts=1)) as nowhere:
+            with self.assertRaises(knnd_client.Unavailable) as err:
+                nowhere.search(np.ones((1, 48), np.float32), 3)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        self.assertTrue(str(err.exception).startswith("UNAVAILABLE: "))
 
     def test_deadline_is_respected(self):
         import grpc

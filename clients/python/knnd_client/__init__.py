@@ -20,11 +20,22 @@ package does not need langchain-core.
 from knnd_client._common import PUSHBACK_METADATA_KEY, RetryPolicy, pushback_ms
 from knnd_client.aio import AsyncKnnClient, AsyncShardedKnnClient
 from knnd_client.client import KnnClient, ShardedKnnClient
+from knnd_client.errors import (Aborted, AlreadyExists, Cancelled, DataLoss,
+                                DeadlineExceeded, FailedPrecondition, Internal,
+                                InvalidArgument, KnndError, NotFound,
+                                OutOfRange, PermissionDenied,
+                                ResourceExhausted, Unauthenticated,
+                                Unavailable, Unimplemented, Unknown)
 from knnd_client.sharding import (SERVING_VERSION_METADATA_KEY,
                                   ShardedSearchError, ShardedSearchResult)
 
 __all__ = ["KnnClient", "AsyncKnnClient", "ShardedKnnClient",
            "AsyncShardedKnnClient", "ShardedSearchResult",
            "ShardedSearchError", "RetryPolicy", "PUSHBACK_METADATA_KEY",
-           "SERVING_VERSION_METADATA_KEY", "pushback_ms"]
-__version__ = "0.2.0"
+           "SERVING_VERSION_METADATA_KEY", "pushback_ms", "KnndError",
+           "Aborted", "AlreadyExists", "Cancelled", "DataLoss",
+           "DeadlineExceeded", "FailedPrecondition", "Internal",
+           "InvalidArgument", "NotFound", "OutOfRange", "PermissionDenied",
+           "ResourceExhausted", "Unauthenticated", "Unavailable",
+           "Unimplemented", "Unknown"]
+__version__ = "0.3.0"

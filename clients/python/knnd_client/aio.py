@@ -17,7 +17,7 @@ import grpc.aio
 import numpy as np
 import numpy.typing as npt
 
-from knnd_client import _common, sharding
+from knnd_client import _common, errors, sharding
 from knnd_client._common import RetryPolicy
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
 from knnd_client._generated.knnd.v1 import knn_service_pb2_grpc as pb_grpc
@@ -129,10 +129,9 @@ class AsyncKnnClient:
                      _common.positive_timeout_s("timeout_s", timeout_s))
         deadline = time.monotonic() + timeout_s
         if not await _acquire(self._slots, timeout_s):
-            raise grpc.aio.AioRpcError(
-                grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(),
-                grpc.aio.Metadata(),
-                details="deadline passed while waiting for one of the "
+            raise errors.DeadlineExceeded(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                "deadline passed while waiting for one of the "
                 f"client's max_concurrent_calls={self._max_concurrent_calls}"
                 " slots; nothing was sent")
         try:
@@ -146,7 +145,8 @@ class AsyncKnnClient:
             while True:
                 delay_s = attempts.delay_before_retry_s(failed)
                 if delay_s is None:
-                    raise failed
+                    # As KnnClient: knnd_client's own error for the code.
+                    raise errors.from_rpc_error(failed) from None
                 await asyncio.sleep(delay_s)
                 try:
                     return await method(request,

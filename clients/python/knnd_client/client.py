@@ -19,7 +19,7 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from knnd_client import _common, sharding
+from knnd_client import _common, errors, sharding
 from knnd_client._common import PUSHBACK_METADATA_KEY, RetryPolicy, pushback_ms
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
 from knnd_client._generated.knnd.v1 import knn_service_pb2_grpc as pb_grpc
@@ -151,7 +151,9 @@ class KnnClient:
         while True:
             delay_s = attempts.delay_before_retry_s(failed)
             if delay_s is None:
-                raise failed
+                # knnd_client's own error for the code (errors.py), a
+                # grpc.RpcError still; the gRPC one is its `cause`.
+                raise errors.from_rpc_error(failed) from None
             _common.sleep_polling(self._channel, delay_s)
             try:
                 return method(request, timeout=attempts.remaining_s(),

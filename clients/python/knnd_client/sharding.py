@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from knnd_client import _common
 from knnd_client._common import RetryPolicy, pushback_ms
+from knnd_client.errors import _aio_metadata
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
 
 __all__ = ["SERVING_VERSION_METADATA_KEY", "ShardedSearchError",
@@ -78,14 +79,6 @@ class ShardedSearchError(grpc.aio.AioRpcError):
         self.target = target
         self.shard_id = shard_id
         self.cause = cause
-
-
-def _aio_metadata(metadata: Any) -> grpc.aio.Metadata:
-    """Metadata of either stack (a tuple of pairs, grpc.aio.Metadata) as
-    grpc.aio.Metadata, which AioRpcError's trailing_metadata() returns."""
-    if isinstance(metadata, grpc.aio.Metadata):
-        return metadata
-    return grpc.aio.Metadata(*((key, value) for key, value in metadata or ()))
 
 
 def _trailing(error: BaseException) -> Any:

@@ -1,0 +1,165 @@
+"""knnd_client's errors: a failed call as an exception of its own type, with
+knnd's status code and message, without gRPC's debug blob.
+
+KnnClient and AsyncKnnClient raise a subclass of KnndError for each status
+code (InvalidArgument, ResourceExhausted, Unavailable, ...). KnndError is a
+grpc.aio.AioRpcError, itself a grpc.RpcError, so code that catches those
+(and reads code(), details(), trailing_metadata()) keeps working:
+
+    try:
+        ids, distances = client.search(queries, k=10)
+    except knnd_client.InvalidArgument as e:
+        ...  # e.details(): "k=5000 exceeds max_k=1024"
+    except knnd_client.ResourceExhausted as e:
+        ...  # e.pushback_ms: knnd's grpc-retry-pushback-ms, or None
+"""
+from typing import Any, Dict, Optional, Type
+
+import grpc
+import grpc.aio
+
+from knnd_client import _common
+
+
+class KnndError(grpc.aio.AioRpcError):
+    """A call that failed: code(), details() (knnd's message, naming the
+    input and the limit), trailing_metadata(); str() is "CODE: details".
+    `cause`: the gRPC error it was made from, when there was one."""
+
+    def __init__(self, code: grpc.StatusCode, details: str,
+                 trailing_metadata: Any = (),
+                 cause: Optional[BaseException] = None) -> None:
+        super().__init__(code, grpc.aio.Metadata(),
+                         _aio_metadata(trailing_metadata), details=details)
+        self.cause = cause
+
+    def __str__(self) -> str:
+        return f"{self.code().name}: {self.details()}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+    @property
+    def pushback_ms(self) -> Optional[int]:
+        """knnd's grpc-retry-pushback-ms: how long to wait before trying
+        again (a refusal of a full gate), or None."""
+        return _common.pushback_ms(self)
+
+
+class Cancelled(KnndError):
+    """CANCELLED: the call was cancelled (by the client, or by a server
+    shutting down)."""
+
+
+class Unknown(KnndError):
+    """UNKNOWN."""
+
+
+class InvalidArgument(KnndError):
+    """INVALID_ARGUMENT: the request is wrong (a dim, k, filter or limit);
+    the message names the input and the limit. Do not retry it as is."""
+
+
+class DeadlineExceeded(KnndError):
+    """DEADLINE_EXCEEDED: the call's deadline passed."""
+
+
+class NotFound(KnndError):
+    """NOT_FOUND."""
+
+
+class AlreadyExists(KnndError):
+    """ALREADY_EXISTS."""
+
+
+class PermissionDenied(KnndError):
+    """PERMISSION_DENIED: the bearer token may not call this method."""
+
+
+class ResourceExhausted(KnndError):
+    """RESOURCE_EXHAUSTED: knnd's gate is full (pushback_ms says when to
+    try again; the client retried within its RetryPolicy already), or a
+    message over a size limit."""
+
+
+class FailedPrecondition(KnndError):
+    """FAILED_PRECONDITION: the index cannot serve this (no raw vectors for
+    refine_factor, no payloads, a version not loaded)."""
+
+
+class Aborted(KnndError):
+    """ABORTED."""
+
+
+class OutOfRange(KnndError):
+    """OUT_OF_RANGE."""
+
+
+class Unimplemented(KnndError):
+    """UNIMPLEMENTED: knnd does not have this method (an older knnd)."""
+
+
+class Internal(KnndError):
+    """INTERNAL: a failure inside knnd."""
+
+
+class Unavailable(KnndError):
+    """UNAVAILABLE: knnd is not serving (starting, draining, unreachable);
+    the client retried within its RetryPolicy already."""
+
+
+class DataLoss(KnndError):
+    """DATA_LOSS: a file knnd serves failed its checksum."""
+
+
+class Unauthenticated(KnndError):
+    """UNAUTHENTICATED: no bearer token, or one knnd does not know."""
+
+
+_BY_CODE: Dict[grpc.StatusCode, Type[KnndError]] = {
+    grpc.StatusCode.CANCELLED: Cancelled,
+    grpc.StatusCode.UNKNOWN: Unknown,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.ABORTED: Aborted,
+    grpc.StatusCode.OUT_OF_RANGE: OutOfRange,
+    grpc.StatusCode.UNIMPLEMENTED: Unimplemented,
+    grpc.StatusCode.INTERNAL: Internal,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DATA_LOSS: DataLoss,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+}
+
+
+def error_for(code: grpc.StatusCode) -> Type[KnndError]:
+    """The KnndError subclass of a status code."""
+    return _BY_CODE.get(code, KnndError)
+
+
+def from_rpc_error(error: grpc.RpcError) -> KnndError:
+    """`error` (either stack's; a KnndError is returned as it is) as the
+    KnndError of its code, with its details and trailing metadata."""
+    if isinstance(error, KnndError):
+        return error
+    code_of = getattr(error, "code", None)
+    code = code_of() if callable(code_of) else None
+    if not isinstance(code, grpc.StatusCode):
+        code = grpc.StatusCode.UNKNOWN
+    details_of = getattr(error, "details", None)
+    details = (details_of() if callable(details_of) else None) or ""
+    trailing_of = getattr(error, "trailing_metadata", None)
+    trailing = (trailing_of() if callable(trailing_of) else None) or ()
+    return error_for(code)(code, details, trailing, cause=error)
+
+
+def _aio_metadata(metadata: Any) -> grpc.aio.Metadata:
+    """Metadata of either stack (a tuple of pairs, grpc.aio.Metadata) as
+    grpc.aio.Metadata, which AioRpcError's trailing_metadata() returns."""
+    if isinstance(metadata, grpc.aio.Metadata):
+        return metadata
+    return grpc.aio.Metadata(*((key, value) for key, value in metadata or ()))
