@@ -259,8 +259,13 @@ class ShardFront::Call final {
       Answer(s);
       return;
     }
+    // The shards that answered: CheckShardAnswers refused an id outside
+    // [0, n) above, and the index is bounded here again, where it is used.
     std::vector<bool> present(n, false);
-    for (const ShardAnswer& a : answers) present[a.response->shard().shard_id()] = true;
+    for (const ShardAnswer& a : answers) {
+      const size_t id = a.response->shard().shard_id();
+      if (id < n) present[id] = true;
+    }
     for (size_t id = 0; id < n; ++id) {
       if (!present[id]) response_->add_missing_shards(static_cast<uint32_t>(id));
     }
