@@ -50,19 +50,31 @@ bool BoundsCheaperThanCompiling(const IndexSnapshot& snapshot,
   return bits > codes;
 }
 
-// A filter cache hit's bitmap and lists, as they are (its count kept with
-// them: a count reads the whole bitmap).
+// A bitmap admitting `matched` rows (counted by the caller: a count reads
+// the whole bitmap), with its lists or null, planned for `shape`; `cached`:
+// the filter cache holds it.
+PreparedFilter FromRows(const IndexSnapshot& snapshot,
+                        const FilteredSearchShape& shape,
+                        std::shared_ptr<const RowBitmap> rows, int64_t matched,
+                        std::shared_ptr<const FilteredLists> lists,
+                        PreparedFilter::CacheUse cache_use, bool cached) {
+  PreparedFilter filter;
+  filter.rows = std::move(rows);
+  filter.matched_rows = matched;
+  filter.lists = std::move(lists);
+  filter.cache_use = cache_use;
+  filter.cached = cached;
+  Plan(snapshot, shape, filter);
+  return filter;
+}
+
+// A filter cache hit's bitmap and lists, as they are, with their count.
 PreparedFilter Kept(const IndexSnapshot& snapshot,
                     const FilteredSearchShape& shape,
                     FilterCache::Lookup kept) {
-  PreparedFilter filter;
-  filter.rows = std::move(kept.rows);
-  filter.matched_rows = kept.matched;
-  filter.lists = std::move(kept.lists);
-  filter.cache_use = PreparedFilter::CacheUse::kHit;
-  filter.cached = true;
-  Plan(snapshot, shape, filter);
-  return filter;
+  return FromRows(snapshot, shape, std::move(kept.rows), kept.matched,
+                  std::move(kept.lists), PreparedFilter::CacheUse::kHit,
+                  /*cached=*/true);
 }
 
 }  // namespace
@@ -71,12 +83,9 @@ PreparedFilter PrepareRows(const IndexSnapshot& snapshot,
                            std::shared_ptr<const RowBitmap> rows,
                            std::shared_ptr<const FilteredLists> lists,
                            const FilteredSearchShape& shape) {
-  PreparedFilter filter;
-  filter.matched_rows = rows->Count();
-  filter.rows = std::move(rows);
-  filter.lists = std::move(lists);
-  Plan(snapshot, shape, filter);
-  return filter;
+  const int64_t matched = rows->Count();
+  return FromRows(snapshot, shape, std::move(rows), matched, std::move(lists),
+                  PreparedFilter::CacheUse::kNone, /*cached=*/false);
 }
 
 PreparedFilter PrepareRange(const IndexSnapshot& snapshot, ColumnRange range,
@@ -146,25 +155,20 @@ absl::StatusOr<PreparedFilter> PrepareFilter(const knnd::v1::Filter& filter,
       snapshot.CompileFilter(filter, allowed_ids, limits);
   if (!rows.ok()) return rows.status();
   allowed_ids.clear();  // folded into the bitmap
-  PreparedFilter prepared;
-  if (cache != nullptr) {
-    // A filter admitting few rows is kept with its lists cut down to them.
-    const int64_t matched = rows->Count();
-    std::unique_ptr<const FilteredLists> lists =
-        snapshot.FilterLists(*rows, matched);
-    FilterCache::Inserted inserted = cache->Insert(
-        std::move(key), std::move(*rows), std::move(lists), matched);
-    prepared.rows = std::move(inserted.rows);
-    prepared.matched_rows = inserted.matched;
-    if (inserted.kept) prepared.lists = std::move(inserted.lists);
-    prepared.cached = inserted.kept;
-  } else {
-    prepared.matched_rows = rows->Count();
-    prepared.rows = std::make_shared<const RowBitmap>(std::move(*rows));
+  const int64_t matched = rows->Count();
+  if (cache == nullptr) {
+    return FromRows(snapshot, shape,
+                    std::make_shared<const RowBitmap>(std::move(*rows)),
+                    matched, nullptr, cache_use, /*cached=*/false);
   }
-  prepared.cache_use = cache_use;
-  Plan(snapshot, shape, prepared);
-  return prepared;
+  // A filter admitting few rows is kept with its lists cut down to them.
+  std::unique_ptr<const FilteredLists> lists =
+      snapshot.FilterLists(*rows, matched);
+  FilterCache::Inserted inserted = cache->Insert(
+      std::move(key), std::move(*rows), std::move(lists), matched);
+  return FromRows(snapshot, shape, std::move(inserted.rows), inserted.matched,
+                  inserted.kept ? std::move(inserted.lists) : nullptr,
+                  cache_use, /*cached=*/inserted.kept);
 }
 
 }  // namespace knnd
