@@ -34,6 +34,7 @@ using ::knnd::testing::LoadSnapshot;
 using ::knnd::testing::MakeAttributes;
 using ::knnd::testing::MakeData;
 using ::knnd::testing::NormalizedRows;
+using ::knnd::testing::SearchPrepared;
 using ::knnd::testing::SearchResults;
 using ::knnd::testing::SearchSnapshot;
 using ::knnd::testing::TempDir;
@@ -183,27 +184,25 @@ TEST(FilterPlanner, SearchRunsThePreparedPlanWithoutPlanningAgain) {
   ASSERT_TRUE(rows.ok()) << rows.status();
   const std::vector<float> queries = MakeData(20, kDim, 97);
   const int64_t n = static_cast<int64_t>(queries.size()) / kDim;
-  SearchResults got;
-  got.ids.resize(n * kK);
-  got.distances.resize(n * kK);
-  SearchArgs args;
-  args.queries = queries.data();
-  args.num_queries = n;
-  args.k = kK;
-  args.nprobe = 2;
-  args.distances = got.distances.data();
-  args.ids = got.ids.data();
   PreparedFilter prepared =
       PrepareRows(*snapshot, std::make_shared<const RowBitmap>(*rows), nullptr,
                   {n, kK, 2, 0});
   ASSERT_EQ(prepared.plan, FilterPlan::kIvf);
   const std::vector<int64_t> exact = ExactAmong(built.base, *rows, queries);
-  ASSERT_TRUE(snapshot->Search(args, &prepared).ok());
-  EXPECT_NE(got.ids, exact);  // the IVF plan's estimates, not exact
+  // The IVF plan's estimates, not exact.
+  EXPECT_NE(SearchPrepared(*snapshot, queries, kK, 2, 0, &prepared).ids, exact);
   prepared.plan = FilterPlan::kExact;
-  ASSERT_TRUE(snapshot->Search(args, &prepared).ok());
-  EXPECT_EQ(got.ids, exact);
+  EXPECT_EQ(SearchPrepared(*snapshot, queries, kK, 2, 0, &prepared).ids, exact);
 
+  std::vector<float> distances(n * kK);
+  std::vector<int64_t> ids(n * kK);
+  SearchArgs args;
+  args.queries = queries.data();
+  args.num_queries = n;
+  args.k = kK;
+  args.nprobe = 2;
+  args.distances = distances.data();
+  args.ids = ids.data();
   args.allowed_rows = &*rows;
   const absl::Status unprepared = snapshot->Search(args);
   EXPECT_EQ(unprepared.code(), absl::StatusCode::kInvalidArgument);
@@ -260,18 +259,8 @@ TEST(FilterPlanner, FewMatchesAreSearchedExactlyWithoutReranking) {
   ASSERT_LT(parsed.filter->matched_rows, 100);
   EXPECT_EQ(parsed.filter->plan, FilterPlan::kExact);
   const std::vector<float> queries = MakeData(20, kDim, 91);
-  SearchResults got;
-  got.ids.resize(queries.size() / kDim * kK);
-  got.distances.resize(got.ids.size());
-  SearchArgs args;
-  args.queries = queries.data();
-  args.num_queries = static_cast<int64_t>(queries.size()) / kDim;
-  args.k = kK;
-  args.nprobe = 2;
-  args.distances = got.distances.data();
-  args.ids = got.ids.data();
-  ASSERT_TRUE(snapshot->Search(args, &*parsed.filter).ok());
-  EXPECT_EQ(got.ids, ExactAmong(built.base, *parsed.filter->rows, queries));
+  EXPECT_EQ(SearchPrepared(*snapshot, queries, kK, 2, 0, &*parsed.filter).ids,
+            ExactAmong(built.base, *parsed.filter->rows, queries));
   EXPECT_EQ(PlanOf(*snapshot, *parsed.filter->rows, 2, 4, parsed.filter->lists),
             FilterPlan::kFlat);
 }
@@ -725,20 +714,11 @@ TEST(FilterPlanner, SparseKeptFiltersKeepTheirLists) {
     const FilterPlan plan = PlanOf(*fastscan, *hit.rows, 2, 0, hit.lists);
     EXPECT_EQ(plan, fraction < 0.1 ? FilterPlan::kFlat : FilterPlan::kIvf);
     for (int refine : {0, 4}) {
-      SearchResults with_lists;
-      with_lists.ids.resize(queries.size() / kDim * kK);
-      with_lists.distances.resize(with_lists.ids.size());
-      SearchArgs args;
-      args.queries = queries.data();
-      args.num_queries = static_cast<int64_t>(queries.size()) / kDim;
-      args.k = kK;
-      args.nprobe = 2;
-      args.refine_factor = refine;
-      args.distances = with_lists.distances.data();
-      args.ids = with_lists.ids.data();
       const PreparedFilter prepared = PrepareRows(
-          *fastscan, hit.rows, hit.lists, {args.num_queries, kK, 2, refine});
-      ASSERT_TRUE(fastscan->Search(args, &prepared).ok());
+          *fastscan, hit.rows, hit.lists,
+          {static_cast<int64_t>(queries.size()) / kDim, kK, 2, refine});
+      const SearchResults with_lists =
+          SearchPrepared(*fastscan, queries, kK, 2, refine, &prepared);
       if (refine == 0) {
         // The IVF scan through the bitmap (no vectors: never the exact
         // plan) of the same lists, or of every list for the flat plan,

@@ -237,12 +237,11 @@ std::unique_ptr<IndexSnapshot> LoadSnapshot(const std::string& path,
   return loaded.ok() ? std::move(*loaded) : nullptr;
 }
 
-SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
+SearchResults SearchPrepared(const IndexSnapshot& snapshot,
                              const std::vector<float>& queries, int k,
                              int nprobe, int refine_factor,
-                             absl::Span<const int64_t> allowed_ids,
-                             const RowBitmap* allowed_rows,
-                             const ColumnRange* allowed_range) {
+                             const PreparedFilter* filter,
+                             absl::Span<const int64_t> allowed_ids) {
   const int64_t n = static_cast<int64_t>(queries.size()) / snapshot.info().dim;
   SearchResults results;
   results.distances.resize(n * k);
@@ -256,6 +255,18 @@ SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
   args.distances = results.distances.data();
   args.ids = results.ids.data();
   args.refine_factor = refine_factor;
+  absl::Status status = snapshot.Search(args, filter);
+  EXPECT_TRUE(status.ok()) << status;
+  return results;
+}
+
+SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
+                             const std::vector<float>& queries, int k,
+                             int nprobe, int refine_factor,
+                             absl::Span<const int64_t> allowed_ids,
+                             const RowBitmap* allowed_rows,
+                             const ColumnRange* allowed_range) {
+  const int64_t n = static_cast<int64_t>(queries.size()) / snapshot.info().dim;
   // The filter prepared as the handler prepares it (its plan chosen for
   // this shape).
   std::optional<PreparedFilter> filter;
@@ -267,10 +278,8 @@ SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
   } else if (allowed_range != nullptr) {
     filter = PrepareRange(snapshot, *allowed_range, shape);
   }
-  absl::Status status =
-      snapshot.Search(args, filter.has_value() ? &*filter : nullptr);
-  EXPECT_TRUE(status.ok()) << status;
-  return results;
+  return SearchPrepared(snapshot, queries, k, nprobe, refine_factor,
+                        filter.has_value() ? &*filter : nullptr, allowed_ids);
 }
 
 std::vector<float> NormalizedRows(std::vector<float> x, int dim) {

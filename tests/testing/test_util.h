@@ -155,6 +155,13 @@ SearchResults SearchSnapshot(const IndexSnapshot& snapshot,
                              absl::Span<const int64_t> allowed_ids = {},
                              const RowBitmap* allowed_rows = nullptr,
                              const ColumnRange* allowed_range = nullptr);
+// The same with a filter the caller prepared (prepared_filter.h): its plan
+// runs as it is.
+SearchResults SearchPrepared(const IndexSnapshot& snapshot,
+                             const std::vector<float>& queries, int k,
+                             int nprobe, int refine_factor,
+                             const PreparedFilter* filter,
+                             absl::Span<const int64_t> allowed_ids = {});
 
 // ---- exact answers, in double precision and independent of FAISS ----
 
