@@ -146,15 +146,25 @@ def from_rpc_error(error: grpc.RpcError) -> KnndError:
     KnndError of its code, with its details and trailing metadata."""
     if isinstance(error, KnndError):
         return error
-    code_of = getattr(error, "code", None)
-    code = code_of() if callable(code_of) else None
-    if not isinstance(code, grpc.StatusCode):
-        code = grpc.StatusCode.UNKNOWN
-    details_of = getattr(error, "details", None)
-    details = (details_of() if callable(details_of) else None) or ""
-    trailing_of = getattr(error, "trailing_metadata", None)
-    trailing = (trailing_of() if callable(trailing_of) else None) or ()
-    return error_for(code)(code, details, trailing, cause=error)
+    code = _code(error) or grpc.StatusCode.UNKNOWN
+    return error_for(code)(code, _details(error), _trailing(error), cause=error)
+
+
+# An error's code(), details() and trailing_metadata(), read from either
+# stack's errors (and tolerating errors that lack them).
+def _trailing(error: BaseException) -> Any:
+    trailing = getattr(error, "trailing_metadata", None)
+    return (trailing() if callable(trailing) else None) or ()
+
+
+def _code(error: BaseException) -> Optional[grpc.StatusCode]:
+    code = getattr(error, "code", None)
+    return code() if callable(code) else None
+
+
+def _details(error: BaseException) -> str:
+    details = getattr(error, "details", None)
+    return (details() if callable(details) else None) or str(error)
 
 
 def _aio_metadata(metadata: Any) -> grpc.aio.Metadata:

@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from knnd_client import _common
 from knnd_client._common import RetryPolicy, pushback_ms
-from knnd_client.errors import _aio_metadata
+from knnd_client.errors import _aio_metadata, _code, _details, _trailing
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
 
 __all__ = ["SERVING_VERSION_METADATA_KEY", "ShardedSearchError",
@@ -80,20 +80,6 @@ class ShardedSearchError(grpc.aio.AioRpcError):
         self.shard_id = shard_id
         self.cause = cause
 
-
-def _trailing(error: BaseException) -> Any:
-    trailing = getattr(error, "trailing_metadata", None)
-    return (trailing() if callable(trailing) else None) or ()
-
-
-def _code(error: BaseException) -> Optional[grpc.StatusCode]:
-    code = getattr(error, "code", None)
-    return code() if callable(code) else None
-
-
-def _details(error: BaseException) -> str:
-    details = getattr(error, "details", None)
-    return (details() if callable(details) else None) or str(error)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
