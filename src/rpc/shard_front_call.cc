@@ -81,6 +81,17 @@ class ShardFront::Call final {
       return admission.Refuse(RejectReason::kNotReady, front_->ready(),
                               answer);
     }
+    // Hybrid answers are fused from each retriever's ranks over the whole
+    // set, which a merge of the shards' fused answers cannot give.
+    if (request_->texts_size() > 0) {
+      return admission.Refuse(
+          RejectReason::kInvalid,
+          absl::UnimplementedError(
+              "texts (hybrid retrieval) through a front of shards is not "
+              "served yet: search a whole index, or each shard with "
+              "ShardedKnnClient (docs/hybrid.md)"),
+          answer);
+    }
     // A filter too deep to read is refused here, never sent on.
     if (absl::Status s = CheckFilterParsed(*request_, facts.max_filter_depth);
         !s.ok()) {

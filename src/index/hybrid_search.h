@@ -1,0 +1,76 @@
+// Hybrid retrieval: a query's vector and text (BM25, text/text_index.h)
+// searched over one pinned version with one prepared filter, and their
+// results fused (RRF or weighted scores) into one answer. The retrievers
+// are the two plans of one request: the vector search runs as every
+// search does (IndexSnapshot::Search with the prepared filter's plan) for
+// `vector_window` candidates; the text search scores every row holding a
+// query term and keeps the `text_window` best of those the same filter
+// and allow-list admit (exactly: no post-filter, no hole); the fusion
+// then ranks the union.
+//
+// Thread-safety: pure functions over an immutable snapshot.
+#ifndef KNND_INDEX_HYBRID_SEARCH_H_
+#define KNND_INDEX_HYBRID_SEARCH_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "knnd/faiss/search_args.h"
+#include "knnd/index/index_snapshot.h"
+#include "knnd/index/prepared_filter.h"
+
+namespace knnd {
+
+enum class Fusion {
+  kNone,      // text alone: no vectors
+  kRrf,       // reciprocal rank fusion
+  kWeighted,  // weighted min-max normalised scores
+};
+inline constexpr int kDefaultRrfK = 60;
+inline constexpr int kMaxRrfK = 100000;
+inline constexpr float kDefaultFusionWeight = 0.5f;
+
+// The text side of a request and how it fuses, validated.
+struct HybridQuery {
+  // Per query: its text's terms in the snapshot's text index
+  // (TextIndex::QueryTerms).
+  std::vector<std::vector<uint32_t>> terms;
+  Fusion fusion = Fusion::kRrf;  // kNone exactly when there are no vectors
+  int rrf_k = kDefaultRrfK;
+  float vector_weight = kDefaultFusionWeight;
+  float text_weight = kDefaultFusionWeight;
+  int vector_window = 1;  // >= k; unused without vectors
+  int text_window = 1;    // >= k
+};
+
+// Per result entry (num_queries * k, the caller's buffers): each
+// retriever's rank (from 1; 0: not in its window) and score; the vector
+// ones may be null without vectors. `vector_time` and `text_time`, when
+// not null, are set to the time each retriever took.
+struct HybridOutputs {
+  uint32_t* vector_ranks = nullptr;
+  float* vector_scores = nullptr;
+  uint32_t* text_ranks = nullptr;
+  float* text_scores = nullptr;
+  absl::Duration* vector_time = nullptr;
+  absl::Duration* text_time = nullptr;
+};
+
+// Searches queries [first, first + args.num_queries) of `query` on
+// `snapshot`, which must have a text index: args.queries holds their
+// vectors unless query.fusion is kNone (then null); args.k results each
+// go to args.ids and args.distances (the fused score, or BM25's alone,
+// larger first; equal scores by id; missing results id -1 with score
+// -inf); args.allowed_ids and `filter` (prepared for a search of
+// vector_window results) admit rows for both retrievers. FAILED_PRECONDITION
+// without a text index; the vector search's errors as they are.
+absl::Status SearchHybrid(const IndexSnapshot& snapshot, const SearchArgs& args,
+                          const PreparedFilter* filter,
+                          const HybridQuery& query, int64_t first,
+                          const HybridOutputs& out);
+
+}  // namespace knnd
+
+#endif  // KNND_INDEX_HYBRID_SEARCH_H_
