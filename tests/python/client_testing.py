@@ -234,7 +234,8 @@ class ClientContract:
                 with self.assertRaisesRegex(error, message):
                     search(*args, **kwargs)
         self.assertEqual(fake.calls, [], "an RPC was made for a bad input")
-        ids, distances = search(np.ones((2, 4), np.float32), 3)
+        result = search(np.ones((2, 4), np.float32), 3)
+        ids, distances = result.ids, result.distances
         self.assertEqual(len(fake.calls), 1)
         self.assertEqual((ids.dtype, ids.shape), (np.int64, (2, 3)))
         self.assertEqual((distances.dtype, distances.shape), (np.float32, (2, 3)))
@@ -245,7 +246,7 @@ class ClientContract:
         fake, search = self.serve(
             ("fail", grpc.StatusCode.RESOURCE_EXHAUSTED, 300),
             ("fail", grpc.StatusCode.RESOURCE_EXHAUSTED, 300), ("ok",))
-        ids, _ = search(np.ones((1, 4), np.float32), 2)
+        ids = search(np.ones((1, 4), np.float32), 2).ids
         self.assertEqual(ids.tolist(), [[0, 1]])
         self.assertEqual(len(fake.calls), 3)
         gaps = np.diff(fake.calls)
@@ -284,7 +285,7 @@ class ClientContract:
         reset = ("fail", grpc.StatusCode.RESOURCE_EXHAUSTED, None,
                  f"Stream removed (Received {QUOTA_RESET_DETAILS})")
         fake, search = self.serve(reset, reset, ("ok",))
-        ids, _ = search(np.ones((1, 4), np.float32), 2)
+        ids = search(np.ones((1, 4), np.float32), 2).ids
         self.assertEqual(ids.tolist(), [[0, 1]])
         self.assertEqual(len(fake.calls), 3)
         self.assertTrue((np.diff(fake.calls) < 0.1 + 0.1).all(), np.diff(fake.calls))
