@@ -55,7 +55,7 @@ NUMPY_REQUIREMENT = "numpy>=1.24,<3"
 # Stubs without a version check (grpc_python_plugin before 1.63: Debian
 # 12's 1.51, grpcio-tools 1.62.3): they import under grpcio 1.51.1
 # (Debian's, and PyPI's in the lowest route) and PyPI's newest 1.x.
-UNCHECKED_GRPC_REQUIREMENT = "grpcio>=1.51,<2"
+UNCHECKED_GRPC_REQUIREMENT = "grpcio>=1.51.1,<2"
 # Protobuf gencode without a runtime check (protoc before 26: Debian 12's
 # 3.21.12, grpcio-tools 1.62.3's 25.1) needs a runtime at least as new as
 # the protoc; it was tested up to PyPI's newest 7.x, and 8 does not exist

@@ -36,6 +36,11 @@ ROUTE_ENV = "KNND_CLIENT_TEST_ROUTE"  # "system" or "pypi"
 DATA_ENV = "KNND_CLIENT_TEST_DATA"    # the index and vectors built once
 SOURCE_ENV = "KNND_CLIENT_TEST_SOURCE"  # the copy of the tree installed from
 ROUTES = ("system", "pypi")
+# What the pypi route installs beside the client for client_types_test.py's
+# `mypy --strict` (fixed versions: a new release's new checks are a change
+# to make on purpose).
+TYPE_CHECK_REQUIREMENTS = ("mypy==2.4.1", "types-grpcio==1.85.0.20261028",
+                           "types-protobuf==7.35.1.20260906")
 DIM = 48
 SEARCH_OK = ('grpc_server_handled_total{grpc_code="OK",grpc_method="Search",'
              'grpc_service="knnd.v1.KnnService",grpc_type="unary"}')
