@@ -2,12 +2,14 @@
 knnd's status code and message, without gRPC's debug blob.
 
 KnnClient and AsyncKnnClient raise a subclass of KnndError for each status
-code (InvalidArgument, ResourceExhausted, Unavailable, ...). KnndError is a
-grpc.aio.AioRpcError, itself a grpc.RpcError, so code that catches those
-(and reads code(), details(), trailing_metadata()) keeps working:
+code (InvalidArgument, ResourceExhausted, Unavailable, ...); the sharded
+clients raise ShardedSearchError, which names the shard that failed.
+Both are grpc.aio.AioRpcError, itself a grpc.RpcError, so code that
+catches those (and reads code(), details(), trailing_metadata()) keeps
+working:
 
     try:
-        ids, distances = client.search(queries, k=10)
+        result = client.search(queries, k=10)
     except knnd_client.InvalidArgument as e:
         ...  # e.details(): "k=5000 exceeds max_k=1024"
     except knnd_client.ResourceExhausted as e:
