@@ -178,7 +178,7 @@ class PayloadsTest(unittest.TestCase):
         for q in range(len(self.xq)):
             for j in range(K):
                 self.assertEqual(sharded.payloads[q][j],
-                                 self.stored(sharded[0][q, j], ["text"]))
+                                 self.stored(sharded.ids[q, j], ["text"]))
 
     def test_shards_merge_to_the_whole_answer_with_payloads(self):
         from knnd_client import ShardedKnnClient
