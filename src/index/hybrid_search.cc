@@ -5,70 +5,9 @@
 #include <limits>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/time/clock.h"
 
 namespace knnd {
-namespace {
-
-// One candidate of a query's fusion: where each retriever put it.
-struct Candidate {
-  int64_t id = -1;
-  uint32_t vector_rank = 0;
-  float vector_score = 0;
-  uint32_t text_rank = 0;
-  float text_score = 0;
-  double fused = 0;
-};
-
-// Min-max normalisation of one retriever's scores over its window: its
-// best 1, its worst 0 (all 1 when they are equal).
-class Normalizer {
- public:
-  Normalizer(float best, float worst) : best_(best), worst_(worst) {}
-  double operator()(float score) const {
-    if (best_ == worst_) return 1.0;
-    return (static_cast<double>(score) - worst_) /
-           (static_cast<double>(best_) - worst_);
-  }
-
- private:
-  const float best_;
-  const float worst_;
-};
-
-void Fuse(const HybridQuery& query, std::vector<Candidate>& candidates,
-          int vector_count, int text_count, float vector_best,
-          float vector_worst, float text_best, float text_worst) {
-  const Normalizer vector_norm(vector_best, vector_worst);
-  const Normalizer text_norm(text_best, text_worst);
-  for (Candidate& c : candidates) {
-    switch (query.fusion) {
-      case Fusion::kNone:
-        c.fused = c.text_score;
-        break;
-      case Fusion::kRrf:
-        c.fused =
-            (c.vector_rank > 0 ? 1.0 / (query.rrf_k + c.vector_rank) : 0.0) +
-            (c.text_rank > 0 ? 1.0 / (query.rrf_k + c.text_rank) : 0.0);
-        break;
-      case Fusion::kWeighted:
-        c.fused = (c.vector_rank > 0 && vector_count > 0
-                       ? query.vector_weight * vector_norm(c.vector_score)
-                       : 0.0) +
-                  (c.text_rank > 0 && text_count > 0
-                       ? query.text_weight * text_norm(c.text_score)
-                       : 0.0);
-        break;
-    }
-  }
-  std::sort(candidates.begin(), candidates.end(),
-            [](const Candidate& a, const Candidate& b) {
-              return a.fused != b.fused ? a.fused > b.fused : a.id < b.id;
-            });
-}
-
-}  // namespace
 
 absl::Status SearchHybrid(const IndexSnapshot& snapshot, const SearchArgs& args,
                           const PreparedFilter* filter,
@@ -127,71 +66,57 @@ absl::Status SearchHybrid(const IndexSnapshot& snapshot, const SearchArgs& args,
   if (out.text_time != nullptr) *out.text_time = absl::Now() - text_start;
 
   const bool larger_closer = snapshot.info().metric != Metric::kL2;
-  std::vector<Candidate> candidates;
-  absl::flat_hash_map<int64_t, size_t> at;
+  std::vector<RetrievedHit> vector_list;
+  std::vector<RetrievedHit> text_list;
   for (int64_t q = 0; q < nq; ++q) {
-    candidates.clear();
-    at.clear();
-    int vector_count = 0;
-    float vector_best = 0, vector_worst = 0;
+    vector_list.clear();
+    text_list.clear();
     for (int r = 0; r < vw; ++r) {
-      const int64_t id = vector_ids[static_cast<size_t>(q * vw + r)];
-      if (id < 0) break;
-      const float d = vector_distances[static_cast<size_t>(q * vw + r)];
-      // Scores for normalisation: larger better.
-      const float score = larger_closer ? d : -d;
-      if (vector_count == 0) vector_best = score;
-      vector_worst = score;
-      ++vector_count;
-      at[id] = candidates.size();
-      Candidate c;
-      c.id = id;
-      c.vector_rank = static_cast<uint32_t>(r + 1);
-      c.vector_score = d;
-      candidates.push_back(c);
+      const size_t at = static_cast<size_t>(q * vw + r);
+      if (vector_ids[at] < 0) break;
+      vector_list.push_back({vector_ids[at], vector_distances[at]});
     }
-    const std::vector<TextHit>& hits = text_hits[static_cast<size_t>(q)];
-    const int text_count = static_cast<int>(hits.size());
-    for (int r = 0; r < text_count; ++r) {
-      const int64_t id = snapshot.IdOfRow(hits[r].row);
-      auto [it, added] = at.try_emplace(id, candidates.size());
-      if (added) {
-        Candidate c;
-        c.id = id;
-        candidates.push_back(c);
+    for (const TextHit& hit : text_hits[static_cast<size_t>(q)]) {
+      text_list.push_back({snapshot.IdOfRow(hit.row), hit.score});
+    }
+    int64_t* ids = args.ids + q * k;
+    float* scores = args.distances + q * k;
+    const size_t first_entry = static_cast<size_t>(q * k);
+    if (query.windows) {
+      // For a merger: each retriever's list as it is, vector window first.
+      for (int i = 0; i < k; ++i) {
+        const size_t e = first_entry + static_cast<size_t>(i);
+        const bool in_vector = i < vw;
+        const std::vector<RetrievedHit>& list =
+            in_vector ? vector_list : text_list;
+        const int r = in_vector ? i : i - vw;
+        const bool have = r < static_cast<int>(list.size());
+        ids[i] = have ? list[static_cast<size_t>(r)].id : -1;
+        scores[i] = have ? list[static_cast<size_t>(r)].score : 0.0f;
+        if (out.vector_ranks != nullptr) {
+          out.vector_ranks[e] = in_vector && have ? r + 1 : 0;
+          out.vector_scores[e] = in_vector ? scores[i] : 0.0f;
+        }
+        out.text_ranks[e] = !in_vector && have ? r + 1 : 0;
+        out.text_scores[e] = in_vector ? 0.0f : scores[i];
       }
-      Candidate& c = candidates[it->second];
-      c.text_rank = static_cast<uint32_t>(r + 1);
-      c.text_score = hits[r].score;
+      continue;
     }
-    // The vector scores normalised on the larger-is-better scale.
-    if (!larger_closer) {
-      for (Candidate& c : candidates) {
-        if (c.vector_rank > 0) c.vector_score = -c.vector_score;
-      }
-    }
-    Fuse(query, candidates, vector_count, text_count, vector_best, vector_worst,
-         text_count > 0 ? hits.front().score : 0,
-         text_count > 0 ? hits.back().score : 0);
-    if (!larger_closer) {
-      for (Candidate& c : candidates) {
-        if (c.vector_rank > 0) c.vector_score = -c.vector_score;
-      }
-    }
+    const std::vector<FusedHit> fused =
+        FuseResults(vector_list, larger_closer, text_list, query);
     for (int i = 0; i < k; ++i) {
-      const size_t e = static_cast<size_t>(q * k + i);
-      const bool have = i < static_cast<int>(candidates.size());
-      const Candidate c =
-          have ? candidates[static_cast<size_t>(i)] : Candidate();
-      args.ids[e] = c.id;
-      args.distances[e] = have ? static_cast<float>(c.fused)
-                               : -std::numeric_limits<float>::infinity();
+      const size_t e = first_entry + static_cast<size_t>(i);
+      const bool have = i < static_cast<int>(fused.size());
+      const FusedHit h = have ? fused[static_cast<size_t>(i)] : FusedHit();
+      ids[i] = h.id;
+      scores[i] = have ? static_cast<float>(h.fused)
+                       : -std::numeric_limits<float>::infinity();
       if (out.vector_ranks != nullptr) {
-        out.vector_ranks[e] = c.vector_rank;
-        out.vector_scores[e] = c.vector_score;
+        out.vector_ranks[e] = h.vector_rank;
+        out.vector_scores[e] = h.vector_score;
       }
-      out.text_ranks[e] = c.text_rank;
-      out.text_scores[e] = c.text_score;
+      out.text_ranks[e] = h.text_rank;
+      out.text_scores[e] = h.text_score;
     }
   }
   return absl::OkStatus();

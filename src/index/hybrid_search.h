@@ -18,31 +18,28 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "knnd/faiss/search_args.h"
+#include "knnd/index/hybrid_fusion.h"
 #include "knnd/index/index_snapshot.h"
 #include "knnd/index/prepared_filter.h"
 
 namespace knnd {
 
-enum class Fusion {
-  kNone,      // text alone: no vectors
-  kRrf,       // reciprocal rank fusion
-  kWeighted,  // weighted min-max normalised scores
-};
-inline constexpr int kDefaultRrfK = 60;
-inline constexpr int kMaxRrfK = 100000;
-inline constexpr float kDefaultFusionWeight = 0.5f;
-
-// The text side of a request and how it fuses, validated.
-struct HybridQuery {
+// The text side of a request and how it fuses, validated; `fusion` is
+// Fusion::kNone exactly when there are no vectors.
+struct HybridQuery : FusionParams {
   // Per query: its text's terms in the snapshot's text index
   // (TextIndex::QueryTerms).
   std::vector<std::vector<uint32_t>> terms;
-  Fusion fusion = Fusion::kRrf;  // kNone exactly when there are no vectors
-  int rrf_k = kDefaultRrfK;
-  float vector_weight = kDefaultFusionWeight;
-  float text_weight = kDefaultFusionWeight;
   int vector_window = 1;  // >= k; unused without vectors
   int text_window = 1;    // >= k
+  // For a merger of shards (SearchRequest.return_candidates): each query's
+  // answer is its vector window (vector_window entries, the distances)
+  // then its text window (text_window entries, the BM25 scores), each as
+  // its retriever ranked it, padded with id -1, unfused: the merger ranks
+  // each retriever's lists over every shard and fuses those
+  // (rpc/shard_merge.h). The answer's width, args.k, is then
+  // vector_window + text_window (vector_window 0 without vectors).
+  bool windows = false;
 };
 
 // Per result entry (num_queries * k, the caller's buffers): each
@@ -61,11 +58,12 @@ struct HybridOutputs {
 // Searches queries [first, first + args.num_queries) of `query` on
 // `snapshot`, which must have a text index: args.queries holds their
 // vectors unless query.fusion is kNone (then null); args.k results each
-// go to args.ids and args.distances (the fused score, or BM25's alone,
-// larger first; equal scores by id; missing results id -1 with score
-// -inf); args.allowed_ids and `filter` (prepared for a search of
-// vector_window results) admit rows for both retrievers. FAILED_PRECONDITION
-// without a text index; the vector search's errors as they are.
+// go to args.ids and args.distances (FuseResults(): the fused score, or
+// BM25's alone, larger first; equal scores by id; missing results id -1
+// with score -inf; or with query.windows each retriever's window);
+// args.allowed_ids and `filter` (prepared for a search of vector_window
+// results) admit rows for both retrievers. FAILED_PRECONDITION without a
+// text index; the vector search's errors as they are.
 absl::Status SearchHybrid(const IndexSnapshot& snapshot, const SearchArgs& args,
                           const PreparedFilter* filter,
                           const HybridQuery& query, int64_t first,

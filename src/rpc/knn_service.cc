@@ -92,10 +92,9 @@ void KnnServiceImpl::Search(SearchCall* call) {
   }
   // Payloads go with every result entry: candidates too for a merger.
   const int64_t payload_entries =
-      !payloads->has_value() ? 0
-      : AnswersWithCandidates(call->request(), *parsed)
-          ? SatMul(parsed->num_queries, parsed->k, parsed->refine_factor)
-          : SatMul(parsed->num_queries, parsed->k);
+      !payloads->has_value()
+          ? 0
+          : SatMul(parsed->num_queries, AnswerWidth(call->request(), *parsed));
   const SearchShape shape =
       ShapeOf(*parsed, pinned.snapshot->info(), payload_entries);
   const int64_t bytes = EstimateSearchBytes(pinned.snapshot->info(), shape);
@@ -212,7 +211,10 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   args.queries = job->query_storage.empty() ? parsed.queries
                                             : job->query_storage.data();
   args.num_queries = parsed.num_queries;
-  args.k = parsed.k;
+  // A hybrid answer of windows for a merger is as wide as both windows.
+  args.k = parsed.hybrid.has_value()
+               ? static_cast<int>(AnswerWidth(call->request(), parsed))
+               : parsed.k;
   args.nprobe = parsed.nprobe;
   args.refine_factor = parsed.refine_factor;
   args.return_candidates = return_candidates;

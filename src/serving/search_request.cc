@@ -146,6 +146,7 @@ absl::Status ParseFusion(const knnd::v1::SearchRequest& request, bool vectors,
   }
   hybrid.vector_window = parsed.k;
   hybrid.text_window = parsed.k;
+  hybrid.windows = request.return_candidates();
   for (auto [name, has, value, window] :
        {std::tuple{"vector_window", request.has_vector_window(),
                    request.vector_window(), &hybrid.vector_window},
@@ -364,6 +365,19 @@ bool AnswersWithCandidates(const knnd::v1::SearchRequest& request,
                            const ParsedSearch& parsed) {
   return request.return_candidates() && parsed.refine_factor > 0 &&
          !parsed.filter.has_value() && !parsed.hybrid.has_value();
+}
+
+int64_t AnswerWidth(const knnd::v1::SearchRequest& request,
+                    const ParsedSearch& parsed) {
+  if (parsed.hybrid.has_value() && parsed.hybrid->windows) {
+    return (parsed.hybrid->fusion != Fusion::kNone
+                ? int64_t{parsed.hybrid->vector_window}
+                : 0) +
+           parsed.hybrid->text_window;
+  }
+  return AnswersWithCandidates(request, parsed)
+             ? int64_t{parsed.k} * parsed.refine_factor
+             : parsed.k;
 }
 
 }  // namespace knnd

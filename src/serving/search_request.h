@@ -75,6 +75,12 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
 bool AnswersWithCandidates(const knnd::v1::SearchRequest& request,
                            const ParsedSearch& parsed);
 
+// Entries per query of the answer: k; refine_factor * k with
+// AnswersWithCandidates(); for a hybrid request asked for its windows
+// (return_candidates), vector_window (with vectors) + text_window.
+int64_t AnswerWidth(const knnd::v1::SearchRequest& request,
+                    const ParsedSearch& parsed);
+
 }  // namespace knnd
 
 #endif  // KNND_SERVING_SEARCH_REQUEST_H_

@@ -12,8 +12,9 @@ stubs:
     text ranks those of the admitted rows);
   - knnctl update: the new version's text index holds the added rows'
     words and none of the deleted rows';
-  - knnd's front of shards refuses texts (UNIMPLEMENTED), the per-retriever
-    time is in the metrics, GetIndexInfo describes the text index.
+  - knnd's front of shards fuses the shards' windows into the whole
+    index's answer; the per-retriever time is in the metrics, GetIndexInfo
+    describes the text index.
 
 Run by ctest (python_hybrid); by hand:
   /usr/bin/python3 tests/python/hybrid_test.py --knnd build/knnd \\
@@ -300,11 +301,48 @@ class HybridTest(unittest.TestCase):
         self.assertEqual(r.ids[0], 1)
         self.assertEqual(r.filter_matched_rows, ROWS // 3 + 1)
 
-    def test_a_front_of_shards_refuses_texts(self):
-        with self.assertRaises(grpc.RpcError) as raised:
-            self.search("front", texts=["printer"], k=K)
-        self.assertEqual(raised.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
-        self.assertIn("front of shards", raised.exception.details())
+    def test_a_front_of_shards_answers_as_the_whole_index(self):
+        """The front asks each shard for its windows and fuses the set's:
+        texts alone (filtered too), RRF and weighted, with payloads, equal
+        to the whole index's answer. Without re-ranking and filters on the
+        vector side: with them each shard re-ranks or plans its own
+        candidates, as every filtered or re-ranked merge does
+        (docs/sharding.md), and a filtered hybrid answer is checked to
+        hold only admitted rows."""
+        xq = self.xb[:len(self.QUERIES)] + 0.01
+        f = self.pb.Filter(condition=self.pb.Condition(
+            field="lang", eq=self.pb.AttributeValue(keyword="en")))
+        for fields in [
+                dict(texts=self.QUERIES, k=K),
+                dict(texts=self.QUERIES, k=K, vectors_f32le=xq.tobytes(),
+                     refine_factor=0, vector_window=25, text_window=40),
+                dict(texts=self.QUERIES, k=K, vectors_f32le=xq.tobytes(),
+                     refine_factor=0, fusion=self.pb.FUSION_WEIGHTED,
+                     vector_weight=0.25, text_weight=0.75, vector_window=20,
+                     text_window=20),
+                dict(texts=self.QUERIES, k=K, filter=f, text_window=30,
+                     payloads=self.pb.PayloadRequest(fields=["lang", "n"]))]:
+            whole = self.search("whole", **fields)
+            front = self.search("front", **fields)
+            what = str({key: v for key, v in fields.items()
+                        if key != "vectors_f32le"})
+            self.assertEqual(list(front.ids), list(whole.ids), what)
+            np.testing.assert_allclose(front.distances, whole.distances,
+                                       rtol=1e-6, err_msg=what)
+            self.assertEqual(list(front.text_ranks), list(whole.text_ranks))
+            self.assertEqual(list(front.vector_ranks),
+                             list(whole.vector_ranks))
+            self.assertEqual(list(front.payloads), list(whole.payloads))
+            self.assertEqual(front.fusion, whole.fusion)
+            self.assertEqual(front.filter_matched_rows,
+                             whole.filter_matched_rows)
+        front = self.search("front", texts=self.QUERIES, k=K,
+                            vectors_f32le=xq.tobytes(), filter=f,
+                            payloads=self.pb.PayloadRequest(fields=["lang"]))
+        self.assertEqual(front.filter_matched_rows, ROWS // 3)
+        for i, p in zip(front.ids, front.payloads):
+            if i >= 0:
+                self.assertEqual(json.loads(p), {"lang": "en"})
 
     def test_info_and_metrics_describe_the_text_index(self):
         info = self.daemons["whole"].stub().GetIndexInfo(
