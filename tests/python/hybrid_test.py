@@ -357,6 +357,11 @@ class HybridTest(unittest.TestCase):
         shard = self.daemons["shard1"].stub().GetIndexInfo(
             self.pb.GetIndexInfoRequest())
         self.assertEqual(shard.text.corpus_rows, ROWS)
+        front = self.daemons["front"].stub().GetIndexInfo(
+            self.pb.GetIndexInfoRequest())
+        self.assertEqual(front.text.corpus_rows, ROWS)
+        self.assertEqual(front.text.postings, info.text.postings)
+        self.assertEqual(front.text.empty_rows, info.text.empty_rows)
         self.search("whole", texts=["printer"], k=K,
                     vectors_f32le=self.xb[:1].tobytes())
         daemon = self.daemons["whole"]
