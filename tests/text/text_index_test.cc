@@ -231,6 +231,32 @@ TEST(TextIndex, RefusesDamagedFilesAndFilesOfAnotherIndex) {
             absl::StatusCode::kDataLoss);
 }
 
+TEST(TextIndex, QueriesGoThroughTheStemmerTheRowsWentThrough) {
+  TempDir tmp;
+  TextIndexOptions options;
+  options.field = "text";
+  options.analyzer.stemmer = "english";
+  absl::StatusOr<std::unique_ptr<TextCorpus>> corpus =
+      TextCorpus::Create(options);
+  ASSERT_TRUE(corpus.ok());
+  (*corpus)->AddRow("the printers were running");
+  (*corpus)->AddRow("a printed page");
+  (*corpus)->AddRow("nothing here");
+  std::unique_ptr<TextIndex> index =
+      WriteAndOpen(**corpus, tmp.path("s.text"), 0, 3);
+  EXPECT_EQ(index->stats().stemmer, "english");
+  EXPECT_EQ(index->analyzer().Describe(),
+            "icu nfkc_cf words, cjk 1+2-grams, snowball english");
+  // "runs" and "running" both stem to "run"; "printing" and "printed" to
+  // "print" (and "printers" to "printer").
+  const std::vector<TextHit> runs = Search(*index, "runs", 3);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].row, 0);
+  const std::vector<TextHit> printing = Search(*index, "printing", 3);
+  ASSERT_EQ(printing.size(), 1u);
+  EXPECT_EQ(printing[0].row, 1);
+}
+
 TEST(TextIndex, OptionsOutOfRangeAreRefusedNamingTheFlag) {
   TextIndexOptions options;
   options.field = "text";
