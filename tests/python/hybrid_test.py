@@ -370,6 +370,21 @@ class HybridTest(unittest.TestCase):
         self.assertGreater(daemon.metric(
             'knnd_search_retriever_duration_seconds_count{retriever="vector"}'), 0)
 
+    def test_knnctl_search_sends_texts(self):
+        texts = os.path.join(self.tmp.name, "texts.txt")
+        with open(texts, "w", encoding="utf-8") as out:
+            out.write("printer network\n서버 차트\n")
+        run = subprocess.run(
+            [ARGS.knnctl, "search", "--addr", self.daemons["whole"].address,
+             "--texts", texts, "--k", "3", "--show", "2"],
+            capture_output=True, text=True)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        want = self.search("whole", texts=["printer network", "서버 차트"], k=3)
+        first = run.stdout.splitlines()[0]
+        self.assertTrue(first.startswith(f"query 0: {want.ids[0]}("), first)
+        self.assertIn("[v0 t1]", first)
+        self.assertIn("2 queries in 1 requests", run.stdout)
+
     def test_bad_input_is_named(self):
         for fields, message in [
                 (dict(k=K), "no queries"),
