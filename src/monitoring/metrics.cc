@@ -109,6 +109,15 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
   m->process_ = std::make_shared<ProcessMetrics>(options.process);
   m->load_ = std::make_shared<LoadCollector>(std::move(load));
 
+  m->RegisterRpcs(r);
+  m->RegisterSearches(r);
+  m->RegisterFiltersAndReloads(r);
+  m->RegisterIndex(r);
+  return m;
+}
+
+// gRPC's own series: every method and code, and the refusals by reason.
+void Metrics::RegisterRpcs(prometheus::Registry& r) {
   // Every method x code pair exists from the start, so that rate() and
   // ratios see a 0 instead of a missing series before the first error.
   auto& handled =
@@ -131,9 +140,9 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
       prometheus::Labels with_code = labels;
       with_code["grpc_code"] =
           absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
-      m->handled_[rpc][code] = &handled.Add(with_code);
+      handled_[rpc][code] = &handled.Add(with_code);
     }
-    m->handling_[rpc] = &handling.Add(labels, SecondsBuckets());
+    handling_[rpc] = &handling.Add(labels, SecondsBuckets());
   }
 
   auto& rejected =
@@ -143,39 +152,46 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
                 "reason.")
           .Register(r);
   for (int reason = 0; reason < kNumRejectReasons; ++reason) {
-    m->rejected_[reason] = &rejected.Add(
+    rejected_[reason] = &rejected.Add(
         {{"reason", RejectReasonName(static_cast<RejectReason>(reason))}});
   }
+}
 
-  m->queue_ = &BuildHistogram()
-                   .Name("knnd_search_queue_duration_seconds")
-                   .Help("Time an admitted Search waited for its first work "
-                         "unit to start, in seconds.")
-                   .Register(r)
-                   .Add({}, SecondsBuckets());
-  m->execution_ = &BuildHistogram()
-                       .Name("knnd_search_execution_duration_seconds")
-                       .Help("Time from a Search's first work unit starting to "
-                             "its last finishing, in seconds.")
-                       .Register(r)
-                       .Add({}, SecondsBuckets());
-  m->request_queries_ = &BuildHistogram()
-                             .Name("knnd_search_request_queries")
-                             .Help("Query vectors per admitted Search request.")
-                             .Register(r)
-                             .Add({}, RowBuckets());
-  m->batch_rows_ = &BuildHistogram()
-                        .Name("knnd_search_batch_rows")
-                        .Help("Query rows per FAISS search call executed.")
-                        .Register(r)
-                        .Add({}, RowBuckets());
-  m->rerank_ = &BuildHistogram()
-                    .Name("knnd_search_rerank_duration_seconds")
-                    .Help("Time one search call with refine_factor > 0 spent "
-                          "computing exact distances from the raw vectors "
-                          "and keeping the k best, in seconds.")
+// What searches spend: queue and run time, rows, re-ranking, retrievers,
+// payloads.
+void Metrics::RegisterSearches(prometheus::Registry& r) {
+  queue_ = &BuildHistogram()
+                .Name("knnd_search_queue_duration_seconds")
+                .Help(
+                    "Time an admitted Search waited for its first work "
+                    "unit to start, in seconds.")
+                .Register(r)
+                .Add({}, SecondsBuckets());
+  execution_ = &BuildHistogram()
+                    .Name("knnd_search_execution_duration_seconds")
+                    .Help(
+                        "Time from a Search's first work unit starting to "
+                        "its last finishing, in seconds.")
                     .Register(r)
                     .Add({}, SecondsBuckets());
+  request_queries_ = &BuildHistogram()
+                          .Name("knnd_search_request_queries")
+                          .Help("Query vectors per admitted Search request.")
+                          .Register(r)
+                          .Add({}, RowBuckets());
+  batch_rows_ = &BuildHistogram()
+                     .Name("knnd_search_batch_rows")
+                     .Help("Query rows per FAISS search call executed.")
+                     .Register(r)
+                     .Add({}, RowBuckets());
+  rerank_ = &BuildHistogram()
+                 .Name("knnd_search_rerank_duration_seconds")
+                 .Help(
+                     "Time one search call with refine_factor > 0 spent "
+                     "computing exact distances from the raw vectors "
+                     "and keeping the k best, in seconds.")
+                 .Register(r)
+                 .Add({}, SecondsBuckets());
 
   auto& retrievers =
       BuildHistogram()
@@ -185,18 +201,21 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
               "each retriever, vector (the vector search for its window) "
               "and text (BM25 over the text index), in seconds.")
           .Register(r);
-  m->retriever_vector_ =
+  retriever_vector_ =
       &retrievers.Add({{"retriever", "vector"}}, SecondsBuckets());
-  m->retriever_text_ =
-      &retrievers.Add({{"retriever", "text"}}, SecondsBuckets());
+  retriever_text_ = &retrievers.Add({{"retriever", "text"}}, SecondsBuckets());
 
-  m->payload_bytes_ = &BuildCounter()
-                           .Name("knnd_search_payload_bytes_total")
-                           .Help("Bytes of payloads (JSON objects) sent in "
-                                 "Search answers that asked for them.")
-                           .Register(r)
-                           .Add({});
+  payload_bytes_ = &BuildCounter()
+                        .Name("knnd_search_payload_bytes_total")
+                        .Help(
+                            "Bytes of payloads (JSON objects) sent in "
+                            "Search answers that asked for them.")
+                        .Register(r)
+                        .Add({});
+}
 
+// The filter cache and the reloads of index versions.
+void Metrics::RegisterFiltersAndReloads(prometheus::Registry& r) {
   auto& filter_lookups =
       BuildCounter()
           .Name("knnd_filter_cache_lookups_total")
@@ -205,21 +224,23 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
                 "hit = its bitmap was used as kept, miss = it was compiled "
                 "or searched through a column's bounds.")
           .Register(r);
-  m->filter_cache_hits_ = &filter_lookups.Add({{"result", "hit"}});
-  m->filter_cache_misses_ = &filter_lookups.Add({{"result", "miss"}});
-  m->filter_cache_bytes_ =
+  filter_cache_hits_ = &filter_lookups.Add({{"result", "hit"}});
+  filter_cache_misses_ = &filter_lookups.Add({{"result", "miss"}});
+  filter_cache_bytes_ =
       &BuildGauge()
            .Name("knnd_filter_cache_bytes")
-           .Help("Bytes of compiled filters (bitmaps and keys) the serving "
-                 "version's filter cache holds, as of the last filtered "
-                 "search; at most knnd_index_filter_cache_limit_bytes.")
+           .Help(
+               "Bytes of compiled filters (bitmaps and keys) the serving "
+               "version's filter cache holds, as of the last filtered "
+               "search; at most knnd_index_filter_cache_limit_bytes.")
            .Register(r)
            .Add({});
-  m->filter_cache_entries_ =
+  filter_cache_entries_ =
       &BuildGauge()
            .Name("knnd_filter_cache_entries")
-           .Help("Compiled filters the serving version's filter cache holds, "
-                 "as of the last filtered search.")
+           .Help(
+               "Compiled filters the serving version's filter cache holds, "
+               "as of the last filtered search.")
            .Register(r)
            .Add({});
 
@@ -230,9 +251,12 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
                 "published, failed = refused while the previous version kept "
                 "serving.")
           .Register(r);
-  m->reloads_ok_ = &reloads.Add({{"result", "ok"}});
-  m->reloads_failed_ = &reloads.Add({{"result", "failed"}});
+  reloads_ok_ = &reloads.Add({{"result", "ok"}});
+  reloads_failed_ = &reloads.Add({{"result", "failed"}});
+}
 
+// The build and the served index: sizes, load, files, checksum state.
+void Metrics::RegisterIndex(prometheus::Registry& r) {
   const BuildInfo& build = GetBuildInfo();
   BuildGauge()
       .Name("knnd_build_info")
@@ -245,7 +269,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
             {"blas_kernels", build.blas_kernels}})
       .Set(1);
 
-  m->index_info_family_ =
+  index_info_family_ =
       &BuildGauge()
            .Name("knnd_index_info")
            .Help("Always 1 for the index being served; labels identify it.")
@@ -253,57 +277,62 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
   auto index_gauge = [&r](const char* name, const char* help) {
     return &BuildGauge().Name(name).Help(help).Register(r).Add({});
   };
-  m->index_vectors_ =
+  index_vectors_ =
       index_gauge("knnd_index_vectors", "Vectors in the served index.");
-  m->index_dimensions_ =
+  index_dimensions_ =
       index_gauge("knnd_index_dimensions", "Dimension of the indexed vectors.");
-  m->index_nlist_ =
-      index_gauge("knnd_index_nlist", "Inverted lists (IVF cells) of the index.");
-  m->index_code_size_ = index_gauge(
-      "knnd_index_code_size_bytes", "Bytes of one encoded vector (PQ code).");
-  m->index_file_size_ = index_gauge("knnd_index_file_size_bytes",
-                                    "Size of the served index file in bytes.");
-  m->index_heap_ = index_gauge(
+  index_nlist_ = index_gauge("knnd_index_nlist",
+                             "Inverted lists (IVF cells) of the index.");
+  index_code_size_ = index_gauge("knnd_index_code_size_bytes",
+                                 "Bytes of one encoded vector (PQ code).");
+  index_file_size_ = index_gauge("knnd_index_file_size_bytes",
+                                 "Size of the served index file in bytes.");
+  index_heap_ = index_gauge(
       "knnd_index_heap_bytes",
       "Heap memory of the index in bytes: coarse centroids, PQ codebooks, "
       "pre-transforms, the precomputed table and the bound of its filter "
       "cache.");
-  m->filter_cache_limit_ = index_gauge(
+  filter_cache_limit_ = index_gauge(
       "knnd_index_filter_cache_limit_bytes",
       "The most bytes the served version's cache of compiled filters may "
       "hold (filter_cache_bytes; part of knnd_index_heap_bytes); 0 without "
       "attributes or with the cache off.");
-  m->index_precomputed_table_ = index_gauge(
-      "knnd_index_precomputed_table_bytes",
-      "Heap bytes of the IVF-PQ precomputed table (part of "
-      "knnd_index_heap_bytes; 0 when turned off).");
-  m->index_load_duration_ =
+  index_precomputed_table_ =
+      index_gauge("knnd_index_precomputed_table_bytes",
+                  "Heap bytes of the IVF-PQ precomputed table (part of "
+                  "knnd_index_heap_bytes; 0 when turned off).");
+  index_load_duration_ =
       index_gauge("knnd_index_load_duration_seconds",
                   "Time it took to load and check the served index, in "
                   "seconds.");
-  m->index_load_time_ = index_gauge(
+  index_load_time_ = index_gauge(
       "knnd_index_load_timestamp_seconds",
       "When the served index was loaded, in seconds since the Unix epoch.");
-  m->vectors_file_size_ = index_gauge(
+  vectors_file_size_ = index_gauge(
       "knnd_index_vectors_file_size_bytes",
       "Size of the raw-vectors file used for exact re-ranking, in bytes; 0 "
       "when the index is served without one.");
-  m->id_table_file_size_ = index_gauge(
+  id_table_file_size_ = index_gauge(
       "knnd_index_id_table_file_size_bytes",
       "Size of the id table (INDEX.ids) of an index built with its own ids, "
       "mapped read-only (file-backed memory), in bytes; 0 when the index's "
       "lists hold the ids themselves.");
-  m->payloads_file_size_ = index_gauge(
+  payloads_file_size_ = index_gauge(
       "knnd_index_payloads_file_size_bytes",
       "Size of the payload file (INDEX.payloads) of an index built with "
       "payloads, mapped read-only (file-backed memory), in bytes; 0 when the "
       "index has none.");
-  m->attributes_file_size_ = index_gauge(
+  text_file_size_ = index_gauge(
+      "knnd_index_text_file_size_bytes",
+      "Size of the text index (INDEX.text, knnctl build --text) that text "
+      "queries search, mapped read-only (file-backed memory), in bytes; 0 "
+      "when the index has none.");
+  attributes_file_size_ = index_gauge(
       "knnd_index_attributes_file_size_bytes",
       "Size of the attribute store (INDEX.attrs) that request filters are "
       "compiled over, mapped read-only (file-backed memory), in bytes; 0 "
       "when the index has no attributes.");
-  m->index_serving_ = index_gauge(
+  index_serving_ = index_gauge(
       "knnd_index_serving",
       "1 while an index version serves searches; 0 before the first one and "
       "after a version is withdrawn (its checksum check failed), when the "
@@ -318,9 +347,8 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
           .Register(r);
   const char* const states[] = {"unchecked", "pending", "verified", "failed"};
   for (int i = 0; i < 4; ++i) {
-    m->index_checksum_[i] = &checksum.Add({{"state", states[i]}});
+    index_checksum_[i] = &checksum.Add({{"state", states[i]}});
   }
-  return m;
 }
 
 absl::Status Metrics::StartExposer() {
@@ -450,6 +478,7 @@ void Metrics::SetIndexInfo(const IndexInfo& info) {
   id_table_file_size_->Set(static_cast<double>(info.id_table_file_bytes));
   payloads_file_size_->Set(static_cast<double>(info.payloads_file_bytes));
   attributes_file_size_->Set(static_cast<double>(info.attributes_file_bytes));
+  text_file_size_->Set(static_cast<double>(info.text_file_bytes));
   if (absl::Status s = process_->TrackVectorsFile(info.vectors_path);
       !s.ok()) {
     spdlog::warn("vectors residency metrics unavailable: {}", s.ToString());

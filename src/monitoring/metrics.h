@@ -135,6 +135,11 @@ class Metrics {
       static_cast<int>(RejectReason::kNotReady) + 1;
 
   explicit Metrics(const Options& options);
+  // Create()'s steps, one family of series each, into the registry.
+  void RegisterRpcs(prometheus::Registry& r);
+  void RegisterSearches(prometheus::Registry& r);
+  void RegisterFiltersAndReloads(prometheus::Registry& r);
+  void RegisterIndex(prometheus::Registry& r);
 
   const Options options_;
   const std::shared_ptr<prometheus::Registry> registry_;
@@ -176,6 +181,7 @@ class Metrics {
   prometheus::Gauge* vectors_file_size_ = nullptr;
   prometheus::Gauge* id_table_file_size_ = nullptr;
   prometheus::Gauge* payloads_file_size_ = nullptr;
+  prometheus::Gauge* text_file_size_ = nullptr;
   prometheus::Gauge* attributes_file_size_ = nullptr;
   prometheus::Gauge* index_serving_ = nullptr;
   // By ChecksumState: 1 for the served version's state, 0 for the others.
