@@ -509,7 +509,8 @@ class SearchArgs:
 _FUSION_ARGUMENTS = ("fusion", "rrf_k", "vector_weight", "text_weight",
                      "vector_window", "text_window")
 FUSIONS = {"rrf": pb.FUSION_RRF, "weighted": pb.FUSION_WEIGHTED}
-FUSION_NAMES = {value: name for name, value in FUSIONS.items()}
+FUSION_NAMES: Dict[int, str] = {int(value): name
+                                for name, value in FUSIONS.items()}
 # knnd's limit on rrf_k (src/index/hybrid_fusion.h), checked here too.
 MAX_RRF_K = 100000
 
@@ -575,15 +576,16 @@ def _set_hybrid_fields(request: pb.SearchRequest, args: SearchArgs,
                        for name in ("vector_weight", "text_weight")):
         raise ValueError("vector_weight and text_weight are both 0: nothing "
                          "would rank")
-    for name, weight in weights.items():
-        setattr(request, name, weight)
-    for name in ("vector_window", "text_window"):
-        if name in given:
-            window = positive_int(name, given[name])
+    for weight_field, weight in weights.items():
+        setattr(request, weight_field, weight)
+    for window_field in ("vector_window", "text_window"):
+        if window_field in given:
+            window = positive_int(window_field, given[window_field])
             if window < request.k:
-                raise ValueError(f"{name}={window} must be >= k={request.k} "
-                                 "(a window is k to the server's max_k)")
-            setattr(request, name, window)
+                raise ValueError(
+                    f"{window_field}={window} must be >= k={request.k} (a "
+                    "window is k to the server's max_k)")
+            setattr(request, window_field, window)
 
 
 def search_request(args: SearchArgs) -> pb.SearchRequest:
