@@ -11,8 +11,9 @@ a server:
 
 - shard_request: the request every shard gets (rule 1);
 - merge_top_k / merge_candidates / merge_answers: the merge (rules 2, 3);
-- hybrid_merge_of / merge_hybrid_answers / fuse: the merge of hybrid
-  searches' windows, as knnd's front of shards merges them;
+- hybrid_merge_of / check_hybrid_shapes / merge_hybrid_answers / fuse:
+  the merge of hybrid searches' windows, as knnd's front of shards merges
+  them;
 - check_answers / check_infos: one version, one build, a complete set of
   distinct shards (rule 4);
 - ShardVersions: the version every request pins (rule 4);
@@ -41,7 +42,8 @@ from knnd_client.types import RetryPolicy, ShardedSearchResult
 
 __all__ = ["SERVING_VERSION_METADATA_KEY", "ShardVersions", "shard_request",
            "merge_top_k", "merge_candidates", "merge_answers",
-           "HybridMerge", "hybrid_merge_of", "merge_hybrid_answers", "fuse",
+           "HybridMerge", "hybrid_merge_of", "check_hybrid_shapes",
+           "merge_hybrid_answers", "fuse",
            "check_answers", "check_infos", "serving_version_of"]
 
 # Trailing metadata of knnd's FAILED_PRECONDITION for an index_version it
@@ -573,7 +575,7 @@ def check_answers(targets: Sequence[str], versions: ShardVersions,
     refine_factor (shards that used different defaults would not make the
     unsharded answer), and rows of the expected shape (with re-ranking:
     every candidate's PQ estimate, without which rule 3 cannot be
-    followed). Returns (index_version, build_id); raises
+    followed; with texts: the windows, check_hybrid_shapes). Returns (index_version, build_id); raises
     ShardedSearchError (FAILED_PRECONDITION, as the C++ front) otherwise."""
     build_id = _check_set(targets, versions, answers)
 
