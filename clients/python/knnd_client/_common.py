@@ -499,9 +499,14 @@ class SearchArgs:
     def needs_message(self) -> bool:
         """Whether the request needs fields that the cached serialized head
         does not hold (serialized_search_request builds a message then)."""
+        # Attribute by attribute: this runs in every call.
         return (self.allowed_ids is not None or self.wants_payloads
                 or bool(self.allow_partial) or self.queries is None
-                or self.text is not None or bool(self.hybrid_fields()))
+                or self.text is not None or self.fusion is not None
+                or self.rrf_k is not None or self.vector_weight is not None
+                or self.text_weight is not None
+                or self.vector_window is not None
+                or self.text_window is not None)
 
 
 # search()'s arguments of hybrid retrieval besides text, each a
