@@ -2,8 +2,10 @@
 """Builds the example's corpus: chunks a text collection, embeds each chunk
 with embedder.py, writes each chunk's payload (its text, source file and
 ordinal) as a JSON line, builds a knnd index of the vectors with their
-payloads with `knnctl build --payloads` and publishes it with `knnctl
-publish` into the versions directory knnd serves.
+payloads, a BM25 index of their text and their source file as a filterable
+attribute (`knnctl build --payloads --text text --attribute_fields
+source`) and publishes it with `knnctl publish` into the versions
+directory knnd serves.
 
 The default collection is /usr/share/common-licenses (Debian's base-files,
 present on every Debian machine): the full texts of the GPL, LGPL, Apache,
@@ -140,8 +142,12 @@ def main() -> None:
     while nlist * 2 <= min(4 * len(rows) ** 0.5, len(rows) / 39):
         nlist *= 2
     index = os.path.join(args.out, "chunks.index")
+    # --text text: a BM25 index of each chunk's text (hybrid search);
+    # --attribute_fields source: each chunk's source file as an attribute
+    # from its payload, which /search?source=... filters on.
     run([args.knnctl, "build", "--input", vectors_path, "--output", index,
-         "--payloads", payloads_path,
+         "--payloads", payloads_path, "--text", "text",
+         "--attribute_fields", "source",
          "--metric", "cosine", "--keep_vectors", "--nlist", str(nlist),
          "--stored_nprobe", str(args.nprobe or nlist)])
     run([args.knnctl, "publish", "--index", index, "--dir", versions])

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """knnd-client's LangChain vector store (knnd_client/langchain.py) and
 retriever over a live knnd, and over two shards through the sharded
-clients, with a deterministic fake embedding; in the pypi route's venv
-only (the system route has no langchain-core; client_testing.py).
+clients, with a deterministic fake embedding, by vector and hybrid
+(hybrid=True: the query's embedding and text in one search, filtered); in
+the pypi route's venv only (the system route has no langchain-core;
+client_testing.py).
 
   client_langchain_test.py --knnd BUILD/knnd --knnctl BUILD/knnctl \
       --source-dir . --venvs BUILD/tests/python_client_venvs [unittest args]
@@ -73,6 +75,7 @@ class LangChainTest(unittest.TestCase):
         subprocess.run([ARGS.knnctl, "shard", "--index", base + "_fs.index",
                         "--shards", "2"], check=True, capture_output=True)
         # The same vectors with own ids and payloads (the text, its row),
+        # the text indexed for hybrid search and the row an attribute,
         # whole and in 2 shards: documents from knnd, no docstore.
         cls.own_ids = [5 + 3 * i for i in range(len(cls.texts))]
         np.save(base + "_ids.npy", np.array(cls.own_ids, np.int64))
@@ -83,7 +86,9 @@ class LangChainTest(unittest.TestCase):
                         "--output", base + "_p.index", "--metric", "cosine",
                         "--factory", "IVF16,PQ16x4fs", "--keep_vectors",
                         "--ids", base + "_ids.npy", "--payloads",
-                        base + ".jsonl"], check=True, capture_output=True)
+                        base + ".jsonl", "--text", "text",
+                        "--attribute_fields", "row"],
+                       check=True, capture_output=True)
         subprocess.run([ARGS.knnctl, "shard", "--index", base + "_p.index",
                         "--shards", "2"], check=True, capture_output=True)
         cls.shards = []
@@ -277,6 +282,78 @@ class LangChainTest(unittest.TestCase):
         self.assertEqual(raised.exception.code(),
                          grpc.StatusCode.FAILED_PRECONDITION)
         self.assertIn("has no payloads", raised.exception.details())
+
+    def test_hybrid_search_sends_the_embedding_and_the_text_in_one_call(self):
+        """hybrid=True (a search's kwargs or a retriever's search_kwargs):
+        one knnd search with the query's embedding and its text, filter=
+        reaching knnd; the documents of that search, scored by the fused
+        score; whole, sharded and asyncio."""
+        from langchain_core.documents import Document
+        from knnd_client import (AsyncKnnClient, KnnClient,
+                                 ShardedKnnClient)
+        from knnd_client.langchain import KnndVectorStore
+        whole = KnnClient(self.payload_daemons[0].address, timeout_s=10)
+        sharded = ShardedKnnClient([d.address for d in self.payload_daemons[1:]],
+                                   timeout_s=10)
+        self.addCleanup(whole.close)
+        self.addCleanup(sharded.close)
+        row_filter = {"row": {"$lt": 700}}
+        search_ok = client_testing.SEARCH_OK
+
+        def want(client, query, k, **kwargs):
+            result = client.search(
+                np.array([self.embedding.embed_query(query)], np.float32), k,
+                16, refine_factor=16, payloads=True, text=query, **kwargs)
+            return [(Document(page_content=h.payload["text"],
+                              metadata={"row": h.payload["row"]},
+                              id=str(h.id)), h.distance)
+                    for h in result.hits(0)]
+        for client in (whole, sharded):
+            store = KnndVectorStore(client, self.embedding, nprobe=16,
+                                    refine_factor=16)
+            for row in (7, 400, 1200):
+                query = self.texts[row]
+                with self.subTest(client=type(client).__name__, row=row):
+                    before = self.payload_daemons[0].scrape().get(search_ok, 0)
+                    scored = store.similarity_search_with_score(
+                        query, k=5, hybrid=True, filter=row_filter)
+                    if client is whole:  # one knnd call
+                        self.assertEqual(self.payload_daemons[0].scrape().get(
+                            search_ok, 0) - before, 1)
+                    self.assertEqual(scored, want(client, query, 5,
+                                                  filter=row_filter))
+                    self.assertTrue(all(d.metadata["row"] < 700
+                                        for d, _ in scored))
+                    weighted = store.similarity_search(
+                        query, k=3, hybrid=True, fusion="weighted",
+                        text_weight=0.9, vector_weight=0.1)
+                    self.assertEqual(weighted, [d for d, _ in want(
+                        client, query, 3, fusion="weighted",
+                        text_weight=0.9, vector_weight=0.1)])
+            retriever = store.as_retriever(search_kwargs={
+                "k": 4, "hybrid": True, "filter": {"row": {"$gte": 1000}}})
+            docs = retriever.invoke(self.texts[1200])
+            self.assertEqual(docs, [d for d, _ in want(
+                client, self.texts[1200], 4, filter={"row": {"$gte": 1000}})])
+            # The row's own chunk: first by both retrievers.
+            self.assertEqual(docs[0].metadata["row"], 1200)
+        with self.assertRaisesRegex(ValueError, "a search by vector has no text"):
+            store.similarity_search_by_vector(
+                self.embedding.embed_query("x"), hybrid=True)
+        with self.assertRaisesRegex(ValueError, "relevance scores"):
+            store.similarity_search_with_relevance_scores("x", hybrid=True)
+        with self.assertRaisesRegex(ValueError, "fusion is set without text"):
+            store.similarity_search("x", fusion="rrf")
+
+        async def main():
+            async with AsyncKnnClient(self.payload_daemons[0].address) as client:
+                store = KnndVectorStore(client, self.embedding, nprobe=16,
+                                        refine_factor=16)
+                return await store.as_retriever(search_kwargs={
+                    "k": 3, "hybrid": True, "filter": row_filter}).ainvoke(
+                        self.texts[9])
+        self.assertEqual(asyncio.run(main()), [d for d, _ in want(
+            whole, self.texts[9], 3, filter=row_filter)])
 
     def test_docstores_lookup_and_missing_ids(self):
         from langchain_core.stores import InMemoryStore

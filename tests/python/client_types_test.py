@@ -63,6 +63,17 @@ def blocking(client: KnnClient, sharded: ShardedKnnClient,
     assert_type(merged, ShardedSearchResult)
     assert_type(merged.missing_targets, tuple[str, ...])
     assert_type(client.info().dim, int)
+    text_alone = client.search(text="printer setup", k=5)
+    assert_type(text_alone.text_ranks, Optional[npt.NDArray[np.int32]])
+    assert_type(text_alone.text_scores, Optional[npt.NDArray[np.float32]])
+    assert_type(text_alone.fusion, Optional[str])
+    fused = sharded.search(q, 10, text=["a", "b"], fusion="weighted",
+                           rrf_k=60, vector_weight=0.3, text_weight=0.7,
+                           vector_window=20, text_window=20)
+    assert_type(fused.vector_ranks, Optional[npt.NDArray[np.int32]])
+    best = fused.hits(0)[0]
+    assert_type(best.vector_rank, Optional[int])
+    assert_type(best.text_score, Optional[float])
 
 
 async def awaited(client: AsyncKnnClient, sharded: AsyncShardedKnnClient,
@@ -88,8 +99,10 @@ def wrong(client: KnnClient, q: npt.NDArray[np.float32]) -> None:
     result = client.search(q, 10)
     result.ids = result.ids[:1]
     client.search(q, "10")
+    client.search(text="x", fusion="dbsf")
+    client.search(text=b"x")
 """
-WRONG_LINES = (8, 9, 11, 12)
+WRONG_LINES = (8, 9, 11, 12, 13, 14)
 
 
 class SurfaceTest(unittest.TestCase):
@@ -111,7 +124,14 @@ class SurfaceTest(unittest.TestCase):
              ("nprobe", "POSITIONAL_OR_KEYWORD"),
              ("allowed_ids", "KEYWORD_ONLY"), ("filter", "KEYWORD_ONLY"),
              ("refine_factor", "KEYWORD_ONLY"), ("payloads", "KEYWORD_ONLY"),
-             ("allow_partial", "KEYWORD_ONLY"), ("timeout_s", "KEYWORD_ONLY")])
+             ("allow_partial", "KEYWORD_ONLY"), ("text", "KEYWORD_ONLY"),
+             ("fusion", "KEYWORD_ONLY"), ("rrf_k", "KEYWORD_ONLY"),
+             ("vector_weight", "KEYWORD_ONLY"), ("text_weight", "KEYWORD_ONLY"),
+             ("vector_window", "KEYWORD_ONLY"), ("text_window", "KEYWORD_ONLY"),
+             ("timeout_s", "KEYWORD_ONLY")])
+        # Text alone needs no queries; k has a default.
+        self.assertIsNone(parameters["queries"].default)
+        self.assertEqual(parameters["k"].default, 10)
 
     def test_all_is_the_public_surface(self):
         import knnd_client

@@ -2,12 +2,15 @@
 """examples/fastapi_rag end to end, as its README runs it: a venv from PyPI
 (FastAPI, uvicorn workers, gunicorn, and knnd-client built from
 clients/python with the system protoc), build_corpus.py over /usr/share/common-licenses (knnctl
-build --payloads + publish), knnd serving the published versions
-directory, gunicorn with two preloaded uvicorn workers in front. Checked
-over HTTP: /search returns the chunk a query was cut from (its text,
-source and ordinal from knnd's payloads: no chunk store), the best match
-of a brute-force search, with scores knnd computed exactly (cosine,
-re-ranked); both
+build --payloads --text text --attribute_fields source + publish), knnd
+serving the published versions directory, gunicorn with two preloaded
+uvicorn workers in front. Checked over HTTP: /search (hybrid: the
+embedding and the words in one knnd call) returns the chunk a query was
+cut from (its text, source and ordinal from knnd's payloads: no chunk
+store), ranked by both retrievers; by vector alone, the best match of a
+brute-force search, with scores knnd computed exactly (cosine,
+re-ranked); source=... filters in knnd, in every mode, and an unknown
+parameter is refused, not ignored; both
 workers answer, each through its own AsyncKnnClient created after the
 fork; knnd counts one Search per request; /search keeps answering while
 knnd swaps in a newly published version; a version made by `knnctl update
@@ -155,8 +158,9 @@ class FastApiRagTest(unittest.TestCase):
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
 
-    def search(self, q, k=5):
-        status, body = self.get("/search?" + urllib.parse.urlencode({"q": q, "k": k}))
+    def search(self, q, k=5, **params):
+        status, body = self.get("/search?" + urllib.parse.urlencode(
+            {"q": q, "k": k, **params}, doseq=True))
         self.assertEqual(status, 200, body)
         return body
 
@@ -173,7 +177,17 @@ class FastApiRagTest(unittest.TestCase):
             with self.subTest(id=vector_id, source=source):
                 words = text.split()
                 query = " ".join(words[25:45])  # inside this chunk only
-                body = self.search(query, k=5)
+                # Hybrid (the default): one knnd call with the embedding
+                # and the words; the chunk is among the first by both.
+                hybrid = self.search(query, k=5)
+                self.assertEqual(hybrid["mode"], "hybrid")
+                hybrid_ids = [r["id"] for r in hybrid["results"]]
+                self.assertIn(vector_id, hybrid_ids[:2])
+                found = hybrid["results"][hybrid_ids.index(vector_id)]
+                self.assertGreater(found["vector_rank"], 0)
+                self.assertGreater(found["text_rank"], 0)
+                self.assertEqual(found["source"], source)
+                body = self.search(query, k=5, mode="vector")
                 ids = [r["id"] for r in body["results"]]
                 scores = [r["score"] for r in body["results"]]
                 # The chunk it was cut from is among the first (the best
@@ -296,9 +310,37 @@ class FastApiRagTest(unittest.TestCase):
                                             k=10)["results"]]
         self.assertNotIn(removed_id, ids)
 
+    def test_the_metadata_filter_reaches_knnd(self):
+        """source=... filters in knnd (an attribute from each chunk's
+        payload, both retrievers): every result is from the files named,
+        in every mode; the best chunk of a file is found even where other
+        files hold better matches; a file that does not exist matches
+        nothing."""
+        sources = sorted({c["source"] for c in self.chunks})
+        self.assertIn("Apache-2.0", sources)
+        query = "grant of patent license"
+        unfiltered = {r["source"] for r in self.search(query, k=20)["results"]}
+        self.assertGreater(len(unfiltered), 1)
+        for mode in ("hybrid", "vector", "text"):
+            for wanted in (["Apache-2.0"], ["GPL-2", "GPL-3"]):
+                with self.subTest(mode=mode, source=wanted):
+                    body = self.search(query, k=10, mode=mode, source=wanted)
+                    got = [r["source"] for r in body["results"]]
+                    self.assertEqual(len(got), 10)
+                    self.assertLessEqual(set(got), set(wanted))
+        # The text retriever's answer within Apache-2.0 is BM25's over that
+        # file's chunks: its "patent license" chunk comes first.
+        best = self.search("patent license", k=1, mode="text",
+                           source="Apache-2.0")["results"][0]
+        self.assertEqual(best["source"], "Apache-2.0")
+        self.assertIn("patent license", best["text"].lower())
+        self.assertEqual(self.search(query, source="No-Such-License")["results"], [])
+
     def test_bad_queries_are_refused(self):
         for query, why in (({"q": "  ,;  "}, "no words"), ({"q": "x", "k": 0}, None),
-                           ({"q": ""}, None), ({"q": "x", "k": 51}, None)):
+                           ({"q": ""}, None), ({"q": "x", "k": 51}, None),
+                           ({"q": "x", "lang": "en"}, "unknown query parameter 'lang'"),
+                           ({"q": "x", "mode": "sparse"}, None)):
             with self.subTest(query=query):
                 status, body = self.get("/search?" + urllib.parse.urlencode(query))
                 self.assertEqual(status, 422, body)

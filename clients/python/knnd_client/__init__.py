@@ -35,16 +35,18 @@ from knnd_client.errors import (Aborted, AlreadyExists, Cancelled, DataLoss,
                                 Unauthenticated, Unavailable, Unimplemented,
                                 Unknown)
 from knnd_client.sharding import SERVING_VERSION_METADATA_KEY
-from knnd_client.types import (FilterSpec, Hit, Payload, PayloadFields,
-                               RetryPolicy, SearchResult, ShardedSearchResult)
+from knnd_client.types import (FilterSpec, FusionName, Hit, Payload,
+                               PayloadFields, RetryPolicy, SearchResult,
+                               ShardedSearchResult, TextQueries)
 
 __all__ = ["KnnClient", "AsyncKnnClient", "ShardedKnnClient",
            "AsyncShardedKnnClient", "SearchResult", "ShardedSearchResult",
-           "Hit", "Payload", "PayloadFields", "FilterSpec", "RetryPolicy",
+           "Hit", "Payload", "PayloadFields", "FilterSpec", "TextQueries",
+           "FusionName", "RetryPolicy",
            "PUSHBACK_METADATA_KEY", "SERVING_VERSION_METADATA_KEY",
            "pushback_ms", "KnndError", "ShardedSearchError", "Aborted",
            "AlreadyExists", "Cancelled", "DataLoss", "DeadlineExceeded",
            "FailedPrecondition", "Internal", "InvalidArgument", "NotFound",
            "OutOfRange", "PermissionDenied", "ResourceExhausted",
            "Unauthenticated", "Unavailable", "Unimplemented", "Unknown"]
-__version__ = "0.4.0"
+__version__ = "0.5.0"

@@ -21,7 +21,8 @@ import numpy.typing as npt
 
 from knnd_client import _common, sharding
 from knnd_client._common import SearchArgs
-from knnd_client.types import FilterSpec, PayloadFields, RetryPolicy
+from knnd_client.types import (FilterSpec, FusionName, PayloadFields,
+                               RetryPolicy, TextQueries)
 
 __all__ = ["ClientBase", "ShardedClientBase"]
 
@@ -46,22 +47,31 @@ class ClientBase(Generic[ResultT, InfoT]):
         self._metadata = _common.call_metadata(bearer_token)
         self._fork_guard = _common.ForkGuard(type(self).__name__)
 
-    def search(self, queries: npt.NDArray[np.floating[Any]], k: int,
-               nprobe: Optional[int] = None, *,
+    def search(self, queries: Optional[npt.NDArray[np.floating[Any]]] = None,
+               k: int = 10, nprobe: Optional[int] = None, *,
                allowed_ids: Optional[npt.ArrayLike] = None,
                filter: Optional[FilterSpec] = None,
                refine_factor: Optional[int] = None,
                payloads: PayloadFields = None,
                allow_partial: Optional[bool] = None,
+               text: Optional[TextQueries] = None,
+               fusion: Optional[FusionName] = None,
+               rrf_k: Optional[int] = None,
+               vector_weight: Optional[float] = None,
+               text_weight: Optional[float] = None,
+               vector_window: Optional[int] = None,
+               text_window: Optional[int] = None,
                timeout_s: Optional[float] = None) -> ResultT:
-        """The k nearest neighbours of each row of `queries`, as a
-        SearchResult (ShardedSearchResult from a sharded client); awaited
-        on an asyncio client.
+        """The k nearest neighbours of each row of `queries`, the k best
+        BM25 matches of each `text`, or both fused (hybrid retrieval,
+        docs/hybrid.md), as a SearchResult (ShardedSearchResult from a
+        sharded client); awaited on an asyncio client.
 
         queries: float32 array of shape (num_queries, dim), any byte order
           or strides (sent as little-endian row-major bytes); a float16
-          array is sent as float16 (vectors_f16le, half the bytes).
-        k: neighbours per query, 1 <= k <= the server's max_k.
+          array is sent as float16 (vectors_f16le, half the bytes). None:
+          text alone.
+        k: results per query, 1 <= k <= the server's max_k (default 10).
         nprobe: inverted lists to visit; None: the server's default.
         allowed_ids: optional 1-D integer ids; only these can be returned.
         filter: optional attribute filter (index built with `knnctl build
@@ -87,12 +97,25 @@ class ClientBase(Generic[ResultT, InfoT]):
           (shard_targets); a knnd that serves an index ignores it. None:
           the client's default (False but for a sharded client made with
           allow_partial=True).
+        text: a text query (an index built with `knnctl build --text`):
+          a str for one query, or a sequence of str, one per query row;
+          with queries, as many texts as rows. Without queries the answer
+          is BM25's (distances: BM25 scores, larger first); with them each
+          row's vector and text results are fused (distances: the fused
+          score, larger first). The filter and allowed_ids apply to both
+          retrievers; the result's vector_ranks, text_ranks, ... (and each
+          Hit's) say where each retriever put each result.
+        fusion: "rrf" (reciprocal rank fusion, the default) or "weighted"
+          (weighted min-max normalised scores); with queries and text.
+        rrf_k: RRF's constant, score = sum of 1 / (rrf_k + rank), 1 to
+          100000; None: 60.
+        vector_weight, text_weight: "weighted"'s weights, finite, >= 0, not
+          both 0; None: 0.5 each.
+        vector_window, text_window: the candidates each retriever gives
+          the fusion, k to the server's max_k; None: k. text_window is the
+          only one that applies to text alone.
         timeout_s: deadline of this call (retries included); None: the
           client's default.
-
-        Hybrid retrieval (issue 54) adds its keyword arguments here (text=,
-        fusion=, rrf_k=, ...), after these and keyword-only, so that no
-        call written against this signature changes meaning.
 
         Raises TypeError / ValueError for bad arguments, at once and before
         any RPC (on an asyncio client too, before anything is awaited), and
@@ -103,7 +126,12 @@ class ClientBase(Generic[ResultT, InfoT]):
         args = SearchArgs(queries=queries, k=k, nprobe=nprobe,
                           allowed_ids=allowed_ids, filter=filter,
                           refine_factor=refine_factor, payloads=payloads,
-                          allow_partial=allow_partial)
+                          allow_partial=allow_partial, text=text,
+                          fusion=fusion, rrf_k=rrf_k,
+                          vector_weight=vector_weight,
+                          text_weight=text_weight,
+                          vector_window=vector_window,
+                          text_window=text_window)
         return self._search(args, self._call_timeout_s(timeout_s))
 
     def info(self, timeout_s: Optional[float] = None) -> InfoT:

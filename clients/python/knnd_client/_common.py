@@ -232,10 +232,13 @@ def query_bytes(queries: Any) -> Tuple[bytes, int, int, str]:
 
 def request_rows(request: pb.SearchRequest) -> int:
     """The number of query rows of a SearchRequest built by this client
-    (from whichever of vectors_f32le and vectors_f16le holds them)."""
+    (from whichever of vectors_f32le and vectors_f16le holds them; its
+    texts without vectors)."""
     if request.vectors_f16le:
         return len(request.vectors_f16le) // (2 * request.dim)
-    return len(request.vectors_f32le) // (4 * request.dim)
+    if request.vectors_f32le:
+        return len(request.vectors_f32le) // (4 * request.dim)
+    return len(request.texts)
 
 
 def id_list(ids: npt.ArrayLike) -> npt.NDArray[np.int64]:
@@ -463,12 +466,10 @@ def filter_message(spec: Any, where: str = "filter") -> pb.Filter:
 class SearchArgs:
     """The arguments of one search() call as the caller gave them, not yet
     checked: what the four clients' one search() (ClientBase) hands to
-    their I/O, and what search_request() turns into a SearchRequest.
-
-    Hybrid retrieval (issue 54) adds its arguments here (text, fusion,
-    rrf_k, vector_weight, text_weight, vector_window, text_window), beside
-    ClientBase.search()'s keyword arguments and search_request()'s fields:
-    three places, each in one file, whatever the client."""
+    their I/O, and what search_request() turns into a SearchRequest. A new
+    argument is added here, beside ClientBase.search()'s keyword arguments
+    and search_request()'s fields: three places, each in one file,
+    whatever the client."""
     queries: Any
     k: Any
     nprobe: Any = None
@@ -477,25 +478,142 @@ class SearchArgs:
     refine_factor: Any = None
     payloads: Any = None
     allow_partial: Optional[bool] = None
+    # Hybrid retrieval (docs/hybrid.md).
+    text: Any = None
+    fusion: Any = None
+    rrf_k: Any = None
+    vector_weight: Any = None
+    text_weight: Any = None
+    vector_window: Any = None
+    text_window: Any = None
 
     @property
     def wants_payloads(self) -> bool:
         return payload_request(self.payloads) is not None
 
+    def hybrid_fields(self) -> Dict[str, Any]:
+        """The fusion arguments the caller set (not None), by name."""
+        return {name: getattr(self, name) for name in _FUSION_ARGUMENTS
+                if getattr(self, name) is not None}
+
     def needs_message(self) -> bool:
         """Whether the request needs fields that the cached serialized head
         does not hold (serialized_search_request builds a message then)."""
+        # Attribute by attribute: this runs in every call.
         return (self.allowed_ids is not None or self.wants_payloads
-                or bool(self.allow_partial))
+                or bool(self.allow_partial) or self.queries is None
+                or self.text is not None or self.fusion is not None
+                or self.rrf_k is not None or self.vector_weight is not None
+                or self.text_weight is not None
+                or self.vector_window is not None
+                or self.text_window is not None)
+
+
+# search()'s arguments of hybrid retrieval besides text, each a
+# SearchRequest field of the same name; and what `fusion` may be.
+_FUSION_ARGUMENTS = ("fusion", "rrf_k", "vector_weight", "text_weight",
+                     "vector_window", "text_window")
+FUSIONS = {"rrf": pb.FUSION_RRF, "weighted": pb.FUSION_WEIGHTED}
+FUSION_NAMES: Dict[int, str] = {int(value): name
+                                for name, value in FUSIONS.items()}
+# knnd's limit on rrf_k (src/index/hybrid_fusion.h), checked here too.
+MAX_RRF_K = 100000
+
+
+def text_list(text: Any, rows: Optional[int]) -> List[str]:
+    """search()'s `text` as one text per query row: a str is one query, a
+    sequence of str one per row; with queries (`rows` of them) as many
+    texts as rows. TypeError / ValueError naming `text` otherwise."""
+    if isinstance(text, str):
+        texts = [text]
+    elif isinstance(text, (bytes, bytearray)) or not isinstance(
+            text, Sequence):
+        raise TypeError("text must be a str (one query) or a sequence of "
+                        f"str (one per query row), got {type(text).__name__}")
+    else:
+        texts = list(text)
+        bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+        if bad:
+            raise TypeError(f"text[{bad[0]}] must be a str, got "
+                            f"{type(texts[bad[0]]).__name__}")
+        if not texts:
+            raise ValueError("text is empty: give one text per query row")
+    if rows is not None and len(texts) != rows:
+        raise ValueError(
+            f"text holds {len(texts)} texts but queries has {rows} rows: "
+            "give one text per query row")
+    return texts
+
+
+def _weight(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    weight = float(value)
+    if not math.isfinite(weight) or weight < 0:
+        raise ValueError(f"{name}={value} must be finite and >= 0")
+    return weight
+
+
+def _set_hybrid_fields(request: pb.SearchRequest, args: SearchArgs,
+                       with_vectors: bool) -> None:
+    """The fusion arguments of `args` into `request` (its texts and k set),
+    checked as knnd checks them, except a window's upper bound (the
+    server's max_k, which the client does not know)."""
+    given = args.hybrid_fields()
+    vector_side = [name for name in given if name != "text_window"]
+    if vector_side and not with_vectors:
+        raise ValueError(
+            f"{vector_side[0]} is set without queries: it fuses the vector "
+            "and text results of hybrid search; with text alone the answer "
+            "is BM25's")
+    if args.fusion is not None:
+        if args.fusion not in FUSIONS:
+            raise ValueError(f"fusion={args.fusion!r} is not one of "
+                             f"{', '.join(map(repr, FUSIONS))}")
+        request.fusion = FUSIONS[args.fusion]
+    if args.rrf_k is not None:
+        request.rrf_k = positive_int("rrf_k", args.rrf_k)
+        if request.rrf_k > MAX_RRF_K:
+            raise ValueError(f"rrf_k={request.rrf_k} must be <= {MAX_RRF_K}")
+    weights = {name: _weight(name, given[name])
+               for name in ("vector_weight", "text_weight") if name in given}
+    if weights and all(weights.get(name, 0.5) == 0
+                       for name in ("vector_weight", "text_weight")):
+        raise ValueError("vector_weight and text_weight are both 0: nothing "
+                         "would rank")
+    for weight_field, weight in weights.items():
+        setattr(request, weight_field, weight)
+    for window_field in ("vector_window", "text_window"):
+        if window_field in given:
+            window = positive_int(window_field, given[window_field])
+            if window < request.k:
+                raise ValueError(
+                    f"{window_field}={window} must be >= k={request.k} (a "
+                    "window is k to the server's max_k)")
+            setattr(request, window_field, window)
 
 
 def search_request(args: SearchArgs) -> pb.SearchRequest:
     """The SearchRequest of one search() call, every argument checked
     before any RPC (TypeError / ValueError naming the argument); it asks
     for the results as bytes (results_as_bytes)."""
-    vectors, _, dim, field = query_bytes(args.queries)
-    request = _search_head(dim, args.k, args.nprobe, args.refine_factor)
-    setattr(request, field, vectors)
+    if args.queries is None and args.text is None:
+        raise TypeError("search() needs queries (vectors), text (a text "
+                        "query per row) or both")
+    rows: Optional[int] = None
+    if args.queries is None:
+        request = _search_head(0, args.k, args.nprobe, args.refine_factor)
+    else:
+        vectors, rows, dim, field = query_bytes(args.queries)
+        request = _search_head(dim, args.k, args.nprobe, args.refine_factor)
+        setattr(request, field, vectors)
+    if args.text is not None:
+        request.texts.extend(text_list(args.text, rows))
+        _set_hybrid_fields(request, args, with_vectors=rows is not None)
+    elif args.hybrid_fields():
+        raise ValueError(f"{next(iter(args.hybrid_fields()))} is set "
+                         "without text: it applies to hybrid search "
+                         "(search(text=...))")
     if args.allowed_ids is not None:
         request.allowed_ids.extend(id_list(args.allowed_ids).tolist())
     asked = payload_request(args.payloads)
@@ -636,11 +754,39 @@ def result_arrays(response: pb.SearchResponse, shape: Tuple[int, int]
             result_column(response, "distances", *shape))
 
 
+# SearchResult's per-result columns of hybrid retrieval: the
+# SearchResponse field of each (the same name) and the array's dtype.
+_HYBRID_COLUMNS = (("vector_ranks", np.int32), ("vector_scores", np.float32),
+                   ("text_ranks", np.int32), ("text_scores", np.float32))
+
+
+def hybrid_result_fields(response: pb.SearchResponse,
+                         shape: Tuple[int, int]) -> Dict[str, Any]:
+    """SearchResult's fields of a hybrid search from `response` (its
+    answer to texts): fusion and the per-retriever columns as arrays of
+    `shape`, the vector ones left unset for texts alone. RuntimeError when
+    a column does not fill the shape (a knnd older than hybrid retrieval
+    answers none)."""
+    rows, k = shape
+    fields: Dict[str, Any] = {"fusion": FUSION_NAMES.get(response.fusion)}
+    for name, dtype in _HYBRID_COLUMNS:
+        values = getattr(response, name)
+        if name.startswith("vector") and not response.vector_ranks:
+            continue
+        if len(values) != rows * k:
+            raise RuntimeError(
+                f"knnd answered {len(values)} {name} for {rows}x{k} results "
+                "of a hybrid search: is it a knnd older than texts?")
+        fields[name] = np.array(values, dtype).reshape(rows, k)
+    return fields
+
+
 def search_result(response: pb.SearchResponse, shape: Tuple[int, int],
-                  with_payloads: bool) -> SearchResult:
+                  with_payloads: bool, hybrid: bool = False) -> SearchResult:
     """What search() returns for `response`: result_arrays(), the
-    payloads (search_payloads()) when `with_payloads`, and what the
-    response says about the search."""
+    payloads (search_payloads()) when `with_payloads`, each retriever's
+    ranks and scores (hybrid_result_fields()) when `hybrid` (the search
+    had text), and what the response says about the search."""
     ids, distances = result_arrays(response, shape)
     return SearchResult(
         ids=ids, distances=distances,
@@ -650,7 +796,8 @@ def search_result(response: pb.SearchResponse, shape: Tuple[int, int],
         nprobe=response.nprobe, refine_factor=response.refine_factor,
         filter_plan=response.filter_plan,
         filter_matched_rows=response.filter_matched_rows,
-        missing_shards=tuple(response.missing_shards))
+        missing_shards=tuple(response.missing_shards),
+        **(hybrid_result_fields(response, shape) if hybrid else {}))
 
 
 # How soon a channel connects again to a knnd it lost (a restart, a

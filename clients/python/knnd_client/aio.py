@@ -80,13 +80,15 @@ class AsyncKnnClient(ClientBase[Coroutine[Any, Any, SearchResult],
     def _search(self, args: SearchArgs, timeout_s: float
                 ) -> Coroutine[Any, Any, SearchResult]:
         request, shape = _common.serialized_search_request(args)
-        return self._answer(request, shape, args.wants_payloads, timeout_s)
+        return self._answer(request, shape, args.wants_payloads,
+                            args.text is not None, timeout_s)
 
     async def _answer(self, request: bytes, shape: Tuple[int, int],
-                      with_payloads: bool, timeout_s: float) -> SearchResult:
+                      with_payloads: bool, hybrid: bool,
+                      timeout_s: float) -> SearchResult:
         return _common.search_result(
             await self._call(self._search_rpc, request, timeout_s, "Search"),
-            shape, with_payloads)
+            shape, with_payloads, hybrid)
 
     async def _info(self, timeout_s: float) -> pb.GetIndexInfoResponse:
         return cast(pb.GetIndexInfoResponse,

@@ -64,7 +64,7 @@ class KnnClient(ClientBase[SearchResult, pb.GetIndexInfoResponse]):
         request, shape = _common.serialized_search_request(args)
         return _common.search_result(
             self._call(self._search_rpc, request, timeout_s, "Search"),
-            shape, args.wants_payloads)
+            shape, args.wants_payloads, hybrid=args.text is not None)
 
     def _info(self, timeout_s: float) -> pb.GetIndexInfoResponse:
         return cast(pb.GetIndexInfoResponse,

@@ -10,6 +10,15 @@
     docs = store.similarity_search("how do I rotate tokens?", k=4)
     retriever = store.as_retriever(search_kwargs={"k": 4, "nprobe": 16})
 
+Hybrid retrieval (an index built with `knnctl build --text FIELD`):
+hybrid=True sends the query's embedding and its text in one search, fused
+by knnd (RRF unless fusion="weighted"), with filter= applied to both:
+
+    docs = store.similarity_search("error E1234 on rotate", k=4,
+                                   hybrid=True, filter={"source": "ops"})
+    retriever = store.as_retriever(search_kwargs={
+        "k": 4, "hybrid": True, "filter": {"source": "ops"}})
+
 An index split into shards is searched the same way through a
 ShardedKnnClient (or an AsyncShardedKnnClient) over the shards' targets:
 the store sees the merged answer of the whole index.
@@ -67,8 +76,12 @@ _READ_ONLY = (
 # **kwargs (and a retriever's search_kwargs).
 # filter: knnd's attribute filter dict (KnnClient.search), evaluated by
 # the server over the attributes the index was built with.
+# fusion ... text_window: hybrid search's (with hybrid=True).
 _SEARCH_KWARGS = ("nprobe", "refine_factor", "allowed_ids", "filter",
-                  "timeout_s")
+                  "timeout_s", "fusion", "rrf_k", "vector_weight",
+                  "text_weight", "vector_window", "text_window")
+# The store's own: hybrid=True searches the query's text too.
+_HYBRID_KWARG = "hybrid"
 
 Docstore = Union[Mapping[int, Document], "BaseStore[str, Document]"]
 
@@ -148,7 +161,12 @@ class KnndVectorStore(VectorStore):
     def similarity_search(self, query: str, k: int = 4, **kwargs: Any
                           ) -> List[Document]:
         """The k documents closest to `query`. kwargs: nprobe,
-        refine_factor, allowed_ids (only these vector ids), timeout_s."""
+        refine_factor, allowed_ids (only these vector ids), filter (knnd's
+        attribute filter dict), timeout_s; hybrid=True: the query's
+        embedding and its text in one hybrid search (an index built with
+        `knnctl build --text`), with fusion, rrf_k, vector_weight,
+        text_weight, vector_window, text_window as KnnClient.search takes
+        them."""
         return [doc for doc, _ in self.similarity_search_with_score(
             query, k, **kwargs)]
 
@@ -161,13 +179,16 @@ class KnndVectorStore(VectorStore):
                                      ) -> List[Tuple[Document, float]]:
         """(document, distance) pairs, closest first. The distance is
         knnd's: squared L2 (smaller is closer) or inner product / cosine
-        (larger is closer), as the index was built."""
+        (larger is closer), as the index was built; with hybrid=True the
+        fused score (larger first)."""
         self._sync_client("similarity_search_with_score")
-        return self._search(self._embedding.embed_query(query), k, kwargs)
+        return self._search(self._embedding.embed_query(query), k, kwargs,
+                            query)
 
     def _similarity_search_with_relevance_scores(
             self, query: str, k: int = 4, **kwargs: Any
     ) -> List[Tuple[Document, float]]:
+        _no_hybrid_relevance(kwargs)
         pairs = self.similarity_search_with_score(query, k, **kwargs)
         relevance = self._select_relevance_score_fn()
         return [(doc, relevance(d)) for doc, d in pairs]
@@ -200,11 +221,12 @@ class KnndVectorStore(VectorStore):
             return await super().asimilarity_search_with_score(
                 query, k, **kwargs)
         return await self._asearch(
-            await self._embedding.aembed_query(query), k, kwargs)
+            await self._embedding.aembed_query(query), k, kwargs, query)
 
     async def _asimilarity_search_with_relevance_scores(
             self, query: str, k: int = 4, **kwargs: Any
     ) -> List[Tuple[Document, float]]:
+        _no_hybrid_relevance(kwargs)
         if isinstance(self._client, _SYNC_CLIENTS):
             return await super()._asimilarity_search_with_relevance_scores(
                 query, k, **kwargs)
@@ -287,29 +309,44 @@ class KnndVectorStore(VectorStore):
         assert isinstance(self._client, _ASYNC_CLIENTS)  # callers checked
         return self._client
 
-    def _search_arguments(self, k: int, kwargs: Dict[str, Any]
-                          ) -> Dict[str, Any]:
-        unknown = sorted(set(kwargs) - set(_SEARCH_KWARGS))
+    def _search_arguments(self, k: int, kwargs: Dict[str, Any],
+                          query: Optional[str]) -> Dict[str, Any]:
+        """The client's search() arguments of one store search: the
+        store's defaults, the caller's kwargs, and with hybrid=True the
+        text of `query` (None: a search by vector, which has none)."""
+        unknown = sorted(set(kwargs) - set(_SEARCH_KWARGS) - {_HYBRID_KWARG})
         if unknown:
             raise TypeError(
-                f"KnndVectorStore searches take {', '.join(_SEARCH_KWARGS)}; "
-                f"got {', '.join(unknown)}")
+                f"KnndVectorStore searches take {', '.join(_SEARCH_KWARGS)} "
+                f"and {_HYBRID_KWARG}; got {', '.join(unknown)}")
         arguments = dict(self._defaults, **kwargs)
+        hybrid = arguments.pop(_HYBRID_KWARG, False)
+        if not isinstance(hybrid, bool):
+            raise TypeError(f"hybrid must be True or False, got {hybrid!r}")
+        if hybrid:
+            if query is None:
+                raise ValueError(
+                    "hybrid=True searches the query's text beside its "
+                    "embedding: a search by vector has no text; use "
+                    "similarity_search (or the client's search(text=...))")
+            arguments["text"] = query
         arguments["k"] = k
         if self._docstore is None:
             arguments["payloads"] = True
         return arguments
 
     def _search(self, embedding: Sequence[float], k: int,
-                kwargs: Dict[str, Any]) -> List[Tuple[Document, float]]:
+                kwargs: Dict[str, Any], query: Optional[str] = None
+                ) -> List[Tuple[Document, float]]:
         client = self._sync_client("similarity_search")
-        arguments = self._search_arguments(k, kwargs)
+        arguments = self._search_arguments(k, kwargs, query)
         return self._documents(
             client.search(_query_row(embedding), **arguments))
 
     async def _asearch(self, embedding: Sequence[float], k: int,
-                       kwargs: Dict[str, Any]) -> List[Tuple[Document, float]]:
-        arguments = self._search_arguments(k, kwargs)
+                       kwargs: Dict[str, Any], query: Optional[str] = None
+                       ) -> List[Tuple[Document, float]]:
+        arguments = self._search_arguments(k, kwargs, query)
         return self._documents(await self._async_client().search(
             _query_row(embedding), **arguments))
 
@@ -377,6 +414,17 @@ def _metric(info: Union[pb.GetIndexInfoResponse,
     """The served metric, from a client's info(): one response, or one per
     shard (a sharded client's, checked to be one set: one metric)."""
     return info[0].metric if isinstance(info, list) else info.metric
+
+
+def _no_hybrid_relevance(kwargs: Mapping[str, Any]) -> None:
+    """Relevance scores map vector distances; a hybrid search's scores are
+    fused ones, with no such map."""
+    if kwargs.get(_HYBRID_KWARG):
+        raise ValueError(
+            "relevance scores (similarity_search_with_relevance_scores, the "
+            "similarity_score_threshold retriever) map vector distances; a "
+            "hybrid search's scores are fused ranks or weights: use "
+            "similarity_search_with_score, or search without hybrid")
 
 
 def _query_row(embedding: Sequence[float]) -> np.ndarray:

@@ -11,6 +11,9 @@ a server:
 
 - shard_request: the request every shard gets (rule 1);
 - merge_top_k / merge_candidates / merge_answers: the merge (rules 2, 3);
+- hybrid_merge_of / check_hybrid_shapes / merge_hybrid_answers / fuse:
+  the merge of hybrid searches' windows, as knnd's front of shards merges
+  them;
 - check_answers / check_infos: one version, one build, a complete set of
   distinct shards (rule 4);
 - ShardVersions: the version every request pins (rule 4);
@@ -39,6 +42,8 @@ from knnd_client.types import RetryPolicy, ShardedSearchResult
 
 __all__ = ["SERVING_VERSION_METADATA_KEY", "ShardVersions", "shard_request",
            "merge_top_k", "merge_candidates", "merge_answers",
+           "HybridMerge", "hybrid_merge_of", "check_hybrid_shapes",
+           "merge_hybrid_answers", "fuse",
            "check_answers", "check_infos", "serving_version_of"]
 
 # Trailing metadata of knnd's FAILED_PRECONDITION for an index_version it
@@ -208,6 +213,222 @@ def merge_answers_with_payloads(
 
 
 # --------------------------------------------------------------------------
+# Hybrid retrieval: the merge of the shards' windows (docs/hybrid.md)
+
+@dataclasses.dataclass(frozen=True)
+class HybridMerge:
+    """How the shards' windows of a hybrid request (texts set) merge, as
+    they resolve it (knnd's HybridMergeOf, src/rpc/shard_merge.cc): k
+    results per query; vector_window (0 without vectors) and text_window
+    entries per query in each shard's answer; the fusion (None: texts
+    alone, BM25's scores) with rrf_k and the weights, float32 as on the
+    wire."""
+    k: int
+    vector_window: int
+    text_window: int
+    fusion: Optional[int]
+    rrf_k: int = 60
+    vector_weight: float = 0.5
+    text_weight: float = 0.5
+
+    @property
+    def width(self) -> int:
+        """Entries per query of one shard's answer."""
+        return self.vector_window + self.text_window
+
+
+def hybrid_merge_of(request: pb.SearchRequest) -> HybridMerge:
+    """The HybridMerge of a request with texts, its fields as the shards
+    resolve them (unset: rrf_k 60, weights 0.5, windows k)."""
+    vectors = bool(request.vectors_f32le or request.vectors_f16le
+                   or request.vectors_bf16le or len(request.vectors))
+    fusion = (None if not vectors
+              else pb.FUSION_WEIGHTED if request.fusion == pb.FUSION_WEIGHTED
+              else pb.FUSION_RRF)
+
+    def resolved(field: str, default: Any) -> Any:
+        return getattr(request, field) if request.HasField(field) else default
+    return HybridMerge(
+        k=request.k,
+        vector_window=resolved("vector_window", request.k) if vectors else 0,
+        text_window=resolved("text_window", request.k), fusion=fusion,
+        rrf_k=min(resolved("rrf_k", 60), _common.MAX_RRF_K),
+        vector_weight=float(np.float32(resolved("vector_weight", 0.5))),
+        text_weight=float(np.float32(resolved("text_weight", 0.5))))
+
+
+def check_hybrid_shapes(targets: Sequence[str], versions: ShardVersions,
+                        answers: Mapping[int, pb.SearchResponse],
+                        request: pb.SearchRequest) -> None:
+    """Each answer to a hybrid request holds its windows: per query
+    vector_window + text_window entries (ids, distances, text ranks and
+    scores; vector ranks with vectors; payloads when asked for).
+    ShardedSearchError (FAILED_PRECONDITION naming the shard) otherwise."""
+    merge = hybrid_merge_of(request)
+    num_queries = _common.request_rows(request)
+    cells = num_queries * merge.width
+    for i, a in sorted(answers.items()):
+        sizes = {
+            "ids": _common.result_column(a, "ids").size,
+            "distances": _common.result_column(a, "distances").size,
+            "text_ranks": len(a.text_ranks),
+            "text_scores": len(a.text_scores),
+            "vector_ranks": (len(a.vector_ranks) if merge.vector_window
+                             else cells),
+            "payloads": (len(a.payloads) if request.HasField("payloads")
+                         else cells)}
+        wrong = [f"{n} {name}" for name, n in sizes.items() if n != cells]
+        if a.num_queries != num_queries or a.k != merge.width or wrong:
+            raise ShardedSearchError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{describe(targets, versions, i)} answered "
+                f"{a.num_queries}x{a.k} results"
+                + (f" ({', '.join(wrong)})" if wrong else "")
+                + f" for {num_queries} queries; a shard asked for the "
+                "windows of a hybrid search answers vector_window + "
+                f"text_window = {merge.width} per query: is it a knnd older "
+                "than hybrid retrieval?")
+
+
+def fuse(vector: Sequence[Tuple[int, float]], larger_closer: bool,
+         text: Sequence[Tuple[int, float]], merge: HybridMerge
+         ) -> List[Tuple[int, float, int, float, int, float]]:
+    """One query's vector results (id, distance; best first) and text
+    results (id, BM25 score; best first) fused as knnd fuses them
+    (FuseResults, src/index/hybrid_fusion.cc): (id, fused score, vector
+    rank, vector score, text rank, text score) of their union, best first,
+    equal scores by id. RRF: the sum of 1 / (rrf_k + rank) over the lists
+    holding the id; weighted: the weights times the scores min-max
+    normalised over each list (distances turned around for L2; a list
+    whose ends are equal normalises to 1); texts alone: the BM25 score.
+    Ranks from 1, 0 (score 0) where a list lacks the id; in doubles, as
+    knnd, so that the float32 of a fused score is knnd's."""
+    hits: Dict[int, List[Any]] = {}
+    for rank, (i, score) in enumerate(vector, 1):
+        hits[i] = [i, 0.0, rank, score, 0, 0.0]
+    for rank, (i, score) in enumerate(text, 1):
+        hit = hits.setdefault(i, [i, 0.0, 0, 0.0, 0, 0.0])
+        hit[4:6] = [rank, score]
+
+    def oriented(distance: float) -> float:
+        return distance if larger_closer else -distance
+
+    def normalized(score: float, best: float, worst: float) -> float:
+        return 1.0 if best == worst else (score - worst) / (best - worst)
+    v_best, v_worst = ((oriented(vector[0][1]), oriented(vector[-1][1]))
+                       if vector else (0.0, 0.0))
+    t_best, t_worst = (text[0][1], text[-1][1]) if text else (0.0, 0.0)
+    for hit in hits.values():
+        _, _, v_rank, v_score, t_rank, t_score = hit
+        if merge.fusion is None:
+            hit[1] = t_score
+        elif merge.fusion == pb.FUSION_RRF:
+            hit[1] = ((1.0 / (merge.rrf_k + v_rank) if v_rank else 0.0)
+                      + (1.0 / (merge.rrf_k + t_rank) if t_rank else 0.0))
+        else:
+            hit[1] = ((merge.vector_weight * normalized(
+                           oriented(v_score), v_best, v_worst)
+                       if v_rank else 0.0)
+                      + (merge.text_weight * normalized(
+                          t_score, t_best, t_worst) if t_rank else 0.0))
+    return sorted(((h[0], h[1], h[2], h[3], h[4], h[5])
+                   for h in hits.values()), key=lambda h: (-h[1], h[0]))
+
+
+def merge_hybrid_answers(answers: Sequence[pb.SearchResponse],
+                         num_queries: int, merge: HybridMerge
+                         ) -> Tuple[Dict[str, Any], Optional[List[List[bytes]]]]:
+    """The answer of the unsharded index to a hybrid request from its
+    shards' windows (checked by check_hybrid_shapes), as knnd's front of
+    shards makes it (MergeHybridAnswers): per query, each retriever's
+    window over the set (the vector_window best distances as merge_top_k
+    orders them; the text_window best BM25 scores, larger first, equal
+    ones by id: a shard's scores are the whole corpus's), fused by fuse();
+    k results. Returns ShardedSearchResult's fields (ids, distances: the
+    fused scores, fusion and the per-retriever columns), and each result's
+    payload per query when the answers carry them (b"" for a padding -1).
+    Pads with id -1, score -inf, ranks and scores 0."""
+    k, vw, tw = merge.k, merge.vector_window, merge.text_window
+    metric = answers[0].metric
+    larger_closer = metric in _DESCENDING_METRICS
+
+    def windows(column: str, start: int, width: int) -> npt.NDArray[Any]:
+        # One retriever's entries of every shard, side by side per query.
+        return np.concatenate(
+            [_common.result_column(a, column).reshape(
+                num_queries, merge.width)[:, start:start + width]
+             for a in answers], axis=1)
+
+    def best(start: int, width: int, order_metric: int
+             ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32],
+                        npt.NDArray[np.intp]]:
+        ids = windows("ids", start, width)
+        scores = windows("distances", start, width)
+        # A NaN orders nothing: a missing entry, as a padding -1.
+        ids = np.where(np.isnan(scores), np.int64(-1), ids)
+        columns = _best_columns(ids, scores, width, order_metric)
+        return (np.take_along_axis(ids, columns, axis=1),
+                np.take_along_axis(scores, columns, axis=1), columns)
+    v_ids, v_scores, v_columns = best(0, vw, metric)
+    # BM25 scores, larger first: ordered as an inner product.
+    t_ids, t_scores, t_columns = best(vw, tw, pb.METRIC_INNER_PRODUCT)
+
+    ids = np.full((num_queries, k), -1, np.int64)
+    fused = np.full((num_queries, k), -np.inf, np.float32)
+    columns = {name: np.zeros((num_queries, k), dtype)
+               for name, dtype in _common._HYBRID_COLUMNS}
+    with_payloads = bool(answers[0].payloads)
+    payloads: List[List[bytes]] = []
+    for q in range(num_queries):
+        vector = [(i, s) for i, s in zip(v_ids[q].tolist(),
+                                         v_scores[q].tolist()) if i >= 0]
+        text = [(i, s) for i, s in zip(t_ids[q].tolist(),
+                                       t_scores[q].tolist()) if i >= 0]
+        hits = fuse(vector, larger_closer, text, merge)[:k]
+        for j, (i, score, v_rank, v_score, t_rank, t_score) in enumerate(
+                hits):
+            ids[q, j], fused[q, j] = i, score
+            columns["vector_ranks"][q, j] = v_rank
+            columns["vector_scores"][q, j] = v_score
+            columns["text_ranks"][q, j] = t_rank
+            columns["text_scores"][q, j] = t_score
+        if with_payloads:
+            payloads.append(_hybrid_payloads(
+                answers, q, merge, [h[0] for h in hits],
+                [(v_ids[q], v_columns[q], 0, vw),
+                 (t_ids[q], t_columns[q], vw, tw)]) + [b""] * (k - len(hits)))
+    fields: Dict[str, Any] = {
+        "ids": ids, "distances": fused,
+        "fusion": (None if merge.fusion is None
+                   else _common.FUSION_NAMES[merge.fusion]),
+        "text_ranks": columns["text_ranks"],
+        "text_scores": columns["text_scores"]}
+    if vw:
+        fields["vector_ranks"] = columns["vector_ranks"]
+        fields["vector_scores"] = columns["vector_scores"]
+    return fields, payloads if with_payloads else None
+
+
+def _hybrid_payloads(answers: Sequence[pb.SearchResponse], q: int,
+                     merge: HybridMerge, kept: Sequence[int],
+                     windows: Sequence[Tuple[npt.NDArray[np.int64],
+                                             npt.NDArray[np.intp], int, int]]
+                     ) -> List[bytes]:
+    """The payloads of query `q`'s kept ids, each from the shard entry it
+    was ranked from: `windows` holds per retriever its best ids, their
+    columns among the shards' entries laid side by side, and where its
+    window starts in an answer and how wide it is."""
+    payload_of: Dict[int, bytes] = {}
+    for best_ids, best_columns, start, width in windows:
+        for i, column in zip(best_ids.tolist(), best_columns.tolist()):
+            if i >= 0 and i not in payload_of:
+                shard, j = divmod(column, width)
+                payload_of[i] = answers[shard].payloads[
+                    q * merge.width + start + j]
+    return [payload_of[i] for i in kept]
+
+
+# --------------------------------------------------------------------------
 # Rule 4: versions and the checks of a shard set
 
 def serving_version_of(error: BaseException) -> Optional[int]:
@@ -354,7 +575,7 @@ def check_answers(targets: Sequence[str], versions: ShardVersions,
     refine_factor (shards that used different defaults would not make the
     unsharded answer), and rows of the expected shape (with re-ranking:
     every candidate's PQ estimate, without which rule 3 cannot be
-    followed). Returns (index_version, build_id); raises
+    followed; with texts: the windows, check_hybrid_shapes). Returns (index_version, build_id); raises
     ShardedSearchError (FAILED_PRECONDITION, as the C++ front) otherwise."""
     build_id = _check_set(targets, versions, answers)
 
@@ -383,6 +604,9 @@ def check_answers(targets: Sequence[str], versions: ShardVersions,
             f"shards answered with metric {first.metric}, which cannot be "
             "merged (a knnd older than this client?)")
     num_queries = _common.request_rows(request)
+    if request.texts:
+        check_hybrid_shapes(targets, versions, answers, request)
+        return first.index_version, build_id
     candidates_width = request.k * (first.refine_factor or 1)
     for i, a in sorted(answers.items()):
         # A filtered answer holds the shard's k best exact distances (all
@@ -640,13 +864,20 @@ class SearchScatter(Scatter):
         index_version, build_id = check_answers(
             self.targets, self.versions, self.answers, self._caller_request)
         answers = [self.answers[i] for i in sorted(self.answers)]
-        ids, distances, payloads = merge_answers_with_payloads(
-            answers, self._num_queries, self._caller_request.k)
+        merged: Dict[str, Any]
+        if self._caller_request.texts:
+            merged, payloads = merge_hybrid_answers(
+                answers, self._num_queries,
+                hybrid_merge_of(self._caller_request))
+        else:
+            ids, distances, payloads = merge_answers_with_payloads(
+                answers, self._num_queries, self._caller_request.k)
+            merged = {"ids": ids, "distances": distances}
         missing = self.missing()
         answered_ids = {a.shard.shard_id for a in answers}
         plans = {a.filter_plan for a in answers}
         return ShardedSearchResult(
-            ids=ids, distances=distances,
+            **merged,
             payloads=(None if payloads is None
                       else _common.payload_dicts(payloads)),
             index_version=index_version, metric=answers[0].metric,

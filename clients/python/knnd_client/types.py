@@ -1,7 +1,7 @@
 """The types of knnd_client's public surface, defined here and nowhere
 else: what a search returns (SearchResult, ShardedSearchResult, Hit), how
 the clients retry (RetryPolicy) and the shapes of search()'s arguments
-(Payload, PayloadFields, FilterSpec).
+(Payload, PayloadFields, FilterSpec, TextQueries, FusionName).
 
 Results are frozen dataclasses: their fields cannot be reassigned, and
 each one is typed, so a type checker sees `result.ids` as an int64 array
@@ -12,8 +12,8 @@ them in place if the result is shared.
 from __future__ import annotations
 
 import dataclasses
-from typing import (TYPE_CHECKING, Any, Dict, List, Mapping, Optional,
-                    Sequence, Tuple, Union)
+from typing import (TYPE_CHECKING, Any, Dict, List, Literal, Mapping,
+                    Optional, Sequence, Tuple, Union)
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # errors.py imports the clients' helpers, not the reverse
     from knnd_client.errors import ShardedSearchError
 
 __all__ = ["Hit", "SearchResult", "ShardedSearchResult", "RetryPolicy",
-           "Payload", "PayloadFields", "FilterSpec"]
+           "Payload", "PayloadFields", "FilterSpec", "TextQueries",
+           "FusionName"]
 
 # One result's payload (`knnctl build --payloads`): its JSON object.
 Payload = Dict[str, Any]
@@ -30,6 +31,10 @@ Payload = Dict[str, Any]
 PayloadFields = Union[bool, Sequence[str], None]
 # search(filter=...): a filter dict, {"genre": "news"}, {"$and": [...]} ...
 FilterSpec = Mapping[str, Any]
+# search(text=...): one text query, or one per query row.
+TextQueries = Union[str, Sequence[str]]
+# search(fusion=...): how hybrid results are fused.
+FusionName = Literal["rrf", "weighted"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,14 +74,23 @@ class RetryPolicy:
 class Hit:
     """One neighbour of one query: its id (the index's: a row number, or
     the id given to `knnctl build --ids`), its distance (squared L2,
-    smaller is closer; inner product or cosine, larger is closer) and, when
-    the search asked for payloads, its payload (None otherwise, and for a
-    payload-less row)."""
+    smaller is closer; inner product or cosine, larger is closer; of a
+    hybrid search, its fused score, larger first) and, when the search
+    asked for payloads, its payload (None otherwise, and for a payload-less
+    row).
+
+    Of a hybrid search (search(text=...)), where each retriever put it:
+    vector_rank / text_rank from 1, 0 when it was not in that retriever's
+    window; vector_score (its vector distance) / text_score (its BM25
+    score), None when its rank is 0. All four are None when the search was
+    not hybrid, and the vector ones for text alone."""
     id: int
     distance: float
     payload: Optional[Payload] = None
-    # Hybrid retrieval (issue 54) adds each hit's per-retriever rank and
-    # score here, beside the fused distance.
+    vector_rank: Optional[int] = None
+    vector_score: Optional[float] = None
+    text_rank: Optional[int] = None
+    text_score: Optional[float] = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -101,6 +115,15 @@ class SearchResult:
       and how many rows the filter admitted; 0 without one.
     missing_shards: from a front of shards with allow_partial=True, the
       ids of the shards whose results are missing (empty otherwise).
+    fusion: of a hybrid search with queries and text, how its results were
+      fused: "rrf" or "weighted"; None for text alone (BM25's answer, in
+      distances) and without text.
+    vector_ranks, vector_scores, text_ranks, text_scores: of a hybrid
+      search, arrays of shape (num_queries, k) like ids: each result's rank
+      in the vector and the text retriever (int32, from 1; 0: not in that
+      retriever's window) and its score there (float32: the vector
+      distance, the BM25 score; 0 where the rank is 0). None without text;
+      the vector ones None for text alone.
     """
     ids: npt.NDArray[np.int64]
     distances: npt.NDArray[np.float32]
@@ -112,9 +135,11 @@ class SearchResult:
     filter_plan: int = 0
     filter_matched_rows: int = 0
     missing_shards: Tuple[int, ...] = ()
-    # Hybrid retrieval (issue 54) adds its per-result columns here (the
-    # vector and text retrievers' ranks and scores, (num_queries, k) arrays
-    # like ids), read from SearchResponse where ids are.
+    fusion: Optional[str] = None
+    vector_ranks: Optional[npt.NDArray[np.int32]] = None
+    vector_scores: Optional[npt.NDArray[np.float32]] = None
+    text_ranks: Optional[npt.NDArray[np.int32]] = None
+    text_scores: Optional[npt.NDArray[np.float32]] = None
 
     @property
     def num_queries(self) -> int:
@@ -125,14 +150,33 @@ class SearchResult:
         return int(self.ids.shape[1])
 
     def hits(self, query: int) -> List[Hit]:
-        """The neighbours of query row `query`, closest first, padding
-        (id -1) left out."""
+        """The neighbours of query row `query`, closest first (best fused
+        score first of a hybrid search), padding (id -1) left out."""
         ids = self.ids[query].tolist()
         distances = self.distances[query].tolist()
         payloads = (self.payloads[query] if self.payloads is not None
                     else [None] * len(ids))
-        return [Hit(i, d, p) for i, d, p in zip(ids, distances, payloads)
-                if i >= 0]
+        vector_ranks, vector_scores = _retriever_columns(
+            self.vector_ranks, self.vector_scores, query, len(ids))
+        text_ranks, text_scores = _retriever_columns(
+            self.text_ranks, self.text_scores, query, len(ids))
+        return [Hit(*fields) for fields in zip(
+                    ids, distances, payloads, vector_ranks, vector_scores,
+                    text_ranks, text_scores) if fields[0] >= 0]
+
+
+def _retriever_columns(ranks: Optional[npt.NDArray[np.int32]],
+                       scores: Optional[npt.NDArray[np.float32]],
+                       query: int, count: int
+                       ) -> Tuple[List[Optional[int]], List[Optional[float]]]:
+    """The Hit fields of one retriever for query row `query`: its ranks and
+    scores, a score None where the rank is 0 (not in its window); all None
+    without that retriever."""
+    if ranks is None or scores is None:
+        return [None] * count, [None] * count
+    row = ranks[query].tolist()
+    return row, [s if r else None
+                 for r, s in zip(row, scores[query].tolist())]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
