@@ -38,7 +38,8 @@ must reproduce from the same two windows (bench/hybrid/README.md).
 
 Then q/s of BM25 alone, one query per call, one thread, k 10, on the
 first --qps_queries queries: bm25s over pre-tokenized queries (its best
-case) and Xapian including its query parsing.
+case) and Xapian including its query parsing; the median of --rounds
+rounds, the two taking turns.
 
 knnd (when this tree's build has `knnctl analyze` and the hybrid Search;
 until then "knnd: not available"): bm25s again over knnd's own tokens
@@ -234,12 +235,22 @@ def dense_search(passages, queries, k):
     return rows, scores
 
 
-def qps(fn, items, seconds_floor=0.0):
+def qps(fn, items):
     t = time.perf_counter()
     for x in items:
         fn(x)
-    dt = time.perf_counter() - t
-    return len(items) / max(dt, seconds_floor or 1e-9)
+    return len(items) / (time.perf_counter() - t)
+
+
+def interleaved_qps(engines, rounds):
+    """Median q/s of each engine over `rounds` rounds, the engines taking
+    turns within a round, so that other load on the machine slows each
+    alike. engines: name -> (one-query function, queries)."""
+    got = {name: [] for name in engines}
+    for _ in range(rounds):
+        for name, (fn, items) in engines.items():
+            got[name].append(qps(fn, items))
+    return {name: float(np.median(v)) for name, v in got.items()}
 
 
 def top_sets_equal(rows_a, scores_a, rows_b, scores_b, k=K, rel=1e-4):
@@ -349,20 +360,28 @@ class Knnd:
         self.daemon.stop(60)
 
 
-def latency_us(fn, items):
-    times = []
-    for x in items:
-        t = time.perf_counter()
-        fn(x)
-        times.append(time.perf_counter() - t)
-    times = np.asarray(times) * 1e6
-    return {"mean_us": float(times.mean()), "p50_us": float(np.median(times)),
-            "p99_us": float(np.percentile(times, 99))}
+def paired_latency_us(fn_a, fn_b, items):
+    """Each item timed with fn_a and fn_b, in alternating order; the mean,
+    median and p99 of each, in microseconds."""
+    times = ([], [])
+    for n, x in enumerate(items):
+        order = ((0, fn_a), (1, fn_b)) if n % 2 == 0 else ((1, fn_b), (0, fn_a))
+        for which, fn in order:
+            t = time.perf_counter()
+            fn(x)
+            times[which].append(time.perf_counter() - t)
+    out = []
+    for t in times:
+        t = np.asarray(t) * 1e6
+        out.append({"mean_us": float(t.mean()), "p50_us": float(np.median(t)),
+                    "p99_us": float(np.percentile(t, 99))})
+    return out
 
 
-def run_knnd(args, lang, work, chunks_path, passages, qvecs, queries,
-             chunk_page, ref, stubs_dir):
-    """knnd's figures for one language (see the module's doc)."""
+def run_knnd(args, work, chunks_path, passages, qvecs, queries, chunk_page,
+             ref, qps_engines, stubs_dir):
+    """knnd's figures for one language (see the module's doc); its BM25
+    q/s taken in turns with qps_engines' (returned as "qps")."""
     n = len(queries)
     out = {}
     knnd = Knnd(args.build, work, passages, chunks_path, stubs_dir)
@@ -390,15 +409,14 @@ def run_knnd(args, lang, work, chunks_path, passages, qvecs, queries,
             same = sum(list(fused[f][i]["ids"][:K]) == fuse(i)[:K] for i in range(n))
             out[f"{f}_top10_equal_to_reference"] = same / n
         qn = min(args.qps_queries, n)
-        out["bm25_qps"] = qps(lambda q: knnd.search(k=K, text=q["query"]),
-                              queries[:qn])
-        out["dense_latency"] = latency_us(
-            lambda i: knnd.search(k=K, vector=qvecs[i]), range(qn))
-        out["rrf_latency"] = latency_us(
+        out["qps"] = interleaved_qps(dict(qps_engines, knnd=(
+            lambda q: knnd.search(k=K, text=q["query"]), queries[:qn])), args.rounds)
+        dense_us, rrf_us = paired_latency_us(
+            lambda i: knnd.search(k=K, vector=qvecs[i]),
             lambda i: knnd.search(k=K, vector=qvecs[i], text=queries[i]["query"],
                                   fusion="rrf", window=w), range(qn))
-        out["hybrid_over_dense_latency"] = (out["rrf_latency"]["mean_us"]
-                                            / out["dense_latency"]["mean_us"])
+        out["dense_latency"], out["rrf_latency"] = dense_us, rrf_us
+        out["hybrid_over_dense_latency"] = rrf_us["mean_us"] / dense_us["mean_us"]
     finally:
         knnd.stop()
     return out
@@ -477,16 +495,17 @@ def run_language(args, lang, knnd_why, stubs_dir):
     res["xapian_top10_equal_to_bm25s_icu"] = eq
 
     qn = min(args.qps_queries, len(queries))
-    qtok = tokens["icu"][1][:qn]
-    res["qps"]["bm25s (pre-tokenized)"] = qps(lambda t: bm25s_icu.one(t, K), qtok)
-    res["qps"]["xapian"] = qps(lambda q: xap.one(q, K), qtexts[:qn])
-
+    engines = {
+        "bm25s (pre-tokenized)": (lambda t: bm25s_icu.one(t, K), tokens["icu"][1][:qn]),
+        "xapian": (lambda q: xap.one(q, K), qtexts[:qn])}
     if knnd_why is None and emb is not None:
         work = os.path.join(args.work, "knnd", f"{lang}-{chunks_key}")
         os.makedirs(work, exist_ok=True)
-        res["knnd"] = run_knnd(args, lang, work, chunks_path, passages, qvecs,
-                               queries, chunk_page, windows, stubs_dir)
+        res["knnd"] = run_knnd(args, work, chunks_path, passages, qvecs, queries,
+                               chunk_page, windows, engines, stubs_dir)
+        res["qps"] = res["knnd"].pop("qps")
     else:
+        res["qps"] = interleaved_qps(engines, args.rounds)
         res["knnd"] = f"not available ({knnd_why or 'no embeddings'})"
     return res
 
@@ -527,6 +546,8 @@ def main():
     ap.add_argument("--langs", default="en-US,zh-CN,ko")
     ap.add_argument("--window", type=int, default=100)
     ap.add_argument("--qps_queries", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="q/s rounds (median reported)")
     ap.add_argument("--json")
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"
