@@ -48,7 +48,8 @@ until then "knnd: not available"): bm25s again over knnd's own tokens
 one worker, and searched through gRPC: text alone, vectors alone, both
 with FUSION_RRF and FUSION_WEIGHTED; its BM25 top-10 sets against bm25s
 knnd's (the target: equal on >= 99% of queries; ties at the 10th score
-count as equal) and the largest score difference; its fusions against
+count as equal) and the largest score difference; its dense top 10
+against the exact one (recall@10: knnd's index is IVF-PQ); its fusions against
 the Python fusion of its own two windows; BM25 q/s against bm25s and
 Xapian; a hybrid request's latency against a dense request's (one query,
 k 10).
@@ -398,6 +399,9 @@ def run_knnd(args, work, chunks_path, passages, qvecs, queries, chunk_page,
                           ("knnd rrf", fused["rrf"]),
                           ("knnd weighted", fused["weighted"])):
             out[name] = page_metrics([r["ids"] for r in res], queries, chunk_page)
+        exact = ref["dense"][0]
+        out["dense_recall@10_vs_exact"] = float(np.mean(
+            [len(set(dense[i]["ids"][:K]) & set(exact[i][:K])) / K for i in range(n)]))
         eq, worst = top_sets_equal(t_rows, t_scores, *ref["bm25s knnd"])
         out["bm25_top10_equal_to_bm25s"] = eq
         out["bm25_max_rel_score_diff"] = worst
