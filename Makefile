@@ -18,7 +18,7 @@ FASHION := /usr/share/datasets/fashion-mnist
 DEBIAN_PACKAGES := cmake g++ make pkg-config git zlib1g-dev \
   libfaiss-dev libopenblas-dev libgrpc++-dev libprotobuf-dev \
   protobuf-compiler protobuf-compiler-grpc libabsl-dev libspdlog-dev \
-  prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libhnswlib-dev \
+  prometheus-cpp-dev libicu-dev libstemmer-dev libgtest-dev libgmock-dev libbenchmark-dev libhnswlib-dev \
   python3-faiss python3-grpcio python3-protobuf python3-numpy \
   prometheus dataset-fashion-mnist \
   python3-venv python3-pip python3-setuptools python3-wheel \
@@ -414,7 +414,7 @@ check-thread-safety: deps
 # check-thread-safety (every clang build makes it an error), so CI runs that
 # analysis here rather than in a build of its own.
 FUZZ_TARGETS := index_loader_fuzzer:4 search_request_fuzzer:3 \
-  shard_answers_fuzzer:3 config_fuzzer:2 front_estimate_fuzzer:2
+  shard_answers_fuzzer:3 config_fuzzer:2 front_estimate_fuzzer:2 text_fuzzer:2
 FUZZ_SECONDS ?= 140
 fuzz-build: deps
 	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \

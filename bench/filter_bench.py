@@ -346,8 +346,9 @@ def run_clustered(args):
                     start = time.perf_counter()
                     for group in calls[begin:begin + chunk_calls]:
                         t = int(q_topic[group[0]])
-                        got, _ = clients[m].search(
-                            xq[group], K, filter=make_filter(t), **setting)
+                        got = clients[m].search(
+                            xq[group], K, filter=make_filter(t),
+                            **setting).ids
                         results[m][group] = rows_of(got)
                     seconds[m] += time.perf_counter() - start
                     after = execution_so_far(daemons[m])
@@ -530,7 +531,7 @@ def main():
         k_post = min(max_k, int(np.ceil(K / s)))
 
         def post_filter(q):
-            ids, _ = client.search(q, k_post, **setting)
+            ids = client.search(q, k_post, **setting).ids
             out = np.full((len(q), K), -1)
             for r, row in enumerate(ids):
                 kept = [i for i in row if i >= 0 and mask[i]][:K]
@@ -538,11 +539,11 @@ def main():
             return out
         methods = {
             "knnd filter": in_calls(lambda q: client.search(
-                q, K, filter={"u": {"$lt": bound}}, **setting)[0]),
+                q, K, filter={"u": {"$lt": bound}}, **setting).ids),
             "post-filter": in_calls(post_filter),
             "faiss sel": lambda chunk: faiss_sel.search(bound, chunk),
             "unfiltered": in_calls(
-                lambda q: client.search(q, K, **setting)[0]),
+                lambda q: client.search(q, K, **setting).ids),
         }
         results = {m: np.full((len(xq), K), -1) for m in methods}
         seconds = {m: 0.0 for m in methods}

@@ -201,7 +201,7 @@ TEST_F(ServerFixture, EveryBadInputGetsItsStatusAndTheServerKeepsServing) {
         "dim=16 does not match the index dimension 32");
   }
   add("no queries", MakeSearchRequest({}, 5), grpc::INVALID_ARGUMENT,
-      "no query vectors");
+      "no queries");
   add("too many queries", MakeSearchRequest(MakeData(21, spec_.d, 3), 5),
       grpc::INVALID_ARGUMENT, "num_queries=21 exceeds max_queries_per_request=20");
   add("k zero", MakeSearchRequest(one, 0), grpc::INVALID_ARGUMENT,

@@ -93,5 +93,5 @@ else:
     @app.get("/search")
     async def search(rows: int = Query(1, ge=1, le=4096), k: int = Query(10, ge=1, le=100),
                      seed: int = Query(0, ge=0)) -> Dict[str, Any]:
-        ids, _ = await app.state.knn.search(queries(rows, seed), k, NPROBE)
-        return {"rows": rows, "ids": ids[0].tolist()}
+        result = await app.state.knn.search(queries(rows, seed), k, NPROBE)
+        return {"rows": rows, "ids": result.ids[0].tolist()}

@@ -20,6 +20,14 @@ wheel's protobuf and grpcio requirements are read from the stubs it ships
 (see runtime_requirements) rather than written down once: a wheel whose
 stubs need protobuf 7 says so, and pip refuses to pair it with protobuf 4
 instead of the import failing later.
+
+Which stubs an isolated build makes is chosen in pyproject.toml: the
+newest grpcio-tools would write stubs that refuse any grpcio and protobuf
+older than itself (an application on grpcio 1.66 could not install the
+client), so the build uses grpcio-tools 1.62.3, the last whose stubs check
+no version (protoc 25.1): the wheel then declares grpcio>=1.51 and
+protobuf>=4.25.1, and client_install_test.py installs it with exactly
+those lowest versions as well as with the newest.
 """
 import atexit
 import os
@@ -44,13 +52,14 @@ GENERATED_PACKAGE = "knnd_client._generated"
 # routes, the other client_*_test.py scripts run in each):
 # Debian 12's python3-numpy 1.24.2 and PyPI's newest 2.x.
 NUMPY_REQUIREMENT = "numpy>=1.24,<3"
-# Stubs without a version check (grpc_python_plugin before 1.63, as
-# Debian 12's 1.51): they import under Debian's grpcio 1.51.1 and PyPI's
-# newest 1.x.
-UNCHECKED_GRPC_REQUIREMENT = "grpcio>=1.51,<2"
-# Protobuf gencode without a runtime check (protoc before 26, as Debian
-# 12's 3.21.12) needs a runtime at least as new as the protoc; it was
-# tested up to PyPI's newest 7.x, and 8 does not exist yet.
+# Stubs without a version check (grpc_python_plugin before 1.63: Debian
+# 12's 1.51, grpcio-tools 1.62.3): they import under grpcio 1.51.1
+# (Debian's, and PyPI's in the lowest route) and PyPI's newest 1.x.
+UNCHECKED_GRPC_REQUIREMENT = "grpcio>=1.51.1,<2"
+# Protobuf gencode without a runtime check (protoc before 26: Debian 12's
+# 3.21.12, grpcio-tools 1.62.3's 25.1) needs a runtime at least as new as
+# the protoc; it was tested up to PyPI's newest 7.x, and 8 does not exist
+# yet.
 UNCHECKED_PROTOBUF_MAJOR_LIMIT = 8
 
 
@@ -156,20 +165,23 @@ def python_protobuf_version(protoc_version):
 def runtime_requirements(protoc_version, pb2_text, grpc_text):
     """The protobuf and grpcio requirements of the generated stubs.
 
-    protoc 26+ writes "# Protobuf Python Version: X.Y.Z" and a check that
-    refuses a runtime older than X.Y.Z or of another major version (one
-    major newer only warns): required is X.Y.Z up to the next major.
-    grpcio-tools 1.63+ writes GRPC_GENERATED_VERSION and refuses an older
-    grpcio. Older generators check nothing; their ranges are the tested
-    ones above."""
-    checked = re.search(r"^# Protobuf Python Version: (\d+)\.(\d+)\.(\d+)",
-                        pb2_text, re.M)
-    if checked:
-        protobuf = (f"protobuf>={'.'.join(checked.groups())},"
-                    f"<{int(checked.group(1)) + 1}")
+    protoc 26+ writes a call to ValidateProtobufRuntimeVersion, which
+    refuses a runtime older than the gencode's "# Protobuf Python Version:
+    X.Y.Z" or of another major version (one major newer only warns):
+    required is X.Y.Z up to the next major. grpcio-tools 1.63+ writes
+    GRPC_GENERATED_VERSION and refuses an older grpcio. Older generators
+    check nothing (protoc 25 writes the version line, but no check): their
+    gencode needs a protobuf at least as new as the protoc, and their
+    ranges are the tested ones above."""
+    stated = re.search(r"^# Protobuf Python Version: (\d+)\.(\d+)\.(\d+)",
+                       pb2_text, re.M)
+    if stated and "ValidateProtobufRuntimeVersion" in pb2_text:
+        protobuf = (f"protobuf>={'.'.join(stated.groups())},"
+                    f"<{int(stated.group(1)) + 1}")
     else:
-        protobuf = (f"protobuf>={python_protobuf_version(protoc_version)},"
-                    f"<{UNCHECKED_PROTOBUF_MAJOR_LIMIT}")
+        lowest = (".".join(stated.groups()) if stated
+                  else python_protobuf_version(protoc_version))
+        protobuf = f"protobuf>={lowest},<{UNCHECKED_PROTOBUF_MAJOR_LIMIT}"
     grpc_version = re.search(r"^GRPC_GENERATED_VERSION = '([^']+)'",
                              grpc_text, re.M)
     grpcio = (f"grpcio>={grpc_version.group(1)},<2" if grpc_version

@@ -67,7 +67,7 @@ async def search(q: str = Query(min_length=1, max_length=2000),
     if not vector.any():
         raise HTTPException(422, "q has no words to search for")
     try:
-        ids, scores, payloads = await app.state.knn.search(
+        result = await app.state.knn.search(
             vector.reshape(1, -1), k, NPROBE, refine_factor=REFINE,
             payloads=["text", "source", "ordinal"])
     except grpc.RpcError as error:
@@ -77,8 +77,8 @@ async def search(q: str = Query(min_length=1, max_length=2000),
     # Each result's chunk came with its id, from the index version that
     # answered: nothing to look up, nothing to keep in step.
     results: List[Dict[str, Any]] = [
-        {"id": int(i), "score": float(s), **payload}
-        for i, s, payload in zip(ids[0], scores[0], payloads[0]) if i >= 0]
+        {"id": hit.id, "score": hit.distance, **(hit.payload or {})}
+        for hit in result.hits(0)]
     return {"query": q, "worker_pid": os.getpid(), "results": results}
 
 

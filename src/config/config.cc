@@ -253,6 +253,9 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
     return out_of_range("max_filter_depth", c.max_filter_depth(), 1,
                         kMaxFilterDepthLimit);
   }
+  if (c.max_text_bytes() < 1 || c.max_text_bytes() > (1u << 24)) {
+    return out_of_range("max_text_bytes", c.max_text_bytes(), 1, 1 << 24);
+  }
   return absl::OkStatus();
 }
 

@@ -89,6 +89,7 @@ LimitsConfig LimitsConfigFrom(const ServerConfig& config) {
   limits.filter.max_conditions =
       static_cast<int64_t>(config.max_filter_conditions());
   limits.filter.max_depth = static_cast<int>(config.max_filter_depth());
+  limits.max_text_bytes = static_cast<int64_t>(config.max_text_bytes());
   return limits;
 }
 

@@ -181,9 +181,9 @@ absl::StatusOr<AttributeColumn> Carry(const UpdatePlan& plan,
 
 }  // namespace
 
-absl::StatusOr<AttributeDelta> ReadAttributeDelta(const std::string& path,
-                                                  int64_t input_rows,
-                                                  const AttributeStore& base) {
+absl::StatusOr<AttributeDelta> ReadAttributeDelta(
+    const std::string& path, int64_t input_rows, const AttributeStore& base,
+    const std::vector<std::string>* only_fields) {
   absl::flat_hash_set<std::string> keyword_columns;
   for (const AttributeStore::Column& column : base.columns()) {
     if (column.type == AttributeType::kKeyword) {
@@ -191,7 +191,7 @@ absl::StatusOr<AttributeDelta> ReadAttributeDelta(const std::string& path,
     }
   }
   absl::StatusOr<AttributeColumns> read =
-      ReadAttributesJsonl(path, input_rows, keyword_columns);
+      ReadAttributesJsonl(path, input_rows, keyword_columns, only_fields);
   if (!read.ok()) {
     return absl::Status(
         read.status().code(),

@@ -42,12 +42,13 @@ struct AttributeDelta {
   std::vector<std::string> added_columns;
 };
 
-// Reads `path` (`input_rows` lines, as ReadAttributesJsonl) and checks its
+// Reads `path` (`input_rows` lines, as ReadAttributesJsonl; with
+// `only_fields`, the payloads file and those of its fields) and checks its
 // columns against `base`'s. INVALID_ARGUMENT (NOT_FOUND for a missing
 // file) naming --attributes and `path`.
-absl::StatusOr<AttributeDelta> ReadAttributeDelta(const std::string& path,
-                                                  int64_t input_rows,
-                                                  const AttributeStore& base);
+absl::StatusOr<AttributeDelta> ReadAttributeDelta(
+    const std::string& path, int64_t input_rows, const AttributeStore& base,
+    const std::vector<std::string>* only_fields = nullptr);
 
 // The new version's columns: `base`'s in its order, then the columns only
 // `delta` (from ReadAttributeDelta; none for a deletions-only update) has.

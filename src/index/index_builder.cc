@@ -14,6 +14,7 @@
 #include "knnd/storage/payload_file.h"
 #include "knnd/storage/vectors_file.h"
 #include "knnd/storage/version_manifest.h"
+#include "knnd/text/text_index_writer.h"
 
 namespace knnd {
 namespace {
@@ -299,6 +300,27 @@ absl::StatusOr<std::vector<ShardSpec>> ShardIndexFile(
         info.vectors_path, info.dim, info.ntotal, /*verify_checksum=*/false);
     if (!opened.ok()) return opened.status();
     vectors = std::move(*opened);
+  }
+  // A text index is cut from the whole corpus's, each shard's scored with
+  // the whole corpus's statistics.
+  if (const TextIndex* text = (*source)->text(); text != nullptr) {
+    std::vector<TextIndexPart> parts;
+    for (const ShardSpec& shard : *plan) {
+      parts.push_back(
+          {TextIndexPath(ShardPath(out_path, shard.shard_id, shards)),
+           shard.end_id});
+    }
+    if (!parts.empty()) parts.back().end_row = info.ntotal;
+    const PayloadFile* files[] = {payloads.get()};
+    absl::StatusOr<TextCorpusSummary> written =
+        WriteTextIndexes(files, OptionsOf(text->stats()), parts);
+    if (!written.ok()) return written.status();
+  } else {
+    for (const ShardSpec& shard : *plan) {
+      // Of an earlier split.
+      std::remove(
+          TextIndexPath(ShardPath(out_path, shard.shard_id, shards)).c_str());
+    }
   }
   const std::string build_id = NewBuildId();
   metadata.clear_file_bytes();

@@ -94,6 +94,7 @@ absl::Status ApplyMetadata(
   info.has_id_table = meta->id_table();
   info.has_payloads = meta->payloads();
   info.has_attributes = meta->attributes();
+  info.text_field = meta->text_field();
   if (meta->shard_count() > 0) {
     if (meta->shard_id() >= meta->shard_count() ||
         meta->shard_first_id() < 0 ||
@@ -243,13 +244,41 @@ absl::StatusOr<std::unique_ptr<AttributeStore>> OpenAttributes(
   return store;
 }
 
+// Opens TextIndexPath(path) when the sidecar names a text field
+// (info.text_field) and fills in its path and size; null without one.
+absl::StatusOr<std::unique_ptr<TextIndex>> OpenText(
+    const std::string& path, bool verify_checksum,
+    const VersionManifest& manifest, IndexInfo& info) {
+  if (info.text_field.empty()) return nullptr;
+  absl::StatusOr<std::unique_ptr<TextIndex>> text =
+      TextIndex::Open(TextIndexPath(path), info.ntotal, verify_checksum);
+  if (!text.ok()) {
+    return absl::Status(
+        text.status().code(),
+        absl::StrCat(text.status().message(), " (", MetadataPath(path),
+                     " says the index has a text index of field \"",
+                     info.text_field, "\")"));
+  }
+  if (absl::Status s =
+          CheckBoundCompanion(path, manifest, kRoleText, (*text)->file_bytes(),
+                              (*text)->content_crc32());
+      !s.ok()) {
+    return s;
+  }
+  info.text_path = (*text)->path();
+  info.text_file_bytes = (*text)->file_bytes();
+  return text;
+}
+
 }  // namespace
 
-IndexSnapshot::IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info,
+IndexSnapshot::IndexSnapshot(std::unique_ptr<ServingIndex> faiss,
+                             IndexInfo info,
                              std::unique_ptr<VectorsFile> vectors,
                              std::unique_ptr<IdTable> id_table,
                              std::unique_ptr<PayloadFile> payloads,
-                             std::unique_ptr<AttributeStore> attributes)
+                             std::unique_ptr<AttributeStore> attributes,
+                             std::unique_ptr<TextIndex> text)
     : faiss_(std::move(faiss)),
       info_(std::move(info)),
       vectors_(std::move(vectors)),
@@ -257,6 +286,7 @@ IndexSnapshot::IndexSnapshot(std::unique_ptr<ServingIndex> faiss, IndexInfo info
       attributes_(std::move(attributes)),
       list_ids_(info_.shard_first_id, info_.ntotal, id_table_.get()),
       payloads_(std::move(payloads)),
+      text_(std::move(text)),
       filter_cache_(
           info_.filter_cache_bytes > 0
               ? std::make_unique<FilterCache>(info_.filter_cache_bytes)
@@ -329,6 +359,9 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   absl::StatusOr<std::unique_ptr<AttributeStore>> attributes =
       OpenAttributes(path, options.verify_checksum, bound, info);
   if (!attributes.ok()) return attributes.status();
+  absl::StatusOr<std::unique_ptr<TextIndex>> text =
+      OpenText(path, options.verify_checksum, bound, info);
+  if (!text.ok()) return text.status();
   absl::StatusOr<std::unique_ptr<VectorsFile>> vectors =
       OpenVectors(path, options, manifest->get(), info);
   if (!vectors.ok()) return vectors.status();
@@ -340,9 +373,9 @@ absl::StatusOr<std::unique_ptr<IndexSnapshot>> IndexSnapshot::Load(
   info.load_time = absl::Now();
   info.load_duration = info.load_time - start;
   return std::unique_ptr<IndexSnapshot>(
-      new IndexSnapshot(std::move(*faiss), std::move(info),
-                        std::move(*vectors), std::move(*id_table),
-                        std::move(*payloads), std::move(*attributes)));
+      new IndexSnapshot(std::move(*faiss), std::move(info), std::move(*vectors),
+                        std::move(*id_table), std::move(*payloads),
+                        std::move(*attributes), std::move(*text)));
 }
 
 absl::Status IndexSnapshot::VerifyChecksums(
@@ -366,6 +399,9 @@ absl::Status IndexSnapshot::VerifyChecksums(
     if (absl::Status s = attributes_->VerifyChecksum(cancel); !s.ok()) {
       return s;
     }
+  }
+  if (text_ != nullptr) {
+    if (absl::Status s = text_->VerifyChecksum(cancel); !s.ok()) return s;
   }
   if (vectors_ != nullptr) return vectors_->VerifyChecksum(cancel);
   return absl::OkStatus();

@@ -51,6 +51,7 @@
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/payload_file.h"
 #include "knnd/storage/vectors_file.h"
+#include "knnd/text/text_index.h"
 
 namespace knnd {
 
@@ -119,6 +120,12 @@ struct IndexInfo : IndexFacts {
   // heap_bytes, as the index's own heap is; 0 without attributes or with
   // the cache off (LoadOptions::filter_cache_bytes).
   int64_t filter_cache_bytes = 0;
+  // The text index (text/text_index.h) of an index built with one (the
+  // sidecar's text_field, the payload field it was built from): loaded
+  // whenever the sidecar names one.
+  std::string text_field;  // empty: none
+  std::string text_path;
+  int64_t text_file_bytes = 0;
 };
 
 // What Load() does with the raw-vectors file VectorsPath(path).
@@ -194,6 +201,9 @@ class IndexSnapshot {
 
   // The attribute store; null for an index without attributes.
   const AttributeStore* attributes() const { return attributes_.get(); }
+
+  // The text index; null for an index without one.
+  const TextIndex* text() const { return text_.get(); }
 
   // The cache of this version's compiled filters (search_request.cc's
   // ParseFilter keeps them); null without attributes or with the cache off.
@@ -272,7 +282,8 @@ class IndexSnapshot {
                 std::unique_ptr<VectorsFile> vectors,
                 std::unique_ptr<IdTable> id_table,
                 std::unique_ptr<PayloadFile> payloads,
-                std::unique_ptr<AttributeStore> attributes);
+                std::unique_ptr<AttributeStore> attributes,
+                std::unique_ptr<TextIndex> text);
 
   // ServingIndex::Search of `call`; with `filter` and the IVF plan, the
   // widening of filtered_search.h, each query needing `candidates` results
@@ -291,6 +302,7 @@ class IndexSnapshot {
   std::unique_ptr<AttributeStore> attributes_;  // null: no attributes
   ListIds list_ids_;                      // borrows id_table_
   std::unique_ptr<PayloadFile> payloads_;  // null: no payloads
+  std::unique_ptr<TextIndex> text_;        // null: no text index
   std::unique_ptr<FilterCache> filter_cache_;  // null: none
 };
 

@@ -24,6 +24,7 @@
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/payload_file.h"
 #include "knnd/storage/vectors_file.h"
+#include "knnd/text/text_index_writer.h"
 
 namespace knnd {
 namespace {
@@ -206,13 +207,24 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
   // Without the delta's attributes a new row would match no filter but a
   // negated one: required, as payloads are.
   const AttributeStore* base_attributes = (*base)->attributes();
+  // A base whose attributes are payload fields takes the delta's from its
+  // payloads.
+  std::vector<std::string> attribute_fields;
+  if (absl::StatusOr<knnd::v1::IndexMetadata> meta =
+          ReadIndexMetadata(MetadataPath(options.base_path));
+      meta.ok()) {
+    attribute_fields.assign(meta->attribute_fields().begin(),
+                            meta->attribute_fields().end());
+  }
+  const bool attributes_from_payloads =
+      !attribute_fields.empty() && options.input_attributes.empty();
   if (base_attributes == nullptr && !options.input_attributes.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--attributes ", options.input_attributes, ": the base ",
         options.base_path, " has no attributes (build it with --attributes)"));
   }
   if (base_attributes != nullptr && input_rows > 0 &&
-      options.input_attributes.empty()) {
+      options.input_attributes.empty() && !attributes_from_payloads) {
     return absl::InvalidArgumentError(
         absl::StrCat("the base ", options.base_path, " has attributes (",
                      info.attributes_path, "): give the attributes of ",
@@ -222,6 +234,13 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
   if (!options.input_attributes.empty()) {
     absl::StatusOr<AttributeDelta> read = ReadAttributeDelta(
         options.input_attributes, input_rows, *base_attributes);
+    if (!read.ok()) return read.status();
+    attribute_delta = std::move(*read);
+  } else if (attributes_from_payloads && base_attributes != nullptr &&
+             input_rows > 0) {
+    absl::StatusOr<AttributeDelta> read =
+        ReadAttributeDelta(options.input_payloads, input_rows, *base_attributes,
+                           &attribute_fields);
     if (!read.ok()) return read.status();
     attribute_delta = std::move(*read);
   }
@@ -287,6 +306,21 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
     }
     report.wrote_payloads = true;
   }
+  // The text index is the new payloads' field analyzed again, with the
+  // base's options: the corpus statistics are the new version's.
+  if (const TextIndex* text = (*base)->text(); text != nullptr) {
+    absl::StatusOr<std::unique_ptr<PayloadFile>> payloads =
+        PayloadFile::Open(payloads_path, static_cast<int64_t>(p.rows.size()),
+                          /*verify_checksum=*/false);
+    if (!payloads.ok()) return payloads.status();
+    const PayloadFile* files[] = {payloads->get()};
+    const TextIndexPart part{TextIndexPath(options.output_path),
+                             static_cast<int64_t>(p.rows.size())};
+    absl::StatusOr<TextCorpusSummary> written =
+        WriteTextIndexes(files, OptionsOf(text->stats()), {&part, 1});
+    if (!written.ok()) return written.status();
+    report.text_terms = written->terms;
+  }
   const std::string attributes_path = AttributeStorePath(options.output_path);
   if (base_attributes != nullptr) {
     absl::StatusOr<AttributeColumns> columns =
@@ -322,6 +356,8 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
   metadata.set_id_table(!p.row_ids);
   metadata.set_payloads(info.has_payloads);
   metadata.set_attributes(base_attributes != nullptr);
+  metadata.set_text_field(info.text_field);
+  if (!options.input_attributes.empty()) metadata.clear_attribute_fields();
   if (absl::Status s =
           CommitIndexFile(tmp, options.output_path, std::move(metadata));
       !s.ok()) {

@@ -124,6 +124,10 @@ int64_t EstimateSearchBytes(const IndexInfo& index, const SearchShape& shape) {
         bytes, SatMul(nq, SatAdd(fetched, shape.filtered ? fetched : kc), 12));
   }
   bytes = SatAdd(bytes, SatMul(2, std::max<int64_t>(0, shape.payload_bytes)));
+  if (shape.text_window > 0) {
+    bytes = SatAdd(bytes, SatMul(calls, index.ntotal, 24));
+    bytes = SatAdd(bytes, SatMul(nq, SatAdd(k, shape.text_window), 56));
+  }
   return bytes;
 }
 

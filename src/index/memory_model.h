@@ -51,6 +51,10 @@ struct SearchShape {
   // vectors_f16le / vectors_bf16le widened, or vectors_f32le not aligned
   // for floats (ParsedSearch::aligned_copy). 0: searched in place.
   int64_t query_copy_bytes = 0;
+  // A hybrid request (SearchRequest.texts): the text retriever's window,
+  // and `k` is then the vector retriever's window (at least the answer's
+  // k). 0: no texts.
+  int text_window = 0;
 };
 
 // The most bytes the payloads of `entries` results can add to an answer:
@@ -84,6 +88,12 @@ int64_t PayloadBytesBound(const IndexInfo& index, int64_t entries,
 //   re-ranking candidates      nq * refine_factor * k * (8 + 4)
 //   payloads                   2 * payload_bytes (the answer's JSON
 //                              objects and their serialised copy)
+//   text retrieval             per FAISS call ntotal * 24 (the BM25 score
+//                              of every row, 4 bytes, the rows touched, 4,
+//                              and their hits, 16: at worst every row), and nq
+//                              * (k + text_window) * 56 (both windows, the
+//                              fusion's candidates and their ranks and scores
+//                              in the answer)
 // and the search's own buffers, by kind of index. IVF-PQ (FAISS's search):
 //   FAISS result heaps         nq * k * 12 while a unit runs
 //   per-thread PQ tables       2 * M * 2^nbits * 4 + 2 * d * 4 per FAISS call

@@ -21,17 +21,16 @@ ChecksumVerifier::~ChecksumVerifier() {
 void ChecksumVerifier::Start(std::shared_ptr<const IndexSnapshot> snapshot,
                              Callback on_outcome) {
   const IndexInfo& info = snapshot->info();
-  spdlog::info("index version {} serves before its checksums are "
-               "verified; reading {} in the background to verify them",
-               info.version,
-               absl::StrCat(info.path,
-                            info.has_vectors ? " and " + info.vectors_path : "",
-                            info.has_id_table ? " and " + info.id_table_path
-                                              : "",
-                            info.has_payloads ? " and " + info.payloads_path
-                                              : "",
-                            info.has_attributes ? " and " + info.attributes_path
-                                                : ""));
+  spdlog::info(
+      "index version {} serves before its checksums are "
+      "verified; reading {} in the background to verify them",
+      info.version,
+      absl::StrCat(info.path,
+                   info.has_vectors ? " and " + info.vectors_path : "",
+                   info.has_id_table ? " and " + info.id_table_path : "",
+                   info.has_payloads ? " and " + info.payloads_path : "",
+                   info.has_attributes ? " and " + info.attributes_path : "",
+                   info.text_field.empty() ? "" : " and " + info.text_path));
   absl::MutexLock lock(&mu_);
   started_ = true;
   thread_ = std::thread(

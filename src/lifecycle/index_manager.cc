@@ -38,6 +38,10 @@ void LogServed(const IndexInfo& info) {
     spdlog::info("attributes: {} ({:.1f} MiB mapped)", info.attributes_path,
                  MiB(info.attributes_file_bytes));
   }
+  if (!info.text_field.empty()) {
+    spdlog::info("text index: {} of payload field \"{}\" ({:.1f} MiB mapped)",
+                 info.text_path, info.text_field, MiB(info.text_file_bytes));
+  }
 }
 
 }  // namespace

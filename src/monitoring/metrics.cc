@@ -177,6 +177,19 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
                     .Register(r)
                     .Add({}, SecondsBuckets());
 
+  auto& retrievers =
+      BuildHistogram()
+          .Name("knnd_search_retriever_duration_seconds")
+          .Help(
+              "Time one search call of a hybrid request (texts) spent in "
+              "each retriever, vector (the vector search for its window) "
+              "and text (BM25 over the text index), in seconds.")
+          .Register(r);
+  m->retriever_vector_ =
+      &retrievers.Add({{"retriever", "vector"}}, SecondsBuckets());
+  m->retriever_text_ =
+      &retrievers.Add({{"retriever", "text"}}, SecondsBuckets());
+
   m->payload_bytes_ = &BuildCounter()
                            .Name("knnd_search_payload_bytes_total")
                            .Help("Bytes of payloads (JSON objects) sent in "
@@ -484,6 +497,14 @@ void Metrics::RecordBatchRows(int64_t rows) {
 
 void Metrics::RecordRerank(absl::Duration duration) {
   rerank_->Observe(absl::ToDoubleSeconds(duration));
+}
+
+void Metrics::RecordRetrievers(const absl::Duration* vector,
+                               absl::Duration text) {
+  if (vector != nullptr) {
+    retriever_vector_->Observe(absl::ToDoubleSeconds(*vector));
+  }
+  retriever_text_->Observe(absl::ToDoubleSeconds(text));
 }
 
 void Metrics::RecordPayloadBytes(int64_t bytes) {

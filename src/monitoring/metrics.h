@@ -106,6 +106,9 @@ class Metrics {
   void RecordBatchRows(int64_t rows);
   // Time one FAISS call with refine_factor > 0 spent on exact distances.
   void RecordRerank(absl::Duration duration);
+  // One search call of a hybrid request (SearchRequest.texts): the time of
+  // its vector retriever (null for texts alone) and of its text retriever.
+  void RecordRetrievers(const absl::Duration* vector, absl::Duration text);
   // A Search answered with `bytes` of payloads (SearchResponse.payloads).
   void RecordPayloadBytes(int64_t bytes);
   // A filtered Search that asked the serving version's filter cache: found
@@ -147,6 +150,8 @@ class Metrics {
   prometheus::Histogram* request_queries_ = nullptr;
   prometheus::Histogram* batch_rows_ = nullptr;
   prometheus::Histogram* rerank_ = nullptr;
+  prometheus::Histogram* retriever_vector_ = nullptr;
+  prometheus::Histogram* retriever_text_ = nullptr;
   prometheus::Counter* payload_bytes_ = nullptr;
   prometheus::Counter* filter_cache_hits_ = nullptr;
   prometheus::Counter* filter_cache_misses_ = nullptr;

@@ -92,10 +92,9 @@ void KnnServiceImpl::Search(SearchCall* call) {
   }
   // Payloads go with every result entry: candidates too for a merger.
   const int64_t payload_entries =
-      !payloads->has_value() ? 0
-      : AnswersWithCandidates(call->request(), *parsed)
-          ? SatMul(parsed->num_queries, parsed->k, parsed->refine_factor)
-          : SatMul(parsed->num_queries, parsed->k);
+      !payloads->has_value()
+          ? 0
+          : SatMul(parsed->num_queries, AnswerWidth(call->request(), *parsed));
   const SearchShape shape =
       ShapeOf(*parsed, pinned.snapshot->info(), payload_entries);
   const int64_t bytes = EstimateSearchBytes(pinned.snapshot->info(), shape);
@@ -164,6 +163,10 @@ absl::StatusOr<ParsedSearch> KnnServiceImpl::PinAndParse(
   absl::StatusOr<ParsedSearch> parsed =
       ParseSearchRequest(request, index, limits);
   if (!parsed.ok()) return parsed;
+  if (absl::Status s = ParseTexts(request, *pinned->snapshot, limits, *parsed);
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s =
           ParseFilter(request, *pinned->snapshot, limits, *parsed);
       !s.ok()) {
@@ -177,7 +180,7 @@ SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed,
                                     int64_t payload_entries) const {
   return SearchShape{
       parsed.num_queries,
-      parsed.k,
+      parsed.hybrid.has_value() ? parsed.hybrid->vector_window : parsed.k,
       parsed.nprobe,
       static_cast<int64_t>(parsed.allowed_ids.size()),
       parsed.refine_factor,
@@ -188,7 +191,8 @@ SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed,
       parsed.filter.has_value() ? parsed.filter->matched_rows : 0,
       parsed.filter.has_value() && parsed.filter->rows != nullptr &&
           !parsed.filter->cached,
-      static_cast<int64_t>(parsed.aligned_copy.size() * sizeof(float))};
+      static_cast<int64_t>(parsed.aligned_copy.size() * sizeof(float)),
+      parsed.hybrid.has_value() ? parsed.hybrid->text_window : 0};
 }
 
 std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
@@ -202,11 +206,15 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   job->query_storage = std::move(parsed.aligned_copy);
   job->allowed_ids_storage = std::move(parsed.allowed_ids);
   job->filter = std::move(parsed.filter);
+  job->hybrid = std::move(parsed.hybrid);
   SearchArgs& args = job->args;
   args.queries = job->query_storage.empty() ? parsed.queries
                                             : job->query_storage.data();
   args.num_queries = parsed.num_queries;
-  args.k = parsed.k;
+  // A hybrid answer of windows for a merger is as wide as both windows.
+  args.k = parsed.hybrid.has_value()
+               ? static_cast<int>(AnswerWidth(call->request(), parsed))
+               : parsed.k;
   args.nprobe = parsed.nprobe;
   args.refine_factor = parsed.refine_factor;
   args.return_candidates = return_candidates;
@@ -246,6 +254,27 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   args.ids = out.ids;
   args.distances = out.distances;
   args.approx_distances = out.approx_distances;
+  if (job->hybrid.has_value()) {
+    const bool vectors = job->hybrid->fusion != Fusion::kNone;
+    response->set_fusion(job->hybrid->fusion == Fusion::kRrf
+                             ? knnd::v1::FUSION_RRF
+                         : job->hybrid->fusion == Fusion::kWeighted
+                             ? knnd::v1::FUSION_WEIGHTED
+                             : knnd::v1::FUSION_UNSPECIFIED);
+    response->mutable_text_ranks()->Resize(results, 0);
+    response->mutable_text_scores()->Resize(results, 0.0f);
+    job->hybrid_out.text_ranks = response->mutable_text_ranks()->mutable_data();
+    job->hybrid_out.text_scores =
+        response->mutable_text_scores()->mutable_data();
+    if (vectors) {
+      response->mutable_vector_ranks()->Resize(results, 0);
+      response->mutable_vector_scores()->Resize(results, 0.0f);
+      job->hybrid_out.vector_ranks =
+          response->mutable_vector_ranks()->mutable_data();
+      job->hybrid_out.vector_scores =
+          response->mutable_vector_scores()->mutable_data();
+    }
+  }
 
   job->snapshot = pinned.snapshot;
   job->deadline = absl::FromChrono(call->context()->deadline());
@@ -364,6 +393,21 @@ void KnnServiceImpl::GetIndexInfo(InfoCall* call) {
   response->set_max_filter_conditions(
       static_cast<uint32_t>(limits.filter.max_conditions));
   response->set_max_filter_depth(static_cast<uint32_t>(limits.filter.max_depth));
+  response->set_max_text_bytes(static_cast<uint32_t>(limits.max_text_bytes));
+  if (const TextIndex* text = snapshot->text(); text != nullptr) {
+    const TextIndexStats& stats = text->stats();
+    knnd::v1::TextIndexInfo* out = response->mutable_text();
+    out->set_field(stats.field);
+    out->set_analyzer(text->analyzer().Describe());
+    out->set_k1(stats.k1);
+    out->set_b(stats.b);
+    out->set_corpus_rows(stats.corpus_rows);
+    out->set_average_length(stats.corpus_average_length);
+    out->set_terms(stats.terms);
+    out->set_postings(stats.postings);
+    out->set_empty_rows(stats.empty_rows);
+    out->set_file_bytes(text->file_bytes());
+  }
   response->set_vectors_dtype(index.vectors_dtype);
   response->set_default_refine_factor(
       static_cast<uint32_t>(limits.default_refine_factor));

@@ -381,6 +381,26 @@ absl::Status ShardFront::SetInfo(GetIndexInfoResponse* response) const {
         response->max_filter_conditions(), info.max_filter_conditions()));
     response->set_max_filter_depth(
         std::min(response->max_filter_depth(), info.max_filter_depth()));
+    response->set_max_text_bytes(
+        std::min(response->max_text_bytes(), info.max_text_bytes()));
+  }
+  // Every shard's text index scores with the whole corpus's statistics
+  // (shard 0's stand); its postings, empty rows and bytes add up, its
+  // terms are a lower bound of the set's.
+  if (response->has_text()) {
+    knnd::v1::TextIndexInfo* text = response->mutable_text();
+    int64_t postings = 0, empty = 0, bytes = 0, terms = 0;
+    for (const auto& shard : shards_) {
+      const knnd::v1::TextIndexInfo& t = shard->info.text();
+      postings = SatAdd(postings, t.postings());
+      empty = SatAdd(empty, t.empty_rows());
+      bytes = SatAdd(bytes, t.file_bytes());
+      terms = std::max(terms, t.terms());
+    }
+    text->set_postings(postings);
+    text->set_empty_rows(empty);
+    text->set_file_bytes(bytes);
+    text->set_terms(terms);
   }
   // Every shard has the columns of one build: rows with a value add up;
   // a shard's distinct keywords are a lower bound of the set's.

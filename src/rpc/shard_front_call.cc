@@ -232,8 +232,16 @@ class ShardFront::Call final {
       Answer(FailureStatus(subs, failed));
       return;
     }
+    // A hybrid request's shards answer their windows, fused here over the
+    // set (shard_merge.h).
+    const bool hybrid = request_->texts_size() > 0;
+    const HybridMerge hybrid_merge =
+        hybrid ? HybridMergeOf(*request_) : HybridMerge();
     if (absl::Status s =
-            CheckShardAnswers(answers, static_cast<int>(n), request_->k());
+            hybrid
+                ? CheckHybridAnswers(answers, static_cast<int>(n), hybrid_merge)
+                : CheckShardAnswers(answers, static_cast<int>(n),
+                                    request_->k());
         !s.ok()) {
       Answer(s);
       return;
@@ -251,9 +259,13 @@ class ShardFront::Call final {
         return;
       }
     }
-    if (absl::Status s = MergeShardAnswers(
-            answers, request_->k(), request_->results_as_bytes(),
-            front_->options_.max_send_message_bytes, response_);
+    if (absl::Status s =
+            hybrid ? MergeHybridAnswers(
+                         answers, hybrid_merge, request_->results_as_bytes(),
+                         front_->options_.max_send_message_bytes, response_)
+                   : MergeShardAnswers(
+                         answers, request_->k(), request_->results_as_bytes(),
+                         front_->options_.max_send_message_bytes, response_);
         !s.ok()) {
       response_->Clear();
       Answer(s);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "knnd/base/saturating.h"
+#include "knnd/rpc/shard_merge.h"
 
 namespace knnd {
 namespace {
@@ -16,6 +17,8 @@ using knnd::v1::SearchResponse;
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 // A result entry of a shard's answer: its id and two distances.
 constexpr int64_t kShardEntryBytes = 8 + 4 + 4;
+// A hybrid answer's entry adds each retriever's rank and score.
+constexpr int64_t kHybridEntryBytes = 4 + 4 + 4 + 4;
 // A merged result: id and distance, and the merge's pointer to its payload.
 constexpr int64_t kMergedEntryBytes = 8 + 4 + 8;
 // One candidate in the merge's per-query working set (shard_merge.cc).
@@ -38,7 +41,8 @@ int64_t FrontQueries(const SearchRequest& request, int64_t dim) {
           : static_cast<int64_t>(request.vectors_f32le().size() / 4 +
                                  request.vectors_f16le().size() / 2 +
                                  request.vectors_bf16le().size() / 2);
-  return std::max<int64_t>(1, values / std::max<int64_t>(1, dim));
+  return std::max<int64_t>(
+      {1, values / std::max<int64_t>(1, dim), int64_t{request.texts_size()}});
 }
 
 absl::StatusOr<FrontDemand> EstimateFrontSearch(const SearchRequest& request,
@@ -76,12 +80,28 @@ absl::StatusOr<FrontDemand> EstimateFrontSearch(const SearchRequest& request,
           facts.max_refine_factor, "] (max_refine_factor, the shards' limit)"));
     }
   }
+  const bool hybrid = request.texts_size() > 0;
+  const HybridMerge windows = hybrid ? HybridMergeOf(request) : HybridMerge();
+  if (hybrid && facts.limits_known) {
+    for (auto [name, window] :
+         {std::pair{"vector_window", windows.vector_window},
+          std::pair{"text_window", windows.text_window}}) {
+      if (window > facts.max_k) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, "=", window, " exceeds max_k=", facts.max_k,
+                         " (the shards' limit)"));
+      }
+    }
+  }
   const int64_t shards = static_cast<int64_t>(facts.shards.size());
   const bool payloads = shape.payloads;
   // A filtered shard answers its k best exact distances; otherwise, with
-  // re-ranking, its refine_factor * k candidates (AnswersWithCandidates).
+  // re-ranking, its refine_factor * k candidates (AnswersWithCandidates);
+  // a hybrid one its windows (shard_merge.h), each entry with its ranks
+  // and scores.
   const int64_t width =
-      request.has_filter()
+      hybrid ? SatAdd(windows.vector_window, windows.text_window)
+      : request.has_filter()
           ? shape.k
           : SatMul(shape.k, std::max<int64_t>(1, shape.refine_factor));
   const int64_t entries = SatMul(shape.queries, width);
@@ -91,7 +111,8 @@ absl::StatusOr<FrontDemand> EstimateFrontSearch(const SearchRequest& request,
   int64_t bytes = SatMul(SatAdd(1, shards), request_bytes);
   int64_t largest_payload = 0;
   for (const ShardBounds& shard : facts.shards) {
-    int64_t entry = kShardEntryBytes;
+    int64_t entry =
+        hybrid ? kShardEntryBytes + kHybridEntryBytes : kShardEntryBytes;
     if (payloads) {
       entry =
           SatAdd(entry, SatAdd(shard.max_payload_bytes, kPayloadFramingBytes));
@@ -108,7 +129,9 @@ absl::StatusOr<FrontDemand> EstimateFrontSearch(const SearchRequest& request,
   }
   // The merge's candidates of one query, and the merged answer.
   bytes = SatAdd(bytes, SatMul(shards, width, kMergeCandidateBytes));
-  bytes = SatAdd(bytes, SatMul(results, kMergedEntryBytes));
+  bytes = SatAdd(bytes,
+                 SatMul(results, hybrid ? kMergedEntryBytes + kHybridEntryBytes
+                                        : kMergedEntryBytes));
   int64_t sent = SatAdd(SatMul(results, 12), kAnswerHeaderBytes);
   if (payloads) {
     bytes = SatAdd(bytes, std::min(SatMul(results, largest_payload),

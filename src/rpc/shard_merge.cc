@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -57,10 +58,11 @@ struct Entry {
   const std::string* payload;  // null without payloads
 };
 
-}  // namespace
-
-absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
-                               int shard_count, int k) {
+// Rule 4's part every merge checks: every answer is a shard of one set of
+// `shard_count`, each once, of one version, metric, num_queries, nprobe and
+// refine_factor.
+absl::Status CheckOneSet(const std::vector<ShardAnswer>& answers,
+                         int shard_count) {
   if (answers.empty()) {
     return absl::FailedPreconditionError("no shard answered");
   }
@@ -118,6 +120,43 @@ absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
   if (differ(refine_of)) {
     return Disagree(answers, "refine_factor", refine_of, kDefaultsFix);
   }
+  return absl::OkStatus();
+}
+
+// Each kept result's payload (null for a pad) into merged->payloads, once
+// the answer with them is known to fit in `max_answer_bytes` (0: no
+// limit); RESOURCE_EXHAUSTED naming both sizes otherwise.
+absl::Status AttachPayloads(const std::vector<const std::string*>& kept,
+                            int64_t max_answer_bytes, SearchResponse* merged) {
+  int64_t payload_bytes = 0;
+  int64_t answer_bytes = static_cast<int64_t>(merged->ByteSizeLong());
+  for (const std::string* payload : kept) {
+    const int64_t size =
+        payload == nullptr ? 0 : static_cast<int64_t>(payload->size());
+    payload_bytes += size;
+    answer_bytes += PayloadFieldBytes(size);
+  }
+  if (max_answer_bytes > 0 && answer_bytes > max_answer_bytes) {
+    return AnswerTooLarge(answer_bytes, payload_bytes, max_answer_bytes);
+  }
+  auto* out_payloads = merged->mutable_payloads();
+  out_payloads->Reserve(static_cast<int>(kept.size()));
+  for (const std::string* payload : kept) {
+    if (payload == nullptr) {
+      out_payloads->Add();
+    } else {
+      *out_payloads->Add() = *payload;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
+                               int shard_count, int k) {
+  if (absl::Status s = CheckOneSet(answers, shard_count); !s.ok()) return s;
+  const SearchResponse& first = *answers.front().response;
   // From the network: in 64 bits, saturating, so that no refine_factor
   // wraps into a width that matches (refine_factor * k must equal an
   // answer's 32-bit k).
@@ -260,27 +299,191 @@ absl::Status MergeShardAnswers(const std::vector<ShardAnswer>& answers, int k,
     }
   }
   if (!payloads) return absl::OkStatus();
-  int64_t payload_bytes = 0;
-  int64_t answer_bytes = static_cast<int64_t>(merged->ByteSizeLong());
-  for (const std::string* payload : kept_payloads) {
-    const int64_t size =
-        payload == nullptr ? 0 : static_cast<int64_t>(payload->size());
-    payload_bytes += size;
-    answer_bytes += PayloadFieldBytes(size);
+  return AttachPayloads(kept_payloads, max_answer_bytes, merged);
+}
+
+HybridMerge HybridMergeOf(const knnd::v1::SearchRequest& request) {
+  HybridMerge merge;
+  merge.k = request.k();
+  const bool vectors =
+      request.vectors_size() > 0 || !request.vectors_f32le().empty() ||
+      !request.vectors_f16le().empty() || !request.vectors_bf16le().empty();
+  merge.fusion.fusion = !vectors ? Fusion::kNone
+                        : request.fusion() == knnd::v1::FUSION_WEIGHTED
+                            ? Fusion::kWeighted
+                            : Fusion::kRrf;
+  if (request.has_rrf_k()) {
+    merge.fusion.rrf_k =
+        static_cast<int>(std::min<uint32_t>(request.rrf_k(), kMaxRrfK));
   }
-  if (max_answer_bytes > 0 && answer_bytes > max_answer_bytes) {
-    return AnswerTooLarge(answer_bytes, payload_bytes, max_answer_bytes);
+  if (request.has_vector_weight()) {
+    merge.fusion.vector_weight = request.vector_weight();
   }
-  auto* out_payloads = merged->mutable_payloads();
-  out_payloads->Reserve(static_cast<int>(kept_payloads.size()));
-  for (const std::string* payload : kept_payloads) {
-    if (payload == nullptr) {
-      out_payloads->Add();
-    } else {
-      *out_payloads->Add() = *payload;
+  if (request.has_text_weight())
+    merge.fusion.text_weight = request.text_weight();
+  merge.vector_window = !vectors                      ? 0
+                        : request.has_vector_window() ? request.vector_window()
+                                                      : merge.k;
+  merge.text_window =
+      request.has_text_window() ? request.text_window() : merge.k;
+  return merge;
+}
+
+absl::Status CheckHybridAnswers(const std::vector<ShardAnswer>& answers,
+                                int shard_count, const HybridMerge& merge) {
+  if (absl::Status s = CheckOneSet(answers, shard_count); !s.ok()) return s;
+  const int64_t width = SatAdd(merge.vector_window, merge.text_window);
+  const bool payloads = std::any_of(
+      answers.begin(), answers.end(),
+      [](const ShardAnswer& a) { return a.response->payloads_size() > 0; });
+  for (const ShardAnswer& a : answers) {
+    const SearchResponse& r = *a.response;
+    const ResultColumns columns = ReadResults(r);
+    const int64_t n = SatMul(r.num_queries(), width);
+    const bool sizes =
+        r.k() == width && columns.ids.size() == n &&
+        columns.distances.size() == n && r.text_ranks_size() == n &&
+        r.text_scores_size() == n &&
+        r.vector_ranks_size() == (merge.vector_window > 0 ? n : 0) &&
+        (!payloads || r.payloads_size() == n);
+    if (!sizes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Name(a), " answered ", columns.ids.size(), " ids, ",
+          r.text_ranks_size(), " text ranks and ", r.payloads_size(),
+          " payloads of width ", r.k(), " for ", r.num_queries(),
+          " queries; a shard asked for the windows of a hybrid search "
+          "answers vector_window + text_window = ",
+          width, " per query"));
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status MergeHybridAnswers(const std::vector<ShardAnswer>& answers,
+                                const HybridMerge& merge, bool as_bytes,
+                                int64_t max_answer_bytes,
+                                SearchResponse* merged) {
+  const SearchResponse& first = *answers.front().response;
+  const bool ascending = first.metric() == knnd::v1::METRIC_L2;
+  // CheckHybridAnswers saw every answer this wide: within the shards'
+  // max_k twice.
+  const int vw = static_cast<int>(merge.vector_window);
+  const int width = vw + static_cast<int>(merge.text_window);
+  const int k = static_cast<int>(merge.k);
+  const int64_t num_queries = first.num_queries();
+  merged->set_num_queries(first.num_queries());
+  merged->set_k(k);
+  merged->set_index_version(first.index_version());
+  int64_t serving = first.serving_version();
+  uint64_t matched = 0;
+  knnd::v1::FilterPlan plan = first.filter_plan();
+  for (const ShardAnswer& a : answers) {
+    serving = std::min(serving, a.response->serving_version());
+    matched += a.response->filter_matched_rows();
+    if (a.response->filter_plan() != plan) plan = knnd::v1::FILTER_PLAN_MIXED;
+  }
+  merged->set_serving_version(serving);
+  merged->set_metric(first.metric());
+  merged->set_nprobe(first.nprobe());
+  merged->set_refine_factor(first.refine_factor());
+  merged->set_filter_matched_rows(matched);
+  merged->set_filter_plan(plan);
+  merged->set_fusion(merge.fusion.fusion == Fusion::kRrf ? knnd::v1::FUSION_RRF
+                     : merge.fusion.fusion == Fusion::kWeighted
+                         ? knnd::v1::FUSION_WEIGHTED
+                         : knnd::v1::FUSION_UNSPECIFIED);
+  const int64_t results = num_queries * k;
+  const ResultBuffers out =
+      ResizeResults(results, /*candidates=*/false, as_bytes,
+                    -std::numeric_limits<float>::infinity(), merged);
+  if (vw > 0) {
+    merged->mutable_vector_ranks()->Resize(static_cast<int>(results), 0);
+    merged->mutable_vector_scores()->Resize(static_cast<int>(results), 0.0f);
+  }
+  merged->mutable_text_ranks()->Resize(static_cast<int>(results), 0);
+  merged->mutable_text_scores()->Resize(static_cast<int>(results), 0.0f);
+  std::vector<ResultColumns> columns;
+  columns.reserve(answers.size());
+  for (const ShardAnswer& a : answers)
+    columns.push_back(ReadResults(*a.response));
+  const bool payloads = first.payloads_size() > 0;
+  std::vector<const std::string*> kept_payloads;
+  if (payloads) kept_payloads.resize(static_cast<size_t>(results));
+
+  struct Windowed {
+    RetrievedHit hit;
+    const std::string* payload;
+  };
+  std::vector<Windowed> vector_entries;
+  std::vector<Windowed> text_entries;
+  std::vector<RetrievedHit> vector_list;
+  std::vector<RetrievedHit> text_list;
+  absl::flat_hash_map<int64_t, const std::string*> payload_of;
+  for (int64_t q = 0; q < num_queries; ++q) {
+    vector_entries.clear();
+    text_entries.clear();
+    payload_of.clear();
+    for (size_t s = 0; s < answers.size(); ++s) {
+      const ResultColumns& c = columns[s];
+      for (int j = 0; j < width; ++j) {
+        const int64_t at = q * width + j;
+        const int64_t id = c.ids[at];
+        const float score = c.distances[at];
+        if (id < 0 || std::isnan(score)) continue;
+        const std::string* payload =
+            payloads ? &answers[s].response->payloads(static_cast<int>(at))
+                     : nullptr;
+        (j < vw ? vector_entries : text_entries)
+            .push_back({{id, score}, payload});
+      }
+    }
+    // Each retriever's window over the set, as one index ranks it.
+    auto by_distance = [ascending](const Windowed& a, const Windowed& b) {
+      if (a.hit.score != b.hit.score) {
+        return ascending ? a.hit.score < b.hit.score
+                         : a.hit.score > b.hit.score;
+      }
+      return a.hit.id < b.hit.id;
+    };
+    auto by_score = [](const Windowed& a, const Windowed& b) {
+      return a.hit.score != b.hit.score ? a.hit.score > b.hit.score
+                                        : a.hit.id < b.hit.id;
+    };
+    std::sort(vector_entries.begin(), vector_entries.end(), by_distance);
+    std::sort(text_entries.begin(), text_entries.end(), by_score);
+    vector_entries.resize(
+        std::min(vector_entries.size(), static_cast<size_t>(vw)));
+    text_entries.resize(
+        std::min(text_entries.size(), static_cast<size_t>(merge.text_window)));
+    vector_list.clear();
+    text_list.clear();
+    for (const Windowed& e : vector_entries) {
+      vector_list.push_back(e.hit);
+      payload_of.emplace(e.hit.id, e.payload);
+    }
+    for (const Windowed& e : text_entries) {
+      text_list.push_back(e.hit);
+      payload_of.emplace(e.hit.id, e.payload);
+    }
+    const std::vector<FusedHit> fused =
+        FuseResults(vector_list, !ascending, text_list, merge.fusion);
+    const size_t keep = std::min(fused.size(), static_cast<size_t>(k));
+    for (size_t j = 0; j < keep; ++j) {
+      const FusedHit& h = fused[j];
+      const int64_t e = q * k + static_cast<int64_t>(j);
+      out.ids[e] = h.id;
+      out.distances[e] = static_cast<float>(h.fused);
+      if (vw > 0) {
+        merged->set_vector_ranks(static_cast<int>(e), h.vector_rank);
+        merged->set_vector_scores(static_cast<int>(e), h.vector_score);
+      }
+      merged->set_text_ranks(static_cast<int>(e), h.text_rank);
+      merged->set_text_scores(static_cast<int>(e), h.text_score);
+      if (payloads) kept_payloads[static_cast<size_t>(e)] = payload_of[h.id];
+    }
+  }
+  if (!payloads) return absl::OkStatus();
+  return AttachPayloads(kept_payloads, max_answer_bytes, merged);
 }
 
 }  // namespace knnd

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "knnd/index/hybrid_fusion.h"
 #include "knnd/v1/knn_service.pb.h"
 
 namespace knnd {
@@ -34,6 +35,44 @@ struct ShardAnswer {
 // otherwise.
 absl::Status CheckShardAnswers(const std::vector<ShardAnswer>& answers,
                                int shard_count, int k);
+
+// A hybrid request (SearchRequest.texts) as a merger sends it to its
+// shards: each shard answers its windows (return_candidates; index/
+// hybrid_search.h), and the merge fuses the set's.
+struct HybridMerge {
+  int64_t k = 0;              // results per query of the merged answer
+  int64_t vector_window = 0;  // 0 without vectors
+  int64_t text_window = 0;
+  FusionParams fusion;
+};
+
+// The windows of `request` (texts set) as its shards answer them; its
+// rrf_k, weights and windows as the shards resolve them (unset: 60, 0.5
+// and k). The values are the caller's, unchecked: a merge runs only on
+// answers, which the shards give only to requests within their limits.
+HybridMerge HybridMergeOf(const knnd::v1::SearchRequest& request);
+
+// CheckShardAnswers' rule 4 for answers of windows: the same set, version,
+// metric, num_queries, nprobe and refine_factor, and each answer
+// vector_window + text_window entries per query with their ranks (and
+// payloads when any has them). FAILED_PRECONDITION naming the target
+// otherwise.
+absl::Status CheckHybridAnswers(const std::vector<ShardAnswer>& answers,
+                                int shard_count, const HybridMerge& merge);
+
+// The answer of the unsharded index to a hybrid request from its shards'
+// windows (checked by CheckHybridAnswers): per query, the vector_window
+// best distances over every shard (as MergeShardAnswers orders them) and
+// the text_window best BM25 scores (larger first, equal ones by id; a
+// shard's scores are the whole corpus's, text/text_index.h), fused by
+// FuseResults as one index fuses them; k results with their fused score,
+// each retriever's rank over the set and score, and payloads as
+// MergeShardAnswers carries them (RESOURCE_EXHAUSTED past
+// `max_answer_bytes`). Pads with id -1 and -inf.
+absl::Status MergeHybridAnswers(const std::vector<ShardAnswer>& answers,
+                                const HybridMerge& merge, bool as_bytes,
+                                int64_t max_answer_bytes,
+                                knnd::v1::SearchResponse* merged);
 
 // Rules 2 and 3: the k best per query over `answers` (checked by
 // CheckShardAnswers), into `merged`'s num_queries, k, ids, distances,

@@ -87,6 +87,8 @@ bool SameFilter(const std::optional<PreparedFilter>& a,
 bool Batcher::SameKey(const Running& a, const Running& b) {
   const SearchArgs& x = a.job->args;
   const SearchArgs& y = b.job->args;
+  // A hybrid request searches its own rows: its texts travel beside them.
+  if (a.job->hybrid.has_value() || b.job->hybrid.has_value()) return false;
   // The same pinned snapshot object: a batch never mixes index versions.
   return a.job->snapshot == b.job->snapshot && x.k == y.k &&
          x.nprobe == y.nprobe && x.refine_factor == y.refine_factor &&
@@ -280,7 +282,9 @@ void Batcher::Search(const std::vector<Unit>& batch) {
   std::vector<int64_t> ids;
   if (live.size() == 1) {
     const int64_t begin = live.front()->begin;
-    args.queries = first.args.queries + begin * dim;
+    if (first.args.queries != nullptr) {
+      args.queries = first.args.queries + begin * dim;
+    }
     args.distances = first.args.distances + begin * width;
     args.ids = first.args.ids + begin * width;
     if (candidates) {
@@ -303,8 +307,30 @@ void Batcher::Search(const std::vector<Unit>& batch) {
     if (candidates) args.approx_distances = approx.data();
   }
   const absl::Time search_start = absl::Now();
-  const absl::Status status = first.snapshot->Search(
-      args, first.filter.has_value() ? &*first.filter : nullptr);
+  const PreparedFilter* filter =
+      first.filter.has_value() ? &*first.filter : nullptr;
+  absl::Status status;
+  absl::Duration vector_time;
+  absl::Duration text_time;
+  if (first.hybrid.has_value()) {
+    // Alone in its batch (SameKey): its rows' slice of the answer arrays.
+    const int64_t begin = live.front()->begin;
+    const HybridOutputs& all = first.hybrid_out;
+    HybridOutputs out;
+    const int64_t at = begin * width;
+    if (all.vector_ranks != nullptr) {
+      out.vector_ranks = all.vector_ranks + at;
+      out.vector_scores = all.vector_scores + at;
+    }
+    out.text_ranks = all.text_ranks + at;
+    out.text_scores = all.text_scores + at;
+    out.vector_time = &vector_time;
+    out.text_time = &text_time;
+    status =
+        SearchHybrid(*first.snapshot, args, filter, *first.hybrid, begin, out);
+  } else {
+    status = first.snapshot->Search(args, filter);
+  }
   if (gate_ != nullptr && status.ok()) {
     gate_->RecordWork(rows * std::max(first.args.nprobe, 1),
                       absl::Now() - search_start);
@@ -313,6 +339,11 @@ void Batcher::Search(const std::vector<Unit>& batch) {
     metrics_->RecordBatchRows(rows);
     if (status.ok() && args.refine_factor > 0) {
       metrics_->RecordRerank(rerank_time);
+    }
+    if (status.ok() && first.hybrid.has_value()) {
+      metrics_->RecordRetrievers(
+          first.hybrid->fusion != Fusion::kNone ? &vector_time : nullptr,
+          text_time);
     }
   }
   int64_t row = 0;

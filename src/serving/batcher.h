@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "knnd/index/hybrid_search.h"
 #include "knnd/index/index_snapshot.h"
 #include "knnd/index/prepared_filter.h"
 #include "knnd/monitoring/metrics.h"
@@ -69,6 +70,11 @@ struct SearchJob {
   // The request's attribute filter, prepared (index/prepared_filter.h):
   // IndexSnapshot::Search runs its plan.
   std::optional<PreparedFilter> filter;
+  // With texts (index/hybrid_search.h): the text side of the request and
+  // the answer's per-retriever arrays (num_queries * k entries each), which
+  // the Batcher fills for each unit's rows. Such a job never shares a batch.
+  std::optional<HybridQuery> hybrid;
+  HybridOutputs hybrid_out;
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> is_cancelled;  // optional
   // Called exactly once, on a worker thread, after the last unit.

@@ -20,6 +20,7 @@ SearchLimits ResolveLimits(const LimitsConfig& config, const IndexInfo& index) {
   limits.max_queries_per_request = config.max_queries_per_request;
   limits.max_filter_ids = config.max_filter_ids;
   limits.filter = config.filter;
+  limits.max_text_bytes = config.max_text_bytes;
   const int nlist = static_cast<int>(std::max<int64_t>(1, index.nlist));
   limits.max_nprobe =
       config.max_nprobe > 0 ? std::min(config.max_nprobe, nlist) : nlist;

@@ -30,6 +30,7 @@ struct LimitsConfig {
   int max_refine_factor = 64;
   // max_filter_conditions, max_filter_depth.
   FilterLimits filter;
+  int64_t max_text_bytes = 65536;  // each of a request's texts
 };
 
 // Where a snapshot's default nprobe and refine_factor came from.
@@ -48,6 +49,7 @@ struct SearchLimits {
   int default_refine_factor = 0;
   int max_refine_factor = 0;
   FilterLimits filter;
+  int64_t max_text_bytes = 65536;
   // kConfig when the config set either default, else kTuned when the
   // index has tuned defaults, else kIndex.
   DefaultsSource defaults_source = DefaultsSource::kIndex;

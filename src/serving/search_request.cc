@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -84,6 +86,85 @@ struct Encoding {
   void (*widen)(const std::string& bytes, float* out);
 };
 
+// The hybrid fields of `request` into parsed.hybrid (its terms are
+// ParseTexts()'s): INVALID_ARGUMENT naming a field out of its limit, and
+// one set on a request without texts (it would be silently unused).
+absl::Status ParseFusion(const knnd::v1::SearchRequest& request, bool vectors,
+                         const SearchLimits& limits, ParsedSearch& parsed) {
+  if (request.texts_size() == 0) {
+    const char* stray = request.fusion() != knnd::v1::FUSION_UNSPECIFIED
+                            ? "fusion"
+                        : request.has_rrf_k()         ? "rrf_k"
+                        : request.has_vector_weight() ? "vector_weight"
+                        : request.has_text_weight()   ? "text_weight"
+                        : request.has_vector_window() ? "vector_window"
+                        : request.has_text_window()   ? "text_window"
+                                                      : nullptr;
+    if (stray != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(stray,
+                       " is set but texts is empty: it applies to hybrid "
+                       "requests (texts, with or without vectors)"));
+    }
+    return absl::OkStatus();
+  }
+  HybridQuery hybrid;
+  switch (request.fusion()) {
+    case knnd::v1::FUSION_UNSPECIFIED:
+    case knnd::v1::FUSION_RRF:
+      hybrid.fusion = Fusion::kRrf;
+      break;
+    case knnd::v1::FUSION_WEIGHTED:
+      hybrid.fusion = Fusion::kWeighted;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fusion=", static_cast<int>(request.fusion()),
+          " is not a known fusion (FUSION_RRF = 1, FUSION_WEIGHTED = 2)"));
+  }
+  if (!vectors) hybrid.fusion = Fusion::kNone;
+  if (request.has_rrf_k()) {
+    if (request.rrf_k() < 1 || request.rrf_k() > kMaxRrfK) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rrf_k=", request.rrf_k(), " is outside [1, ", kMaxRrfK, "]"));
+    }
+    hybrid.rrf_k = static_cast<int>(request.rrf_k());
+  }
+  if (request.has_vector_weight())
+    hybrid.vector_weight = request.vector_weight();
+  if (request.has_text_weight()) hybrid.text_weight = request.text_weight();
+  for (auto [name, weight] : {std::pair{"vector_weight", hybrid.vector_weight},
+                              std::pair{"text_weight", hybrid.text_weight}}) {
+    if (!std::isfinite(weight) || weight < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "=", weight, " must be finite and >= 0"));
+    }
+  }
+  if (hybrid.vector_weight == 0 && hybrid.text_weight == 0) {
+    return absl::InvalidArgumentError(
+        "vector_weight and text_weight are both 0: nothing would rank");
+  }
+  hybrid.vector_window = parsed.k;
+  hybrid.text_window = parsed.k;
+  hybrid.windows = request.return_candidates();
+  for (auto [name, has, value, window] :
+       {std::tuple{"vector_window", request.has_vector_window(),
+                   request.vector_window(), &hybrid.vector_window},
+        std::tuple{"text_window", request.has_text_window(),
+                   request.text_window(), &hybrid.text_window}}) {
+    if (!has) continue;
+    if (value < static_cast<uint32_t>(parsed.k) ||
+        value > static_cast<uint32_t>(limits.max_k)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "=", value, " is outside [k=", parsed.k,
+                       ", max_k=", limits.max_k, "]"));
+    }
+    *window = static_cast<int>(value);
+  }
+  parsed.hybrid = std::move(hybrid);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -113,10 +194,10 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
     set[set_count++] = e.name;
     encoding = &e;
   }
-  if (set_count == 0) {
+  if (set_count == 0 && request.texts_size() == 0) {
     return absl::InvalidArgumentError(
-        "no query vectors: set vectors, vectors_f32le, vectors_f16le or "
-        "vectors_bf16le");
+        "no queries: set vectors, vectors_f32le, vectors_f16le or "
+        "vectors_bf16le, or texts");
   }
   if (set_count > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -124,8 +205,23 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
         "vectors_bf16le, not ",
         absl::StrJoin(absl::MakeConstSpan(set, set_count), " and ")));
   }
+  if (request.texts_size() > 0 && index.text_field.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "texts: the index ", index.path,
+        " has no text index (build it with knnctl build --text FIELD)"));
+  }
   int64_t values = request.vectors_size();
-  if (encoding != nullptr) {
+  if (set_count == 0) {
+    // Text alone: as many queries as texts, no vectors.
+    parsed.num_queries = request.texts_size();
+    if (parsed.num_queries > limits.max_queries_per_request) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("texts holds ", parsed.num_queries,
+                       " queries, more than max_queries_per_request=",
+                       limits.max_queries_per_request));
+    }
+    values = 0;
+  } else if (encoding != nullptr) {
     const size_t row_bytes = static_cast<size_t>(encoding->width) * dim;
     if (encoding->bytes->size() % row_bytes != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -139,14 +235,22 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
         absl::StrCat("vectors has ", values, " values, not a multiple of dim=",
                      dim, " (row-major num_queries x dim)"));
   }
-  parsed.num_queries = values / dim;
+  if (set_count > 0) parsed.num_queries = values / dim;
+  if (request.texts_size() > 0 && set_count > 0 &&
+      request.texts_size() != parsed.num_queries) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "texts holds ", request.texts_size(), " texts but the vectors ",
+        parsed.num_queries, " queries: give one text per query vector"));
+  }
   // Before any copy: a widened one is only made of an admissible size.
   if (parsed.num_queries > limits.max_queries_per_request) {
     return absl::InvalidArgumentError(absl::StrCat(
         "num_queries=", parsed.num_queries,
         " exceeds max_queries_per_request=", limits.max_queries_per_request));
   }
-  if (encoding == nullptr) {
+  if (set_count == 0) {
+    parsed.queries = nullptr;
+  } else if (encoding == nullptr) {
     parsed.queries = request.vectors().data();
   } else if (encoding->width == 4 &&
              reinterpret_cast<uintptr_t>(encoding->bytes->data()) %
@@ -211,17 +315,47 @@ absl::StatusOr<ParsedSearch> ParseSearchRequest(
   parsed.allowed_ids.erase(
       std::unique(parsed.allowed_ids.begin(), parsed.allowed_ids.end()),
       parsed.allowed_ids.end());
+  if (absl::Status s = ParseFusion(request, set_count > 0, limits, parsed);
+      !s.ok()) {
+    return s;
+  }
   return parsed;
+}
+
+absl::Status ParseTexts(const knnd::v1::SearchRequest& request,
+                        const IndexSnapshot& snapshot,
+                        const SearchLimits& limits, ParsedSearch& parsed) {
+  if (!parsed.hybrid.has_value()) return absl::OkStatus();
+  const TextIndex* text = snapshot.text();
+  if (text == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "texts: the index ", snapshot.info().path,
+        " has no text index (build it with knnctl build --text FIELD)"));
+  }
+  parsed.hybrid->terms.reserve(static_cast<size_t>(request.texts_size()));
+  for (int i = 0; i < request.texts_size(); ++i) {
+    const std::string& t = request.texts(i);
+    if (static_cast<int64_t>(t.size()) > limits.max_text_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "texts[", i, "] has ", t.size(),
+          " bytes, more than max_text_bytes=", limits.max_text_bytes));
+    }
+    parsed.hybrid->terms.push_back(text->QueryTerms(t));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
                          const IndexSnapshot& snapshot,
                          const SearchLimits& limits, ParsedSearch& parsed) {
   if (!request.has_filter()) return absl::OkStatus();
+  // A hybrid request's vector search runs for its window.
+  const int k =
+      parsed.hybrid.has_value() ? parsed.hybrid->vector_window : parsed.k;
   absl::StatusOr<PreparedFilter> filter = PrepareFilter(
       request.filter(), parsed.allowed_ids,
-      {parsed.num_queries, parsed.k, parsed.nprobe, parsed.refine_factor},
-      snapshot, limits.filter);
+      {parsed.num_queries, k, parsed.nprobe, parsed.refine_factor}, snapshot,
+      limits.filter);
   if (!filter.ok()) return filter.status();
   parsed.filter = std::move(*filter);
   return absl::OkStatus();
@@ -230,7 +364,20 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
 bool AnswersWithCandidates(const knnd::v1::SearchRequest& request,
                            const ParsedSearch& parsed) {
   return request.return_candidates() && parsed.refine_factor > 0 &&
-         !parsed.filter.has_value();
+         !parsed.filter.has_value() && !parsed.hybrid.has_value();
+}
+
+int64_t AnswerWidth(const knnd::v1::SearchRequest& request,
+                    const ParsedSearch& parsed) {
+  if (parsed.hybrid.has_value() && parsed.hybrid->windows) {
+    return (parsed.hybrid->fusion != Fusion::kNone
+                ? int64_t{parsed.hybrid->vector_window}
+                : 0) +
+           parsed.hybrid->text_window;
+  }
+  return AnswersWithCandidates(request, parsed)
+             ? int64_t{parsed.k} * parsed.refine_factor
+             : parsed.k;
 }
 
 }  // namespace knnd

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "knnd/index/hybrid_search.h"
 #include "knnd/index/index_snapshot.h"
 #include "knnd/index/prepared_filter.h"
 #include "knnd/serving/search_limits.h"
@@ -25,7 +26,7 @@ namespace knnd {
 // `aligned_copy` when the byte payload was not 4-byte aligned), so the
 // request must outlive it.
 struct ParsedSearch {
-  const float* queries = nullptr;
+  const float* queries = nullptr;  // null: texts alone
   int64_t num_queries = 0;
   int k = 0;
   int nprobe = 0;
@@ -35,12 +36,24 @@ struct ParsedSearch {
   // index/prepared_filter.h): its form, matched rows and plan. A compiled
   // filter holds allowed_ids, which is then empty.
   std::optional<PreparedFilter> filter;
+  // With texts: how the request fuses, and (ParseTexts) each text's terms.
+  std::optional<HybridQuery> hybrid;
   std::vector<float> aligned_copy;
 };
 
 absl::StatusOr<ParsedSearch> ParseSearchRequest(
     const knnd::v1::SearchRequest& request, const IndexInfo& index,
     const SearchLimits& limits);
+
+// The terms of each of request.texts in `snapshot`'s text index into
+// parsed.hybrid (set by ParseSearchRequest when the request has texts):
+// INVALID_ARGUMENT when the snapshot has no text index or a text is over
+// limits.max_text_bytes. Runs before the request is admitted, as
+// ParseFilter() does, and before it (the filter is prepared for the vector
+// window).
+absl::Status ParseTexts(const knnd::v1::SearchRequest& request,
+                        const IndexSnapshot& snapshot,
+                        const SearchLimits& limits, ParsedSearch& parsed);
 
 // Prepares request.filter, when set, against the pinned `snapshot` for
 // parsed's shape into parsed.filter (PrepareFilter, prepared_filter.h,
@@ -61,6 +74,12 @@ absl::Status ParseFilter(const knnd::v1::SearchRequest& request,
 // are all it can use: k per query, and refine_factor times fewer payloads.
 bool AnswersWithCandidates(const knnd::v1::SearchRequest& request,
                            const ParsedSearch& parsed);
+
+// Entries per query of the answer: k; refine_factor * k with
+// AnswersWithCandidates(); for a hybrid request asked for its windows
+// (return_candidates), vector_window (with vectors) + text_window.
+int64_t AnswerWidth(const knnd::v1::SearchRequest& request,
+                    const ParsedSearch& parsed);
 
 }  // namespace knnd
 

@@ -1,5 +1,7 @@
 #include "knnd/storage/attribute_jsonl.h"
 
+#include <algorithm>
+
 #include <fstream>
 #include <utility>
 #include <vector>
@@ -180,7 +182,8 @@ std::optional<int64_t> ParseTimestampMicros(absl::string_view text) {
 
 absl::StatusOr<AttributeColumns> ReadAttributesJsonl(
     const std::string& path, int64_t expect_rows,
-    const absl::flat_hash_set<std::string>& keyword_columns) {
+    const absl::flat_hash_set<std::string>& keyword_columns,
+    const std::vector<std::string>* only_fields) {
   std::ifstream in(path);
   if (!in) {
     return absl::NotFoundError(
@@ -203,11 +206,20 @@ absl::StatusOr<AttributeColumns> ReadAttributesJsonl(
     }
     absl::StatusOr<JsonValue> object = ParseJson(line);
     if (!object.ok()) return at(absl::StrCat(": ", object.status().message()));
+    if (only_fields != nullptr && object->type() == JsonValue::Type::kString) {
+      ++row;
+      continue;
+    }
     if (object->type() != JsonValue::Type::kObject) {
       return at(" is not a JSON object ({} for a row without attributes)");
     }
     for (const JsonValue::Member& member : object->members()) {
       const std::string& field = member.first;
+      if (only_fields != nullptr &&
+          std::find(only_fields->begin(), only_fields->end(), field) ==
+              only_fields->end()) {
+        continue;
+      }
       absl::StatusOr<Kind> kind = KindOf(member.second);
       if (!kind.ok()) {
         return at(absl::StrCat(": field \"", field, "\" ",

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
@@ -33,9 +34,14 @@ namespace knnd {
 // column named in `keyword_columns` whose strings are all date-times stays
 // a keyword column: the delta of an update whose base holds that column
 // as keywords (index/attribute_update.h) keeps the base's type.
+// With `only_fields` (knnctl build --attribute_fields: the attributes are
+// fields of the payloads file) only those members are columns, the others
+// are skipped unread, and a line that is a JSON string (a payload stored
+// as {"text": ...}) is a row without attributes.
 absl::StatusOr<AttributeColumns> ReadAttributesJsonl(
     const std::string& path, int64_t expect_rows,
-    const absl::flat_hash_set<std::string>& keyword_columns = {});
+    const absl::flat_hash_set<std::string>& keyword_columns = {},
+    const std::vector<std::string>* only_fields = nullptr);
 
 // `text` as RFC 3339 date-time, in microseconds since the Unix epoch;
 // nullopt when it is not one. Filters compare timestamps given as strings

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <system_error>
@@ -68,6 +69,40 @@ absl::StatusOr<VersionManifest::File> CompanionEntry(
   return file;
 }
 
+// The entry of a companion whose header holds its rows at byte 16 and its
+// content CRC-32 at byte 28 after `magic` (the text index, which a layer
+// above this one reads): bound by its header, as the others are.
+absl::StatusOr<VersionManifest::File> HeaderCompanionEntry(
+    const std::string& path, const char (&magic)[9], int64_t rows,
+    const char* role) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  }
+  char header[32] = {};
+  in.read(header, sizeof(header));
+  if (!in || std::memcmp(header, magic, 8) != 0) {
+    return absl::DataLossError(
+        absl::StrCat(path, " is not a ", role, " file (bad header)"));
+  }
+  uint64_t file_rows = 0;
+  uint32_t crc = 0;
+  std::memcpy(&file_rows, header + 16, 8);
+  std::memcpy(&crc, header + 28, 4);
+  if (static_cast<int64_t>(file_rows) != rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " holds ", file_rows, " rows but the index has ", rows));
+  }
+  absl::StatusOr<int64_t> bytes = FileBytes(path);
+  if (!bytes.ok()) return bytes.status();
+  VersionManifest::File file;
+  file.set_role(role);
+  file.set_suffix(SuffixOf(role));
+  file.set_bytes(*bytes);
+  file.set_crc32(Hex(crc));
+  return file;
+}
+
 // True when `pid` names no running process on this host.
 bool ProcessGone(int64_t pid) {
   if (pid <= 0 || pid > INT32_MAX) return false;
@@ -101,7 +136,8 @@ const std::vector<VersionRole>& VersionRoles() {
                                                  {kRoleIds, ".ids"},
                                                  {kRolePayloads, ".payloads"},
                                                  {kRoleAttributes, ".attrs"},
-                                                 {kRoleVectors, ".vectors"}};
+                                                 {kRoleVectors, ".vectors"},
+                                                 {kRoleText, ".text"}};
   return roles;
 }
 
@@ -215,6 +251,10 @@ absl::Status SealVersion(const std::string& index_path,
     companions.push_back(CompanionEntry(
         AttributeStore::Open(AttributeStorePath(index_path), rows, false),
         kRoleAttributes));
+  }
+  if (!sidecar->text_field().empty()) {
+    companions.push_back(HeaderCompanionEntry(index_path + SuffixOf(kRoleText),
+                                              "KNNDTEXT", rows, kRoleText));
   }
   if (Exists(VectorsPath(index_path))) {
     companions.push_back(CompanionEntry(

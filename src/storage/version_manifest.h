@@ -47,6 +47,7 @@ inline constexpr char kRoleIds[] = "ids";
 inline constexpr char kRolePayloads[] = "payloads";
 inline constexpr char kRoleAttributes[] = "attributes";
 inline constexpr char kRoleVectors[] = "vectors";
+inline constexpr char kRoleText[] = "text";
 struct VersionRole {
   const char* role;
   const char* suffix;
@@ -71,9 +72,11 @@ const knnd::v1::VersionManifest::File* BoundFile(
 
 // Writes the manifest of the version at `index_path` from the files beside
 // it: the index and its sidecar (which must exist and agree: the index's
-// size and CRC-32 are the sidecar's), the id table, payloads and attribute
-// store the sidecar declares (each must exist and open with the sidecar's
-// row count), and the raw-vectors file when one is there. Written through
+// size and CRC-32 are the sidecar's), the id table, payloads, attribute
+// store and text index (text/text_index.h, bound by its header: magic
+// "KNNDTEXT", rows at byte 16, content CRC-32 at byte 28) the sidecar
+// declares (each must exist and open with the sidecar's row count), and
+// the raw-vectors file when one is there. Written through
 // a temporary file and a rename; `written_by` names the tool.
 absl::Status SealVersion(const std::string& index_path,
                          absl::string_view written_by);

@@ -98,6 +98,24 @@ TEST(MemoryModel, WidenedQueriesCountTheirFloatCopy) {
             10 * 128 * 4);
 }
 
+TEST(MemoryModel, TextsCountEveryRowsScoreAndBothWindows) {
+  IndexInfo info = Info(128, 4096, 32);
+  info.ntotal = 1000000;
+  SearchShape one{1, 10, 16, 0, 0, 256};
+  SearchShape hybrid = one;
+  hybrid.text_window = 50;
+  // 24 bytes a row per call, and (k + text_window) * 56 per query.
+  EXPECT_EQ(EstimateSearchBytes(info, hybrid) - EstimateSearchBytes(info, one),
+            1000000 * 24 + (10 + 50) * 56);
+  SearchShape two_calls = hybrid;
+  two_calls.num_queries = 300;
+  SearchShape two_calls_plain = two_calls;
+  two_calls_plain.text_window = 0;
+  EXPECT_EQ(EstimateSearchBytes(info, two_calls) -
+                EstimateSearchBytes(info, two_calls_plain),
+            2 * 1000000 * 24 + 300 * (10 + 50) * 56);
+}
+
 TEST(MemoryModel, IndexFitsOnlyWithTheVersionServingAndTheHeadroom) {
   IndexInfo planned = Info(64, 1024, 16);
   planned.heap_bytes = 300 << 20;

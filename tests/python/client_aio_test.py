@@ -82,7 +82,7 @@ class AsyncFakeServerTest(ClientContract, unittest.TestCase):
             await first
             self.assertEqual(len(fake.calls), 1, "calls that waited were sent")
             fake.script[:] = [("ok",)]
-            ids, _ = await client.search(q, 2, timeout_s=1)
+            ids = (await client.search(q, 2, timeout_s=1)).ids
             self.assertEqual(ids.tolist(), [[0, 1]])
             self.assertTrue(waiting.cancelled())
         self.loop.run(main())
@@ -115,8 +115,10 @@ class AsyncLiveKnndTest(LiveKnnd):
                     client.search(*args, **kwargs) for args, kwargs in calls))
                 return one_by_one, together, await client.info()
         one_by_one, together, info = asyncio.run(main())
-        for (ids, distances), (ids2, distances2), (want_ids, want_distances) in zip(
-                one_by_one, together, expected):
+        for got, got_together, want in zip(one_by_one, together, expected):
+            ids, distances = got.ids, got.distances
+            ids2, distances2 = got_together.ids, got_together.distances
+            want_ids, want_distances = want.ids, want.distances
             np.testing.assert_array_equal(ids, want_ids)
             np.testing.assert_array_equal(distances, want_distances)
             self.assertEqual((ids.dtype, distances.dtype), (np.int64, np.float32))
@@ -216,7 +218,7 @@ class AsyncLiveKnndTest(LiveKnnd):
                         break
                     await asyncio.sleep(0.05)
                 # The client's one slot came back: the next call runs.
-                ids, _ = await client.search(self.xb[:2], 5, timeout_s=10)
+                ids = (await client.search(self.xb[:2], 5, timeout_s=10)).ids
                 self.assertEqual(ids[:, 0].tolist(), [0, 1])
                 return ok_before
         ok_before = asyncio.run(main())
@@ -239,7 +241,7 @@ class AsyncLiveKnndTest(LiveKnnd):
                                       retry=RetryPolicy(max_attempts=1000),
                                       max_concurrent_calls=8) as client:
                 async def three():
-                    return [(await client.search(q, 100, 64))[0] for _ in range(3)]
+                    return [(await client.search(q, 100, 64)).ids for _ in range(3)]
                 return [ids for r in await asyncio.gather(*(three() for _ in range(8)))
                         for ids in r]
         results = asyncio.run(main())

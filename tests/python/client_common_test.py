@@ -6,7 +6,9 @@ each route's venv (client_testing.py), without a server:
     field, for every argument combination, byte order and layout;
   - results are read from the bytes fields (results_as_bytes) or, from a
     knnd that ignores the flag, the repeated fields, into writable arrays
-    of the caller's dtypes; answers of the wrong size are refused;
+    of the caller's dtypes; answers of the wrong size are refused; the
+    SearchResult carries the response's fields and per-query Hits, and is
+    frozen;
   - the channel options carry the reconnect backoff, and `options=`
     replaces any of them.
 
@@ -22,6 +24,24 @@ import client_testing
 ARGS = None
 
 
+def search_args(queries, k, nprobe, allowed_ids, refine_factor, **options):
+    """The SearchArgs of a search() call with these arguments."""
+    from knnd_client._common import SearchArgs
+    return SearchArgs(queries=queries, k=k, nprobe=nprobe,
+                      allowed_ids=allowed_ids, refine_factor=refine_factor,
+                      **options)
+
+
+def serialized(*args, **options):
+    from knnd_client import _common
+    return _common.serialized_search_request(search_args(*args, **options))
+
+
+def message(*args, **options):
+    from knnd_client import _common
+    return _common.search_request(search_args(*args, **options))
+
+
 class RequestTest(unittest.TestCase):
     def test_serialized_request_is_the_message(self):
         from knnd_client import _common
@@ -34,10 +54,9 @@ class RequestTest(unittest.TestCase):
                                                (1, 2, 4, [5, 1, 9])):
                 with self.subTest(shape=queries.shape, k=k, nprobe=nprobe,
                                   refine=refine, allowed=allowed):
-                    wire, shape = _common.serialized_search_request(
-                        queries, k, nprobe, allowed, refine)
-                    want = _common.search_request(queries, k, nprobe,
-                                                  allowed, refine)
+                    wire, shape = serialized(queries, k, nprobe, allowed,
+                                             refine)
+                    want = message(queries, k, nprobe, allowed, refine)
                     self.assertEqual(pb.SearchRequest.FromString(wire), want)
                     self.assertEqual(shape, (queries.shape[0], k))
                     self.assertTrue(want.results_as_bytes)
@@ -52,8 +71,7 @@ class RequestTest(unittest.TestCase):
         half = q.astype(np.float16)
         for queries in (half, half.astype(">f2"), np.asfortranarray(half)):
             with self.subTest(dtype=queries.dtype.str):
-                wire, shape = _common.serialized_search_request(
-                    queries, 5, None, None, None)
+                wire, shape = serialized(queries, 5, None, None, None)
                 request = pb.SearchRequest.FromString(wire)
                 self.assertEqual(request.vectors_f32le, b"")
                 np.testing.assert_array_equal(
@@ -62,25 +80,24 @@ class RequestTest(unittest.TestCase):
                 self.assertEqual(shape, (3, 5))
                 self.assertEqual(_common.request_rows(request), 3)
                 # With an allow-list the message is built, the same field.
-                built = _common.search_request(queries, 5, None, [1], None)
+                built = message(queries, 5, None, [1], None)
                 self.assertEqual(built.vectors_f16le, request.vectors_f16le)
         with self.assertRaisesRegex(ValueError, r"queries\[1, 2\] is inf"):
             bad = half.copy()
             bad[1, 2] = np.inf
-            _common.serialized_search_request(bad, 5, None, None, None)
+            serialized(bad, 5, None, None, None)
         with self.assertRaisesRegex(TypeError, "float32 or float16, got float64"):
-            _common.serialized_search_request(q.astype(np.float64), 5, None,
-                                              None, None)
+            serialized(q.astype(np.float64), 5, None, None, None)
 
     def test_cached_heads_still_check_the_arguments(self):
         from knnd_client import _common
         q = np.ones((1, 4), np.float32)
-        _common.serialized_search_request(q, 1, None, None, None)
+        serialized(q, 1, None, None, None)
         for k, error in ((True, "k must be an int, got bool"),
                          (1.0, "k must be an int, got float"),
                          ([1], "k must be an int, got list")):
             with self.assertRaisesRegex(TypeError, error):
-                _common.serialized_search_request(q, k, None, None, None)
+                serialized(q, k, None, None, None)
 
     def test_filters_are_converted_once_and_sent_as_their_message(self):
         import collections
@@ -105,10 +122,8 @@ class RequestTest(unittest.TestCase):
             with self.subTest(filter=spec):
                 before = _common._cached_filter_bytes.cache_info()
                 for _ in range(2):
-                    wire, shape = _common.serialized_search_request(
-                        q, 4, 2, None, 3, filter=spec)
-                    want = _common.search_request(q, 4, 2, None, 3,
-                                                  filter=spec)
+                    wire, shape = serialized(q, 4, 2, None, 3, filter=spec)
+                    want = message(q, 4, 2, None, 3, filter=spec)
                     self.assertEqual(pb.SearchRequest.FromString(wire), want)
                     self.assertEqual(shape, (3, 4))
                 after = _common._cached_filter_bytes.cache_info()
@@ -116,15 +131,12 @@ class RequestTest(unittest.TestCase):
                 self.assertEqual(after.misses - before.misses, int(hashable))
                 self.assertEqual(after.hits - before.hits, int(hashable))
         # 1 and 1.0 and True are different filters; True is refused.
-        a = _common.serialized_search_request(q, 4, 2, None, 3,
-                                              filter={"u": 1})[0]
-        b = _common.serialized_search_request(q, 4, 2, None, 3,
-                                              filter={"u": 1.0})[0]
+        a = serialized(q, 4, 2, None, 3, filter={"u": 1})[0]
+        b = serialized(q, 4, 2, None, 3, filter={"u": 1.0})[0]
         self.assertNotEqual(a, b)
         for _ in range(2):  # a bad filter raises each time: never kept
             with self.assertRaisesRegex(ValueError, "boolean"):
-                _common.serialized_search_request(q, 4, 2, None, 3,
-                                                  filter={"u": True})
+                serialized(q, 4, 2, None, 3, filter={"u": True})
 
 
 class ResultTest(unittest.TestCase):
@@ -142,7 +154,7 @@ class ResultTest(unittest.TestCase):
         from knnd_client import _common
         for packed in (True, False):
             with self.subTest(packed=packed):
-                ids, distances = _common.search_result(self.answer(packed),
+                ids, distances = _common.result_arrays(self.answer(packed),
                                                        (2, 2))
                 self.assertEqual(ids.tolist(), [[4, -1], [7, 2]])
                 self.assertEqual(distances.tolist(), [[.5, 1], [2, 3]])
@@ -157,14 +169,53 @@ class ResultTest(unittest.TestCase):
             answer = self.answer(packed)
             with self.assertRaisesRegex(RuntimeError, "2x2 results for 1 "
                                         "queries at k=2"):
-                _common.search_result(answer, (1, 2))
+                _common.result_arrays(answer, (1, 2))
             answer.num_queries, answer.k = 1, 3
             with self.assertRaisesRegex(RuntimeError, "for 1x3 results"):
-                _common.search_result(answer, (1, 3))
+                _common.result_arrays(answer, (1, 3))
         answer = self.answer(True)
         answer.ids_i64le += b"\0"
         with self.assertRaisesRegex(RuntimeError, "33 bytes of ids_i64le"):
-            _common.search_result(answer, (2, 2))
+            _common.result_arrays(answer, (2, 2))
+
+    def test_the_search_result_is_typed_and_frozen(self):
+        import dataclasses
+        import json
+        from knnd_client import Hit, SearchResult, _common
+        from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
+        answer = self.answer(True)
+        answer.payloads.extend([json.dumps({"t": "a"}).encode(), b"",
+                                json.dumps({"t": "c"}).encode(), b"{}"])
+        answer.index_version, answer.metric = 7, pb.METRIC_L2
+        answer.nprobe, answer.refine_factor = 8, 2
+        answer.filter_plan = pb.FILTER_PLAN_IVF
+        answer.filter_matched_rows = 40
+        answer.missing_shards.append(1)
+        result = _common.search_result(answer, (2, 2), with_payloads=True)
+        self.assertIsInstance(result, SearchResult)
+        self.assertEqual((result.num_queries, result.k), (2, 2))
+        self.assertEqual(
+            (result.index_version, result.metric, result.nprobe,
+             result.refine_factor, result.filter_plan,
+             result.filter_matched_rows, result.missing_shards),
+            (7, pb.METRIC_L2, 8, 2, pb.FILTER_PLAN_IVF, 40, (1,)))
+        self.assertEqual(result.payloads, [[{"t": "a"}, None],
+                                           [{"t": "c"}, {}]])
+        # hits(): one query's neighbours, padding left out.
+        self.assertEqual(result.hits(0), [Hit(4, 0.5, {"t": "a"})])
+        self.assertEqual(result.hits(1), [Hit(7, 2.0, {"t": "c"}),
+                                          Hit(2, 3.0, {})])
+        self.assertIsInstance(result.hits(1)[0].id, int)
+        self.assertIsInstance(result.hits(1)[0].distance, float)
+        plain = _common.search_result(answer, (2, 2), with_payloads=False)
+        self.assertIsNone(plain.payloads)
+        self.assertEqual(plain.hits(0), [Hit(4, 0.5)])
+        for frozen, field in ((result, "ids"), (result.hits(0)[0], "id")):
+            with self.assertRaises(dataclasses.FrozenInstanceError):
+                setattr(frozen, field, None)
+        # Not a tuple any more: the 0.3 unpacking fails loudly.
+        with self.assertRaises(TypeError):
+            ids, distances = result
 
 
 class ChannelOptionsTest(unittest.TestCase):

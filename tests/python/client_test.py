@@ -98,7 +98,7 @@ class FakeServerTest(ClientContract, unittest.TestCase):
         report = asyncio.run(async_case())
         self.assertRegex(report, r"^RuntimeError: this AsyncKnnClient was created")
         self.assertEqual(len(fake.calls), 2, "the children made RPCs")
-        self.assertEqual(client.search(q, 2)[0].tolist(), [[0, 1]])
+        self.assertEqual(client.search(q, 2).ids.tolist(), [[0, 1]])
 
 
 
@@ -126,7 +126,7 @@ class FakeServerTest(ClientContract, unittest.TestCase):
             before = set(threading.enumerate())
             client = KnnClient(fake.address, timeout_s=5,
                                retry=RetryPolicy(max_attempts=3))
-            ids, _ = client.search(np.ones((1, 4), np.float32), 2)
+            ids = client.search(np.ones((1, 4), np.float32), 2).ids
             client.close()
             self.assertEqual(ids.tolist(), [[0, 1]])
             self.assertEqual(len(fake.calls), 3)
@@ -154,7 +154,8 @@ class LiveKnndTest(LiveKnnd):
         client = self.client(f"dns:///{addr}")
         q = self.xb[:50] + 0.1
         for nprobe in (None, 1, 8):
-            ids, distances = client.search(q, 10, nprobe)
+            result = client.search(q, 10, nprobe)
+            ids, distances = result.ids, result.distances
             request = raw_pb.SearchRequest(vectors_f32le=q.tobytes(), k=10)
             if nprobe is not None:
                 request.nprobe = nprobe
@@ -165,8 +166,8 @@ class LiveKnndTest(LiveKnnd):
                 distances, np.array(r.distances, np.float32).reshape(50, 10))
         # refine_factor 0 is plain IVF-PQ; > 0 needs the raw-vectors file,
         # which this index (written by python3-faiss) has not.
-        ids0, _ = client.search(q, 10, 8, refine_factor=0)
-        np.testing.assert_array_equal(ids0, client.search(q, 10, 8)[0])
+        ids0 = client.search(q, 10, 8, refine_factor=0).ids
+        np.testing.assert_array_equal(ids0, client.search(q, 10, 8).ids)
         with self.assertRaises(grpc.RpcError) as refused:
             client.search(q, 10, 8, refine_factor=2)
         self.assertEqual(refused.exception.code(),
@@ -190,17 +191,19 @@ class LiveKnndTest(LiveKnnd):
         # Byte order and memory layout do not change the answer.
         for variant in (q.astype(">f4"), np.asfortranarray(q),
                         np.repeat(q, 2, axis=0)[::2]):
-            np.testing.assert_array_equal(client.search(variant, 10, 8)[0], ids)
+            np.testing.assert_array_equal(client.search(variant, 10, 8).ids, ids)
         # float16 queries travel as vectors_f16le, half the bytes, and get
         # the answer of their values as float32 (in either byte order).
         half = q.astype(np.float16)
-        want_ids, want_distances = client.search(half.astype(np.float32), 10, 8)
+        result = client.search(half.astype(np.float32), 10, 8)
+        want_ids, want_distances = result.ids, result.distances
         for variant in (half, half.astype(">f2")):
-            got_ids, got_distances = client.search(variant, 10, 8)
+            result = client.search(variant, 10, 8)
+            got_ids, got_distances = result.ids, result.distances
             np.testing.assert_array_equal(got_ids, want_ids)
             np.testing.assert_array_equal(got_distances, want_distances)
         # The allow-list reaches the server.
-        ids, _ = client.search(q[:4], 10, 64, allowed_ids=np.array([3, 30, 300]))
+        ids = client.search(q[:4], 10, 64, allowed_ids=np.array([3, 30, 300])).ids
         self.assertEqual(sorted(ids[0, :3].tolist()), [3, 30, 300])
         self.assertEqual(ids[:, 3:].tolist(), [[-1] * 7] * 4)
         self.assertEqual(client.info().dim, 48)
@@ -273,7 +276,7 @@ class LiveKnndTest(LiveKnnd):
         self.assertEqual(error.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
         self.assertLess(elapsed, 0.5)
         # The server dropped that work and still answers.
-        ids, _ = client.search(self.xb[:2], 5, timeout_s=10)
+        ids = client.search(self.xb[:2], 5, timeout_s=10).ids
         self.assertEqual(ids[:, 0].tolist(), [0, 1])
 
 
@@ -290,7 +293,7 @@ class LiveKnndTest(LiveKnnd):
 
         def flood(_):
             barrier.wait()
-            return [client.search(q, 100, 64)[0] for _ in range(3)]
+            return [client.search(q, 100, 64).ids for _ in range(3)]
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             results = [ids for r in pool.map(flood, range(8)) for ids in r]
         self.assert_flood_answered(results, retries)
@@ -333,9 +336,9 @@ class LiveKnndTest(LiveKnnd):
         def served():
             return [d.scrape().get(SEARCH_OK, 0) for d in replicas]
         client = self.client(target, timeout_s=10)
-        expected = client.search(q, 5)[0]
+        expected = client.search(q, 5).ids
         for _ in range(19):
-            np.testing.assert_array_equal(client.search(q, 5)[0], expected)
+            np.testing.assert_array_equal(client.search(q, 5).ids, expected)
         sync_counts = served()
         self.assertEqual(sum(sync_counts), 20)
         self.assertTrue(all(c >= 5 for c in sync_counts), sync_counts)
@@ -435,14 +438,14 @@ class LiveKnndTest(LiveKnnd):
         def sync_codes(addr, **kwargs):
             with KnnClient(addr, timeout_s=10, **kwargs) as client:
                 try:
-                    return client.search(q, 5)[0][:, 0].tolist()
+                    return client.search(q, 5).ids[:, 0].tolist()
                 except grpc.RpcError as e:
                     return e.code()
 
         async def async_codes(addr, **kwargs):
             async with AsyncKnnClient(addr, timeout_s=10, **kwargs) as client:
                 try:
-                    return (await client.search(q, 5))[0][:, 0].tolist()
+                    return (await client.search(q, 5)).ids[:, 0].tolist()
                 except grpc.RpcError as e:
                     return e.code()
         cases = [

@@ -36,6 +36,11 @@ ROUTE_ENV = "KNND_CLIENT_TEST_ROUTE"  # "system" or "pypi"
 DATA_ENV = "KNND_CLIENT_TEST_DATA"    # the index and vectors built once
 SOURCE_ENV = "KNND_CLIENT_TEST_SOURCE"  # the copy of the tree installed from
 ROUTES = ("system", "pypi")
+# What the pypi route installs beside the client for client_types_test.py's
+# `mypy --strict` (fixed versions: a new release's new checks are a change
+# to make on purpose).
+TYPE_CHECK_REQUIREMENTS = ("mypy==2.4.1", "types-grpcio==1.85.0.20261028",
+                           "types-protobuf==7.35.1.20260906")
 DIM = 48
 SEARCH_OK = ('grpc_server_handled_total{grpc_code="OK",grpc_method="Search",'
              'grpc_service="knnd.v1.KnnService",grpc_type="unary"}')
@@ -234,7 +239,8 @@ class ClientContract:
                 with self.assertRaisesRegex(error, message):
                     search(*args, **kwargs)
         self.assertEqual(fake.calls, [], "an RPC was made for a bad input")
-        ids, distances = search(np.ones((2, 4), np.float32), 3)
+        result = search(np.ones((2, 4), np.float32), 3)
+        ids, distances = result.ids, result.distances
         self.assertEqual(len(fake.calls), 1)
         self.assertEqual((ids.dtype, ids.shape), (np.int64, (2, 3)))
         self.assertEqual((distances.dtype, distances.shape), (np.float32, (2, 3)))
@@ -245,7 +251,7 @@ class ClientContract:
         fake, search = self.serve(
             ("fail", grpc.StatusCode.RESOURCE_EXHAUSTED, 300),
             ("fail", grpc.StatusCode.RESOURCE_EXHAUSTED, 300), ("ok",))
-        ids, _ = search(np.ones((1, 4), np.float32), 2)
+        ids = search(np.ones((1, 4), np.float32), 2).ids
         self.assertEqual(ids.tolist(), [[0, 1]])
         self.assertEqual(len(fake.calls), 3)
         gaps = np.diff(fake.calls)
@@ -284,7 +290,7 @@ class ClientContract:
         reset = ("fail", grpc.StatusCode.RESOURCE_EXHAUSTED, None,
                  f"Stream removed (Received {QUOTA_RESET_DETAILS})")
         fake, search = self.serve(reset, reset, ("ok",))
-        ids, _ = search(np.ones((1, 4), np.float32), 2)
+        ids = search(np.ones((1, 4), np.float32), 2).ids
         self.assertEqual(ids.tolist(), [[0, 1]])
         self.assertEqual(len(fake.calls), 3)
         self.assertTrue((np.diff(fake.calls) < 0.1 + 0.1).all(), np.diff(fake.calls))

@@ -92,7 +92,7 @@ class KnndTest(unittest.TestCase):
             (pb.SearchRequest(vectors_f32le=b"\0" * 100, k=3),
              grpc.StatusCode.INVALID_ARGUMENT, "not a multiple of 4*dim=192"),
             (pb.SearchRequest(k=3), grpc.StatusCode.INVALID_ARGUMENT,
-             "no query vectors"),
+             "no queries"),
             (pb.SearchRequest(vectors_f32le=np.zeros((4097, 48), "<f4").tobytes(), k=3),
              grpc.StatusCode.INVALID_ARGUMENT,
              "num_queries=4097 exceeds max_queries_per_request=4096"),

@@ -154,7 +154,7 @@ class FiltersTest(unittest.TestCase):
         # or not; 32 x k hold them all.
         for spec, mask in self.cases():
             what = f"{what_prefix} {spec} ({mask.sum()} rows)"
-            got, _ = search(spec)
+            got = search(spec).ids
             allowed = set(self.ids[mask].tolist())
             found = got[got >= 0]
             self.assertTrue(set(found.tolist()) <= allowed, what)
@@ -171,8 +171,9 @@ class FiltersTest(unittest.TestCase):
                                               refine_factor=32), "whole")
 
     def test_a_filter_matching_nothing_is_an_empty_padded_answer(self):
-        got, distances = self.client().search(
-            self.xq[:3], K, 8, filter={"genre": "opera"})
+        result = self.client().search(self.xq[:3], K, 8,
+                                      filter={"genre": "opera"})
+        got, distances = result.ids, result.distances
         self.assertTrue((got == -1).all())
         self.assertTrue(np.isinf(distances).all())
 

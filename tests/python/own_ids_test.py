@@ -100,9 +100,9 @@ class OwnIdsTest(unittest.TestCase):
         known = set(self.ids.tolist())
         for nprobe in (2, 8, 64):
             for refine in (None, 0, 4):
-                got, _ = own.search(self.xq, K, nprobe, refine_factor=refine)
-                want, _ = rows.search(self.xq, K, nprobe,
-                                      refine_factor=refine)
+                got = own.search(self.xq, K, nprobe, refine_factor=refine).ids
+                want = rows.search(self.xq, K, nprobe,
+                                   refine_factor=refine).ids
                 what = f"nprobe {nprobe} refine {refine}"
                 self.assertTrue(set(got.ravel().tolist()) <= known, what)
                 own_recall = recall(got, self.ids[self.truth])
@@ -116,8 +116,8 @@ class OwnIdsTest(unittest.TestCase):
                                        msg=what)
         # knnctl tune chose re-ranking, as it does for row ids (setUpClass):
         # the served default beats PQ alone.
-        default = recall(own.search(self.xq, K, 64)[0], self.ids[self.truth])
-        pq_only = recall(own.search(self.xq, K, 64, refine_factor=0)[0],
+        default = recall(own.search(self.xq, K, 64).ids, self.ids[self.truth])
+        pq_only = recall(own.search(self.xq, K, 64, refine_factor=0).ids,
                          self.ids[self.truth])
         self.assertGreater(default, pq_only)
         self.assertGreaterEqual(default, 0.95)
@@ -126,7 +126,7 @@ class OwnIdsTest(unittest.TestCase):
         own = self.client("own")
         allowed_rows = np.arange(0, ROWS, 5)
         allowed = self.ids[allowed_rows]
-        got, _ = own.search(self.xq, K, 64, allowed_ids=allowed)
+        got = own.search(self.xq, K, 64, allowed_ids=allowed).ids
         self.assertTrue(set(got.ravel().tolist()) <= set(allowed.tolist()))
         import faiss
         flat = faiss.IndexFlatL2(DIM)
@@ -134,7 +134,7 @@ class OwnIdsTest(unittest.TestCase):
         truth = allowed[flat.search(self.xq, K)[1]]
         self.assertGreaterEqual(recall(got, truth), 0.95)
         # Ids the index does not hold match nothing.
-        none, _ = own.search(self.xq[:3], K, 8, allowed_ids=[1, 2, 3])
+        none = own.search(self.xq[:3], K, 8, allowed_ids=[1, 2, 3]).ids
         self.assertTrue((none == -1).all())
 
     def test_sharded_client_serves_the_set_tuned_as_one(self):
@@ -153,9 +153,11 @@ class OwnIdsTest(unittest.TestCase):
         source, nprobe, refine = defaults.pop()
         self.assertEqual(source, "tuned")
         self.assertGreater(refine, 0)
-        got, got_d = sharded.search(self.xq, K)
-        want, want_d = self.client("own").search(self.xq, K, nprobe,
-                                                 refine_factor=refine)
+        result = sharded.search(self.xq, K)
+        got, got_d = result.ids, result.distances
+        result = self.client("own").search(self.xq, K, nprobe,
+                                           refine_factor=refine)
+        want, want_d = result.ids, result.distances
         np.testing.assert_array_equal(got_d, want_d)
         self.assertAlmostEqual(recall(got, self.ids[self.truth]),
                                recall(want, self.ids[self.truth]), delta=0.01)
@@ -167,8 +169,10 @@ class OwnIdsTest(unittest.TestCase):
                                    timeout_s=30)
         whole = self.client("own")
         for refine in (0, 4):
-            got, got_d = sharded.search(self.xq, K, 8, refine_factor=refine)
-            want, want_d = whole.search(self.xq, K, 8, refine_factor=refine)
+            result = sharded.search(self.xq, K, 8, refine_factor=refine)
+            got, got_d = result.ids, result.distances
+            result = whole.search(self.xq, K, 8, refine_factor=refine)
+            want, want_d = result.ids, result.distances
             np.testing.assert_array_equal(got_d, want_d)
             # Equal distances hold the same ids, but at the K-th place,
             # where which of a tie is returned may differ.

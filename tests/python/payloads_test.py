@@ -117,8 +117,10 @@ class PayloadsTest(unittest.TestCase):
         self.assertTrue(info.has_payloads)
         self.assertEqual(list(info.payload_fields),
                          ["text", "source", "id", "page"])
-        ids, distances = whole.search(self.xq, K, 16)
-        got_ids, got_d, payloads = whole.search(self.xq, K, 16, payloads=True)
+        result = whole.search(self.xq, K, 16)
+        ids, distances = result.ids, result.distances
+        result = whole.search(self.xq, K, 16, payloads=True)
+        got_ids, got_d, payloads = result.ids, result.distances, result.payloads
         np.testing.assert_array_equal(got_ids, ids)
         np.testing.assert_array_equal(got_d, distances)
         self.assertEqual(len(payloads), len(self.xq))
@@ -126,15 +128,16 @@ class PayloadsTest(unittest.TestCase):
             self.assertEqual(len(row), K)
             for j, p in enumerate(row):
                 self.assertEqual(p, self.stored(ids[q, j]))
-        _, _, some = whole.search(self.xq, K, 16, payloads=["page", "id"])
+        some = whole.search(self.xq, K, 16, payloads=["page", "id"]).payloads
         for q, row in enumerate(some):
             for j, p in enumerate(row):
                 self.assertEqual(p, self.stored(ids[q, j], ["page", "id"]))
                 self.assertEqual(list(p), [f for f in ("id", "page") if f in p])
         # A row with fewer than K reachable neighbours pads with None.
         allowed = self.ids[:2]
-        pad_ids, _, padded = whole.search(self.xq[:1], K, 16,
-                                          allowed_ids=allowed, payloads=True)
+        result = whole.search(self.xq[:1], K, 16, allowed_ids=allowed,
+                              payloads=True)
+        pad_ids, padded = result.ids, result.payloads
         self.assertEqual(padded[0][2:], [None] * (K - 2))
         self.assertEqual(padded[0][0], self.stored(pad_ids[0, 0]))
 
@@ -156,8 +159,9 @@ class PayloadsTest(unittest.TestCase):
     def test_async_clients_return_the_same_payloads(self):
         import asyncio
         from knnd_client import AsyncKnnClient, AsyncShardedKnnClient
-        ids, _, payloads = self.client("whole").search(self.xq, K, 16,
-                                                       payloads=["text"])
+        result = self.client("whole").search(self.xq, K, 16,
+                                             payloads=["text"])
+        ids, payloads = result.ids, result.payloads
 
         async def main():
             async with AsyncKnnClient(self.daemons["whole"].address) as one:
@@ -169,12 +173,12 @@ class PayloadsTest(unittest.TestCase):
                                               payloads=["text"])
             return whole, sharded
         whole, sharded = asyncio.run(main())
-        np.testing.assert_array_equal(whole[0], ids)
-        self.assertEqual(whole[2], payloads)
+        np.testing.assert_array_equal(whole.ids, ids)
+        self.assertEqual(whole.payloads, payloads)
         for q in range(len(self.xq)):
             for j in range(K):
-                self.assertEqual(sharded[2][q][j],
-                                 self.stored(sharded[0][q, j], ["text"]))
+                self.assertEqual(sharded.payloads[q][j],
+                                 self.stored(sharded.ids[q, j], ["text"]))
 
     def test_shards_merge_to_the_whole_answer_with_payloads(self):
         from knnd_client import ShardedKnnClient
@@ -186,13 +190,17 @@ class PayloadsTest(unittest.TestCase):
         front = self.client("front")
         self.assertTrue(front.info().has_payloads)
         for refine in (0, 4):
-            want_ids, want_d, want_p = whole.search(
+            result = whole.search(
                 self.xq, K, 16, refine_factor=refine, payloads=True)
+            want_ids, want_d, want_p = (result.ids, result.distances,
+                                        result.payloads)
             for name, client in (("ShardedKnnClient", sharded),
                                  ("shard front", front)):
                 what = f"{name} refine {refine}"
-                got_ids, got_d, got_p = client.search(
+                result = client.search(
                     self.xq, K, 16, refine_factor=refine, payloads=True)
+                got_ids, got_d, got_p = (result.ids, result.distances,
+                                         result.payloads)
                 np.testing.assert_array_equal(got_d, want_d, what)
                 for q in range(len(self.xq)):
                     for j in range(K):

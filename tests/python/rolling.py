@@ -128,7 +128,7 @@ class SyncLoad:
                 if self.stopping.is_set():
                     return
                 try:
-                    outcomes.record(ids=client.search(q, K)[0])
+                    outcomes.record(ids=client.search(q, K).ids)
                 except grpc.RpcError as e:
                     outcomes.record(error=e)
         self.threads = [threading.Thread(target=loop, args=(c, i))
@@ -161,7 +161,7 @@ class AsyncLoad:
                     if self.stopping.is_set():
                         return
                     try:
-                        outcomes.record(ids=(await client.search(q, K))[0])
+                        outcomes.record(ids=(await client.search(q, K)).ids)
                     except grpc.RpcError as e:
                         outcomes.record(error=e)
 

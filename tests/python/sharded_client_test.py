@@ -33,6 +33,7 @@ no knnd.)
 import argparse
 import asyncio
 import concurrent.futures
+import inspect
 import os
 import subprocess
 import sys
@@ -296,16 +297,23 @@ def make_fake_shard_class():
 
 
 class Blocking:
-    """The async client's coroutine methods as blocking calls."""
+    """The async client's methods that return a coroutine as blocking
+    calls (called here, as an application would: search() checks its
+    arguments before anything is awaited; the coroutine runs in the
+    loop)."""
 
     def __init__(self, loop, client):
         self._loop, self._client = loop, client
 
     def __getattr__(self, name):
         attr = getattr(self._client, name)
-        if asyncio.iscoroutinefunction(attr):
-            return lambda *a, **kw: self._loop.run(attr(*a, **kw))
-        return attr
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            out = attr(*args, **kwargs)
+            return self._loop.run(out) if inspect.isawaitable(out) else out
+        return call
 
 
 # --------------------------------------------------------------------------
@@ -580,7 +588,7 @@ class ShardedContract:
                     for name, allowed in allow_lists.items():
                         with self.subTest(metric=metric, nq=nq, refine=refine,
                                           allowed=name):
-                            result = client.search_result(
+                            result = client.search(
                                 qs, 10, nprobe=4, refine_factor=refine,
                                 allowed_ids=allowed)
                             self.assert_unsharded(result, qs, V, 10, metric,
@@ -588,11 +596,12 @@ class ShardedContract:
                             self.assertEqual(result.build_id, BUILD)
                             self.assertEqual(result.missing_shards, ())
                             self.assertTrue(result.complete)
-                            ids, distances = client.search(
+                            again = client.search(
                                 qs, 10, nprobe=4, refine_factor=refine,
                                 allowed_ids=allowed)
-                            np.testing.assert_array_equal(ids, result.ids)
-                            np.testing.assert_array_equal(distances,
+                            np.testing.assert_array_equal(again.ids,
+                                                          result.ids)
+                            np.testing.assert_array_equal(again.distances,
                                                           result.distances)
             for fake in fakes:
                 last = fake.requests[-1]
@@ -608,8 +617,8 @@ class ShardedContract:
         half = queries(20).astype(np.float16)
         for refine in (0, 3):
             with self.subTest(refine=refine):
-                result = client.search_result(half, 10, nprobe=4,
-                                              refine_factor=refine)
+                result = client.search(half, 10, nprobe=4,
+                                       refine_factor=refine)
                 self.assert_unsharded(result, half.astype(np.float32), V, 10,
                                       pb.METRIC_L2, refine, None)
                 for fake in fakes:
@@ -652,21 +661,21 @@ class ShardedContract:
         client = self.client(fakes)
         # A new client knows no version: its first answers mix V+1 and V,
         # so the call is asked again pinned to V.
-        result = client.search_result(qs, 10, refine_factor=3)
+        result = client.search(qs, 10, refine_factor=3)
         self.assert_unsharded(result, qs, V, 10, pb.METRIC_L2, 3)
         self.assertEqual(fakes[0].pinned(), [0, V])
         self.assertEqual(client.versions.serving_versions(), [V + 1, V, V])
         # From now on every request is pinned from the start.
-        self.assert_unsharded(client.search_result(qs, 10), qs, V, 10,
+        self.assert_unsharded(client.search(qs, 10), qs, V, 10,
                               pb.METRIC_L2, 0)
         self.assertEqual([f.pinned() for f in fakes], [[0, V, V]] * 3)
         # The others swap too: this call learns it, still answered at V...
         for fake in fakes[1:]:
             fake.swap(V + 1, keep=[V])
-        self.assert_unsharded(client.search_result(qs, 10), qs, V, 10,
+        self.assert_unsharded(client.search(qs, 10), qs, V, 10,
                               pb.METRIC_L2, 0)
         # ...and the next one uses V+1 everywhere.
-        self.assert_unsharded(client.search_result(qs, 10), qs, V + 1, 10,
+        self.assert_unsharded(client.search(qs, 10), qs, V + 1, 10,
                               pb.METRIC_L2, 0)
         self.assertEqual([f.pinned()[-1] for f in fakes], [V + 1] * 3)
 
@@ -692,7 +701,7 @@ class ShardedContract:
         fakes[0].swap(V + 1)
         for fake in fakes[1:]:
             fake.swap(V + 1, keep=[V])
-        result = client.search_result(qs, 10, refine_factor=2)
+        result = client.search(qs, 10, refine_factor=2)
         self.assert_unsharded(result, qs, V + 1, 10, pb.METRIC_L2, 2)
         self.assertEqual(fakes[0].pinned(), [0, V, V + 1])
         self.assertEqual(fakes[1].pinned(), [0, V, V + 1])
@@ -719,7 +728,7 @@ class ShardedContract:
         self.assertEqual(fakes[0].pinned(), [0, V, V + 1], "not one retry")
         # Partial answers allowed: the shards at V+1 answer, shard 0 is
         # named missing, and nothing of V+2 is mixed in.
-        result = client.search_result(qs, 10, allow_partial=True)
+        result = client.search(qs, 10, allow_partial=True)
         self.assert_unsharded(result, qs, V + 1, 10, pb.METRIC_L2, 0,
                               without=[0])
         self.assertEqual(result.missing_shards, (0,))
@@ -732,7 +741,7 @@ class ShardedContract:
         fakes[0].swap_each_call = True
         for fake in fakes[1:]:
             fake.swap(V + 9, keep=range(V, V + 9))
-        client.search_result(qs, 10, allow_partial=True)  # learns them
+        client.search(qs, 10, allow_partial=True)  # learns them
         pin = client.versions.set_version()
         before = len(fakes[0].requests)
         with self.assertRaises(grpc.RpcError) as err:
@@ -775,16 +784,16 @@ class ShardedContract:
         for allow_partial_per_call in (True, None):
             partial = client if allow_partial_per_call else self.client(
                 fakes, order=(2, 1, 0), allow_partial=True)
-            result = partial.search_result(qs, 5, allowed_ids=allowed,
-                                           allow_partial=allow_partial_per_call)
+            result = partial.search(qs, 5, allowed_ids=allowed,
+                                    allow_partial=allow_partial_per_call)
             self.assert_unsharded(result, qs, V, 5, pb.METRIC_L2, 0,
                                   allowed=allowed, without=[1])
             self.assertEqual(result.missing_shards, (1,))
             self.assertEqual(result.missing_targets, (fakes[1].address,))
             self.assertFalse(result.complete)
             self.assertEqual(result.failures[0].code(), grpc.StatusCode.INTERNAL)
-            ids, _ = partial.search(qs, 5, allowed_ids=allowed,
-                                    allow_partial=allow_partial_per_call)
+            ids = partial.search(qs, 5, allowed_ids=allowed,
+                                 allow_partial=allow_partial_per_call).ids
             np.testing.assert_array_equal(ids, result.ids)
         # Partial answers need one shard that answers.
         for fake in fakes:
@@ -802,7 +811,7 @@ class ShardedContract:
         client = self.client(fakes)
         fakes[2].script = [("fail", grpc.StatusCode.UNAVAILABLE, "draining", None),
                            ("fail", grpc.StatusCode.RESOURCE_EXHAUSTED, "full", 300)]
-        result = client.search_result(qs, 5, refine_factor=2)
+        result = client.search(qs, 5, refine_factor=2)
         self.assert_unsharded(result, qs, V, 5, pb.METRIC_L2, 2)
         self.assertEqual([len(f.requests) for f in fakes], [1, 1, 3])
         self.assertGreaterEqual(fakes[2].times[2] - fakes[2].times[1], 0.3,
@@ -827,7 +836,7 @@ class ShardedContract:
                 cancelled = fakes[1].cancelled
                 start = time.monotonic()
                 if allow_partial:
-                    result = client.search_result(
+                    result = client.search(
                         qs, 5, timeout_s=deadline_s, allow_partial=True)
                 else:
                     with self.assertRaises(grpc.RpcError) as err:
@@ -943,7 +952,7 @@ class ShardedClientTest(ShardedContract, unittest.TestCase):
         want = unsharded(qs, V, 5, pb.METRIC_L2, 2)[0]
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(
-                lambda _: client.search(qs, 5, refine_factor=2)[0], range(24)))
+                lambda _: client.search(qs, 5, refine_factor=2).ids, range(24)))
         for ids in answers:
             np.testing.assert_array_equal(ids, want)
 

@@ -687,8 +687,8 @@ class MergeTest(FixtureTest):
                 self.assertEqual((r.index_version, list(r.missing_shards),
                                   r.refine_factor), (version, [], refine))
                 self.assertAnswer(as_arrays(r), want, f"front, {name}")
-                result = client.search_result(queries, K, refine_factor=refine,
-                                              allowed_ids=allowed)
+                result = client.search(queries, K, refine_factor=refine,
+                                       allowed_ids=allowed)
                 self.assertEqual((result.index_version, result.missing_shards),
                                  (version, ()))
                 self.assertAnswer((result.ids, result.distances), want,
@@ -705,7 +705,7 @@ class MergeTest(FixtureTest):
             # Made inside the running loop, as the client requires.
             client = AsyncShardedKnnClient(self.f.shard_addresses)
             try:
-                return await client.search_result(
+                return await client.search(
                     queries, K, refine_factor=refine, allowed_ids=allowed)
             finally:
                 await client.close()
@@ -810,8 +810,8 @@ class FailureTest(FixtureTest):
             for partial in (False, True):
                 start = time.monotonic()
                 try:
-                    result = client.search_result(self.f.pool[:4], K,
-                                                  allow_partial=partial)
+                    result = client.search(self.f.pool[:4], K,
+                                           allow_partial=partial)
                     outcome = ("OK", result.missing_shards, result)
                 except grpc.RpcError as e:
                     outcome = (e.code().name, e.details(), None)
@@ -834,7 +834,7 @@ class FailureTest(FixtureTest):
         deadline = time.monotonic() + RECOVERY_BOUND_S
         while True:
             try:
-                result = client.search_result(self.f.pool[:4], K)
+                result = client.search(self.f.pool[:4], K)
                 break
             except grpc.RpcError:
                 self.assertLess(time.monotonic(), deadline,
@@ -942,8 +942,8 @@ class VersionSwapTest(FixtureTest):
             while not stopping.is_set():
                 rows = rng.choice(POOL, 4, replace=False)
                 try:
-                    r = client.search_result(f.pool[rows], K,
-                                             refine_factor=REFINE)
+                    r = client.search(f.pool[rows], K,
+                                      refine_factor=REFINE)
                     client_records.append((rows, "OK", r))
                 except self.grpc.RpcError as e:
                     client_records.append((rows, e.code().name, e.details()))
@@ -1008,10 +1008,10 @@ class VersionSwapTest(FixtureTest):
         self.assertEqual(r.index_version, 2)
         self.assertAnswer(as_arrays(r), f.pool_refs[2, 0, None])
         end = time.monotonic() + 10
-        while client.search_result(f.pool, K).index_version != 2:
+        while client.search(f.pool, K).index_version != 2:
             self.assertLess(time.monotonic(), end, "the client stays at 1")
             time.sleep(0.05)
-        result = client.search_result(f.pool, K, refine_factor=REFINE)
+        result = client.search(f.pool, K, refine_factor=REFINE)
         self.assertEqual(result.index_version, 2)
         self.assertAnswer((result.ids, result.distances),
                           f.pool_refs[2, REFINE, None])

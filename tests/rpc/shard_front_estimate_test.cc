@@ -71,6 +71,30 @@ TEST(ShardFrontEstimate, RefusesWhatTheShardsWouldNamingTheLimit) {
       HasSubstr("k=0 must be positive"));
 }
 
+// A hybrid request: its queries are its texts when it has no vectors, its
+// shards answer both windows with their ranks, and a window past the
+// shards' max_k is refused here.
+TEST(ShardFrontEstimate, HybridRequestsCountBothWindows) {
+  const FrontFacts facts = TwoShards(100);
+  SearchRequest texts;
+  texts.set_k(10);
+  for (int i = 0; i < 7; ++i) texts.add_texts("q");
+  EXPECT_EQ(FrontQueries(texts, kDim), 7);
+  SearchRequest hybrid = Request(7, 10, 0, false);
+  for (int i = 0; i < 7; ++i) hybrid.add_texts("q");
+  absl::StatusOr<FrontDemand> narrow = EstimateFrontSearch(hybrid, facts);
+  ASSERT_TRUE(narrow.ok()) << narrow.status();
+  hybrid.set_vector_window(500);
+  hybrid.set_text_window(500);
+  absl::StatusOr<FrontDemand> wide = EstimateFrontSearch(hybrid, facts);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  // 2 shards x 7 queries x 980 more entries, received and parsed.
+  EXPECT_GE(wide->bytes - narrow->bytes, 2 * 2 * 7 * 980 * 32);
+  hybrid.set_text_window(5000);
+  EXPECT_THAT(EstimateFrontSearch(hybrid, facts).status().message(),
+              HasSubstr("text_window=5000 exceeds max_k=1024"));
+}
+
 // Limits unknown (or as large as a shard may claim): the estimate
 // saturates, never wraps into a small or negative one.
 TEST(ShardFrontEstimate, SaturatesInsteadOfWrapping) {

@@ -359,5 +359,81 @@ TEST(CheckShardAnswers, DifferentDefaultsNameTheShardsTheValuesAndTheFix) {
   }
 }
 
+// One shard's windows of one query (a hybrid request asked for them):
+// `vector` entries (id, distance) then `text` entries (id, BM25 score).
+SearchResponse Windows(int shard_id,
+                       std::vector<std::pair<int64_t, float>> vector,
+                       std::vector<std::pair<int64_t, float>> text) {
+  std::vector<int64_t> ids;
+  std::vector<float> scores;
+  for (auto [id, d] : vector) {
+    ids.push_back(id);
+    scores.push_back(d);
+  }
+  for (auto [id, s] : text) {
+    ids.push_back(id);
+    scores.push_back(s);
+  }
+  SearchResponse r = Answer(shard_id, 2, ids, scores);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const bool v = i < vector.size();
+    r.add_vector_ranks(v && ids[i] >= 0 ? i + 1 : 0);
+    r.add_vector_scores(v ? scores[i] : 0);
+    r.add_text_ranks(!v && ids[i] >= 0 ? i - vector.size() + 1 : 0);
+    r.add_text_scores(v ? 0 : scores[i]);
+    r.add_payloads("{\"id\":" + std::to_string(ids[i]) + "}");
+  }
+  return r;
+}
+
+TEST(MergeHybridAnswers, RanksEachRetrieverOverTheSetThenFuses) {
+  // Windows of 2: shard 0 holds ids 1-4, shard 1 ids 5-8.
+  const std::vector<SearchResponse> responses = {
+      Windows(0, {{1, 0.5f}, {2, 0.9f}}, {{3, 4.0f}, {1, 1.0f}}),
+      Windows(1, {{5, 0.1f}, {6, 2.0f}}, {{7, 3.0f}, {-1, 0}})};
+  knnd::v1::SearchRequest request;
+  request.set_k(3);
+  request.add_vectors(0);
+  request.add_texts("q");
+  request.set_vector_window(2);
+  request.set_text_window(2);
+  const HybridMerge merge = HybridMergeOf(request);
+  EXPECT_EQ(merge.fusion.fusion, Fusion::kRrf);
+  ASSERT_TRUE(CheckHybridAnswers(Of(responses), 2, merge).ok());
+  SearchResponse merged;
+  ASSERT_TRUE(MergeHybridAnswers(Of(responses), merge, false, 0, &merged).ok());
+  // Vector window over the set: 5 (0.1), 1 (0.5); text: 3 (4.0), 7 (3.0).
+  // RRF(60): each 1/61 or 1/62; ties by id.
+  EXPECT_THAT(merged.ids(), ElementsAre(3, 5, 1));
+  EXPECT_NEAR(merged.distances(0), 1.0 / 61, 1e-7);
+  EXPECT_NEAR(merged.distances(2), 1.0 / 62, 1e-7);
+  EXPECT_THAT(merged.text_ranks(), ElementsAre(1, 0, 0));
+  EXPECT_THAT(merged.vector_ranks(), ElementsAre(0, 1, 2));
+  EXPECT_THAT(merged.payloads(),
+              ElementsAre("{\"id\":3}", "{\"id\":5}", "{\"id\":1}"));
+  EXPECT_EQ(merged.fusion(), knnd::v1::FUSION_RRF);
+  EXPECT_EQ(merged.k(), 3);
+}
+
+TEST(MergeHybridAnswers, TextsAloneMergeByScoreAndAWrongWidthIsRefused) {
+  const std::vector<SearchResponse> responses = {
+      Windows(0, {}, {{3, 4.0f}, {1, 1.0f}}),
+      Windows(1, {}, {{7, 3.0f}, {8, 3.0f}})};
+  knnd::v1::SearchRequest request;
+  request.set_k(2);
+  request.add_texts("q");
+  const HybridMerge merge = HybridMergeOf(request);
+  EXPECT_EQ(merge.vector_window, 0);
+  SearchResponse merged;
+  ASSERT_TRUE(MergeHybridAnswers(Of(responses), merge, true, 0, &merged).ok());
+  EXPECT_EQ(merged.fusion(), knnd::v1::FUSION_UNSPECIFIED);
+  EXPECT_EQ(merged.ids_i64le().size(), 2 * sizeof(int64_t));
+  request.set_text_window(3);
+  absl::Status wrong =
+      CheckHybridAnswers(Of(responses), 2, HybridMergeOf(request));
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(wrong.message(), HasSubstr("vector_window + text_window = 3"));
+}
+
 }  // namespace
 }  // namespace knnd

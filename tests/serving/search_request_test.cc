@@ -105,7 +105,7 @@ TEST(ParseSearchRequest, WrongDimension) {
 }
 
 TEST(ParseSearchRequest, ZeroOrTooManyQueries) {
-  ExpectInvalid(Request(0), "no query vectors");
+  ExpectInvalid(Request(0), "no queries");
   ExpectInvalid(Request(11), "num_queries=11 exceeds max_queries_per_request=10");
 }
 
@@ -361,6 +361,104 @@ TEST(RerankRequest, RefineWithoutVectorsIsFailedPrecondition) {
   EXPECT_THAT(std::string(parsed.status().message()),
               AllOf(HasSubstr("refine_factor=2"), HasSubstr("--keep_vectors"),
                     HasSubstr("has dim=3")));
+}
+
+IndexInfo IndexWithText() {
+  IndexInfo info = Index();
+  info.text_field = "text";
+  return info;
+}
+
+TEST(HybridRequest, TextsAloneAreQueriesWithoutVectors) {
+  knnd::v1::SearchRequest r;
+  r.add_texts("printer settings");
+  r.add_texts("服务器");
+  r.set_k(5);
+  auto parsed = ParseSearchRequest(r, IndexWithText(), Limits());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->num_queries, 2);
+  EXPECT_EQ(parsed->queries, nullptr);
+  ASSERT_TRUE(parsed->hybrid.has_value());
+  EXPECT_EQ(parsed->hybrid->fusion, Fusion::kNone);
+  EXPECT_EQ(parsed->hybrid->text_window, 5);
+}
+
+TEST(HybridRequest, DefaultsAreRrf60AndWindowsOfK) {
+  knnd::v1::SearchRequest r = Request(2);
+  r.add_texts("a");
+  r.add_texts("b");
+  auto parsed = ParseSearchRequest(r, IndexWithText(), Limits());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->hybrid.has_value());
+  EXPECT_EQ(parsed->hybrid->fusion, Fusion::kRrf);
+  EXPECT_EQ(parsed->hybrid->rrf_k, 60);
+  EXPECT_EQ(parsed->hybrid->vector_window, 5);
+  EXPECT_EQ(parsed->hybrid->text_window, 5);
+  r.set_fusion(knnd::v1::FUSION_WEIGHTED);
+  r.set_vector_weight(0.2f);
+  r.set_vector_window(40);
+  parsed = ParseSearchRequest(r, IndexWithText(), Limits());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->hybrid->fusion, Fusion::kWeighted);
+  EXPECT_EQ(parsed->hybrid->vector_weight, 0.2f);
+  EXPECT_EQ(parsed->hybrid->text_weight, 0.5f);
+  EXPECT_EQ(parsed->hybrid->vector_window, 40);
+  EXPECT_FALSE(parsed->hybrid->terms.size());  // ParseTexts' part
+}
+
+void ExpectHybridInvalid(const knnd::v1::SearchRequest& request,
+                         const std::string& message,
+                         const IndexInfo& index = IndexWithText()) {
+  auto parsed = ParseSearchRequest(request, index, Limits());
+  ASSERT_FALSE(parsed.ok()) << "accepted: " << request.ShortDebugString();
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(parsed.status().message(), HasSubstr(message));
+}
+
+TEST(HybridRequest, BadInputIsNamed) {
+  knnd::v1::SearchRequest none;
+  none.set_k(5);
+  ExpectHybridInvalid(none, "no queries");
+  knnd::v1::SearchRequest r = Request(2);
+  r.add_texts("only one");
+  ExpectHybridInvalid(r, "texts holds 1 texts but the vectors 2 queries");
+  ExpectHybridInvalid(r, "has no text index", Index());
+  r = Request(1);
+  r.add_texts("x");
+  r.set_fusion(static_cast<knnd::v1::FusionMethod>(9));
+  ExpectHybridInvalid(r, "fusion=9 is not a known fusion");
+  r.clear_fusion();
+  r.set_rrf_k(0);
+  ExpectHybridInvalid(r, "rrf_k=0 is outside [1, 100000]");
+  r.clear_rrf_k();
+  r.set_text_weight(-1);
+  ExpectHybridInvalid(r, "text_weight=-1 must be finite and >= 0");
+  r.set_text_weight(0);
+  r.set_vector_weight(0);
+  ExpectHybridInvalid(r, "both 0");
+  r.clear_text_weight();
+  r.clear_vector_weight();
+  r.set_text_window(4);
+  ExpectHybridInvalid(r, "text_window=4 is outside [k=5, max_k=100]");
+  r.set_text_window(101);
+  ExpectHybridInvalid(r, "text_window=101");
+  knnd::v1::SearchRequest stray = Request(1);
+  stray.set_vector_window(10);
+  ExpectHybridInvalid(stray, "vector_window is set but texts is empty");
+  knnd::v1::SearchRequest many;
+  many.set_k(5);
+  for (int i = 0; i < 11; ++i) many.add_texts("t");
+  ExpectHybridInvalid(many, "more than max_queries_per_request=10");
+}
+
+TEST(HybridRequest, CandidatesForAMergerAreNeverHybrid) {
+  knnd::v1::SearchRequest r = Request(1);
+  r.add_texts("x");
+  r.set_return_candidates(true);
+  auto parsed = ParseSearchRequest(r, IndexWithText(), Limits());
+  ASSERT_TRUE(parsed.ok());
+  parsed->refine_factor = 2;
+  EXPECT_FALSE(AnswersWithCandidates(r, *parsed));
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "knnd/lifecycle/index_source.h"
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/payload_file.h"
+#include "knnd/text/text_index_writer.h"
 
 namespace knnd::testing {
 
@@ -132,6 +133,18 @@ std::vector<float> BuildIndex(const std::string& path, const BuildSpec& spec) {
     absl::Status s = (*writer)->Finish();
     EXPECT_TRUE(s.ok()) << s;
     metadata.set_payloads(true);
+  }
+  if (!spec.text_field.empty()) {
+    auto payloads = PayloadFile::Open(PayloadPath(path), spec.n, false);
+    EXPECT_TRUE(payloads.ok()) << payloads.status();
+    if (!payloads.ok()) return x;
+    const PayloadFile* files[] = {payloads->get()};
+    TextIndexOptions text;
+    text.field = spec.text_field;
+    const TextIndexPart part{TextIndexPath(path), spec.n};
+    auto written = WriteTextIndexes(files, text, {&part, 1});
+    EXPECT_TRUE(written.ok()) << written.status();
+    metadata.set_text_field(spec.text_field);
   }
   if (spec.attributes.has_value()) {
     absl::Status s =

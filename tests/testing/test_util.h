@@ -95,6 +95,9 @@ struct BuildSpec {
   // Non-empty (n entries): row i's payload line (JSON), in
   // PayloadPath(path), as `knnctl build --payloads` writes them.
   std::vector<std::string> payloads;
+  // Non-empty (with payloads): the text index TextIndexPath(path) of this
+  // payload field, as `knnctl build --text` writes it.
+  std::string text_field;
   // Set (n rows): the attribute store AttributeStorePath(path), as
   // `knnctl build --attributes` writes it.
   absl::optional<AttributeColumns> attributes;

@@ -128,6 +128,48 @@ TEST(Knnctl, ExitCodes) {
 // anything listens on the port, it exits 0 once a server there has loaded
 // its index; against nothing it gives up once the wait is over (exit 1);
 // a wait out of range is refused (exit 2). What the README's step 3 pastes.
+TEST(Knnctl, BuildTextRefusesBadInputBeforeTrainingAndAnalyzePrintsTerms) {
+  TempDir dir;
+  WriteData(dir.path("x.npy"), 600, 8, 3);
+  std::string lines;
+  for (int i = 0; i < 600; ++i) {
+    lines += i % 5 == 0 ? "{\"n\":1}\n"
+                        : absl::StrCat("{\"body\":\"row ", i, " 服务器\"}\n");
+  }
+  testing::WriteFile(dir.path("p.jsonl"), lines);
+  const std::string build =
+      absl::StrCat("build --input ", dir.path("x.npy"), " --output ",
+                   dir.path("t.index"), " --nlist 4 ");
+  CommandResult no_payloads = Knnctl(build + "--text body");
+  EXPECT_EQ(no_payloads.exit_code, 2);
+  EXPECT_THAT(no_payloads.output, HasSubstr("give --payloads too"));
+  const std::string with_payloads =
+      build + "--payloads " + dir.path("p.jsonl") + " ";
+  CommandResult stemmer =
+      Knnctl(with_payloads + "--text body --text_stemmer klingon");
+  EXPECT_EQ(stemmer.exit_code, 2);
+  EXPECT_THAT(stemmer.output, HasSubstr("klingon"));
+  CommandResult b = Knnctl(with_payloads + "--text body --bm25_b 2");
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_THAT(b.output, HasSubstr("--bm25_b=2"));
+  CommandResult field = Knnctl(with_payloads + "--text title");
+  EXPECT_EQ(field.exit_code, 2);
+  EXPECT_THAT(field.output, HasSubstr("fields: n, body"));
+  EXPECT_FALSE(testing::ReadFile(dir.path("t.index")).size());
+  CommandResult built = Knnctl(with_payloads + "--text body");
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  EXPECT_THAT(built.output, HasSubstr("t.index.text"));
+  EXPECT_THAT(testing::ReadFile(dir.path("t.index.manifest.json")),
+              HasSubstr("\"text\""));
+  testing::WriteFile(dir.path("q.txt"), "Row 12 服务器\n\n");
+  CommandResult analyzed = Knnctl(absl::StrCat(
+      "analyze --index ", dir.path("t.index"), " --input ", dir.path("q.txt")));
+  ASSERT_EQ(analyzed.exit_code, 0) << analyzed.output;
+  EXPECT_EQ(analyzed.output,
+            "[\"row\",\"12\",\"服\",\"服务\",\"务\",\"务器\",\"器\"]\n[]\n");
+  EXPECT_THAT(Knnctl("analyze --list_stemmers").output, HasSubstr("english\n"));
+}
+
 TEST(Knnctl, HealthWaitPollsUntilKnndServes) {
   TempDir dir;
   knnd::testing::BuildSpec spec;
@@ -164,10 +206,9 @@ TEST(Knnctl, HealthWaitPollsUntilKnndServes) {
   EXPECT_THAT(bad.output, HasSubstr("--wait=-1"));
 }
 
-constexpr const char* kCommands[] = {"build",  "convert", "shard",
-                                     "update", "eval",    "tune",
-                                     "search", "info",    "health",
-                                     "publish", "reload", "versions"};
+constexpr const char* kCommands[] = {
+    "build",  "convert", "shard",  "update",  "analyze", "eval",    "tune",
+    "search", "info",    "health", "publish", "reload",  "versions"};
 
 TEST(Knnctl, HelpListsEveryCommandAndExitsZero) {
   for (const char* help : {"--help", "help", "-h"}) {

@@ -1,7 +1,7 @@
-"""What KnnClient and AsyncKnnClient share: argument validation, the
-request and the result arrays, channel options, bearer tokens, the retry
-decisions (deadline, attempts, backoff, grpc-retry-pushback-ms) and the
-fork guard.
+"""What the clients share below their one surface (_base.ClientBase):
+argument validation, the request and the typed result, channel options,
+bearer tokens, the retry decisions (deadline, attempts, backoff,
+grpc-retry-pushback-ms) and the fork guard.
 
 The path of a call that succeeds at once is kept short, since it runs in
 every API worker for every query: the request is sent as bytes built from
@@ -10,9 +10,10 @@ bytes (no message built per call), results come back as bytes fields
 (results_as_bytes) read with numpy.frombuffer, and retry state is made only
 after a first failure.
 
-Only the I/O differs between the two clients (a blocking call and
-time.sleep, or an awaited call and asyncio.sleep); every decision about a
-call is made here, once, so that the two cannot drift apart.
+Only the I/O differs between the blocking and the asyncio clients (a
+blocking call and time.sleep, or an awaited call and asyncio.sleep);
+every decision about a call is made here, once, so that they cannot drift
+apart.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
+from knnd_client.types import Payload, RetryPolicy, SearchResult
 
 LOG = logging.getLogger("knnd_client")
 
@@ -45,8 +47,15 @@ _RETRYABLE = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
 
 _BIG_ENDIAN = sys.byteorder == "big"
 
-# The method the clients call with a serialized SearchRequest.
-SEARCH_METHOD = "/knnd.v1.KnnService/Search"
+# KnnService's methods: path, request and response types. The clients make
+# their callables from this (unary_method) rather than from the generated
+# KnnServiceStub, a module without types.
+_METHODS: Dict[str, Tuple[str, Any, Any]] = {
+    "Search": ("/knnd.v1.KnnService/Search", pb.SearchRequest,
+               pb.SearchResponse),
+    "GetIndexInfo": ("/knnd.v1.KnnService/GetIndexInfo",
+                     pb.GetIndexInfoRequest, pb.GetIndexInfoResponse),
+}
 
 # Target schemes whose resolver can return several addresses: a Kubernetes
 # headless Service behind "dns:///", or a static "ipv4:a:p,b:p" list. Calls
@@ -71,38 +80,6 @@ _ROUND_ROBIN_SERVICE_CONFIG = json.dumps(
 # its trailing newline fails at construction, not as UNAUTHENTICATED later.
 _TOKEN_MIN_CHARS = 16
 _TOKEN_MAX_CHARS = 4096
-
-
-@dataclasses.dataclass(frozen=True)
-class RetryPolicy:
-    """When and how long a client waits before trying a call again.
-
-    Retried: RESOURCE_EXHAUSTED that carries grpc-retry-pushback-ms (knnd at
-    capacity), RESOURCE_EXHAUSTED from a stream gRPC reset under the
-    server's memory quota (QUOTA_RESET_DETAILS; other RESOURCE_EXHAUSTED,
-    e.g. a message over the size limit, would fail again) and UNAVAILABLE
-    (not loaded yet, draining, connection lost). With a pushback the wait is pushback * (1 + U(0, pushback_jitter)),
-    never shorter than the server asked (the jitter spreads the clients that
-    were refused together, so they do not come back together); without one
-    it is U(0, min(max_backoff_s, initial_backoff_s * backoff_multiplier**n))
-    after the n-th failure (gRPC's jittered exponential backoff). A wait that
-    would end past the call's deadline is not started: the last error is
-    raised at once.
-    """
-    max_attempts: int = 5
-    initial_backoff_s: float = 0.05
-    max_backoff_s: float = 1.0
-    backoff_multiplier: float = 2.0
-    pushback_jitter: float = 0.2
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts={self.max_attempts} must be >= 1")
-        if self.initial_backoff_s <= 0 or self.max_backoff_s <= 0:
-            raise ValueError("initial_backoff_s and max_backoff_s must be > 0")
-        if self.backoff_multiplier < 1 or self.pushback_jitter < 0:
-            raise ValueError(
-                "backoff_multiplier must be >= 1 and pushback_jitter >= 0")
 
 
 def pushback_ms(error: grpc.RpcError) -> Optional[int]:
@@ -337,14 +314,14 @@ def payload_request(payloads: Any) -> Optional[pb.PayloadRequest]:
 
 
 def payload_dicts(rows: Sequence[Sequence[bytes]]
-                  ) -> List[List[Optional[Dict[str, Any]]]]:
+                  ) -> List[List[Optional[Payload]]]:
     """Per query, each result's payload (compact JSON objects from knnd) as
     a dict; None for an empty one (a padding -1)."""
     return [[json.loads(p) if p else None for p in row] for row in rows]
 
 
 def search_payloads(response: pb.SearchResponse, shape: Tuple[int, int]
-                    ) -> List[List[Optional[Dict[str, Any]]]]:
+                    ) -> List[List[Optional[Payload]]]:
     """The payloads of `response` (asked for with SearchRequest.payloads),
     per query, aligned with its ids. RuntimeError when there is not one per
     result."""
@@ -422,8 +399,10 @@ def _field_filter(field: str, spec: Any, where: str) -> pb.Filter:
                 field=field, eq=_attribute_value(value, at)))
             parts.append(eq if op == "$eq" else pb.Filter(negate=eq))
         elif op in ("$in", "$nin"):
-            member = pb.Filter(condition=pb.Condition(
-                field=field, **{"in": _value_list(value, at)}))
+            # "in" is a Python keyword: set through getattr.
+            condition = pb.Condition(field=field)
+            getattr(condition, "in").CopyFrom(_value_list(value, at))
+            member = pb.Filter(condition=condition)
             parts.append(member if op == "$in" else pb.Filter(negate=member))
         elif op == "$exists":
             if not isinstance(value, (bool, np.bool_)):
@@ -480,23 +459,52 @@ def filter_message(spec: Any, where: str = "filter") -> pb.Filter:
     return _all_of(parts)
 
 
-def search_request(queries: Any, k: Any, nprobe: Any, allowed_ids: Any,
-                   refine_factor: Any, payloads: Any = None,
-                   filter: Any = None
-                   ) -> pb.SearchRequest:
+@dataclasses.dataclass(frozen=True)
+class SearchArgs:
+    """The arguments of one search() call as the caller gave them, not yet
+    checked: what the four clients' one search() (ClientBase) hands to
+    their I/O, and what search_request() turns into a SearchRequest.
+
+    Hybrid retrieval (issue 54) adds its arguments here (text, fusion,
+    rrf_k, vector_weight, text_weight, vector_window, text_window), beside
+    ClientBase.search()'s keyword arguments and search_request()'s fields:
+    three places, each in one file, whatever the client."""
+    queries: Any
+    k: Any
+    nprobe: Any = None
+    allowed_ids: Any = None
+    filter: Any = None
+    refine_factor: Any = None
+    payloads: Any = None
+    allow_partial: Optional[bool] = None
+
+    @property
+    def wants_payloads(self) -> bool:
+        return payload_request(self.payloads) is not None
+
+    def needs_message(self) -> bool:
+        """Whether the request needs fields that the cached serialized head
+        does not hold (serialized_search_request builds a message then)."""
+        return (self.allowed_ids is not None or self.wants_payloads
+                or bool(self.allow_partial))
+
+
+def search_request(args: SearchArgs) -> pb.SearchRequest:
     """The SearchRequest of one search() call, every argument checked
     before any RPC (TypeError / ValueError naming the argument); it asks
     for the results as bytes (results_as_bytes)."""
-    vectors, _, dim, field = query_bytes(queries)
-    request = _search_head(dim, k, nprobe, refine_factor)
+    vectors, _, dim, field = query_bytes(args.queries)
+    request = _search_head(dim, args.k, args.nprobe, args.refine_factor)
     setattr(request, field, vectors)
-    if allowed_ids is not None:
-        request.allowed_ids.extend(id_list(allowed_ids).tolist())
-    asked = payload_request(payloads)
+    if args.allowed_ids is not None:
+        request.allowed_ids.extend(id_list(args.allowed_ids).tolist())
+    asked = payload_request(args.payloads)
     if asked is not None:
         request.payloads.CopyFrom(asked)
-    if filter is not None:
-        request.filter.CopyFrom(filter_message(filter))
+    if args.filter is not None:
+        request.filter.CopyFrom(filter_message(args.filter))
+    if args.allow_partial:
+        request.allow_partial_results = True
     return request
 
 
@@ -554,35 +562,33 @@ def _filter_bytes(spec: Any) -> Optional[bytes]:
     return _cached_filter_bytes(frozen)
 
 
-def serialized_search_request(queries: Any, k: Any, nprobe: Any,
-                              allowed_ids: Any, refine_factor: Any,
-                              payloads: Any = None, filter: Any = None
+def serialized_search_request(args: SearchArgs
                               ) -> Tuple[bytes, Tuple[int, int]]:
     """search_request() serialized, and the (num_queries, k) shape its
-    answer must have. Without an allow-list or payloads no message is
-    built: the serialized head of (dim, k, nprobe, refine_factor), cached,
-    then the filter's bytes, cached by its dict's content, then the vectors
-    field (fields may come in any order on the wire)."""
-    filter_bytes = None if filter is None else _filter_bytes(filter)
-    if allowed_ids is not None or payload_request(payloads) is not None or \
-            (filter is not None and filter_bytes is None):
-        request = search_request(queries, k, nprobe, allowed_ids,
-                                 refine_factor, payloads, filter)
+    answer must have. Without an allow-list, payloads or allow_partial no
+    message is built: the serialized head of (dim, k, nprobe,
+    refine_factor), cached, then the filter's bytes, cached by its dict's
+    content, then the vectors field (fields may come in any order on the
+    wire)."""
+    filter_bytes = None if args.filter is None else _filter_bytes(args.filter)
+    if args.needs_message() or (args.filter is not None
+                                and filter_bytes is None):
+        request = search_request(args)
         return request.SerializeToString(), (request_rows(request),
                                              request.k)
-    vectors, rows, dim, field = query_bytes(queries)
-    head = _serialized_head(dim, k, nprobe, refine_factor)
+    vectors, rows, dim, field = query_bytes(args.queries)
+    head = _serialized_head(dim, args.k, args.nprobe, args.refine_factor)
     parts = [head]
     if filter_bytes is not None:
         parts += [_FILTER_TAG, _varint(len(filter_bytes)), filter_bytes]
     parts += [_VECTORS_TAGS[field], _varint(len(vectors)), vectors]
-    return b"".join(parts), (rows, int(k))
+    return b"".join(parts), (rows, int(args.k))
 
 
 # Each result column: its bytes field (results_as_bytes), the wire dtype
 # of that field, its values' size and the dtype of the array handed to
 # the caller.
-_RESULT_COLUMNS = {
+_RESULT_COLUMNS: Dict[str, Tuple[str, np.dtype[Any], int, Any]] = {
     "ids": ("ids_i64le", np.dtype("<i8"), 8, np.int64),
     "distances": ("distances_f32le", np.dtype("<f4"), 4, np.float32),
     "approx_distances": ("approx_distances_f32le", np.dtype("<f4"), 4,
@@ -617,7 +623,7 @@ def result_column(response: pb.SearchResponse, name: str,
     raise RuntimeError(f"knnd answered {got} for {rows}x{columns} results")
 
 
-def search_result(response: pb.SearchResponse, shape: Tuple[int, int]
+def result_arrays(response: pb.SearchResponse, shape: Tuple[int, int]
                   ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
     """(ids, distances) of `response` as arrays of `shape` (num_queries,
     k), after checking that they answer that request (a proxy or a server
@@ -630,15 +636,21 @@ def search_result(response: pb.SearchResponse, shape: Tuple[int, int]
             result_column(response, "distances", *shape))
 
 
-def search_answer(response: pb.SearchResponse, shape: Tuple[int, int],
-                  payloads: Any) -> Tuple[Any, ...]:
-    """What search() returns: (ids, distances) of search_result(), and
-    the payloads (search_payloads()) third when `payloads` asked for
-    them."""
-    ids, distances = search_result(response, shape)
-    if payload_request(payloads) is None:
-        return ids, distances
-    return ids, distances, search_payloads(response, shape)
+def search_result(response: pb.SearchResponse, shape: Tuple[int, int],
+                  with_payloads: bool) -> SearchResult:
+    """What search() returns for `response`: result_arrays(), the
+    payloads (search_payloads()) when `with_payloads`, and what the
+    response says about the search."""
+    ids, distances = result_arrays(response, shape)
+    return SearchResult(
+        ids=ids, distances=distances,
+        payloads=(search_payloads(response, shape) if with_payloads
+                  else None),
+        index_version=response.index_version, metric=response.metric,
+        nprobe=response.nprobe, refine_factor=response.refine_factor,
+        filter_plan=response.filter_plan,
+        filter_matched_rows=response.filter_matched_rows,
+        missing_shards=tuple(response.missing_shards))
 
 
 # How soon a channel connects again to a knnd it lost (a restart, a
@@ -656,6 +668,18 @@ RECONNECT_BACKOFF_OPTIONS = {
     "grpc.min_reconnect_backoff_ms": 1000,
     "grpc.max_reconnect_backoff_ms": 1000,
 }
+
+
+def unary_method(channel: Any, name: str, serialized: bool = False) -> Any:
+    """KnnService's method `name` ("Search", "GetIndexInfo") on `channel`
+    (a blocking or a grpc.aio one), called with the request message, or
+    with its bytes already serialized when `serialized` (the fast path of
+    search(), see serialized_search_request)."""
+    path, request, response = _METHODS[name]
+    return channel.unary_unary(
+        path,
+        request_serializer=None if serialized else request.SerializeToString,
+        response_deserializer=response.FromString)
 
 
 def channel_options(target: str, options: Sequence[Tuple[str, Any]]

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
-                    Tuple, Union, cast)
+from typing import (Any, Callable, Coroutine, Dict, List, Optional, Sequence,
+                    Tuple, cast)
 
 import grpc
 import grpc.aio
-import numpy as np
-import numpy.typing as npt
 
 from knnd_client import _common, errors, sharding
-from knnd_client._common import RetryPolicy
+from knnd_client._base import ClientBase, ShardedClientBase
+from knnd_client._common import SearchArgs
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
-from knnd_client._generated.knnd.v1 import knn_service_pb2_grpc as pb_grpc
-from knnd_client.sharding import ShardedSearchResult, ShardVersions
+from knnd_client.types import RetryPolicy, SearchResult, ShardedSearchResult
 
 __all__ = ["AsyncKnnClient", "AsyncShardedKnnClient"]
 
@@ -31,9 +29,13 @@ __all__ = ["AsyncKnnClient", "AsyncShardedKnnClient"]
 DEFAULT_MAX_CONCURRENT_CALLS = 64
 
 
-class AsyncKnnClient:
+class AsyncKnnClient(ClientBase[Coroutine[Any, Any, SearchResult],
+                                Coroutine[Any, Any,
+                                          pb.GetIndexInfoResponse]]):
     """asyncio client of knnd.v1.KnnService; the arguments, results, errors
-    and retries of KnnClient, awaited.
+    and retries of KnnClient (one search(), ClientBase's), awaited: its
+    arguments are checked when search() is called, before anything is
+    awaited.
 
     Create it inside the event loop that uses it (in a coroutine: FastAPI's
     lifespan, aiohttp's on_startup), one per loop and per process: a
@@ -63,44 +65,32 @@ class AsyncKnnClient:
                 "AsyncKnnClient must be created inside a running event loop "
                 "(in a coroutine, e.g. FastAPI's lifespan): its grpc.aio "
                 "channel belongs to that loop") from None
-        self._timeout_s = _common.positive_timeout_s("timeout_s", timeout_s)
-        self._retry = retry
-        self._metadata = _common.call_metadata(bearer_token)
+        super().__init__(timeout_s=timeout_s, retry=retry,
+                         bearer_token=bearer_token)
         self._max_concurrent_calls = _common.positive_int(
             "max_concurrent_calls", max_concurrent_calls)
         self._slots = asyncio.Semaphore(self._max_concurrent_calls)
-        self._fork_guard = _common.ForkGuard("AsyncKnnClient")
         self._channel = _common.open_channel(grpc.aio, target, credentials,
                                              options)
-        self._stub = pb_grpc.KnnServiceStub(self._channel)
         # Search takes the request already serialized (see _common).
-        self._search = self._channel.unary_unary(
-            _common.SEARCH_METHOD,
-            response_deserializer=pb.SearchResponse.FromString)
+        self._search_rpc = _common.unary_method(self._channel, "Search",
+                                                serialized=True)
+        self._info_rpc = _common.unary_method(self._channel, "GetIndexInfo")
 
-    async def search(self, queries: npt.NDArray[np.float32], k: int,
-                     nprobe: Optional[int] = None, *,
-                     allowed_ids: Optional[npt.ArrayLike] = None,
-                     filter: Optional[Mapping[str, Any]] = None,
-                     refine_factor: Optional[int] = None,
-                     payloads: Union[bool, Sequence[str], None] = None,
-                     timeout_s: Optional[float] = None,
-                     ) -> Tuple[Any, ...]:
-        """The k nearest neighbours of each row of `queries`: the arguments,
-        results and errors of KnnClient.search (grpc.aio.AioRpcError is a
-        grpc.RpcError). The arguments are checked before the call waits for
-        a slot, so a bad one raises at once."""
-        request, shape = _common.serialized_search_request(
-            queries, k, nprobe, allowed_ids, refine_factor, payloads, filter)
-        return _common.search_answer(
-            await self._call(self._search, request, timeout_s, "Search"),
-            shape, payloads)
+    def _search(self, args: SearchArgs, timeout_s: float
+                ) -> Coroutine[Any, Any, SearchResult]:
+        request, shape = _common.serialized_search_request(args)
+        return self._answer(request, shape, args.wants_payloads, timeout_s)
 
-    async def info(self, timeout_s: Optional[float] = None
-                   ) -> pb.GetIndexInfoResponse:
-        """The served index and the server's limits, as KnnClient.info."""
+    async def _answer(self, request: bytes, shape: Tuple[int, int],
+                      with_payloads: bool, timeout_s: float) -> SearchResult:
+        return _common.search_result(
+            await self._call(self._search_rpc, request, timeout_s, "Search"),
+            shape, with_payloads)
+
+    async def _info(self, timeout_s: float) -> pb.GetIndexInfoResponse:
         return cast(pb.GetIndexInfoResponse,
-                    await self._call(self._stub.GetIndexInfo,
+                    await self._call(self._info_rpc,
                                      pb.GetIndexInfoRequest(), timeout_s,
                                      "GetIndexInfo"))
 
@@ -117,7 +107,7 @@ class AsyncKnnClient:
         await self.close()
 
     async def _call(self, method: Callable[..., Any], request: Any,
-                    timeout_s: Optional[float], what: str) -> Any:
+                    timeout_s: float, what: str) -> Any:
         """Awaits `method` within one deadline, retrying per the
         RetryPolicy, in one of the client's slots."""
         self._fork_guard.check()
@@ -125,8 +115,6 @@ class AsyncKnnClient:
             raise RuntimeError(
                 "AsyncKnnClient used from another event loop than the one it "
                 "was created in; create one client per loop")
-        timeout_s = (self._timeout_s if timeout_s is None else
-                     _common.positive_timeout_s("timeout_s", timeout_s))
         deadline = time.monotonic() + timeout_s
         if not await _acquire(self._slots, timeout_s):
             raise errors.DeadlineExceeded(
@@ -158,10 +146,14 @@ class AsyncKnnClient:
             self._slots.release()
 
 
-class AsyncShardedKnnClient:
+class AsyncShardedKnnClient(
+        ShardedClientBase[Coroutine[Any, Any, ShardedSearchResult],
+                          Coroutine[Any, Any,
+                                    List[pb.GetIndexInfoResponse]]]):
     """asyncio client of an index split into shards: ShardedKnnClient's
     arguments, results, errors, retries and version pinning, awaited; the
-    shards are asked at once (one task per shard) within one deadline.
+    shards are asked at once (one task per shard) within one deadline, and
+    cancelling the awaiting task cancels every shard's RPC.
 
     Create it inside the event loop that uses it, as AsyncKnnClient.
 
@@ -186,78 +178,34 @@ class AsyncShardedKnnClient:
                 "AsyncShardedKnnClient must be created inside a running "
                 "event loop (in a coroutine, e.g. FastAPI's lifespan): its "
                 "grpc.aio channels belong to that loop") from None
-        self._targets = sharding.targets_list(targets)
-        self._timeout_s = _common.positive_timeout_s("timeout_s", timeout_s)
-        self._retry = retry
-        self._metadata = _common.call_metadata(bearer_token)
-        self._allow_partial = bool(allow_partial)
+        super().__init__(targets, timeout_s=timeout_s, retry=retry,
+                         bearer_token=bearer_token,
+                         allow_partial=allow_partial)
         self._max_concurrent_calls = _common.positive_int(
             "max_concurrent_calls", max_concurrent_calls)
         self._slots = asyncio.Semaphore(self._max_concurrent_calls)
-        self._fork_guard = _common.ForkGuard("AsyncShardedKnnClient")
-        self._versions = ShardVersions(len(self._targets))
         self._channels: List[grpc.aio.Channel] = [
             _common.open_channel(grpc.aio, target, credentials, options)
             for target in self._targets]
-        self._stubs = [pb_grpc.KnnServiceStub(c) for c in self._channels]
+        self._methods = [{name: _common.unary_method(c, name)
+                          for name in ("Search", "GetIndexInfo")}
+                         for c in self._channels]
 
-    @property
-    def targets(self) -> List[str]:
-        """The shards' targets, in the order given."""
-        return list(self._targets)
+    def _search(self, args: SearchArgs, timeout_s: float
+                ) -> Coroutine[Any, Any, ShardedSearchResult]:
+        return self._merged(self._search_scatter(args, timeout_s))
 
-    @property
-    def versions(self) -> ShardVersions:
-        """As ShardedKnnClient.versions."""
-        return self._versions
-
-    async def search(self, queries: npt.NDArray[np.float32], k: int,
-                     nprobe: Optional[int] = None, *,
-                     allowed_ids: Optional[npt.ArrayLike] = None,
-                     filter: Optional[Mapping[str, Any]] = None,
-                     refine_factor: Optional[int] = None,
-                     payloads: Union[bool, Sequence[str], None] = None,
-                     timeout_s: Optional[float] = None,
-                     allow_partial: Optional[bool] = None,
-                     ) -> Tuple[Any, ...]:
-        """ShardedKnnClient.search, awaited. Cancelling the awaiting task
-        cancels every shard's RPC."""
-        result = await self.search_result(
-            queries, k, nprobe, allowed_ids=allowed_ids, filter=filter,
-            refine_factor=refine_factor, payloads=payloads,
-            timeout_s=timeout_s, allow_partial=allow_partial)
-        if result.payloads is None:
-            return result.ids, result.distances
-        return result.ids, result.distances, result.payloads
-
-    async def search_result(self, queries: npt.NDArray[np.float32], k: int,
-                            nprobe: Optional[int] = None, *,
-                            allowed_ids: Optional[npt.ArrayLike] = None,
-                            filter: Optional[Mapping[str, Any]] = None,
-                            refine_factor: Optional[int] = None,
-                            payloads: Union[bool, Sequence[str], None] = None,
-                            timeout_s: Optional[float] = None,
-                            allow_partial: Optional[bool] = None,
-                            ) -> ShardedSearchResult:
-        """ShardedKnnClient.search_result, awaited."""
-        request = _common.search_request(queries, k, nprobe, allowed_ids,
-                                         refine_factor, payloads, filter)
+    async def _merged(self, scatter: sharding.SearchScatter
+                      ) -> ShardedSearchResult:
         self._check_loop()
-        scatter = sharding.SearchScatter(
-            self._targets, self._versions, self._retry,
-            self._call_timeout_s(timeout_s), request,
-            self._allow_partial if allow_partial is None else bool(allow_partial))
         return cast(ShardedSearchResult, await self._run(scatter, "Search"))
 
-    async def info(self, timeout_s: Optional[float] = None
-                   ) -> List[pb.GetIndexInfoResponse]:
-        """ShardedKnnClient.info, awaited."""
+    async def _info(self, timeout_s: float
+                    ) -> List[pb.GetIndexInfoResponse]:
         self._check_loop()
-        scatter = sharding.InfoScatter(self._targets, self._versions,
-                                       self._retry,
-                                       self._call_timeout_s(timeout_s))
         return cast(List[pb.GetIndexInfoResponse],
-                    await self._run(scatter, "GetIndexInfo"))
+                    await self._run(self._info_scatter(timeout_s),
+                                    "GetIndexInfo"))
 
     async def close(self, grace_s: Optional[float] = None) -> None:
         """Closes every shard's channel, as AsyncKnnClient.close."""
@@ -277,15 +225,11 @@ class AsyncShardedKnnClient:
                 "AsyncShardedKnnClient used from another event loop than the "
                 "one it was created in; create one client per loop")
 
-    def _call_timeout_s(self, timeout_s: Optional[float]) -> float:
-        return (self._timeout_s if timeout_s is None else
-                _common.positive_timeout_s("timeout_s", timeout_s))
-
     async def _run(self, scatter: sharding.Scatter, method: str) -> Any:
         """Rounds of the scatter in one of the client's slots, until it is
         done or raises."""
         if not await _acquire(self._slots, scatter.remaining_s()):
-            raise sharding.ShardedSearchError(
+            raise errors.ShardedSearchError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 "deadline passed while waiting for one of the client's "
                 f"max_concurrent_calls={self._max_concurrent_calls} slots; "
@@ -307,7 +251,7 @@ class AsyncShardedKnnClient:
         timeout_s = scatter.remaining_s()
         tasks: Dict["asyncio.Future[Any]", int] = {}
         for target, request in scatter.requests():
-            call = getattr(self._stubs[target], method)(
+            call = self._methods[target][method](
                 request, timeout=timeout_s, metadata=self._metadata)
             tasks[asyncio.ensure_future(_awaited(call))] = target
         pending = set(tasks)
@@ -326,7 +270,7 @@ class AsyncShardedKnnClient:
                     except grpc.RpcError as error:
                         scatter.failed(tasks[task], error)
                     except asyncio.CancelledError:  # close() meanwhile
-                        scatter.failed(tasks[task], sharding.ShardedSearchError(
+                        scatter.failed(tasks[task], errors.ShardedSearchError(
                             grpc.StatusCode.CANCELLED, "the client was closed"))
                 if scatter.stop_early():
                     return

@@ -2,12 +2,14 @@
 knnd's status code and message, without gRPC's debug blob.
 
 KnnClient and AsyncKnnClient raise a subclass of KnndError for each status
-code (InvalidArgument, ResourceExhausted, Unavailable, ...). KnndError is a
-grpc.aio.AioRpcError, itself a grpc.RpcError, so code that catches those
-(and reads code(), details(), trailing_metadata()) keeps working:
+code (InvalidArgument, ResourceExhausted, Unavailable, ...); the sharded
+clients raise ShardedSearchError, which names the shard that failed.
+Both are grpc.aio.AioRpcError, itself a grpc.RpcError, so code that
+catches those (and reads code(), details(), trailing_metadata()) keeps
+working:
 
     try:
-        ids, distances = client.search(queries, k=10)
+        result = client.search(queries, k=10)
     except knnd_client.InvalidArgument as e:
         ...  # e.details(): "k=5000 exceeds max_k=1024"
     except knnd_client.ResourceExhausted as e:
@@ -134,6 +136,36 @@ _BY_CODE: Dict[grpc.StatusCode, Type[KnndError]] = {
     grpc.StatusCode.DATA_LOSS: DataLoss,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
 }
+
+
+class ShardedSearchError(grpc.aio.AioRpcError):
+    """The failure of a sharded call, as a grpc.RpcError.
+
+    A subclass of grpc.aio.AioRpcError (itself a grpc.RpcError), so that
+    the `except grpc.RpcError` of KnnClient callers and the `except
+    grpc.aio.AioRpcError` of AsyncKnnClient callers both catch it unchanged
+    when they move to a sharded index. code(), details() and
+    trailing_metadata() are those of the shard that failed (its
+    grpc-retry-pushback-ms or knnd-serving-version included), with the
+    details prefixed by the shard's id and target; for a failure of the
+    merge itself (rule 4) they are the merger's own.
+
+    target, shard_id: the shard that failed (shard_id None when it never
+      answered, so its id is unknown); None for a merge failure.
+    cause: the shard's own error; None when the merger made this one (a
+      check of rule 4, or a shard that did not answer by the deadline).
+    """
+
+    def __init__(self, code: grpc.StatusCode, details: str, *,
+                 target: Optional[str] = None,
+                 shard_id: Optional[int] = None,
+                 cause: Optional[BaseException] = None,
+                 trailing_metadata: Any = ()) -> None:
+        super().__init__(code, grpc.aio.Metadata(),
+                         _aio_metadata(trailing_metadata), details=details)
+        self.target = target
+        self.shard_id = shard_id
+        self.cause = cause
 
 
 def error_for(code: grpc.StatusCode) -> Type[KnndError]:

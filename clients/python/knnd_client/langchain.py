@@ -52,6 +52,7 @@ except ImportError as error:  # pragma: no cover - depends on the install
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
 from knnd_client.aio import AsyncKnnClient, AsyncShardedKnnClient
 from knnd_client.client import KnnClient, ShardedKnnClient
+from knnd_client.types import Payload, SearchResult
 
 __all__ = ["KnndVectorStore"]
 
@@ -312,21 +313,19 @@ class KnndVectorStore(VectorStore):
         return self._documents(await self._async_client().search(
             _query_row(embedding), **arguments))
 
-    def _documents(self, result: Tuple[Any, ...]
+    def _documents(self, result: SearchResult
                    ) -> List[Tuple[Document, float]]:
         """(document, distance) of the one query of a client's search()
-        result: (ids, distances), with payloads third without a docstore."""
-        ids, distances = result[0][0], result[1][0]
-        # -1 pads a row when fewer than k vectors were reachable.
-        keep = [j for j in range(len(ids)) if ids[j] >= 0]
+        result (its padding -1 left out by hits())."""
+        hits = result.hits(0)
         if self._docstore is None:
-            docs = [self._from_payload(int(ids[j]), result[2][0][j])
-                    for j in keep]
+            docs = [self._from_payload(hit.id, hit.payload) for hit in hits]
         else:
-            docs = self._lookup([int(ids[j]) for j in keep], missing_ok=False)
-        return [(doc, float(distances[j])) for j, doc in zip(keep, docs)]
+            found = self._lookup([hit.id for hit in hits], missing_ok=False)
+            docs = [doc for doc in found if doc is not None]
+        return [(doc, hit.distance) for hit, doc in zip(hits, docs)]
 
-    def _from_payload(self, vector_id: int, payload: Optional[Dict[str, Any]]
+    def _from_payload(self, vector_id: int, payload: Optional[Payload]
                       ) -> Document:
         """The Document of a payload: its text field as page_content (""
         when absent, a non-string one as JSON text), the rest as
@@ -340,10 +339,12 @@ class KnndVectorStore(VectorStore):
 
     def _lookup(self, ids: List[int], missing_ok: bool
                 ) -> List[Optional[Document]]:
-        if isinstance(self._docstore, BaseStore):
-            docs = list(self._docstore.mget([str(i) for i in ids]))
+        docstore = self._docstore
+        assert docstore is not None  # callers checked
+        if isinstance(docstore, BaseStore):
+            docs = list(docstore.mget([str(i) for i in ids]))
         else:
-            docs = [self._docstore.get(i) for i in ids]
+            docs = [docstore.get(i) for i in ids]
         if not missing_ok:
             for i, doc in zip(ids, docs):
                 if doc is None:

@@ -32,12 +32,12 @@ import numpy as np
 import numpy.typing as npt
 
 from knnd_client import _common
-from knnd_client._common import RetryPolicy, pushback_ms
-from knnd_client.errors import _aio_metadata, _code, _details, _trailing
+from knnd_client._common import pushback_ms
+from knnd_client.errors import ShardedSearchError, _code, _details, _trailing
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
+from knnd_client.types import RetryPolicy, ShardedSearchResult
 
-__all__ = ["SERVING_VERSION_METADATA_KEY", "ShardedSearchError",
-           "ShardedSearchResult", "ShardVersions", "shard_request",
+__all__ = ["SERVING_VERSION_METADATA_KEY", "ShardVersions", "shard_request",
            "merge_top_k", "merge_candidates", "merge_answers",
            "check_answers", "check_infos", "serving_version_of"]
 
@@ -46,70 +46,6 @@ __all__ = ["SERVING_VERSION_METADATA_KEY", "ShardedSearchError",
 SERVING_VERSION_METADATA_KEY = "knnd-serving-version"
 
 _DESCENDING_METRICS = (pb.METRIC_INNER_PRODUCT, pb.METRIC_COSINE)
-
-
-# --------------------------------------------------------------------------
-# Errors and results
-
-class ShardedSearchError(grpc.aio.AioRpcError):
-    """The failure of a sharded call, as a grpc.RpcError.
-
-    A subclass of grpc.aio.AioRpcError (itself a grpc.RpcError), so that
-    the `except grpc.RpcError` of KnnClient callers and the `except
-    grpc.aio.AioRpcError` of AsyncKnnClient callers both catch it unchanged
-    when they move to a sharded index. code(), details() and
-    trailing_metadata() are those of the shard that failed (its
-    grpc-retry-pushback-ms or knnd-serving-version included), with the
-    details prefixed by the shard's id and target; for a failure of the
-    merge itself (rule 4) they are the merger's own.
-
-    target, shard_id: the shard that failed (shard_id None when it never
-      answered, so its id is unknown); None for a merge failure.
-    cause: the shard's own error; None when the merger made this one (a
-      check of rule 4, or a shard that did not answer by the deadline).
-    """
-
-    def __init__(self, code: grpc.StatusCode, details: str, *,
-                 target: Optional[str] = None,
-                 shard_id: Optional[int] = None,
-                 cause: Optional[BaseException] = None,
-                 trailing_metadata: Any = ()) -> None:
-        super().__init__(code, grpc.aio.Metadata(),
-                         _aio_metadata(trailing_metadata), details=details)
-        self.target = target
-        self.shard_id = shard_id
-        self.cause = cause
-
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class ShardedSearchResult:
-    """The merged answer of a sharded search and where it came from.
-
-    ids, distances: (num_queries, k) int64 and float32, as KnnClient.search.
-    payloads: with search(payloads=...), per query the k results' payloads
-      as dicts (None for a padding -1), as KnnClient.search; else None.
-    index_version: the one version every answering shard served (pinned).
-    build_id: the build of the shard set.
-    missing_shards: ids of the shards whose answers are missing (only with
-      allow_partial; empty when every shard answered), ascending. The
-      results are then those of the index without those shards' id ranges.
-    missing_targets: the targets that did not answer, in the order given.
-    failures: why, one ShardedSearchError per missing target.
-    """
-    ids: npt.NDArray[np.int64]
-    distances: npt.NDArray[np.float32]
-    index_version: int
-    build_id: str
-    missing_shards: Tuple[int, ...] = ()
-    missing_targets: Tuple[str, ...] = ()
-    failures: Tuple[ShardedSearchError, ...] = ()
-    payloads: Optional[List[List[Optional[Dict[str, Any]]]]] = None
-
-    @property
-    def complete(self) -> bool:
-        """Whether every shard answered (the unsharded index's answer)."""
-        return not self.missing_targets
 
 
 # --------------------------------------------------------------------------
@@ -407,7 +343,7 @@ def _check_set(targets: Sequence[str], versions: ShardVersions,
     if out_of_range:
         raise fail("shard ids out of [0, shard_count): " + ", ".join(
             name(i) for i in out_of_range))
-    return next(iter(builds.values()))
+    return str(next(iter(builds.values())))
 
 
 def check_answers(targets: Sequence[str], versions: ShardVersions,
@@ -574,7 +510,8 @@ class Scatter:
         if self._retry_with_new_version():
             return Retry(0.0)
         errors, self._errors = self._errors, {}
-        again = {i: e for i, e in errors.items() if self._retryable(e)}
+        again = {i: e for i, e in errors.items()
+                 if isinstance(e, grpc.RpcError) and self._retryable(e)}
         final = {i: e for i, e in errors.items() if i not in again}
         if final and not self._allow_partial:
             raise self.named(min(final), final[min(final)])
@@ -614,7 +551,7 @@ class Scatter:
                   for i, e in sorted(self._missing.items()) if i != first]
         if others:
             return ShardedSearchError(
-                error.code(), "no shard answered: " + error.details()
+                error.code(), f"no shard answered: {error.details()}"
                 + "; " + "; ".join(others), target=error.target,
                 shard_id=error.shard_id, cause=error.cause,
                 trailing_metadata=error.trailing_metadata())
@@ -707,15 +644,23 @@ class SearchScatter(Scatter):
             answers, self._num_queries, self._caller_request.k)
         missing = self.missing()
         answered_ids = {a.shard.shard_id for a in answers}
+        plans = {a.filter_plan for a in answers}
         return ShardedSearchResult(
-            ids=ids, distances=distances, index_version=index_version,
+            ids=ids, distances=distances,
+            payloads=(None if payloads is None
+                      else _common.payload_dicts(payloads)),
+            index_version=index_version, metric=answers[0].metric,
+            nprobe=answers[0].nprobe,
+            refine_factor=answers[0].refine_factor,
+            # As knnd's front: one plan, or FILTER_PLAN_MIXED.
+            filter_plan=(plans.pop() if len(plans) == 1
+                         else pb.FILTER_PLAN_MIXED),
+            filter_matched_rows=sum(a.filter_matched_rows for a in answers),
             build_id=build_id,
             missing_shards=tuple(s for s in range(len(self.targets))
                                  if s not in answered_ids),
             missing_targets=tuple(self.targets[i] for i in sorted(missing)),
-            failures=tuple(self.named(i, e) for i, e in sorted(missing.items())),
-            payloads=(None if payloads is None
-                      else _common.payload_dicts(payloads)))
+            failures=tuple(self.named(i, e) for i, e in sorted(missing.items())))
 
 
 class InfoScatter(Scatter):

@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/types/optional.h"
 #include "build_outputs.h"
@@ -45,6 +46,7 @@
 #include "knnd/storage/vector_io.h"
 #include "knnd/storage/vectors_file.h"
 #include "knnd/storage/version_manifest.h"
+#include "knnd/text/text_index_writer.h"
 
 namespace knnd::knnctl {
 namespace {
@@ -263,8 +265,12 @@ void PrintMemory(const BuildShape& shape, const IndexBuilder& b,
               MiB(baseline), DescribeBuildMemory(model).c_str(), growth);
 }
 
-int Build(const BuildOptions& options) {
+int Build(BuildOptions options) {
   UseThreads(options.threads);
+  if (!options.attribute_fields_list.empty()) {
+    options.attribute_fields = absl::StrSplit(options.attribute_fields_list,
+                                              ',', absl::SkipWhitespace());
+  }
   const int64_t baseline = ResidentBytes();
   const std::string& input = options.input;
   const std::string& output = options.output;
@@ -291,6 +297,32 @@ int Build(const BuildOptions& options) {
                              " recipe: only FastScan indexes are split"));
   }
   // Fail before reading and training, not after.
+  if (!options.attribute_fields.empty() &&
+      (options.payloads.empty() || !options.attributes.empty())) {
+    return Fail(
+        "--attribute_fields names fields of --payloads: give "
+        "--payloads, and not --attributes");
+  }
+  if (!options.text.empty() && options.payloads.empty()) {
+    return Fail(absl::StrCat("--text ", options.text,
+                             " names a payload field: give --payloads too"));
+  }
+  if (!options.text.empty()) {
+    TextIndexOptions text;
+    text.field = options.text;
+    text.analyzer.stemmer = options.text_stemmer;
+    text.k1 = options.bm25_k1;
+    text.b = options.bm25_b;
+    if (absl::Status s = ValidateTextIndexOptions(text); !s.ok()) {
+      return Fail(s);
+    }
+    if (absl::StatusOr<std::unique_ptr<Analyzer>> analyzer =
+            Analyzer::Create(text.analyzer);
+        !analyzer.ok()) {
+      return Fail(
+          absl::StrCat("--text_stemmer: ", analyzer.status().message()));
+    }
+  }
   if (access(DirectoryOf(output).c_str(), W_OK) != 0) {
     return Fail(absl::StrCat("cannot write into the directory of ", output,
                              ": ", std::strerror(errno)));
@@ -324,6 +356,9 @@ int Build(const BuildOptions& options) {
   if (!plan.ok()) return Fail(plan.status());
   if (absl::Status s = WritePayloadStores(staged_options, *plan, rows);
       !s.ok()) {
+    return Fail(s);
+  }
+  if (absl::Status s = WriteTextStores(staged_options, *plan, rows); !s.ok()) {
     return Fail(s);
   }
   int attribute_columns = 0;
@@ -433,7 +468,12 @@ int Build(const BuildOptions& options) {
   metadata.set_built_by(absl::StrCat("knnctl build: ", BuildInfoLine()));
   metadata.set_id_table(!ids.empty());
   metadata.set_payloads(!options.payloads.empty());
-  metadata.set_attributes(!options.attributes.empty());
+  metadata.set_attributes(!options.attributes.empty() ||
+                          !options.attribute_fields.empty());
+  for (const std::string& field : options.attribute_fields) {
+    metadata.add_attribute_fields(field);
+  }
+  metadata.set_text_field(options.text);
   absl::StatusOr<knnd::v1::IndexMetadata::TrainedReference> trained =
       reference.Measure(b);
   if (!trained.ok()) return Fail(trained.status());
@@ -481,6 +521,13 @@ int Build(const BuildOptions& options) {
     stat(PayloadPath(output).c_str(), &st);
     std::printf("wrote:    %s (%.1f MiB: each row's payload)\n",
                 PayloadPath(output).c_str(), MiB(st.st_size));
+  }
+  if (!options.text.empty()) {
+    stat(TextIndexPath(output).c_str(), &st);
+    std::printf(
+        "wrote:    %s (%.1f MiB: BM25 postings of payload field "
+        "\"%s\", for texts)\n",
+        TextIndexPath(output).c_str(), MiB(st.st_size), options.text.c_str());
   }
   if (attribute_columns > 0) {
     stat(AttributeStorePath(output).c_str(), &st);
@@ -549,6 +596,24 @@ std::function<int()> DefineBuild(FlagSet& flags) {
             "types are inferred: integer, float, timestamp (RFC 3339 "
             "strings), keyword (other strings), keyword_list (arrays of "
             "strings). Written to INDEX.attrs (docs/knnctl.md).");
+  flags.Add("text", &options->text, "FIELD",
+            "Also write INDEX.text, a BM25 text index of this payload field "
+            "(a string, or an array of strings) of every row, for hybrid "
+            "search (SearchRequest.texts; docs/hybrid.md). Needs --payloads. "
+            "Terms: ICU word boundaries, NFKC case folding, CJK as "
+            "unigrams and bigrams.");
+  flags.Add("text_stemmer", &options->text_stemmer, "LANG",
+            "With --text: stem words with libstemmer's Snowball stemmer of "
+            "LANG (english, german, french ...; knnctl analyze "
+            "--list_stemmers lists them). Default: none.");
+  flags.Add("bm25_k1", &options->bm25_k1, "X",
+            "With --text: BM25's term-frequency saturation k1 (>= 0).");
+  flags.Add("bm25_b", &options->bm25_b, "X",
+            "With --text: BM25's length normalisation b, in [0, 1].");
+  flags.Add("attribute_fields", &options->attribute_fields_list, "F1,F2",
+            "Instead of --attributes: these fields of --payloads are the "
+            "rows' attributes (types inferred as for --attributes), and "
+            "knnctl update reads a delta's from its payloads too.");
   flags.Add("stored_nprobe", &options->stored_nprobe, "N",
             "nprobe stored in the index file: what knnd searches with when "
             "its config's default_nprobe is 0; 0 = nlist/32.");

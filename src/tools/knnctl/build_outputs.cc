@@ -18,6 +18,7 @@
 #include "knnd/storage/id_table.h"
 #include "knnd/storage/payload_file.h"
 #include "knnd/storage/version_manifest.h"
+#include "knnd/text/text_index_writer.h"
 
 namespace knnd::knnctl {
 namespace {
@@ -116,10 +117,13 @@ absl::StatusOr<int64_t> WriteAttributeStores(const BuildOptions& options,
     parts.emplace_back(options.output, whole);
   }
   *columns_written = 0;
-  if (options.attributes.empty()) return 0;
+  const bool from_payloads = !options.attribute_fields.empty();
+  if (options.attributes.empty() && !from_payloads) return 0;
   const absl::Time start = absl::Now();
   absl::StatusOr<AttributeColumns> columns =
-      ReadAttributesJsonl(options.attributes, rows);
+      from_payloads ? ReadAttributesJsonl(options.payloads, rows, {},
+                                          &options.attribute_fields)
+                    : ReadAttributesJsonl(options.attributes, rows);
   if (!columns.ok()) return columns.status();
   for (const AttributeColumn& column : columns->columns) {
     std::printf("attribute: %s (%s)\n", column.name.c_str(),
@@ -179,6 +183,57 @@ absl::Status WritePayloadStores(const BuildOptions& options,
               options.payloads.c_str(), static_cast<long long>(rows),
               static_cast<long long>(count), count > 1 ? "s" : "", MiB(bytes),
               absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
+}
+
+absl::Status WriteTextStores(const BuildOptions& options,
+                             const std::vector<ShardSpec>& plan, int64_t rows) {
+  if (options.text.empty()) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  const std::vector<PayloadPart> payload_parts =
+      PayloadParts(options, plan, rows);
+  std::vector<std::unique_ptr<PayloadFile>> files;
+  std::vector<const PayloadFile*> views;
+  std::vector<TextIndexPart> parts;
+  int64_t first = 0;
+  for (const PayloadPart& part : payload_parts) {
+    absl::StatusOr<std::unique_ptr<PayloadFile>> file = PayloadFile::Open(
+        part.path, part.end_row - first, /*verify_checksum=*/false);
+    if (!file.ok()) return file.status();
+    views.push_back(file->get());
+    files.push_back(std::move(*file));
+    // Beside the part's payloads: INDEX.payloads -> INDEX.text.
+    const std::string index_path =
+        part.path.substr(0, part.path.size() - PayloadPath("").size());
+    parts.push_back({TextIndexPath(index_path), part.end_row});
+    first = part.end_row;
+  }
+  TextIndexOptions text;
+  text.field = options.text;
+  text.analyzer.stemmer = options.text_stemmer;
+  text.k1 = options.bm25_k1;
+  text.b = options.bm25_b;
+  absl::StatusOr<TextCorpusSummary> written =
+      WriteTextIndexes(views, text, parts);
+  if (!written.ok()) {
+    return absl::Status(written.status().code(),
+                        absl::StrCat("--text ", options.text, ": ",
+                                     written.status().message()));
+  }
+  int64_t bytes = 0;
+  for (const TextIndexPart& part : parts) {
+    struct stat st;
+    if (stat(part.path.c_str(), &st) == 0) bytes += st.st_size;
+  }
+  std::printf(
+      "text:     payload field \"%s\" of %lld rows: %lld terms, %.1f terms "
+      "a row, BM25 k1 %g b %g%s%s, %.1f MiB in %.1f s\n",
+      options.text.c_str(), static_cast<long long>(written->rows),
+      static_cast<long long>(written->terms), written->average_length,
+      options.bm25_k1, options.bm25_b,
+      options.text_stemmer.empty() ? "" : ", stemmer ",
+      options.text_stemmer.c_str(), MiB(bytes),
+      absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
 }
 

@@ -34,6 +34,10 @@ struct BuildOptions {
   std::string ids;
   std::string payloads;
   std::string attributes;
+  // --attribute_fields F1,F2 (as given, and split): the attributes are
+  // these fields of --payloads.
+  std::string attribute_fields_list;
+  std::vector<std::string> attribute_fields;
   int64_t add_batch = 65536;
   uint32_t seed = 1234;
   int stored_nprobe = 0;
@@ -42,6 +46,11 @@ struct BuildOptions {
   std::string vectors_dtype = "f32";
   int threads = 0;
   int shards = 0;
+  // --text FIELD: a BM25 text index of this payload field.
+  std::string text;
+  std::string text_stemmer;
+  double bm25_k1 = 1.2;
+  double bm25_b = 0.75;
 };
 
 // The directory of `path`, with its trailing slash ("." for a bare name).
@@ -150,6 +159,12 @@ absl::StatusOr<int64_t> WriteAttributeStores(const BuildOptions& options,
 absl::Status WritePayloadStores(const BuildOptions& options,
                                 const std::vector<ShardSpec>& plan,
                                 int64_t rows);
+
+// With --text, the text index of the payload field beside the index or
+// each shard (text/text_index_writer.h), read from the payloads
+// WritePayloadStores() wrote, with the whole corpus's statistics.
+absl::Status WriteTextStores(const BuildOptions& options,
+                             const std::vector<ShardSpec>& plan, int64_t rows);
 
 // The shards' row ranges with --shards (equal counts), else none.
 absl::StatusOr<std::vector<ShardSpec>> PlanRowShards(int64_t rows, int shards);

@@ -43,6 +43,8 @@ std::function<int()> DefineConvert(FlagSet& flags);
 std::function<int()> DefineShard(FlagSet& flags);
 // update.cc
 std::function<int()> DefineUpdate(FlagSet& flags);
+// analyze.cc
+std::function<int()> DefineAnalyze(FlagSet& flags);
 // eval.cc
 std::function<int()> DefineEval(FlagSet& flags);
 // tune.cc

@@ -30,6 +30,10 @@ constexpr Command kCommands[] = {
      "--base INDEX --output INDEX [--input FILE [--ids FILE]] "
      "[--delete FILE]",
      DefineUpdate},
+    {"analyze",
+     "prints the terms knnd's text analyzer makes of each line, as JSON "
+     "arrays",
+     "[--input FILE] [--index INDEX | --stemmer LANG]", DefineAnalyze},
     {"eval", "recall and queries/s over a sweep of nprobe and refine_factor",
      "--index INDEX --queries FILE (--ground_truth FILE | --base FILE) "
      "[flags]",

@@ -2,6 +2,7 @@
 // search API (info also reads an index file locally).
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -34,6 +35,8 @@ struct SearchOptions {
   int refine_factor = -1;
   int64_t batch = 256;
   int64_t show = 3;
+  std::string texts;   // one text query per line (hybrid retrieval)
+  std::string fusion;  // rrf | weighted; empty: the server's default (rrf)
 };
 
 struct InfoOptions {
@@ -61,14 +64,16 @@ const char* MetricOf(knnd::v1::Metric metric) {
   }
 }
 
-// --queries, or --random seeded normal vectors of the served dim.
+// --queries, or --random seeded normal vectors of the served dim; none
+// (0 rows) for texts alone.
 absl::StatusOr<Matrix> SearchQueries(const SearchOptions& options, int dim) {
   if (!options.query.queries.empty()) {
     return ReadVectors(options.query.queries, options.query.limit);
   }
+  if (options.random <= 0 && !options.texts.empty()) return Matrix();
   if (options.random <= 0) {
     return absl::InvalidArgumentError(
-        "search needs --queries FILE or --random N");
+        "search needs --queries FILE, --random N or --texts FILE");
   }
   Matrix queries;
   queries.rows = options.random;
@@ -96,24 +101,53 @@ int Search(const SearchOptions& options) {
       SearchQueries(options, static_cast<int>(info.dim()));
   if (!read.ok()) return Fail(read.status());
   const Matrix& queries = *read;
+  std::vector<std::string> texts;
+  if (!options.texts.empty()) {
+    std::ifstream in(options.texts);
+    if (!in) return Fail(absl::StrCat("cannot read --texts ", options.texts));
+    for (std::string line; std::getline(in, line);) texts.push_back(line);
+    if (queries.rows > 0 &&
+        static_cast<int64_t>(texts.size()) != queries.rows) {
+      return Fail(absl::StrCat("--texts holds ", texts.size(),
+                               " lines but there are ", queries.rows,
+                               " query vectors: give one text per vector"));
+    }
+  }
+  knnd::v1::FusionMethod fusion = knnd::v1::FUSION_UNSPECIFIED;
+  if (options.fusion == "weighted") {
+    fusion = knnd::v1::FUSION_WEIGHTED;
+  } else if (options.fusion == "rrf") {
+    fusion = knnd::v1::FUSION_RRF;
+  } else if (!options.fusion.empty()) {
+    return Fail(
+        absl::StrCat("--fusion=", options.fusion, " is not rrf or weighted"));
+  }
+  const int64_t rows =
+      queries.rows > 0 ? queries.rows : static_cast<int64_t>(texts.size());
   const int64_t batch = std::max<int64_t>(1, options.batch);
   std::vector<double> latencies_ms;
   const absl::Time start = absl::Now();
   int64_t shown = 0;
-  for (int64_t begin = 0; begin < queries.rows; begin += batch) {
-    const int64_t end = std::min(queries.rows, begin + batch);
+  for (int64_t begin = 0; begin < rows; begin += batch) {
+    const int64_t end = std::min(rows, begin + batch);
     knnd::v1::SearchRequest request;
     request.set_dim(static_cast<uint32_t>(queries.dim));
     request.set_k(options.query.k);
+    if (!texts.empty()) {
+      for (int64_t q = begin; q < end; ++q) request.add_texts(texts[q]);
+      if (queries.rows > 0) request.set_fusion(fusion);
+    }
     if (options.refine_factor >= 0) {
       request.set_refine_factor(static_cast<uint32_t>(options.refine_factor));
     }
     if (options.nprobe > 0) {
       request.set_nprobe(static_cast<uint32_t>(options.nprobe));
     }
-    request.set_vectors_f32le(
-        reinterpret_cast<const char*>(queries.row(begin)),
-        static_cast<size_t>(end - begin) * queries.dim * sizeof(float));
+    if (queries.rows > 0) {
+      request.set_vectors_f32le(
+          reinterpret_cast<const char*>(queries.row(begin)),
+          static_cast<size_t>(end - begin) * queries.dim * sizeof(float));
+    }
     knnd::v1::SearchResponse response;
     grpc::ClientContext context;
     (*client)->Prepare(context);
@@ -127,6 +161,14 @@ int Search(const SearchOptions& options) {
         const int idx = static_cast<int>(q * response.k() + j);
         std::printf(" %lld(%.4g)", static_cast<long long>(response.ids(idx)),
                     response.distances(idx));
+        if (response.text_ranks_size() > idx) {
+          // Where each retriever put it: v<rank> t<rank>, 0 = not found.
+          std::printf("[v%u t%u]",
+                      response.vector_ranks_size() > idx
+                          ? response.vector_ranks(idx)
+                          : 0u,
+                      response.text_ranks(idx));
+        }
       }
       std::printf("\n");
     }
@@ -143,8 +185,8 @@ int Search(const SearchOptions& options) {
   std::printf(
       "%lld queries in %zu requests of <= %lld: %.1f ms total, %.0f queries/s; "
       "request latency p50 %.2f ms, p99 %.2f ms\n",
-      static_cast<long long>(queries.rows), latencies_ms.size(),
-      static_cast<long long>(batch), seconds * 1e3, queries.rows / seconds,
+      static_cast<long long>(rows), latencies_ms.size(),
+      static_cast<long long>(batch), seconds * 1e3, rows / seconds,
       Percentile(latencies_ms, 0.5), Percentile(latencies_ms, 0.99));
   return kExitOk;
 }
@@ -186,6 +228,18 @@ int InfoOfFile(const std::string& path) {
                 i.payloads_path.c_str(), MiB(i.payloads_file_bytes),
                 static_cast<long long>(i.max_payload_json_bytes),
                 absl::StrJoin(i.payload_fields, ", ").c_str());
+  }
+  if (const TextIndex* text = (*snapshot)->text(); text != nullptr) {
+    const TextIndexStats& t = text->stats();
+    std::printf(
+        "text:            %s (%.1f MiB): BM25 of payload field \"%s\" "
+        "(k1 %g, b %g; %s), %lld terms, %lld postings, %lld empty "
+        "rows; corpus %lld rows of %.1f terms on average\n",
+        i.text_path.c_str(), MiB(i.text_file_bytes), t.field.c_str(), t.k1, t.b,
+        text->analyzer().Describe().c_str(), static_cast<long long>(t.terms),
+        static_cast<long long>(t.postings),
+        static_cast<long long>(t.empty_rows),
+        static_cast<long long>(t.corpus_rows), t.corpus_average_length);
   }
   if (const AttributeStore* attributes = (*snapshot)->attributes();
       attributes != nullptr) {
@@ -267,6 +321,14 @@ std::function<int()> DefineSearch(FlagSet& flags) {
   flags.Add("refine_factor", &options->refine_factor, "R",
             "Exact re-ranking of R * k candidates per request; -1 = the "
             "server's default_refine_factor, 0 = off.");
+  flags.Add("texts", &options->texts, "FILE",
+            "Hybrid retrieval (docs/hybrid.md): one text query per line, "
+            "searched by BM25 alone, or with --queries/--random fused with "
+            "query i's vector (one line per vector). Results then show "
+            "[v<rank> t<rank>]: each retriever's rank, 0 = not found.");
+  flags.Add("fusion", &options->fusion, "rrf|weighted",
+            "With --texts and vectors: how the two results fuse. Default: "
+            "the server's (rrf).");
   flags.Add("batch", &options->batch, "N", "Queries per request.");
   flags.Add("show", &options->show, "N",
             "Print the neighbours of the first N queries.");
