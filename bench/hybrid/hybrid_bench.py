@@ -46,7 +46,9 @@ knnd (when this tree's build has `knnctl analyze` and the hybrid Search;
 until then "knnd: not available"): bm25s again over knnd's own tokens
 ("bm25s knnd"), the index built by `knnctl build --input VECTORS.npy
 --payloads chunks.jsonl --text text --metric cosine`, served by knnd with
-one worker, and searched through gRPC: text alone, vectors alone, both
+one worker, and searched through gRPC (vectors with every IVF list and
+refine_factor 10 unless --knnd_nprobe / --knnd_refine_factor say
+otherwise): text alone, vectors alone, both
 with FUSION_RRF and FUSION_WEIGHTED; its BM25 top-10 sets against bm25s
 knnd's (the target: equal on >= 99% of queries; ties at the 10th score
 count as equal) and the largest score difference; its dense top 10
@@ -298,7 +300,8 @@ class Knnd:
     """knnd serving one language's index with a text field, and the
     requests the bench sends it. Owns the daemon; stop() ends it."""
 
-    def __init__(self, build, work, vectors, chunks_path, stubs_dir):
+    def __init__(self, build, work, vectors, chunks_path, stubs_dir, nprobe,
+                 refine_factor):
         from knnd_harness import Daemon, generate_stubs
         if not os.path.exists(os.path.join(stubs_dir, "knnd")):
             generate_stubs(SOURCE, stubs_dir)
@@ -327,12 +330,22 @@ class Knnd:
         if not self.daemon.wait_serving(240):
             raise RuntimeError(f"knnd did not start: {self.daemon.read_log()}")
         self.stub = self.daemon.stub()
+        # Every list, and exact re-ranking, unless told otherwise: the
+        # fusion is compared with the exact dense search's, so knnd's
+        # vector retriever should be as close to it as the index allows.
+        with open(index + ".meta.json") as f:
+            factory = json.load(f)["factory"]
+        nlist = int(factory.split(",")[0][3:]) if factory.startswith("IVF") else 1
+        self.nprobe = nprobe or nlist
+        self.refine_factor = refine_factor
 
     def request(self, k, vector=None, text=None, fusion=None, window=None):
         pb = self.pb
         req = pb.SearchRequest(k=k)
         if vector is not None:
             req.vectors_f32le = np.ascontiguousarray(vector, "<f4").tobytes()
+            req.nprobe = self.nprobe
+            req.refine_factor = self.refine_factor
         if text is not None:
             req.texts.append(text)
         if fusion == "weighted":
@@ -386,7 +399,8 @@ def run_knnd(args, work, chunks_path, passages, qvecs, queries, chunk_page,
     q/s taken in turns with qps_engines' (returned as "qps")."""
     n = len(queries)
     out = {}
-    knnd = Knnd(args.build, work, passages, chunks_path, stubs_dir)
+    knnd = Knnd(args.build, work, passages, chunks_path, stubs_dir,
+                args.knnd_nprobe, args.knnd_refine_factor)
     try:
         w = args.window
         text = [knnd.search(k=w, text=q["query"]) for q in queries]
@@ -558,6 +572,9 @@ def main():
     ap.add_argument("--qps_queries", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=5,
                     help="q/s rounds (median reported)")
+    ap.add_argument("--knnd_nprobe", type=int, default=0,
+                    help="knnd's nprobe for vectors; 0: every list")
+    ap.add_argument("--knnd_refine_factor", type=int, default=10)
     ap.add_argument("--json")
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -576,7 +593,7 @@ def main():
         print(f"{lang}: chunks {r['chunks']}, queries {r['queries']}, "
               f"q/s {json.dumps({k: round(v) for k, v in r['qps'].items()})}, "
               f"xapian top-10 = bm25s icu on {r['xapian_top10_equal_to_bm25s_icu']:.3f}, "
-              f"knnd: {r['knnd'] if isinstance(r['knnd'], str) else json.dumps(r['knnd'])}"
+              f"knnd: {r['knnd'] if isinstance(r['knnd'], str) else json.dumps(r['knnd'], default=float)}"
               + (f", notes: {r['notes']}" if r["notes"] else ""))
     if args.json:
         with open(args.json, "w") as f:
