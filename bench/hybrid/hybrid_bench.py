@@ -324,6 +324,7 @@ class Knnd:
             f.write(f'index_path: "{index}"\n'
                     "num_workers: 1\nomp_threads_per_worker: 1\n"
                     "warmup_queries: 0\nslow_request_ms: 0\n")
+        self.index = index
         self.daemon = Daemon(os.path.join(build, "knnd"), ["--config", config],
                              log_path=os.path.join(work, "knnd.log"),
                              env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -430,12 +431,36 @@ def run_knnd(args, work, chunks_path, passages, qvecs, queries, chunk_page,
         qn = min(args.qps_queries, n)
         out["qps"] = interleaved_qps(dict(qps_engines, knnd=(
             lambda q: knnd.search(k=K, text=q["query"]), queries[:qn])), args.rounds)
+        # A hybrid request against the dense request it adds BM25 and the
+        # fusion to: the same k and windows of k (the defaults), and with
+        # windows of --window against a dense request of k = --window.
         dense_us, rrf_us = paired_latency_us(
             lambda i: knnd.search(k=K, vector=qvecs[i]),
             lambda i: knnd.search(k=K, vector=qvecs[i], text=queries[i]["query"],
-                                  fusion="rrf", window=w), range(qn))
+                                  fusion="rrf"), range(qn))
         out["dense_latency"], out["rrf_latency"] = dense_us, rrf_us
         out["hybrid_over_dense_latency"] = rrf_us["mean_us"] / dense_us["mean_us"]
+        wide_dense_us, wide_rrf_us = paired_latency_us(
+            lambda i: knnd.search(k=w, vector=qvecs[i]),
+            lambda i: knnd.search(k=K, vector=qvecs[i], text=queries[i]["query"],
+                                  fusion="rrf", window=w), range(qn))
+        out["dense_window_latency"] = wide_dense_us
+        out["rrf_window_latency"] = wide_rrf_us
+        out["hybrid_over_dense_window_latency"] = (
+            wide_rrf_us["mean_us"] / wide_dense_us["mean_us"])
+        # knnd's BM25 in process, one thread (bench/text_bench.cc), as the
+        # peers run: analysis and search of each query, no RPC.
+        text_bench = os.path.join(args.build, "bench", "text_bench")
+        if os.path.exists(text_bench):
+            qfile = os.path.join(work, "queries.txt")
+            with open(qfile, "w", encoding="utf-8") as f:
+                for q in queries[:qn]:
+                    f.write(q["query"].replace("\n", " ") + "\n")
+            run = subprocess.run(
+                [text_bench, "--index", knnd.index, "--queries", qfile,
+                 "--rounds", str(args.rounds)], capture_output=True, text=True,
+                env=dict(os.environ, OMP_NUM_THREADS="1"), check=True)
+            out["in_process_qps"] = json.loads(run.stdout)["qps_median"]
     finally:
         knnd.stop()
     return out
