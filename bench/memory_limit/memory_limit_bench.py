@@ -333,7 +333,7 @@ def main():
                 anon = next(r["memory_stat_mib"]["rss"] for r in rows
                             if r.get("started")) * MIB
             hot = index_bytes + anon
-            limit = int(hot * 1.1) if spec == "hot" else hot - 16 * MIB
+            limit = int(hot * 1.1 if spec == "hot" else hot - 16 * MIB)
         else:
             limit = int(float(spec) * total)
         print(f"point {spec}: limit {limit / MIB:.0f} MiB", flush=True)
@@ -349,13 +349,14 @@ def main():
                 r[f"disk_allows_qps_qd{qd}"] = iops / pages if pages else None
         print(json.dumps(r), flush=True)
         rows.append(r)
-    result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "files_bytes": total, "files": {os.path.basename(f): os.path.getsize(f)
-                                              for f in files},
-              "index_bytes": index_bytes, "fio": rates, "points": rows,
-              "args": vars(a)}
-    with open(a.out, "w") as f:
-        json.dump(result, f, indent=1)
+        # Written after every point: a sweep cut short keeps what it measured.
+        result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                  "files_bytes": total,
+                  "files": {os.path.basename(f): os.path.getsize(f) for f in files},
+                  "index_bytes": index_bytes, "fio": rates, "points": rows,
+                  "args": vars(a)}
+        with open(a.out, "w") as f:
+            json.dump(result, f, indent=1)
     print(table(result))
 
 
