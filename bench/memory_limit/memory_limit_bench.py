@@ -134,6 +134,20 @@ def fio(a):
     return rates
 
 
+def read_ahead_kb(path):
+    """The read-ahead of the block device holding `path`: the kernel's
+    read-around on a major fault of a mapping without MADV_RANDOM."""
+    dev = os.stat(path).st_dev
+    queue = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"
+    for q in (queue + "/queue", queue + "/../queue"):
+        try:
+            with open(q + "/read_ahead_kb") as f:
+                return int(f.read())
+        except OSError:
+            pass
+    return None
+
+
 class Cgroup:
     """A fresh cgroup v1 memory cgroup with a limit; removed by remove()."""
 
@@ -354,6 +368,7 @@ def main():
                   "files_bytes": total,
                   "files": {os.path.basename(f): os.path.getsize(f) for f in files},
                   "index_bytes": index_bytes, "fio": rates, "points": rows,
+                  "read_ahead_kb": read_ahead_kb(index),
                   "args": vars(a)}
         with open(a.out, "w") as f:
             json.dump(result, f, indent=1)
