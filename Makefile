@@ -41,7 +41,7 @@ FAISS_AVX2_PREFIX ?= $(CURDIR)/.deps/faiss-avx2
 # should not stop a build.
 WERROR ?= ON
 
-.PHONY: deps faiss configure build test-build test test-plain-build test-plain check-format bench-build demo bench bench-rerank bench-memory bench-designs bench-frontier bench-peers bench-shards bench-client bench-filter bench-hybrid clean asan-build test-asan tsan-build test-tsan fuzz-build fuzz check-thread-safety
+.PHONY: deps faiss configure build test-build test test-plain-build test-plain check-format bench-build demo bench bench-rerank bench-memory bench-designs bench-frontier bench-peers bench-shards bench-client bench-filter bench-hybrid bench-memory-limit clean asan-build test-asan tsan-build test-tsan fuzz-build fuzz check-thread-safety
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -197,6 +197,22 @@ bench-filter: bench-build
 	  /usr/bin/python3 bench/filter_bench.py --set clustered --build $(BUILD) \
 	    --workdir $(FILTER_WORK) --batch $$batch \
 	    $(if $(FILTER_BASELINE),--baseline_build $(FILTER_BASELINE)) || exit 1; done
+
+# knnd under a memory limit smaller than its files (issue 56;
+# bench/memory_limit/README.md): a seeded clustered 1M x 128 set (index and
+# ground truth cached under MEMLIMIT_CACHE, never in the repo) served inside
+# a fresh cgroup v1 memory cgroup per limit (shares of the files' total, the
+# hot part + 10%, and below it), the files evicted from the page cache before
+# each point; fio's 4 KiB random-read rate gives what the disk allows. Root.
+MEMLIMIT_CACHE ?= /var/cache/knnd-bench/memory-limit
+MEMLIMIT_LIMITS ?= 1.25,1,0.5,0.25,hot,below
+MEMLIMIT_SECONDS ?= 60
+bench-memory-limit: bench-build
+	@$(MAKE) --no-print-directory deps DEBIAN_PACKAGES="fio python3-faiss python3-grpcio protobuf-compiler-grpc"
+	nice -n 5 /usr/bin/python3 -W ignore bench/memory_limit/memory_limit_bench.py \
+	  --knnd $(BUILD)/knnd --knnctl $(BUILD)/knnctl --source-dir . \
+	  --cache $(MEMLIMIT_CACHE) --limits $(MEMLIMIT_LIMITS) --seconds $(MEMLIMIT_SECONDS) \
+	  --out $(MEMLIMIT_CACHE)/memory_limit.json
 
 # Exact re-ranking on Fashion-MNIST (bench/RESULTS.md, "Re-ranking"): knnd
 # over gRPC vs python3-faiss IndexRefineFlat, recall, RSS split. The index is
