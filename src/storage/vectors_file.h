@@ -4,6 +4,10 @@
 // by their exact distance. Written by
 // `knnctl build --keep_vectors`, memory-mapped read-only by knnd, so the
 // vectors live in the shared, reclaimable page cache and never on the heap.
+// The mapping is advised MADV_RANDOM: a row read from disk (the file
+// larger than the memory left for it) reads its own pages, not the
+// device's read-ahead around them; VerifyChecksum()'s one pass reads
+// ahead.
 //
 // Layout (little-endian), rows start on a 64-byte boundary:
 //   offset 0   char[8]  magic "KNNDVEC\0"
