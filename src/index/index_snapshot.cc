@@ -166,27 +166,41 @@ absl::StatusOr<std::unique_ptr<VectorsFile>> OpenVectors(
   return vectors;
 }
 
+// A companion file of the version the sidecar declares, `opened` by its
+// own Open(): an error carries what the sidecar says (`declared`), and the
+// file must be the one the manifest binds for `role`.
+template <typename T>
+absl::StatusOr<std::unique_ptr<T>> BoundCompanion(
+    absl::StatusOr<std::unique_ptr<T>> opened, const std::string& path,
+    const VersionManifest& manifest, absl::string_view role,
+    absl::string_view declared) {
+  if (!opened.ok()) {
+    return absl::Status(
+        opened.status().code(),
+        absl::StrCat(opened.status().message(), " (", MetadataPath(path),
+                     " says ", declared, ")"));
+  }
+  if (absl::Status s =
+          CheckBoundCompanion(path, manifest, role, (*opened)->file_bytes(),
+                              (*opened)->content_crc32());
+      !s.ok()) {
+    return s;
+  }
+  return opened;
+}
+
 // Opens IdTablePath(path) when the sidecar asked for one (info.has_id_table)
 // and fills in its path and size; null without one.
 absl::StatusOr<std::unique_ptr<IdTable>> OpenIdTable(
     const std::string& path, bool verify_checksum,
     const VersionManifest& manifest, IndexInfo& info) {
   if (!info.has_id_table) return nullptr;
-  absl::StatusOr<std::unique_ptr<IdTable>> table =
-      IdTable::Open(IdTablePath(path), info.ntotal, verify_checksum);
-  if (!table.ok()) {
-    return absl::Status(
-        table.status().code(),
-        absl::StrCat(table.status().message(), " (", MetadataPath(path),
-                     " says the index holds rows of its own ids, which "
-                     "only the id table translates)"));
-  }
-  if (absl::Status s =
-          CheckBoundCompanion(path, manifest, kRoleIds, (*table)->file_bytes(),
-                              (*table)->content_crc32());
-      !s.ok()) {
-    return s;
-  }
+  absl::StatusOr<std::unique_ptr<IdTable>> table = BoundCompanion(
+      IdTable::Open(IdTablePath(path), info.ntotal, verify_checksum), path,
+      manifest, kRoleIds,
+      "the index holds rows of its own ids, which only the id table "
+      "translates");
+  if (!table.ok()) return table;
   info.id_table_path = (*table)->path();
   info.id_table_file_bytes = (*table)->file_bytes();
   return table;
@@ -198,20 +212,10 @@ absl::StatusOr<std::unique_ptr<PayloadFile>> OpenPayloads(
     const std::string& path, bool verify_checksum,
     const VersionManifest& manifest, IndexInfo& info) {
   if (!info.has_payloads) return nullptr;
-  absl::StatusOr<std::unique_ptr<PayloadFile>> payloads =
-      PayloadFile::Open(PayloadPath(path), info.ntotal, verify_checksum);
-  if (!payloads.ok()) {
-    return absl::Status(
-        payloads.status().code(),
-        absl::StrCat(payloads.status().message(), " (", MetadataPath(path),
-                     " says the index has payloads)"));
-  }
-  if (absl::Status s = CheckBoundCompanion(path, manifest, kRolePayloads,
-                                           (*payloads)->file_bytes(),
-                                           (*payloads)->content_crc32());
-      !s.ok()) {
-    return s;
-  }
+  absl::StatusOr<std::unique_ptr<PayloadFile>> payloads = BoundCompanion(
+      PayloadFile::Open(PayloadPath(path), info.ntotal, verify_checksum), path,
+      manifest, kRolePayloads, "the index has payloads");
+  if (!payloads.ok()) return payloads;
   info.payloads_path = (*payloads)->path();
   info.payloads_file_bytes = (*payloads)->file_bytes();
   info.payload_fields = (*payloads)->field_names();
@@ -225,20 +229,11 @@ absl::StatusOr<std::unique_ptr<AttributeStore>> OpenAttributes(
     const std::string& path, bool verify_checksum,
     const VersionManifest& manifest, IndexInfo& info) {
   if (!info.has_attributes) return nullptr;
-  absl::StatusOr<std::unique_ptr<AttributeStore>> store = AttributeStore::Open(
-      AttributeStorePath(path), info.ntotal, verify_checksum);
-  if (!store.ok()) {
-    return absl::Status(
-        store.status().code(),
-        absl::StrCat(store.status().message(), " (", MetadataPath(path),
-                     " says the index was built with attributes)"));
-  }
-  if (absl::Status s = CheckBoundCompanion(path, manifest, kRoleAttributes,
-                                           (*store)->file_bytes(),
-                                           (*store)->content_crc32());
-      !s.ok()) {
-    return s;
-  }
+  absl::StatusOr<std::unique_ptr<AttributeStore>> store = BoundCompanion(
+      AttributeStore::Open(AttributeStorePath(path), info.ntotal,
+                           verify_checksum),
+      path, manifest, kRoleAttributes, "the index was built with attributes");
+  if (!store.ok()) return store;
   info.attributes_path = (*store)->path();
   info.attributes_file_bytes = (*store)->file_bytes();
   return store;
@@ -250,21 +245,12 @@ absl::StatusOr<std::unique_ptr<TextIndex>> OpenText(
     const std::string& path, bool verify_checksum,
     const VersionManifest& manifest, IndexInfo& info) {
   if (info.text_field.empty()) return nullptr;
-  absl::StatusOr<std::unique_ptr<TextIndex>> text =
-      TextIndex::Open(TextIndexPath(path), info.ntotal, verify_checksum);
-  if (!text.ok()) {
-    return absl::Status(
-        text.status().code(),
-        absl::StrCat(text.status().message(), " (", MetadataPath(path),
-                     " says the index has a text index of field \"",
-                     info.text_field, "\")"));
-  }
-  if (absl::Status s =
-          CheckBoundCompanion(path, manifest, kRoleText, (*text)->file_bytes(),
-                              (*text)->content_crc32());
-      !s.ok()) {
-    return s;
-  }
+  absl::StatusOr<std::unique_ptr<TextIndex>> text = BoundCompanion(
+      TextIndex::Open(TextIndexPath(path), info.ntotal, verify_checksum), path,
+      manifest, kRoleText,
+      absl::StrCat("the index has a text index of field \"", info.text_field,
+                   "\""));
+  if (!text.ok()) return text;
   info.text_path = (*text)->path();
   info.text_file_bytes = (*text)->file_bytes();
   return text;

@@ -256,11 +256,7 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   args.approx_distances = out.approx_distances;
   if (job->hybrid.has_value()) {
     const bool vectors = job->hybrid->fusion != Fusion::kNone;
-    response->set_fusion(job->hybrid->fusion == Fusion::kRrf
-                             ? knnd::v1::FUSION_RRF
-                         : job->hybrid->fusion == Fusion::kWeighted
-                             ? knnd::v1::FUSION_WEIGHTED
-                             : knnd::v1::FUSION_UNSPECIFIED);
+    response->set_fusion(FusionMethodOf(job->hybrid->fusion));
     response->mutable_text_ranks()->Resize(results, 0);
     response->mutable_text_scores()->Resize(results, 0.0f);
     job->hybrid_out.text_ranks = response->mutable_text_ranks()->mutable_data();

@@ -79,4 +79,16 @@ ResultColumns ReadResults(const SearchResponse& response) {
       Column(response.approx_distances_f32le(), response.approx_distances())};
 }
 
+knnd::v1::FusionMethod FusionMethodOf(Fusion fusion) {
+  switch (fusion) {
+    case Fusion::kRrf:
+      return knnd::v1::FUSION_RRF;
+    case Fusion::kWeighted:
+      return knnd::v1::FUSION_WEIGHTED;
+    case Fusion::kNone:
+      break;
+  }
+  return knnd::v1::FUSION_UNSPECIFIED;
+}
+
 }  // namespace knnd

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "knnd/index/hybrid_fusion.h"
 #include "knnd/v1/knn_service.pb.h"
 
 namespace knnd {
@@ -31,6 +32,10 @@ struct ResultBuffers {
 // their type and stay valid until those fields of `response` change.
 ResultBuffers ResizeResults(int64_t entries, bool candidates, bool as_bytes,
                             float pad, knnd::v1::SearchResponse* response);
+
+// SearchResponse.fusion of a hybrid answer fused by `fusion`
+// (FUSION_UNSPECIFIED for texts alone).
+knnd::v1::FusionMethod FusionMethodOf(Fusion fusion);
 
 // A read-only column of values, from a repeated field or from a bytes
 // field (little-endian, any alignment: read with memcpy).

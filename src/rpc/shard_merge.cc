@@ -388,10 +388,7 @@ absl::Status MergeHybridAnswers(const std::vector<ShardAnswer>& answers,
   merged->set_refine_factor(first.refine_factor());
   merged->set_filter_matched_rows(matched);
   merged->set_filter_plan(plan);
-  merged->set_fusion(merge.fusion.fusion == Fusion::kRrf ? knnd::v1::FUSION_RRF
-                     : merge.fusion.fusion == Fusion::kWeighted
-                         ? knnd::v1::FUSION_WEIGHTED
-                         : knnd::v1::FUSION_UNSPECIFIED);
+  merged->set_fusion(FusionMethodOf(merge.fusion.fusion));
   const int64_t results = num_queries * k;
   const ResultBuffers out =
       ResizeResults(results, /*candidates=*/false, as_bytes,

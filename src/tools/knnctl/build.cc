@@ -307,22 +307,7 @@ int Build(BuildOptions options) {
     return Fail(absl::StrCat("--text ", options.text,
                              " names a payload field: give --payloads too"));
   }
-  if (!options.text.empty()) {
-    TextIndexOptions text;
-    text.field = options.text;
-    text.analyzer.stemmer = options.text_stemmer;
-    text.k1 = options.bm25_k1;
-    text.b = options.bm25_b;
-    if (absl::Status s = ValidateTextIndexOptions(text); !s.ok()) {
-      return Fail(s);
-    }
-    if (absl::StatusOr<std::unique_ptr<Analyzer>> analyzer =
-            Analyzer::Create(text.analyzer);
-        !analyzer.ok()) {
-      return Fail(
-          absl::StrCat("--text_stemmer: ", analyzer.status().message()));
-    }
-  }
+  if (absl::Status s = CheckTextOptions(options); !s.ok()) return Fail(s);
   if (access(DirectoryOf(output).c_str(), W_OK) != 0) {
     return Fail(absl::StrCat("cannot write into the directory of ", output,
                              ": ", std::strerror(errno)));

@@ -186,6 +186,29 @@ absl::Status WritePayloadStores(const BuildOptions& options,
   return absl::OkStatus();
 }
 
+TextIndexOptions TextOptionsOf(const BuildOptions& options) {
+  TextIndexOptions text;
+  text.field = options.text;
+  text.analyzer.stemmer = options.text_stemmer;
+  text.k1 = options.bm25_k1;
+  text.b = options.bm25_b;
+  return text;
+}
+
+absl::Status CheckTextOptions(const BuildOptions& options) {
+  if (options.text.empty()) return absl::OkStatus();
+  const TextIndexOptions text = TextOptionsOf(options);
+  if (absl::Status s = ValidateTextIndexOptions(text); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<Analyzer>> analyzer =
+      Analyzer::Create(text.analyzer);
+  if (!analyzer.ok()) {
+    return absl::Status(
+        analyzer.status().code(),
+        absl::StrCat("--text_stemmer: ", analyzer.status().message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteTextStores(const BuildOptions& options,
                              const std::vector<ShardSpec>& plan, int64_t rows) {
   if (options.text.empty()) return absl::OkStatus();
@@ -208,13 +231,8 @@ absl::Status WriteTextStores(const BuildOptions& options,
     parts.push_back({TextIndexPath(index_path), part.end_row});
     first = part.end_row;
   }
-  TextIndexOptions text;
-  text.field = options.text;
-  text.analyzer.stemmer = options.text_stemmer;
-  text.k1 = options.bm25_k1;
-  text.b = options.bm25_b;
   absl::StatusOr<TextCorpusSummary> written =
-      WriteTextIndexes(views, text, parts);
+      WriteTextIndexes(views, TextOptionsOf(options), parts);
   if (!written.ok()) {
     return absl::Status(written.status().code(),
                         absl::StrCat("--text ", options.text, ": ",

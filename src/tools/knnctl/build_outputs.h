@@ -18,6 +18,7 @@
 #include "knnd/base/metric.h"
 #include "knnd/index/index_sharding.h"
 #include "knnd/storage/vectors_file.h"
+#include "knnd/text/text_index_writer.h"
 
 namespace knnd::knnctl {
 
@@ -159,6 +160,12 @@ absl::StatusOr<int64_t> WriteAttributeStores(const BuildOptions& options,
 absl::Status WritePayloadStores(const BuildOptions& options,
                                 const std::vector<ShardSpec>& plan,
                                 int64_t rows);
+
+// --text's field, --text_stemmer and --bm25_* as the text index takes them.
+TextIndexOptions TextOptionsOf(const BuildOptions& options);
+// With --text: INVALID_ARGUMENT naming a bad --bm25_k1/--bm25_b or an
+// unknown --text_stemmer, checked before anything is read or trained.
+absl::Status CheckTextOptions(const BuildOptions& options);
 
 // With --text, the text index of the payload field beside the index or
 // each shard (text/text_index_writer.h), read from the payloads
