@@ -488,39 +488,8 @@ int Build(BuildOptions options) {
       nprobe, MetadataPath(output).c_str());
   std::printf("sealed:   %s (binds the version's files)\n",
               ManifestPath(output).c_str());
-  const std::string vectors_path = VectorsPath(output);
-  if (keep_vectors) {
-    stat(vectors_path.c_str(), &st);
-    std::printf("wrote:    %s (%s, %.1f MiB, for refine_factor > 0)\n",
-                vectors_path.c_str(), VectorsDtypeName(*vectors_dtype),
-                MiB(st.st_size));
-  }
-  if (!ids.empty()) {
-    stat(IdTablePath(output).c_str(), &st);
-    std::printf("wrote:    %s (%.1f MiB: row -> id and id -> row for the "
-                "ids of %s)\n",
-                IdTablePath(output).c_str(), MiB(st.st_size),
-                options.ids.c_str());
-  }
-  if (!options.payloads.empty()) {
-    stat(PayloadPath(output).c_str(), &st);
-    std::printf("wrote:    %s (%.1f MiB: each row's payload)\n",
-                PayloadPath(output).c_str(), MiB(st.st_size));
-  }
-  if (!options.text.empty()) {
-    stat(TextIndexPath(output).c_str(), &st);
-    std::printf(
-        "wrote:    %s (%.1f MiB: BM25 postings of payload field "
-        "\"%s\", for texts)\n",
-        TextIndexPath(output).c_str(), MiB(st.st_size), options.text.c_str());
-  }
-  if (attribute_columns > 0) {
-    stat(AttributeStorePath(output).c_str(), &st);
-    std::printf("wrote:    %s (%d attribute columns, %.1f MiB, for "
-                "filters)\n",
-                AttributeStorePath(output).c_str(), attribute_columns,
-                MiB(st.st_size));
-  }
+  PrintCompanionsWritten(options, keep_vectors, *vectors_dtype,
+                         attribute_columns);
   PrintMemory(shape, b, baseline, peak_trained, peak_added);
   std::printf("next:     knnctl tune --index %s%s%s (records the fastest "
               "setting reaching a recall target)\n",

@@ -255,6 +255,46 @@ absl::Status WriteTextStores(const BuildOptions& options,
   return absl::OkStatus();
 }
 
+void PrintCompanionsWritten(const BuildOptions& options, bool keep_vectors,
+                            VectorsDtype dtype, int attribute_columns) {
+  struct stat st;
+  const std::string vectors_path = VectorsPath(options.output);
+  if (keep_vectors) {
+    stat(vectors_path.c_str(), &st);
+    std::printf("wrote:    %s (%s, %.1f MiB, for refine_factor > 0)\n",
+                vectors_path.c_str(), VectorsDtypeName(dtype), MiB(st.st_size));
+  }
+  if (!options.ids.empty()) {
+    stat(IdTablePath(options.output).c_str(), &st);
+    std::printf(
+        "wrote:    %s (%.1f MiB: row -> id and id -> row for the "
+        "ids of %s)\n",
+        IdTablePath(options.output).c_str(), MiB(st.st_size),
+        options.ids.c_str());
+  }
+  if (!options.payloads.empty()) {
+    stat(PayloadPath(options.output).c_str(), &st);
+    std::printf("wrote:    %s (%.1f MiB: each row's payload)\n",
+                PayloadPath(options.output).c_str(), MiB(st.st_size));
+  }
+  if (!options.text.empty()) {
+    stat(TextIndexPath(options.output).c_str(), &st);
+    std::printf(
+        "wrote:    %s (%.1f MiB: BM25 postings of payload field "
+        "\"%s\", for texts)\n",
+        TextIndexPath(options.output).c_str(), MiB(st.st_size),
+        options.text.c_str());
+  }
+  if (attribute_columns > 0) {
+    stat(AttributeStorePath(options.output).c_str(), &st);
+    std::printf(
+        "wrote:    %s (%d attribute columns, %.1f MiB, for "
+        "filters)\n",
+        AttributeStorePath(options.output).c_str(), attribute_columns,
+        MiB(st.st_size));
+  }
+}
+
 // The shards' row ranges with --shards (equal counts), else none.
 absl::StatusOr<std::vector<ShardSpec>> PlanRowShards(int64_t rows, int shards) {
   if (shards <= 0) return std::vector<ShardSpec>();

@@ -173,6 +173,12 @@ absl::Status CheckTextOptions(const BuildOptions& options);
 absl::Status WriteTextStores(const BuildOptions& options,
                              const std::vector<ShardSpec>& plan, int64_t rows);
 
+// The lines knnctl build prints for the companions it wrote beside a
+// whole index: the vectors file, id table, payloads, text index and
+// attribute store, each with its size.
+void PrintCompanionsWritten(const BuildOptions& options, bool keep_vectors,
+                            VectorsDtype dtype, int attribute_columns);
+
 // The shards' row ranges with --shards (equal counts), else none.
 absl::StatusOr<std::vector<ShardSpec>> PlanRowShards(int64_t rows, int shards);
 
