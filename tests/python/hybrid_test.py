@@ -231,6 +231,87 @@ class HybridTest(unittest.TestCase):
                     self.assertAlmostEqual(r.text_scores[j], want[row], places=4)
                     self.assertIn(row, order)
 
+    def test_eval_scores_what_knnd_answers(self):
+        """knnctl eval --labels: its nDCG@10, Recall@10 and MRR@10 of BM25,
+        dense and both fusions are those computed here from knnd's own
+        answers to the same requests, answers mapped to the payload field
+        "n" (and, for BM25, to answer ids)."""
+        tmp = self.tmp.name
+        n = len(self.QUERIES)
+        xq = self.xb[:n] + 0.01
+        window, probes, refine = 30, 16, 4
+        # Relevant: the query's own row and the rows BM25 ranks 3rd to 5th
+        # here, so that each retriever finds some and misses some.
+        labels = []
+        for q, terms in enumerate(self.analyze(self.QUERIES)):
+            order = np.argsort(-bm25(self.doc_terms, terms), kind="stable")
+            labels.append([q] + [int(r) for r in order[2:5]])
+        texts_path = os.path.join(tmp, "eval_texts.txt")
+        with open(texts_path, "w", encoding="utf-8") as out:
+            out.write("\n".join(self.QUERIES) + "\n")
+        np.save(os.path.join(tmp, "eval_q.npy"), xq)
+
+        def evaluate(label_lines, *extra):
+            path = os.path.join(tmp, "eval_labels.jsonl")
+            with open(path, "w") as out:
+                out.write("".join(json.dumps(l) + "\n" for l in label_lines))
+            out = subprocess.run(
+                [ARGS.knnctl, "eval", "--index", self.whole, "--texts",
+                 texts_path, "--labels", path, "--window", str(window),
+                 "--nprobes", str(probes), "--refine_factors", str(refine),
+                 *extra], check=True, capture_output=True, text=True).stdout
+            rows = {}
+            for line in out.splitlines():
+                parts = line.rsplit(None, 4)
+                if len(parts) == 5 and parts[0] in (
+                        "bm25", "dense", "rrf k=60", "weighted 0.5/0.5"):
+                    rows[parts[0]] = [float(x) for x in parts[1:4]]
+            return rows
+
+        def score(answer, label_of, relevant):
+            ndcg = recall = mrr = 0.0
+            for q in range(n):
+                got = []
+                for i in answer.ids[q * window:(q + 1) * window]:
+                    label = label_of(i) if i >= 0 else None
+                    if label is not None and label not in got:
+                        got.append(label)
+                got = got[:K]
+                rel = set(relevant[q])
+                gains = [1.0 if x in rel else 0.0 for x in got]
+                ndcg += sum(g / math.log2(i + 2) for i, g in enumerate(gains)) / \
+                    sum(1 / math.log2(i + 2) for i in range(min(len(rel), K)))
+                recall += sum(gains) / len(rel)
+                mrr += next((1 / (i + 1) for i, g in enumerate(gains) if g), 0)
+            return [ndcg / n, recall / n, mrr / n]
+
+        row_n = lambda i: self.rows[(i - 11) // 5]["n"]
+        got = evaluate(labels, "--queries", os.path.join(tmp, "eval_q.npy"),
+                       "--label_field", "n")
+        common = dict(k=window, nprobe=probes, refine_factor=refine)
+        answers = {
+            "bm25": self.search("whole", texts=self.QUERIES, **common),
+            "dense": self.search("whole", vectors_f32le=xq.tobytes(),
+                                 **common),
+        }
+        for name, fusion in (("rrf k=60", self.pb.FUSION_RRF),
+                             ("weighted 0.5/0.5", self.pb.FUSION_WEIGHTED)):
+            answers[name] = self.search(
+                "whole", vectors_f32le=xq.tobytes(), texts=self.QUERIES,
+                fusion=fusion, vector_window=window, text_window=window,
+                **common)
+        self.assertEqual(sorted(got), sorted(answers))
+        for name, answer in answers.items():
+            np.testing.assert_allclose(got[name], score(answer, row_n, labels),
+                                       atol=6e-5, err_msg=name)
+        # The same labels as answer ids, BM25 alone.
+        id_labels = [[int(self.ids[r]) for r in l] for l in labels]
+        got = evaluate(id_labels)
+        self.assertEqual(sorted(got), ["bm25"])
+        np.testing.assert_allclose(
+            got["bm25"], score(answers["bm25"], int, id_labels), atol=6e-5)
+        self.assertGreater(got["bm25"][0], 0)
+
     def test_an_update_rebuilds_the_text_index(self):
         tmp = self.tmp.name
         new_rows = [{"text": "zeppelin printer", "lang": "en", "n": -1},

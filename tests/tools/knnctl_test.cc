@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -128,6 +129,83 @@ TEST(Knnctl, ExitCodes) {
 // anything listens on the port, it exits 0 once a server there has loaded
 // its index; against nothing it gives up once the wait is over (exit 1);
 // a wait out of range is refused (exit 2). What the README's step 3 pastes.
+// build --text_file: each line becomes its row's payload field, beside
+// --payloads' own, and is indexed; eval --labels then scores BM25 on
+// labels (answer ids, or a payload field) with what each query must find.
+TEST(Knnctl, BuildTextFromATextFileAndEvalAgainstLabels) {
+  TempDir dir;
+  const int rows = 300;
+  WriteData(dir.path("x.npy"), rows, 8, 5);
+  std::string texts, payloads;
+  for (int i = 0; i < rows; ++i) {
+    texts += absl::StrCat("word", i, " common ", i % 2 ? "odd" : "even", "\n");
+    payloads += absl::StrCat("{\"page\":", i / 3, "}\n");
+  }
+  testing::WriteFile(dir.path("t.txt"), texts);
+  testing::WriteFile(dir.path("short.txt"), "one line\n");
+  testing::WriteFile(dir.path("p.jsonl"), payloads);
+  const std::string build = absl::StrCat(
+      "build --input ", dir.path("x.npy"), " --output ", dir.path("t.index"),
+      " --nlist 4 --payloads ", dir.path("p.jsonl"), " ");
+  CommandResult no_field = Knnctl(build + "--text_file " + dir.path("t.txt"));
+  EXPECT_EQ(no_field.exit_code, 2);
+  EXPECT_THAT(no_field.output, HasSubstr("needs --text FIELD"));
+  CommandResult short_file =
+      Knnctl(build + "--text body --text_file " + dir.path("short.txt"));
+  EXPECT_EQ(short_file.exit_code, 2);
+  EXPECT_THAT(short_file.output, HasSubstr("has 1 lines for 300 rows"));
+  CommandResult taken =
+      Knnctl(build + "--text page --text_file " + dir.path("t.txt"));
+  EXPECT_EQ(taken.exit_code, 2);
+  EXPECT_THAT(taken.output, HasSubstr("line 1 already holds \"page\""));
+  CommandResult built =
+      Knnctl(build + "--text body --text_file " + dir.path("t.txt"));
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  EXPECT_THAT(built.output, HasSubstr("(--text_file "));
+  // Nothing of the joined payloads is left beside the index.
+  for (const auto& entry : std::filesystem::directory_iterator(dir.dir())) {
+    EXPECT_THAT(entry.path().string(), Not(HasSubstr("text-input")));
+  }
+
+  // Query i: "wordI", which only row i holds; labelled with row i, then
+  // with a row it does not hold (and a page it does).
+  std::string queries, right, wrong, pages;
+  for (int i = 0; i < 20; ++i) {
+    queries += absl::StrCat("word", i * 7, "\n");
+    right += absl::StrCat("[", i * 7, "]\n");
+    wrong += absl::StrCat("[", i * 7 + 1, "]\n");
+    pages += absl::StrCat("[", i * 7 / 3, "]\n");
+  }
+  testing::WriteFile(dir.path("q.txt"), queries);
+  testing::WriteFile(dir.path("right.jsonl"), right);
+  testing::WriteFile(dir.path("wrong.jsonl"), wrong);
+  testing::WriteFile(dir.path("pages.jsonl"), pages);
+  const std::string eval =
+      absl::StrCat("eval --index ", dir.path("t.index"), " --texts ",
+                   dir.path("q.txt"), " --window 10 --labels ");
+  CommandResult perfect = Knnctl(eval + dir.path("right.jsonl"));
+  ASSERT_EQ(perfect.exit_code, 0) << perfect.output;
+  EXPECT_THAT(perfect.output,
+              ::testing::ContainsRegex("bm25 +1\\.0000 +1\\.0000 +1\\.0000"));
+  CommandResult none = Knnctl(eval + dir.path("wrong.jsonl"));
+  ASSERT_EQ(none.exit_code, 0) << none.output;
+  EXPECT_THAT(none.output,
+              ::testing::ContainsRegex("bm25 +0\\.0000 +0\\.0000 +0\\.0000"));
+  CommandResult by_page =
+      Knnctl(eval + dir.path("pages.jsonl") + " --label_field page");
+  ASSERT_EQ(by_page.exit_code, 0) << by_page.output;
+  EXPECT_THAT(by_page.output, HasSubstr("labels: payload field page"));
+  EXPECT_THAT(by_page.output,
+              ::testing::ContainsRegex("bm25 +1\\.0000 +1\\.0000 +1\\.0000"));
+  CommandResult both =
+      Knnctl(eval + dir.path("right.jsonl") + " --base " + dir.path("x.npy"));
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_THAT(both.output, HasSubstr("give one or the other"));
+  CommandResult bad_labels = Knnctl(eval + dir.path("q.txt"));
+  EXPECT_EQ(bad_labels.exit_code, 2);
+  EXPECT_THAT(bad_labels.output, HasSubstr("line 1: expected a JSON array"));
+}
+
 TEST(Knnctl, BuildTextRefusesBadInputBeforeTrainingAndAnalyzePrintsTerms) {
   TempDir dir;
   WriteData(dir.path("x.npy"), 600, 8, 3);
@@ -142,7 +220,7 @@ TEST(Knnctl, BuildTextRefusesBadInputBeforeTrainingAndAnalyzePrintsTerms) {
                    dir.path("t.index"), " --nlist 4 ");
   CommandResult no_payloads = Knnctl(build + "--text body");
   EXPECT_EQ(no_payloads.exit_code, 2);
-  EXPECT_THAT(no_payloads.output, HasSubstr("give --payloads too"));
+  EXPECT_THAT(no_payloads.output, HasSubstr("give --payloads or --text_file"));
   const std::string with_payloads =
       build + "--payloads " + dir.path("p.jsonl") + " ";
   CommandResult stemmer =

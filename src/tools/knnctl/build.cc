@@ -297,17 +297,7 @@ int Build(BuildOptions options) {
                              " recipe: only FastScan indexes are split"));
   }
   // Fail before reading and training, not after.
-  if (!options.attribute_fields.empty() &&
-      (options.payloads.empty() || !options.attributes.empty())) {
-    return Fail(
-        "--attribute_fields names fields of --payloads: give "
-        "--payloads, and not --attributes");
-  }
-  if (!options.text.empty() && options.payloads.empty()) {
-    return Fail(absl::StrCat("--text ", options.text,
-                             " names a payload field: give --payloads too"));
-  }
-  if (absl::Status s = CheckTextOptions(options); !s.ok()) return Fail(s);
+  if (absl::Status s = CheckCompanionOptions(options); !s.ok()) return Fail(s);
   if (access(DirectoryOf(output).c_str(), W_OK) != 0) {
     return Fail(absl::StrCat("cannot write into the directory of ", output,
                              ": ", std::strerror(errno)));
@@ -339,16 +329,9 @@ int Build(BuildOptions options) {
   absl::StatusOr<std::vector<ShardSpec>> plan =
       PlanRowShards(rows, options.shards);
   if (!plan.ok()) return Fail(plan.status());
-  if (absl::Status s = WritePayloadStores(staged_options, *plan, rows);
-      !s.ok()) {
-    return Fail(s);
-  }
-  if (absl::Status s = WriteTextStores(staged_options, *plan, rows); !s.ok()) {
-    return Fail(s);
-  }
   int attribute_columns = 0;
   absl::StatusOr<int64_t> attribute_bytes =
-      WriteAttributeStores(staged_options, *plan, rows, &attribute_columns);
+      WriteCompanionStores(staged_options, *plan, rows, &attribute_columns);
   if (!attribute_bytes.ok()) return Fail(attribute_bytes.status());
 
   absl::StatusOr<std::string> factory = FactoryFor(options, rows, dim);
@@ -452,7 +435,8 @@ int Build(BuildOptions options) {
   metadata.set_train_rows(train_rows);
   metadata.set_built_by(absl::StrCat("knnctl build: ", BuildInfoLine()));
   metadata.set_id_table(!ids.empty());
-  metadata.set_payloads(!options.payloads.empty());
+  metadata.set_payloads(!options.payloads.empty() ||
+                        !options.text_file.empty());
   metadata.set_attributes(!options.attributes.empty() ||
                           !options.attribute_fields.empty());
   for (const std::string& field : options.attribute_fields) {
@@ -553,9 +537,15 @@ std::function<int()> DefineBuild(FlagSet& flags) {
   flags.Add("text", &options->text, "FIELD",
             "Also write INDEX.text, a BM25 text index of this payload field "
             "(a string, or an array of strings) of every row, for hybrid "
-            "search (SearchRequest.texts; docs/hybrid.md). Needs --payloads. "
+            "search (SearchRequest.texts; docs/hybrid.md). Needs --payloads "
+            "or --text_file. "
             "Terms: ICU word boundaries, NFKC case folding, CJK as "
             "unigrams and bigrams.");
+  flags.Add("text_file", &options->text_file, "FILE",
+            "With --text FIELD: the rows' texts from this UTF-8 file, line i "
+            "row i's text (a text with newlines goes in --payloads as a JSON "
+            "string), stored as payload field FIELD (beside --payloads' "
+            "fields when given) and indexed.");
   flags.Add("text_stemmer", &options->text_stemmer, "LANG",
             "With --text: stem words with libstemmer's Snowball stemmer of "
             "LANG (english, german, french ...; knnctl analyze "

@@ -19,6 +19,7 @@
 #include "knnd/storage/payload_file.h"
 #include "knnd/storage/version_manifest.h"
 #include "knnd/text/text_index_writer.h"
+#include "text_input.h"
 
 namespace knnd::knnctl {
 namespace {
@@ -180,8 +181,13 @@ absl::Status WritePayloadStores(const BuildOptions& options,
     if (stat(part.path.c_str(), &st) == 0) bytes += st.st_size;
   }
   std::printf("payloads: %s: %lld rows to %lld file%s (%.1f MiB) in %.1f s\n",
-              options.payloads.c_str(), static_cast<long long>(rows),
-              static_cast<long long>(count), count > 1 ? "s" : "", MiB(bytes),
+              options.text_file.empty()
+                  ? options.payloads.c_str()
+                  : absl::StrCat("--text_file ", options.text_file,
+                                 " as field ", options.text)
+                        .c_str(),
+              static_cast<long long>(rows), static_cast<long long>(count),
+              count > 1 ? "s" : "", MiB(bytes),
               absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
 }
@@ -244,15 +250,61 @@ absl::Status WriteTextStores(const BuildOptions& options,
     if (stat(part.path.c_str(), &st) == 0) bytes += st.st_size;
   }
   std::printf(
-      "text:     payload field \"%s\" of %lld rows: %lld terms, %.1f terms "
+      "text:     payload field \"%s\"%s of %lld rows: %lld terms, %.1f terms "
       "a row, BM25 k1 %g b %g%s%s, %.1f MiB in %.1f s\n",
-      options.text.c_str(), static_cast<long long>(written->rows),
+      options.text.c_str(),
+      options.text_file.empty()
+          ? ""
+          : absl::StrCat(" (--text_file ", options.text_file, ")").c_str(),
+      static_cast<long long>(written->rows),
       static_cast<long long>(written->terms), written->average_length,
       options.bm25_k1, options.bm25_b,
       options.text_stemmer.empty() ? "" : ", stemmer ",
       options.text_stemmer.c_str(), MiB(bytes),
       absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
+}
+
+absl::Status CheckCompanionOptions(const BuildOptions& options) {
+  if (!options.attribute_fields.empty() &&
+      (options.payloads.empty() || !options.attributes.empty())) {
+    return absl::InvalidArgumentError(
+        "--attribute_fields names fields of --payloads: give --payloads, and "
+        "not --attributes");
+  }
+  if (!options.text_file.empty() && options.text.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--text_file ", options.text_file,
+        " needs --text FIELD: the payload field its lines become"));
+  }
+  if (!options.text.empty() && options.payloads.empty() &&
+      options.text_file.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--text ", options.text,
+                     " names a payload field: give --payloads or --text_file"));
+  }
+  return CheckTextOptions(options);
+}
+
+absl::StatusOr<int64_t> WriteCompanionStores(const BuildOptions& options,
+                                             const std::vector<ShardSpec>& plan,
+                                             int64_t rows,
+                                             int* attribute_columns) {
+  BuildOptions joined = options;
+  std::unique_ptr<TextPayloads> text_payloads;
+  if (!options.text_file.empty()) {
+    absl::StatusOr<std::unique_ptr<TextPayloads>> written =
+        TextPayloads::Write(options.payloads, options.text_file, options.text,
+                            rows, options.output);
+    if (!written.ok()) return written.status();
+    text_payloads = std::move(*written);
+    joined.payloads = text_payloads->path();
+  }
+  if (absl::Status s = WritePayloadStores(joined, plan, rows); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = WriteTextStores(joined, plan, rows); !s.ok()) return s;
+  return WriteAttributeStores(joined, plan, rows, attribute_columns);
 }
 
 void PrintCompanionsWritten(const BuildOptions& options, bool keep_vectors,
@@ -272,7 +324,7 @@ void PrintCompanionsWritten(const BuildOptions& options, bool keep_vectors,
         IdTablePath(options.output).c_str(), MiB(st.st_size),
         options.ids.c_str());
   }
-  if (!options.payloads.empty()) {
+  if (!options.payloads.empty() || !options.text_file.empty()) {
     stat(PayloadPath(options.output).c_str(), &st);
     std::printf("wrote:    %s (%.1f MiB: each row's payload)\n",
                 PayloadPath(options.output).c_str(), MiB(st.st_size));

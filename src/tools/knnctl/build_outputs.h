@@ -47,8 +47,10 @@ struct BuildOptions {
   std::string vectors_dtype = "f32";
   int threads = 0;
   int shards = 0;
-  // --text FIELD: a BM25 text index of this payload field.
+  // --text FIELD: a BM25 text index of this payload field, from
+  // --payloads or (--text_file) a text file's lines.
   std::string text;
+  std::string text_file;
   std::string text_stemmer;
   double bm25_k1 = 1.2;
   double bm25_b = 0.75;
@@ -172,6 +174,21 @@ absl::Status CheckTextOptions(const BuildOptions& options);
 // WritePayloadStores() wrote, with the whole corpus's statistics.
 absl::Status WriteTextStores(const BuildOptions& options,
                              const std::vector<ShardSpec>& plan, int64_t rows);
+
+// The checks of the companions' flags (--payloads, --attributes,
+// --attribute_fields, --text, --text_file, --text_stemmer, --bm25_*) that
+// need no file read, made before anything is read or trained.
+absl::Status CheckCompanionOptions(const BuildOptions& options);
+
+// Writes the companions built before training beside the index or each
+// shard of `plan`: the payloads (with --text_file, its lines joined to
+// them as the field --text), the text index and the attribute store; sets
+// `attribute_columns` and returns the attribute step's peak heap bytes
+// (WriteAttributeStores()).
+absl::StatusOr<int64_t> WriteCompanionStores(const BuildOptions& options,
+                                             const std::vector<ShardSpec>& plan,
+                                             int64_t rows,
+                                             int* attribute_columns);
 
 // The lines knnctl build prints for the companions it wrote beside a
 // whole index: the vectors file, id table, payloads, text index and

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "command.h"
+#include "eval_relevance.h"
 #include "knnd/base/metric.h"
 #include "knnd/index/index_eval.h"
 #include "knnd/index/index_snapshot.h"
@@ -35,6 +36,7 @@ struct EvalOptions {
   std::string refine_factors;
   int64_t batch = 256;
   int threads = 0;
+  RelevanceOptions relevance;  // --labels: scored against relevance labels
 };
 
 // True neighbour ids, `k` per query, closest first.
@@ -161,6 +163,17 @@ void ReportChoice(const std::vector<SweepRow>& rows, size_t target_column,
 
 int Eval(const EvalOptions& options) {
   UseThreads(options.threads);
+  if (!options.relevance.labels.empty()) {
+    if (options.index.empty()) return Fail("eval needs --index INDEX");
+    if (!options.ground_truth.empty() || !options.base.empty()) {
+      return Fail(
+          "--labels scores against relevance labels; --ground_truth and "
+          "--base score against nearest neighbours: give one or the other");
+    }
+    return EvalRelevance(options.index, options.query, options.relevance,
+                         options.nprobes, options.refine_factors,
+                         options.batch);
+  }
   if (options.index.empty() || options.query.queries.empty() ||
       (options.ground_truth.empty() == options.base.empty())) {
     return Fail(
@@ -267,6 +280,7 @@ std::function<int()> DefineEval(FlagSet& flags) {
             "INDEX.vectors, else 0.");
   flags.Add("batch", &options->batch, "N", "Queries per search call.");
   AddThreadsFlag(flags, &options->threads);
+  AddRelevanceFlags(flags, options->relevance);
   return [options] { return Eval(*options); };
 }
 

@@ -34,9 +34,11 @@ constexpr Command kCommands[] = {
      "prints the terms knnd's text analyzer makes of each line, as JSON "
      "arrays",
      "[--input FILE] [--index INDEX | --stemmer LANG]", DefineAnalyze},
-    {"eval", "recall and queries/s over a sweep of nprobe and refine_factor",
-     "--index INDEX --queries FILE (--ground_truth FILE | --base FILE) "
-     "[flags]",
+    {"eval",
+     "recall and queries/s over a sweep of nprobe and refine_factor, or "
+     "nDCG/Recall/MRR of BM25, dense and hybrid against relevance labels",
+     "--index INDEX (--queries FILE (--ground_truth FILE | --base FILE) | "
+     "--labels FILE [--texts FILE] [--queries FILE]) [flags]",
      DefineEval},
     {"tune",
      "stores in the sidecar the fastest nprobe and refine_factor reaching a "
