@@ -15,6 +15,15 @@ DEMO_ADDR ?= 127.0.0.1:50051
 DEMO_METRICS ?= 127.0.0.1:9090
 FASHION := /usr/share/datasets/fashion-mnist
 
+# The Java example (examples/java/build.sh) and its test: a JDK, the
+# grpc-java plugin of protoc, and the jars it compiles and runs against;
+# installed by make test (java-deps), not by make build or demo.
+JAVA_PACKAGES := openjdk-17-jdk-headless protobuf-compiler-grpc-java-plugin \
+  libgrpc-java libprotobuf-java libnetty-java libperfmark-java \
+  libgoogle-common-protos-java libgoogle-gson-java \
+  libgeronimo-annotation-1.3-spec-java libjackson2-databind-java \
+  libguava-java liberror-prone-java libjsr305-java libanimal-sniffer-java
+
 DEBIAN_PACKAGES := cmake g++ make pkg-config git zlib1g-dev \
   libfaiss-dev libopenblas-dev libgrpc++-dev libprotobuf-dev \
   protobuf-compiler protobuf-compiler-grpc libabsl-dev libspdlog-dev \
@@ -41,7 +50,7 @@ FAISS_AVX2_PREFIX ?= $(CURDIR)/.deps/faiss-avx2
 # should not stop a build.
 WERROR ?= ON
 
-.PHONY: deps faiss configure build test-build test test-plain-build test-plain check-format bench-build demo bench bench-rerank bench-memory bench-designs bench-frontier bench-peers bench-shards bench-client bench-filter bench-hybrid bench-memory-limit clean asan-build test-asan tsan-build test-tsan fuzz-build fuzz check-thread-safety
+.PHONY: deps java-deps faiss configure build test-build test test-plain-build test-plain check-format bench-build demo bench bench-rerank bench-memory bench-designs bench-frontier bench-peers bench-shards bench-client bench-filter bench-hybrid bench-memory-limit clean asan-build test-asan tsan-build test-tsan fuzz-build fuzz check-thread-safety
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -87,7 +96,9 @@ bench-build: configure
 TEST_JOBS ?= 2
 TEST_TARGETS ?= all
 TEST_LABEL ?=
-test-build: configure
+java-deps:
+	@$(MAKE) --no-print-directory deps DEBIAN_PACKAGES="$(JAVA_PACKAGES)"
+test-build: configure java-deps
 	@cmake --build $(BUILD) -j $(JOBS) --target $(TEST_TARGETS)
 test: test-build
 	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS) $(if $(TEST_LABEL),-L '^($(TEST_LABEL))$$')
