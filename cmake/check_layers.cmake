@@ -4,6 +4,8 @@
 #   - FAISS (<faiss/...>) is included only under src/faiss/.
 #   - prometheus-cpp only under src/monitoring/.
 #   - OpenMP (<omp.h>) and OpenBLAS only under src/faiss/.
+#   - libmicrohttpd only in src/rpc/http_server.cc and http_connection.*,
+#     GnuTLS only there and in src/rpc/http_tls.cc.
 # A violation fails the build with the file and the line.
 file(GLOB_RECURSE sources RELATIVE ${SOURCE_DIR}
   ${SOURCE_DIR}/src/*.h ${SOURCE_DIR}/src/*.cc)
@@ -19,6 +21,12 @@ foreach(f ${sources})
     elseif((line MATCHES "[<\"]omp\\.h" OR line MATCHES "openblas_")
            AND NOT f MATCHES "^src/faiss/")
       set(rule "OpenMP and OpenBLAS are set only in src/faiss/")
+    elseif(line MATCHES "[<\"]microhttpd\\.h"
+           AND NOT f MATCHES "^src/rpc/http_(server\\.cc|connection\\.)")
+      set(rule "libmicrohttpd is included only in src/rpc/http_server.cc and http_connection.*")
+    elseif(line MATCHES "[<\"]gnutls/"
+           AND NOT f MATCHES "^src/rpc/http_(connection\\.|tls\\.cc)")
+      set(rule "GnuTLS is included only in src/rpc/http_connection.* and http_tls.cc")
     endif()
     if(rule)
       string(STRIP "${line}" line)

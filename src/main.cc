@@ -45,6 +45,10 @@ ABSL_FLAG(absl::optional<std::string>, listen, absl::nullopt,
 ABSL_FLAG(absl::optional<std::string>, admin_listen, absl::nullopt,
           "host:port of the admin API (ReloadIndex, ListVersions; default "
           "127.0.0.1:50052, localhost only); empty turns it off.");
+ABSL_FLAG(absl::optional<std::string>, http_listen, absl::nullopt,
+          "host:port of the HTTP/1.1 JSON API (POST /v1/search, GET "
+          "/v1/index_info, /healthz/live, /healthz/ready; docs/api.md); off "
+          "by default, 0.0.0.0:8080 is the documented port.");
 ABSL_FLAG(absl::optional<std::string>, metrics_listen, absl::nullopt,
           "host:port of the Prometheus /metrics endpoint (default "
           "0.0.0.0:9090).");
@@ -123,6 +127,7 @@ absl::StatusOr<knnd::v1::ServerConfig> BuildConfig(
   if (auto v = text(FLAGS_admin_listen)) {
     config.set_admin_listen_address(*v);
   }
+  if (auto v = text(FLAGS_http_listen)) config.set_http_listen_address(*v);
   if (auto v = text(FLAGS_metrics_listen)) {
     config.set_metrics_listen_address(*v);
   }
@@ -222,9 +227,11 @@ int main(int argc, char** argv) {
   usage.contains_help_flags = IsKnndFlagFile;
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
-      "serves batched k-NN search over gRPC from one memory-mapped FAISS "
+      "serves batched k-NN search over gRPC (and HTTP/JSON) from one "
+      "memory-mapped FAISS "
       "IVF-PQ index.\n  knnd --index INDEX [--config FILE] [--listen "
-      "HOST:PORT] [--metrics_listen HOST:PORT] [--workers N] [--log_level LEVEL]"
+      "HOST:PORT] [--http_listen HOST:PORT] [--metrics_listen HOST:PORT]"
+      "\n  [--workers N] [--log_level LEVEL]"
       "\n  [--tls_cert PEM --tls_key PEM [--tls_client_ca PEM]]"
       "\n  knnd --shard_targets A,B,... [flags]  (a front of shards: "
       "docs/sharding.md)");

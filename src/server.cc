@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "knnd/config/server_options.h"
+#include "knnd/rpc/http_api.h"
 #include "knnd/rpc/listener.h"
 #include "knnd/rpc/transport_security.h"
 #include "knnd/serving/malloc_settings.h"
@@ -122,6 +123,7 @@ Server::~Server() {
     absl::MutexLock lock(&serving_mu_);
     draining_ = true;  // the index manager's callbacks no longer reach gRPC
   }
+  if (http_ != nullptr) http_->Close(absl::InfinitePast());
   admin_listener_.Close(absl::InfinitePast());
   search_listener_.Close(absl::InfinitePast());
   health_listener_.Close(absl::InfinitePast());
@@ -198,6 +200,7 @@ absl::Status Server::Start() {
     spdlog::info("plaintext grpc.health.v1 only on {} (port {})",
                  config_.health_listen_address(), health_port_);
   }
+  if (absl::Status s = StartHttp(limits); !s.ok()) return s;
   spdlog::info("listening on {} (port {}, {}), {} workers x {} OpenMP "
                "threads at nice +{}",
                config_.listen_address(), port_,
@@ -232,6 +235,29 @@ absl::Status Server::Start() {
   }
   spdlog::info("metrics on http://{}/metrics (port {})",
                config_.metrics_listen_address(), metrics_->port());
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartHttp(const ConnectionLimits& limits) {
+  if (config_.http_listen_address().empty()) return absl::OkStatus();
+  std::vector<HttpRoute> routes =
+      front_ != nullptr ? KnnRoutes(front_.get()) : KnnRoutes(service_.get());
+  for (HttpRoute& route : HealthRoutes(health_service_.get(), kServiceName)) {
+    routes.push_back(std::move(route));
+  }
+  HttpServer::Options options = HttpServerOptionsFrom(config_, limits);
+  options.refusal = HttpRefusal;
+  absl::StatusOr<std::unique_ptr<HttpServer>> http =
+      HttpServer::Start(options, RouteRequests(std::move(routes)));
+  if (!http.ok()) return http.status();
+  http_ = std::move(*http);
+  spdlog::info(
+      "HTTP/JSON API on {} (port {}, {}): bodies up to {:.1f} MiB, {:.1f} MiB "
+      "of them at once (http_memory_quota_bytes), {} connections at most",
+      config_.http_listen_address(), http_->port(),
+      UsesTls(config_) ? "TLS" : "plaintext",
+      options.max_body_bytes / 1048576.0,
+      options.memory_quota_bytes / 1048576.0, options.max_connections);
   return absl::OkStatus();
 }
 
@@ -279,6 +305,10 @@ bool Server::Drain(const DrainPlan& plan) {
     draining_ = true;
     SetServing(false);
   }
+  // HTTP/1.1 clients keep a connection for ever: each answer from now on
+  // closes it, so that the client's next request connects afresh (to
+  // another replica once the endpoints are updated).
+  if (http_ != nullptr) http_->SetClosing();
   if (plan.delay > absl::ZeroDuration()) {
     if (plan.refuse_during_delay) gate_->StartDraining();
     spdlog::info("shutting down: health NOT_SERVING, {} searches for the "
@@ -314,6 +344,10 @@ void Server::CloseListeners(absl::Time deadline) {
   for (Listener* listener : {&search_listener_, &health_listener_}) {
     if (!listener->open()) continue;
     closing.emplace_back([listener, deadline] { listener->Close(deadline); });
+  }
+  if (http_ != nullptr) {
+    closing.emplace_back(
+        [http = http_.get(), deadline] { http->Close(deadline); });
   }
   absl::SleepFor(kGoawayToAnswer);
   hold_.Release();

@@ -425,8 +425,9 @@ TEST(Daemon, HelpListsFlagsAndExitsZero) {
   ASSERT_TRUE(WIFEXITED(status)) << help.Log();
   EXPECT_EQ(WEXITSTATUS(status), 0) << help.Log();
   EXPECT_THAT(help.Log(), HasSubstr("serves batched k-NN search"));
-  for (const char* flag : {"--config", "--index", "--listen", "--workers",
-                           "--tls_client_ca", "--shard_targets"}) {
+  for (const char* flag :
+       {"--config", "--index", "--listen", "--workers", "--tls_client_ca",
+        "--shard_targets", "--http_listen"}) {
     EXPECT_THAT(help.Log(), HasSubstr(absl::StrCat("\n  ", flag, "\n")));
   }
 }

@@ -3,9 +3,9 @@
 // and policy lives in the components (memory budget, version preparation,
 // listeners). The lifecycle:
 //   Create()     build the worker pool, gate, batcher and gRPC service
-//   Start()      listen (search API, admin API, /metrics, and the plaintext
-//                health-only port with TLS); grpc.health.v1 answers
-//                NOT_SERVING
+//   Start()      listen (search API, admin API, /metrics, the plaintext
+//                health-only port with TLS, and the HTTP/JSON API when
+//                configured); grpc.health.v1 answers NOT_SERVING
 //   LoadIndex()  load + check the index, run warm-up queries, publish it;
 //                health turns SERVING (and NOT_SERVING again if the
 //                index's background checksum check fails, until another
@@ -46,6 +46,7 @@
 #include "knnd/rpc/admin_service.h"
 #include "knnd/rpc/call_hold.h"
 #include "knnd/rpc/health_service.h"
+#include "knnd/rpc/http_server.h"
 #include "knnd/rpc/knn_service.h"
 #include "knnd/rpc/listener.h"
 #include "knnd/rpc/shard_front.h"
@@ -89,6 +90,8 @@ class Server {
   int port() const { return port_; }
   // The port of the plaintext health-only listener; 0 when there is none.
   int health_port() const { return health_port_; }
+  // The port of the HTTP/JSON API; 0 when it is off (http_listen_address).
+  int http_port() const { return http_ != nullptr ? http_->port() : 0; }
   // Re-reads the bearer token files (SIGHUP); on error the old sets stay.
   absl::Status ReloadTokens() { return auth_->Reload(); }
   // The port of the admin API; 0 when it is off (or before Start()), the
@@ -111,6 +114,8 @@ class Server {
   void SetServing(bool serving) ABSL_EXCLUSIVE_LOCKS_REQUIRED(serving_mu_);
   // The end of Drain(): GOAWAY on every listener, with the hold on.
   void CloseListeners(absl::Time deadline);
+  // The HTTP/JSON listener over the same handlers, when configured.
+  absl::Status StartHttp(const ConnectionLimits& limits);
   // The index manager's serving_changed: SetServing() unless draining.
   void OnServingChanged(bool serving);
 
@@ -148,6 +153,9 @@ class Server {
   Listener health_listener_;
   // Closed when the admin API is off or shares search_listener_.
   Listener admin_listener_;
+  // The HTTP/JSON API (http_listen_address), else null; closed with the
+  // gRPC listeners.
+  std::unique_ptr<HttpServer> http_;
   // The front of a sharded index (shard_targets), else null. After the
   // health services its poller reports to; its calls end before it goes
   // (the destructor shuts the servers down first).

@@ -30,6 +30,18 @@ class ErrorCollector : public google::protobuf::io::ErrorCollector {
   std::vector<std::string> errors;
 };
 
+// A memory quota field: 0 (`zero_means`) or 1 MiB to 1 TiB.
+absl::Status CheckQuota(const char* field, uint64_t bytes,
+                        const char* zero_means) {
+  if (bytes == 0 ||
+      (bytes >= (uint64_t{1} << 20) && bytes <= (uint64_t{1} << 40))) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, " is ", bytes, "; must be 0 (", zero_means, ") or between ",
+      uint64_t{1} << 20, " and ", uint64_t{1} << 40));
+}
+
 }  // namespace
 
 absl::StatusOr<knnd::v1::ServerConfig> ParseConfig(const std::string& text,
@@ -57,13 +69,24 @@ absl::StatusOr<knnd::v1::ServerConfig> LoadConfigFile(const std::string& path) {
 }
 
 absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
+  // Before the HTTP listener's own checks, which take the quota in force.
+  if (absl::Status s =
+          CheckQuota("http_memory_quota_bytes", c.http_memory_quota_bytes(),
+                     "a quarter of memory_headroom_bytes");
+      !s.ok()) {
+    return s;
+  }
   // The components' own checks, on the options made from this config: one
   // range check per field, wherever the field is used.
   for (absl::Status s :
        {WorkerPool::ValidateOptions(WorkerPoolOptionsFrom(c)),
         Batcher::ValidateOptions(BatcherOptionsFrom(c)),
         HeapTrimmer::ValidateOptions(HeapTrimmerOptionsFrom(c)),
-        ParseChecksumCheck(c.checksum_check()).status()}) {
+        ParseChecksumCheck(c.checksum_check()).status(),
+        c.http_listen_address().empty()
+            ? absl::OkStatus()
+            : HttpServer::ValidateOptions(
+                  HttpServerOptionsFrom(c, ConnectionLimitsFrom(c, 0)))}) {
     if (!s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("config field ", s.message()));
@@ -159,13 +182,11 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
       return out_of_range(name, bytes, 1024, (uint64_t{1} << 31) - 1);
     }
   }
-  if (c.grpc_memory_quota_bytes() != 0 &&
-      (c.grpc_memory_quota_bytes() < (uint64_t{1} << 20) ||
-       c.grpc_memory_quota_bytes() > (uint64_t{1} << 40))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "grpc_memory_quota_bytes is ", c.grpc_memory_quota_bytes(),
-        "; must be 0 (half of memory_headroom_bytes) or between ",
-        uint64_t{1} << 20, " and ", uint64_t{1} << 40));
+  if (absl::Status s =
+          CheckQuota("grpc_memory_quota_bytes", c.grpc_memory_quota_bytes(),
+                     "half of memory_headroom_bytes");
+      !s.ok()) {
+    return s;
   }
   if (c.filter_cache_bytes() > (uint64_t{1} << 40)) {
     return out_of_range("filter_cache_bytes", c.filter_cache_bytes(), 0,

@@ -213,4 +213,37 @@ ConnectionLimits SmallPortLimits(const ConnectionLimits& search) {
   return limits;
 }
 
+HttpServer::Options HttpServerOptionsFrom(const ServerConfig& config,
+                                          const ConnectionLimits& limits) {
+  HttpServer::Options options;
+  options.address = config.http_listen_address();
+  options.threads = static_cast<int>(config.http_threads());
+  options.max_connections = static_cast<int>(config.http_max_connections());
+  options.max_connections_per_ip =
+      static_cast<int>(config.http_max_connections_per_ip());
+  // Without memory_headroom_bytes (no gRPC quota either), room for two of
+  // the largest bodies.
+  options.memory_quota_bytes =
+      config.http_memory_quota_bytes() != 0
+          ? static_cast<int64_t>(config.http_memory_quota_bytes())
+      : config.memory_headroom_bytes() >= 4
+          ? static_cast<int64_t>(config.memory_headroom_bytes() / 4)
+          : 2 * limits.max_receive_message_bytes;
+  options.max_body_bytes =
+      config.http_max_body_bytes() != 0
+          ? static_cast<int64_t>(config.http_max_body_bytes())
+          : std::min(limits.max_receive_message_bytes,
+                     options.memory_quota_bytes / 2);
+  options.max_header_bytes = limits.max_metadata_bytes;
+  options.read_timeout = absl::Milliseconds(config.http_read_timeout_ms());
+  options.idle_timeout = absl::Milliseconds(config.http_idle_timeout_ms());
+  options.max_connection_age = absl::Milliseconds(limits.max_connection_age_ms);
+  options.tls.cert_file = config.tls_cert_file();
+  options.tls.key_file = config.tls_key_file();
+  options.tls.client_ca_file = config.tls_client_ca_file();
+  options.tls.require_client_cert = config.require_client_cert();
+  options.tls.reload_interval = absl::Seconds(config.tls_reload_interval_s());
+  return options;
+}
+
 }  // namespace knnd

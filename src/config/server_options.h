@@ -16,9 +16,10 @@
 #include "knnd/lifecycle/index_manager.h"
 #include "knnd/lifecycle/version_preparation.h"
 #include "knnd/monitoring/metrics.h"
+#include "knnd/rpc/http_server.h"
 #include "knnd/rpc/knn_service.h"
-#include "knnd/rpc/shard_front.h"
 #include "knnd/rpc/listener.h"
+#include "knnd/rpc/shard_front.h"
 #include "knnd/rpc/token_auth.h"
 #include "knnd/serving/admission_gate.h"
 #include "knnd/serving/batcher.h"
@@ -67,6 +68,12 @@ IndexManager::Options IndexManagerOptionsFrom(
 // plus 64 KiB of framing (docs/sizing.md).
 ConnectionLimits ConnectionLimitsFrom(const knnd::v1::ServerConfig& config,
                                       int64_t byte_budget);
+// The HTTP/JSON listener's options (http_* fields, and the TLS files of
+// listen_address), with `limits` the search port's (ConnectionLimitsFrom):
+// the body limit defaults to its largest message, within half the HTTP
+// memory quota (a quarter of memory_headroom_bytes by default).
+HttpServer::Options HttpServerOptionsFrom(const knnd::v1::ServerConfig& config,
+                                          const ConnectionLimits& limits);
 // The health-only and admin ports' limits: the search port's, with a gRPC
 // memory quota of at most 4 MiB (their messages are small), so that they
 // add little to the search port's bound.

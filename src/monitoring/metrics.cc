@@ -120,29 +120,32 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
 void Metrics::RegisterRpcs(prometheus::Registry& r) {
   // Every method x code pair exists from the start, so that rate() and
   // ratios see a 0 instead of a missing series before the first error.
-  auto& handled =
-      BuildCounter()
-          .Name("grpc_server_handled_total")
-          .Help("RPCs completed on the server, by method and gRPC status code.")
-          .Register(r);
-  auto& handling =
-      BuildHistogram()
-          .Name("grpc_server_handling_seconds")
-          .Help("Time from an RPC's arrival to its status being sent, in "
-                "seconds, rejections included.")
-          .Register(r);
+  auto& handled = BuildCounter()
+                      .Name("grpc_server_handled_total")
+                      .Help(
+                          "RPCs completed on the server, by method, protocol "
+                          "(grpc or http) and gRPC status code.")
+                      .Register(r);
+  auto& handling = BuildHistogram()
+                       .Name("grpc_server_handling_seconds")
+                       .Help(
+                           "Time from an RPC's arrival to its status being "
+                           "sent, in seconds, rejections included.")
+                       .Register(r);
   for (int rpc = 0; rpc < kNumRpcs; ++rpc) {
-    const prometheus::Labels labels = {
-        {"grpc_service", kService},
-        {"grpc_method", RpcName(static_cast<Rpc>(rpc))},
-        {"grpc_type", "unary"}};
-    for (int code = 0; code < kNumCodes; ++code) {
-      prometheus::Labels with_code = labels;
-      with_code["grpc_code"] =
-          absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
-      handled_[rpc][code] = &handled.Add(with_code);
+    for (int p = 0; p < kNumProtocols; ++p) {
+      prometheus::Labels labels = {
+          {"grpc_service", kService},
+          {"grpc_method", RpcName(static_cast<Rpc>(rpc))},
+          {"grpc_type", "unary"},
+          {"protocol", p == 0 ? "grpc" : "http"}};
+      handling_[rpc][p] = &handling.Add(labels, SecondsBuckets());
+      for (int code = 0; code < kNumCodes; ++code) {
+        labels["grpc_code"] =
+            absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+        handled_[rpc][p][code] = &handled.Add(labels);
+      }
     }
-    handling_[rpc] = &handling.Add(labels, SecondsBuckets());
   }
 
   auto& rejected =
@@ -500,13 +503,13 @@ void Metrics::SetIndexChecksumState(ChecksumState state) {
   }
 }
 
-void Metrics::RecordRpc(Rpc rpc, absl::StatusCode code,
+void Metrics::RecordRpc(Rpc rpc, Protocol protocol, absl::StatusCode code,
                         absl::Duration handling) {
-  const int r = static_cast<int>(rpc);
-  const int c = static_cast<int>(code);
-  handled_[r][c >= 0 && c < kNumCodes ? c : static_cast<int>(absl::StatusCode::kUnknown)]
-      ->Increment();
-  handling_[r]->Observe(absl::ToDoubleSeconds(handling));
+  const int r = static_cast<int>(rpc), p = static_cast<int>(protocol);
+  int c = static_cast<int>(code);
+  if (c < 0 || c >= kNumCodes) c = static_cast<int>(absl::StatusCode::kUnknown);
+  handled_[r][p][c]->Increment();
+  handling_[r][p]->Observe(absl::ToDoubleSeconds(handling));
 }
 
 void Metrics::RecordRejection(RejectReason reason) {

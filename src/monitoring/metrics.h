@@ -50,6 +50,9 @@ class Metrics {
 
   // The RPCs of knnd.v1.KnnService (the grpc_method label).
   enum class Rpc { kSearch, kGetIndexInfo };
+  // The front door a call came through (the protocol label of the RPC
+  // series): gRPC, or HTTP/JSON (docs/api.md, "HTTP/JSON").
+  enum class Protocol { kGrpc, kHttp };
   // Where the served version's CRC-32 check stands (knnd_index_checksum):
   // nothing to check against (no sidecar or vectors header) or
   // checksum_check "off"; read in the background while it serves; verified;
@@ -94,7 +97,8 @@ class Metrics {
 
   // One finished call, whatever its outcome; `handling` runs from arrival to
   // the status being sent.
-  void RecordRpc(Rpc rpc, absl::StatusCode code, absl::Duration handling);
+  void RecordRpc(Rpc rpc, Protocol protocol, absl::StatusCode code,
+                 absl::Duration handling);
   // A Search refused before reaching the workers.
   void RecordRejection(RejectReason reason);
   // An admitted Search after its last work unit: its size and where its time
@@ -130,6 +134,7 @@ class Metrics {
 
  private:
   static constexpr int kNumRpcs = 2;
+  static constexpr int kNumProtocols = 2;
   static constexpr int kNumCodes = 17;  // OK .. UNAUTHENTICATED
   static constexpr int kNumRejectReasons =
       static_cast<int>(RejectReason::kNotReady) + 1;
@@ -147,8 +152,13 @@ class Metrics {
   std::shared_ptr<prometheus::Collectable> load_;
   std::unique_ptr<prometheus::Exposer> exposer_;  // null until started
 
-  std::array<std::array<prometheus::Counter*, kNumCodes>, kNumRpcs> handled_{};
-  std::array<prometheus::Histogram*, kNumRpcs> handling_{};
+  // By rpc, protocol and code; by rpc and protocol.
+  std::array<
+      std::array<std::array<prometheus::Counter*, kNumCodes>, kNumProtocols>,
+      kNumRpcs>
+      handled_{};
+  std::array<std::array<prometheus::Histogram*, kNumProtocols>, kNumRpcs>
+      handling_{};
   std::array<prometheus::Counter*, kNumRejectReasons> rejected_{};
   prometheus::Histogram* queue_ = nullptr;
   prometheus::Histogram* execution_ = nullptr;

@@ -18,7 +18,8 @@
 //     starts the threads.
 //   - UnaryCall<Request, Response>: one unary call as its handler sees it:
 //     the request, the response to fill, the context, Finish() from any
-//     thread, and cancellation.
+//     thread, and cancellation; also a ServerCall (server_call.h), the
+//     view of a call that HTTP/JSON calls share.
 //   - UnaryMethod<Service, Request, Response>: binds one generated
 //     Request<Method> to a handler; each matched call posts the next
 //     request on the same queue before its handler runs.
@@ -54,6 +55,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "knnd/rpc/server_call.h"
+#include "knnd/rpc/status_util.h"
+#include "knnd/rpc/token_auth.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define KNND_TSAN_HANDOFF 1
@@ -260,16 +264,44 @@ class UnaryCallBase {
   std::function<void()> on_done_;
 };
 
+// Also the protocol-neutral call (server_call.h) that KnnService's
+// handlers take, so that they serve HTTP/JSON with the same code.
 template <class Request, class Response>
-class UnaryCall : public UnaryCallBase {
+class UnaryCall : public UnaryCallBase, public ServerCall<Request, Response> {
  public:
-  const Request& request() const { return request_; }
-  Response* response() { return &response_; }
+  const Request& request() const override { return request_; }
+  Response* response() override { return &response_; }
 
   // Sends `status`, and the response when it is OK. Call exactly once,
   // from any thread; the call (and request()/response()) may be gone when
   // it returns.
   virtual void Finish(const grpc::Status& status) = 0;
+
+  // ServerCall, over the call's context.
+  Metrics::Protocol protocol() const override {
+    return Metrics::Protocol::kGrpc;
+  }
+  std::string peer() const override { return context_.peer(); }
+  absl::Time deadline() const override {
+    return absl::FromChrono(context_.deadline());
+  }
+  bool cancelled() const override { return UnaryCallBase::cancelled(); }
+  absl::Status Authorize(const TokenAuthenticator& auth,
+                         absl::string_view method) const override {
+    return auth.CheckCall(context_, method);
+  }
+  void AddTrailer(const std::string& key, const std::string& value) override {
+    context_.AddTrailingMetadata(key, value);
+  }
+  void OnCancel(std::function<void()> on_cancel) override {
+    UnaryCallBase::OnCancel(std::move(on_cancel));
+  }
+  void OnDone(std::function<void()> on_done) override {
+    UnaryCallBase::OnDone(std::move(on_done));
+  }
+  void Answer(const absl::Status& status) override {
+    Finish(ToGrpcStatus(status));
+  }
 
  protected:
   Request request_;

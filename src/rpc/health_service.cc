@@ -252,13 +252,15 @@ void HealthService::Forget(WatchStream* watch) {
   }
 }
 
+HealthService::ServingStatus HealthService::StatusOf(
+    const std::string& service) const {
+  absl::MutexLock lock(&mu_);
+  return StatusLocked(service);
+}
+
 void HealthService::Check(CheckCall* call) {
   const grpc::health::v1::HealthCheckRequest& request = call->request();
-  ServingStatus status;
-  {
-    absl::MutexLock lock(&mu_);
-    status = StatusLocked(request.service());
-  }
+  const ServingStatus status = StatusOf(request.service());
   if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
     call->Finish(grpc::Status(
         grpc::StatusCode::NOT_FOUND,

@@ -47,6 +47,9 @@ class HealthService final : public AsyncService {
   void SetStatuses(bool services_serving, bool overall_serving);
   // Ends every open Watch, and every later one at once.
   void EndWatches();
+  // What Check answers for `service` now (SERVICE_UNKNOWN for a name not
+  // served): the HTTP listener's /healthz routes read it.
+  ServingStatus StatusOf(const std::string& service) const;
 
   grpc::Service* grpc_service() override { return &service_; }
   void Listen(const ServingQueue& queue) override;

@@ -9,10 +9,9 @@
 #include "absl/time/clock.h"
 #include "knnd/base/saturating.h"
 #include "knnd/index/memory_model.h"
-#include "knnd/serving/search_request.h"
 #include "knnd/rpc/result_fields.h"
 #include "knnd/rpc/search_payloads.h"
-#include "knnd/rpc/status_util.h"
+#include "knnd/serving/search_request.h"
 #include "spdlog/spdlog.h"
 
 namespace knnd {
@@ -67,7 +66,7 @@ void KnnServiceImpl::Listen(const ServingQueue& queue) {
 void KnnServiceImpl::Search(SearchCall* call) {
   const absl::Time arrival = absl::Now();
   const SearchAdmission::Answer answer = AnswerFor(call, arrival);
-  if (!admission_.Authorize(*call->context(), answer)) return;
+  if (!admission_.Authorize(*call, answer)) return;
   if (absl::Status s = CheckFilterParsed(call->request(),
                                          options_.limits.filter.max_depth);
       !s.ok()) {
@@ -105,7 +104,7 @@ void KnnServiceImpl::Search(SearchCall* call) {
         answer);
   }
   absl::StatusOr<AdmissionGate::Ticket> ticket = admission_.Admit(
-      *call->context(), arrival, absl::FromChrono(call->context()->deadline()),
+      *call, arrival, call->deadline(),
       {parsed->num_queries, bytes,
        SatMul(parsed->num_queries, std::max(parsed->nprobe, 1))},
       answer);
@@ -121,12 +120,12 @@ SearchAdmission::Answer KnnServiceImpl::AnswerFor(SearchCall* call,
     // The peer and status strings are built only when debug logging is on
     // (refusals under overload take this path hundreds of times a second).
     if (!status.ok() && spdlog::should_log(spdlog::level::debug)) {
-      spdlog::debug("Search from {} failed: {}", call->context()->peer(),
+      spdlog::debug("Search from {} failed: {}", call->peer(),
                     status.ToString());
     }
-    metrics->RecordRpc(Metrics::Rpc::kSearch, status.code(),
+    metrics->RecordRpc(Metrics::Rpc::kSearch, call->protocol(), status.code(),
                        absl::Now() - arrival);
-    call->Finish(ToGrpcStatus(status));
+    call->Answer(status);
   };
 }
 
@@ -146,8 +145,8 @@ absl::StatusOr<ParsedSearch> KnnServiceImpl::PinAndParse(
                          : holder_->Pin();
   if (pinned->snapshot == nullptr) {
     if (wanted > 0 && pinned->serving_version > 0) {
-      call->context()->AddTrailingMetadata(
-          kServingVersionMetadata, std::to_string(pinned->serving_version));
+      call->AddTrailer(kServingVersionMetadata,
+                       std::to_string(pinned->serving_version));
       return absl::FailedPreconditionError(absl::StrCat(
           "index_version=", wanted, " is not loaded here: version ",
           pinned->serving_version, " serves",
@@ -273,8 +272,11 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
   }
 
   job->snapshot = pinned.snapshot;
-  job->deadline = absl::FromChrono(call->context()->deadline());
+  job->deadline = call->deadline();
   job->is_cancelled = [call] { return call->cancelled(); };
+  // An HTTP listener thread serves many connections, which would wait for
+  // a search run on it (bench/RESULTS.md, "HTTP/JSON beside gRPC").
+  job->may_run_inline = call->protocol() != Metrics::Protocol::kHttp;
   job->ticket = std::move(ticket);
   job->on_done = [call, arrival, shape, slow = options_.slow_request,
                   metrics = metrics_, snapshot = std::move(pinned.snapshot),
@@ -294,38 +296,37 @@ std::unique_ptr<SearchJob> KnnServiceImpl::MakeJob(
     }
     const absl::Duration total = absl::Now() - arrival;
     metrics->RecordSearchWork(shape.num_queries, times.queue, times.search);
-    metrics->RecordRpc(Metrics::Rpc::kSearch, status.code(), total);
+    metrics->RecordRpc(Metrics::Rpc::kSearch, call->protocol(), status.code(),
+                       total);
     if (!status.ok()) {
       if (spdlog::should_log(spdlog::level::debug)) {
-        spdlog::debug("Search from {} failed after {}: {}",
-                      call->context()->peer(), absl::FormatDuration(total),
-                      status.ToString());
+        spdlog::debug("Search from {} failed after {}: {}", call->peer(),
+                      absl::FormatDuration(total), status.ToString());
       }
     } else if (slow > absl::ZeroDuration() && total > slow) {
       spdlog::warn(
           "slow Search from {}: {} (queue {}, search {} in {} units), "
           "{} queries k={} nprobe={} refine_factor={} filter={}",
-          call->context()->peer(), absl::FormatDuration(total),
+          call->peer(), absl::FormatDuration(total),
           absl::FormatDuration(times.queue), absl::FormatDuration(times.search),
           times.units, shape.num_queries, shape.k, shape.nprobe,
           shape.refine_factor, shape.filter_ids);
     }
-    call->Finish(ToGrpcStatus(status));
+    call->Answer(status);
   };
   return job;
 }
 
 void KnnServiceImpl::GetIndexInfo(InfoCall* call) {
-  grpc::ServerContext* const context = call->context();
   knnd::v1::GetIndexInfoResponse* const response = call->response();
   const absl::Time arrival = absl::Now();
   auto finish = [&](const absl::Status& status) {
-    metrics_->RecordRpc(Metrics::Rpc::kGetIndexInfo, status.code(),
-                        absl::Now() - arrival);
-    call->Finish(ToGrpcStatus(status));
+    metrics_->RecordRpc(Metrics::Rpc::kGetIndexInfo, call->protocol(),
+                        status.code(), absl::Now() - arrival);
+    call->Answer(status);
   };
   if (absl::Status allowed =
-          auth_->CheckCall(*context, "/knnd.v1.KnnService/GetIndexInfo");
+          call->Authorize(*auth_, "/knnd.v1.KnnService/GetIndexInfo");
       !allowed.ok()) {
     finish(allowed);
     return;

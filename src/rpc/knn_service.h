@@ -7,7 +7,9 @@
 // small request that finds a worker idle and nothing queued (Batcher
 // inline_max_rows).
 //
-// Every call is counted in `metrics`, rejections by reason.
+// Every call is counted in `metrics` (by protocol), rejections by reason.
+// The handlers see a ServerCall (server_call.h), so the HTTP/JSON listener
+// (http_api.h) serves the same Search and GetIndexInfo as gRPC.
 //
 // Search is registered as a stream and served by ReadOnMatchMethod
 // (knn_async_service.h): a call's message is read only when one of the
@@ -25,18 +27,19 @@
 
 #include "absl/time/time.h"
 #include "absl/types/optional.h"
-#include "knnd/serving/admission_gate.h"
-#include "knnd/serving/batcher.h"
-#include "knnd/serving/index_holder.h"
 #include "knnd/index/memory_model.h"
 #include "knnd/monitoring/metrics.h"
-#include "knnd/serving/search_request.h"
 #include "knnd/rpc/async_call.h"
 #include "knnd/rpc/call_hold.h"
 #include "knnd/rpc/knn_async_service.h"
 #include "knnd/rpc/search_admission.h"
 #include "knnd/rpc/search_request_codec.h"  // before the service is used
+#include "knnd/rpc/server_call.h"
 #include "knnd/rpc/token_auth.h"
+#include "knnd/serving/admission_gate.h"
+#include "knnd/serving/batcher.h"
+#include "knnd/serving/index_holder.h"
+#include "knnd/serving/search_request.h"
 #include "knnd/v1/knn_service.grpc.pb.h"
 
 namespace knnd {
@@ -60,10 +63,12 @@ class KnnServiceImpl final : public AsyncService {
     absl::Duration slow_request = absl::Milliseconds(250);  // 0: no log
   };
 
+  // The handlers take a protocol-neutral call (server_call.h): gRPC's
+  // UnaryCall, or an HTTP/JSON call (http_api.h).
   using SearchCall =
-      UnaryCall<knnd::v1::SearchRequest, knnd::v1::SearchResponse>;
-  using InfoCall = UnaryCall<knnd::v1::GetIndexInfoRequest,
-                             knnd::v1::GetIndexInfoResponse>;
+      ServerCall<knnd::v1::SearchRequest, knnd::v1::SearchResponse>;
+  using InfoCall =
+      ServerCall<knnd::v1::GetIndexInfoRequest, knnd::v1::GetIndexInfoResponse>;
 
   KnnServiceImpl(const Options& options, IndexHolder* holder,
                  AdmissionGate* gate, Batcher* batcher, Metrics* metrics,

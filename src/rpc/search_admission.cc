@@ -18,9 +18,9 @@ SearchAdmission::SearchAdmission(const Options& options, AdmissionGate* gate,
       auth_(auth),
       hold_(hold) {}
 
-bool SearchAdmission::Authorize(const grpc::ServerContext& context,
+bool SearchAdmission::Authorize(const ServerCallBase& call,
                                 const Answer& answer) const {
-  absl::Status allowed = auth_->CheckCall(context, kSearchMethod);
+  absl::Status allowed = call.Authorize(*auth_, kSearchMethod);
   if (allowed.ok()) return true;
   answer(allowed);
   return false;
@@ -49,7 +49,7 @@ void SearchAdmission::RefuseSaturated(const Shape& shape,
 }
 
 absl::StatusOr<AdmissionGate::Ticket> SearchAdmission::Admit(
-    grpc::ServerContext& context, absl::Time arrival, absl::Time deadline,
+    ServerCallBase& call, absl::Time arrival, absl::Time deadline,
     const Demand& demand, const Answer& answer) const {
   if (deadline <= arrival) {
     absl::Status late = absl::DeadlineExceededError(
@@ -62,8 +62,8 @@ absl::StatusOr<AdmissionGate::Ticket> SearchAdmission::Admit(
       demand.queries, demand.bytes, demand.work_units, &refused);
   if (ticket.ok()) return ticket;
   if (absl::IsResourceExhausted(ticket.status())) {
-    context.AddTrailingMetadata(kPushbackMetadata,
-                                std::to_string(options_.retry_pushback_ms));
+    call.AddTrailer(kPushbackMetadata,
+                    std::to_string(options_.retry_pushback_ms));
   }
   metrics_->RecordRejection(refused);
   if (refused == RejectReason::kDraining && hold_ != nullptr &&

@@ -1,5 +1,6 @@
 // SearchAdmission: the way into a Search, the same for both front doors
-// (KnnServiceImpl over a local index, ShardFront over shards): the caller's
+// (KnnServiceImpl over a local index, ShardFront over shards) and both
+// protocols (a ServerCall of gRPC or HTTP/JSON): the caller's
 // token, then the door's own readiness and parsing, then the deadline on
 // arrival and the AdmissionGate. Every refusal is counted by reason,
 // answered through the door's `Answer` (which records the RPC and finishes
@@ -19,9 +20,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "grpcpp/server_context.h"
 #include "knnd/monitoring/metrics.h"
 #include "knnd/rpc/call_hold.h"
+#include "knnd/rpc/server_call.h"
 #include "knnd/rpc/token_auth.h"
 #include "knnd/serving/admission_gate.h"
 
@@ -68,8 +69,7 @@ class SearchAdmission {
 
   // The caller's bearer token for Search; on refusal answers it and
   // returns false (not a rejection: as for every other RPC).
-  bool Authorize(const grpc::ServerContext& context,
-                 const Answer& answer) const;
+  bool Authorize(const ServerCallBase& call, const Answer& answer) const;
 
   // A refusal of the door's own (not ready, an invalid request): counted
   // under `reason`, then answered.
@@ -83,8 +83,9 @@ class SearchAdmission {
 
   // The deadline on arrival, then the gate: the call's ticket, or, refused
   // (deadline passed, gate full or draining), the call is answered (at
-  // once, or when the hold lets go of it) and the status returned.
-  absl::StatusOr<AdmissionGate::Ticket> Admit(grpc::ServerContext& context,
+  // once, or when the hold lets go of it) and the status returned; a full
+  // gate adds the pushback to `call`'s trailers.
+  absl::StatusOr<AdmissionGate::Ticket> Admit(ServerCallBase& call,
                                               absl::Time arrival,
                                               absl::Time deadline,
                                               const Demand& demand,

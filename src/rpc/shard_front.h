@@ -80,8 +80,17 @@ class ShardFront {
       std::function<void(bool)> serving_changed);
   ~ShardFront();
 
-  // The knnd.v1.KnnService the front serves.
+  // The knnd.v1.KnnService the front serves over gRPC.
   AsyncService* service();
+
+  // Its handlers, for any protocol (server_call.h): the gRPC service above
+  // and the HTTP/JSON listener (http_api.h) call them.
+  using SearchCall =
+      ServerCall<knnd::v1::SearchRequest, knnd::v1::SearchResponse>;
+  using InfoCall =
+      ServerCall<knnd::v1::GetIndexInfoRequest, knnd::v1::GetIndexInfoResponse>;
+  void Search(SearchCall* call);
+  void GetIndexInfo(InfoCall* call);
 
   // Starts the poller (the first poll runs at once).
   void Start();

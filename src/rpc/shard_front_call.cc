@@ -49,15 +49,14 @@ std::string Trailing(const grpc::ClientContext& context, const char* key) {
 
 // ---------------------------------------------------------------------------
 // One Search: admitted by the gate, sent to every shard, gathered, merged.
-// Owned by its gRPC call (deleted when the call is).
+// Owned by its call (deleted when the call is), of gRPC or HTTP/JSON.
 class ShardFront::Call final {
  public:
-  using Unary = UnaryCall<SearchRequest, SearchResponse>;
+  using Unary = ShardFront::SearchCall;
 
   Call(ShardFront* front, Unary* call)
       : front_(front),
         call_(call),
-        context_(call->context()),
         request_(&call->request()),
         response_(call->response()),
         arrival_(absl::Now()),
@@ -71,7 +70,7 @@ class ShardFront::Call final {
     const SearchAdmission::Answer answer = [this](const absl::Status& status) {
       Answer(status);
     };
-    if (!admission.Authorize(*context_, answer)) return;
+    if (!admission.Authorize(*call_, answer)) return;
     // Not ready() (every shard up as one set): with a shard down a call
     // that allows partial results is still answered, and any other fails
     // naming the shard. Only a front that has never heard of any shard
@@ -93,13 +92,13 @@ class ShardFront::Call final {
     if (Saturated(demand->bytes)) {
       return admission.RefuseSaturated(demand->shape, answer);
     }
-    deadline_ = absl::FromChrono(context_->deadline());
+    deadline_ = call_->deadline();
     if (deadline_ - arrival_ > absl::Hours(24)) {
       deadline_ = arrival_ + front_->options_.default_deadline;
     }
-    absl::StatusOr<AdmissionGate::Ticket> ticket = admission.Admit(
-        *context_, arrival_, deadline_,
-        {demand->shape.queries, demand->bytes, 0}, answer);
+    absl::StatusOr<AdmissionGate::Ticket> ticket =
+        admission.Admit(*call_, arrival_, deadline_,
+                        {demand->shape.queries, demand->bytes, 0}, answer);
     if (!ticket.ok()) return;
     // What the answers are held to: the bounds the estimate counted.
     bounds_ = std::move(facts.shards);
@@ -313,7 +312,7 @@ class ShardFront::Call final {
     }
     const grpc::Status& first = subs[failed.front()]->status;
     if (first.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-      context_->AddTrailingMetadata(
+      call_->AddTrailer(
           kPushbackMetadata,
           std::to_string(pushback >= 0 ? pushback
                                        : front_->options_.retry_pushback_ms));
@@ -334,27 +333,27 @@ class ShardFront::Call final {
     // large answers made the freeing slow).
     gathered_.clear();
     const absl::Duration total = absl::Now() - arrival_;
-    front_->metrics_->RecordRpc(Metrics::Rpc::kSearch, status.code(), total);
+    front_->metrics_->RecordRpc(Metrics::Rpc::kSearch, call_->protocol(),
+                                status.code(), total);
     if (!status.ok() && spdlog::should_log(spdlog::level::debug)) {
-      spdlog::debug("Search from {} failed: {}", context_->peer(),
+      spdlog::debug("Search from {} failed: {}", call_->peer(),
                     status.ToString());
     } else if (status.ok() &&
                front_->options_.slow_request > absl::ZeroDuration() &&
                total > front_->options_.slow_request) {
       spdlog::warn("slow Search from {} over {} shards: {} ({} attempts)",
-                   context_->peer(), front_->shards_.size(),
+                   call_->peer(), front_->shards_.size(),
                    absl::FormatDuration(total), attempts_);
     }
     ticket_.Release();
     std::shared_ptr<LiveCalls> live = std::move(live_);
-    call_->Finish(ToGrpcStatus(status));
+    call_->Answer(status);
     // `this` may be gone now; the front stays until every call has ended.
     CallEnded(std::move(live));
   }
 
   ShardFront* const front_;
   Unary* const call_;
-  grpc::ServerContext* const context_;
   const SearchRequest* const request_;
   SearchResponse* const response_;
   const absl::Time arrival_;
@@ -379,17 +378,31 @@ class ShardFront::Call final {
 };
 
 // ---------------------------------------------------------------------------
+void ShardFront::Search(SearchCall* call) { (new Call(this, call))->Begin(); }
+
+void ShardFront::GetIndexInfo(InfoCall* call) {
+  // Counted as a live call too: the front's state it reads stays until the
+  // call has ended.
+  std::shared_ptr<LiveCalls> live = CallBegun();
+  const absl::Time arrival = absl::Now();
+  absl::Status status =
+      call->Authorize(*auth_, "/knnd.v1.KnnService/GetIndexInfo");
+  if (status.ok()) status = SetInfo(call->response());
+  metrics_->RecordRpc(Metrics::Rpc::kGetIndexInfo, call->protocol(),
+                      status.code(), absl::Now() - arrival);
+  call->Answer(status);
+  CallEnded(std::move(live));
+}
+
 class ShardFront::Service final : public AsyncService {
  public:
   using Async = KnnAsyncService;
-  using InfoCall = UnaryCall<GetIndexInfoRequest, GetIndexInfoResponse>;
 
   explicit Service(ShardFront* front)
-      : front_(front),
-        search_(&service_, &Async::RequestSearch,
-                [front](Call::Unary* call) { (new Call(front, call))->Begin(); }),
+      : search_(&service_, &Async::RequestSearch,
+                [front](SearchCall* call) { front->Search(call); }),
         info_(&service_, &Async::RequestGetIndexInfo,
-              [this](InfoCall* call) { GetIndexInfo(call); }) {}
+              [front](InfoCall* call) { front->GetIndexInfo(call); }) {}
 
   grpc::Service* grpc_service() override { return &service_; }
   void Listen(const ServingQueue& queue) override {
@@ -398,21 +411,6 @@ class ShardFront::Service final : public AsyncService {
   }
 
  private:
-  void GetIndexInfo(InfoCall* call) {
-    // Counted as a live call too: the front's state it reads stays until
-    // the call has ended.
-    std::shared_ptr<LiveCalls> live = front_->CallBegun();
-    const absl::Time arrival = absl::Now();
-    absl::Status status = front_->auth_->CheckCall(
-        *call->context(), "/knnd.v1.KnnService/GetIndexInfo");
-    if (status.ok()) status = front_->SetInfo(call->response());
-    front_->metrics_->RecordRpc(Metrics::Rpc::kGetIndexInfo, status.code(),
-                                absl::Now() - arrival);
-    call->Finish(ToGrpcStatus(status));
-    CallEnded(std::move(live));
-  }
-
-  ShardFront* const front_;
   Async service_;
   // Read on match, as knnd's own Search (knn_async_service.h): a flood of
   // large requests waits in gRPC's queue of calls instead of being read at

@@ -102,10 +102,11 @@ void Batcher::Submit(std::unique_ptr<SearchJob> job) {
   const int64_t rows = job->args.num_queries;
   const int64_t step = options_.max_batch_rows;
   const int units = static_cast<int>((rows + step - 1) / step);
+  const bool may_run_inline = job->may_run_inline;
   auto running = std::make_shared<Running>(std::move(job), units);
   {
     absl::MutexLock lock(&mu_);
-    if (!CanRunInline(rows)) {
+    if (!may_run_inline || !CanRunInline(rows)) {
       Enqueue(running, rows);
       return;
     }

@@ -77,6 +77,10 @@ struct SearchJob {
   HybridOutputs hybrid_out;
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> is_cancelled;  // optional
+  // false: never searched on the submitting thread (Options::
+  // inline_max_rows), whose other work would wait meanwhile: the HTTP
+  // listener's threads each serve many connections.
+  bool may_run_inline = true;
   // Called exactly once, on a worker thread, after the last unit.
   std::function<void(const absl::Status&, const JobTimes&)> on_done;
   AdmissionGate::Ticket ticket;

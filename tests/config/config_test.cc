@@ -117,6 +117,43 @@ TEST(GrpcMemoryConfig, QuotaAndLargestMessageFollowHeadroomAndBudget) {
   ::knnd::testing::ExpectConfigRefused(config, "grpc_memory_quota_bytes is 1000");
 }
 
+// The HTTP listener: off by default; its body limit is the largest gRPC
+// message within half its quota (a quarter of the headroom); its fields are
+// checked only when it is on, each naming its range.
+TEST(HttpConfig, BodyLimitFollowsTheLargestMessageAndTheQuota) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  knnd::v1::ServerConfig config = ::knnd::testing::TestConfig("h.index");
+  EXPECT_EQ(config.http_listen_address(), "");
+  HttpServer::Options http =
+      HttpServerOptionsFrom(config, ConnectionLimitsFrom(config, 0));
+  EXPECT_EQ(http.memory_quota_bytes, 32 * kMiB);
+  EXPECT_EQ(http.max_body_bytes, 16 * kMiB);
+  http = HttpServerOptionsFrom(config, ConnectionLimitsFrom(config, 4 * kMiB));
+  EXPECT_EQ(http.max_body_bytes, 4 * kMiB + 64 * 1024);  // the gRPC message
+  config.set_http_max_connections(0);                    // off: not checked
+  EXPECT_TRUE(ValidateConfig(config).ok());
+  config.set_http_listen_address("127.0.0.1:0");
+  ::knnd::testing::ExpectConfigRefused(
+      config, "http_max_connections=0 is outside [1, 1000000]");
+  config.set_http_max_connections(10);
+  config.set_http_memory_quota_bytes(2 * kMiB);
+  config.set_http_max_body_bytes(3 * kMiB);
+  ::knnd::testing::ExpectConfigRefused(
+      config, "http_max_body_bytes=3145728 is outside [1024, 2097152]");
+  config.set_http_max_body_bytes(0);
+  EXPECT_EQ(HttpServerOptionsFrom(config, ConnectionLimitsFrom(config, 0))
+                .max_body_bytes,
+            kMiB);
+  EXPECT_TRUE(ValidateConfig(config).ok());
+  config.set_http_memory_quota_bytes(1000);
+  ::knnd::testing::ExpectConfigRefused(config,
+                                       "http_memory_quota_bytes is 1000");
+  config.set_http_memory_quota_bytes(0);
+  config.set_http_read_timeout_ms(999);
+  ::knnd::testing::ExpectConfigRefused(
+      config, "http_read_timeout_ms=999 is outside [1000, 3600000]");
+}
+
 // max_queue_time_ms: 0 (no bound) by default, at most an hour.
 TEST(QueueTimeConfig, BoundIsOffByDefaultAndAtMostAnHour) {
   knnd::v1::ServerConfig config = ::knnd::testing::TestConfig("q.index");

@@ -97,6 +97,21 @@ TEST(ServerOptions, RpcDefaultsAreTheConfigs) {
               FieldsAre(auth.search_token_file, auth.admin_token_file));
 }
 
+TEST(ServerOptions, HttpServerDefaultsAreTheConfigs) {
+  const HttpServer::Options d;
+  const HttpTls::Files& tls = d.tls;
+  EXPECT_THAT(
+      HttpServerOptionsFrom(ServerConfig(),
+                            ConnectionLimitsFrom(ServerConfig(), 0)),
+      FieldsAre(d.address, StrEq(d.role), d.threads, d.max_connections,
+                d.max_connections_per_ip, d.max_body_bytes,
+                d.memory_quota_bytes, d.max_header_bytes, d.read_timeout,
+                d.idle_timeout, d.max_connection_age,
+                FieldsAre(tls.cert_file, tls.key_file, tls.client_ca_file,
+                          tls.require_client_cert, tls.reload_interval),
+                IsNull()));
+}
+
 TEST(ServerOptions, VersionPreparationDefaultsAreTheConfigs) {
   const VersionPreparation::Options d;
   EXPECT_THAT(PreparationOptionsFrom(ServerConfig()),

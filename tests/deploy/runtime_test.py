@@ -8,6 +8,7 @@ A folder missing a library is refused by the script's own check.
   runtime_test.py --build-dir BUILD --source-dir . [unittest args]
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.request
 
 ARGS = None
 
@@ -42,7 +44,7 @@ class RuntimeFolderTest(unittest.TestCase):
                          ["knnctl", "knnd"])
         libs = os.listdir(os.path.join(self.out, "lib"))
         for needed in ("libgrpc++.so.1.51", "libprotobuf.so.32", "libopenblas.so.0",
-                       "libgomp.so.1"):
+                       "libgomp.so.1", "libmicrohttpd.so.12", "libgnutls.so.30"):
             self.assertIn(needed, libs)
         self.assertNotIn("libc.so.6", libs)
 
@@ -58,11 +60,12 @@ class RuntimeFolderTest(unittest.TestCase):
                         "--output", index, "--random", "2000", "--dim", "16",
                         "--factory", "IVF16,PQ4", "--nprobe", "4"],
                        check=True, capture_output=True)
-        from knnd_harness import Daemon
+        from knnd_harness import Daemon, free_port
+        http = f"127.0.0.1:{free_port()}"
         # knnctl health polls with the daemon's (empty) environment.
         daemon = Daemon(os.path.join(self.out, "bin", "knnd"),
                         ["--config", os.path.join(self.out, "etc", "knnd.textproto"),
-                         "--index", index, "--workers", "1"],
+                         "--index", index, "--workers", "1", "--http_listen", http],
                         log_path=os.path.join(self.tmp.name, "knnd.log"),
                         knnctl=os.path.join(self.out, "bin", "knnctl"), env={})
         self.addCleanup(daemon.stop)
@@ -72,6 +75,9 @@ class RuntimeFolderTest(unittest.TestCase):
                          "--k", "3")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout, r"query 0: \d+\(")
+        # The HTTP/JSON listener, from the folder's libmicrohttpd.
+        with urllib.request.urlopen(f"http://{http}/v1/index_info", timeout=10) as r:
+            self.assertEqual(json.load(r)["dim"], 16)
         daemon.proc.send_signal(signal.SIGTERM)
         self.assertEqual(daemon.proc.wait(timeout=60), 0)
         self.assertIn("drained", daemon.read_log())

@@ -95,7 +95,8 @@ TEST(Metrics, ScrapeCountsTrafficByCodeReasonAndSize) {
   const std::map<std::string, std::string> search = {
       {"grpc_service", "knnd.v1.KnnService"},
       {"grpc_method", "Search"},
-      {"grpc_type", "unary"}};
+      {"grpc_type", "unary"},
+      {"protocol", "grpc"}};
   auto with = [](std::map<std::string, std::string> labels, const char* k,
                  const char* v) {
     labels[k] = v;
@@ -116,8 +117,14 @@ TEST(Metrics, ScrapeCountsTrafficByCodeReasonAndSize) {
             0);
   EXPECT_EQ(SumSamples(m, "grpc_server_handled_total", search), 7);
   EXPECT_EQ(FindSample(m, "grpc_server_handled_total",
-                       {{"grpc_method", "GetIndexInfo"}, {"grpc_code", "OK"}}),
+                       {{"grpc_method", "GetIndexInfo"},
+                        {"grpc_code", "OK"},
+                        {"protocol", "grpc"}}),
             1);
+  // The same series for HTTP/JSON calls, at 0 without any.
+  EXPECT_EQ(SumSamples(m, "grpc_server_handled_total",
+                       with(search, "protocol", "http")),
+            0);
   EXPECT_EQ(FindSample(m, "grpc_server_handling_seconds_count", search), 7);
   EXPECT_EQ(FindSample(m, "grpc_server_handling_seconds_bucket",
                        with(search, "le", "+Inf")),
@@ -411,13 +418,17 @@ TEST(PrometheusEndToEnd, ScrapedSeriesMatchTheTrafficSent) {
   PrometheusServer server(prometheus, tmp, s.server->metrics_port());
 
   const std::string ok =
-      R"(grpc_server_handled_total{job="knnd",grpc_method="Search",grpc_code="OK"})";
+      R"(grpc_server_handled_total{job="knnd",grpc_method="Search",grpc_code="OK",protocol="grpc"})";
   EXPECT_EQ(server.WaitFor(ok, kSearches), kSearches)
       << "Prometheus log: " << tmp.path("prometheus.log");
-  EXPECT_EQ(server.Query(R"(grpc_server_handling_seconds_count{grpc_method="Search"})"),
-            kSearches);
-  EXPECT_EQ(server.Query(R"(grpc_server_handling_seconds_bucket{grpc_method="Search",le="+Inf"})"),
-            kSearches);
+  EXPECT_EQ(
+      server.Query(
+          R"(grpc_server_handling_seconds_count{grpc_method="Search",protocol="grpc"})"),
+      kSearches);
+  EXPECT_EQ(
+      server.Query(
+          R"(grpc_server_handling_seconds_bucket{grpc_method="Search",protocol="grpc",le="+Inf"})"),
+      kSearches);
   EXPECT_EQ(server.Query("up{job=\"knnd\"}"), 1);
   EXPECT_GT(server.Query("process_resident_memory_bytes").value_or(0), 0);
   EXPECT_GT(server.Query(R"(knnd_process_resident_memory_bytes{type="anonymous"})")

@@ -29,7 +29,7 @@ import unittest
 
 import numpy as np
 
-from knnd_harness import Daemon, generate_stubs, unittest_main
+from knnd_harness import Daemon, generate_stubs, make_tls_files, unittest_main
 
 VENV_ENV = "KNND_CLIENT_TEST_VENV"    # set in the suite's run: its venv
 ROUTE_ENV = "KNND_CLIENT_TEST_ROUTE"  # "system" or "pypi"
@@ -43,7 +43,8 @@ TYPE_CHECK_REQUIREMENTS = ("mypy==2.4.1", "types-grpcio==1.85.0.20261028",
                            "types-protobuf==7.35.1.20260906")
 DIM = 48
 SEARCH_OK = ('grpc_server_handled_total{grpc_code="OK",grpc_method="Search",'
-             'grpc_service="knnd.v1.KnnService",grpc_type="unary"}')
+             'grpc_service="knnd.v1.KnnService",grpc_type="unary",'
+             'protocol="grpc"}')
 SEARCH_CANCELLED = SEARCH_OK.replace('"OK"', '"CANCELLED"')
 
 
@@ -377,24 +378,6 @@ class FakeDns:
         self.sock.close()
 
 
-def make_tls_files(directory):
-    """A CA and a server certificate for localhost / 127.0.0.1 signed by
-    it, made with openssl; returns (ca.crt, server.crt, server.key)."""
-    ca_key, ca_crt = (os.path.join(directory, n) for n in ("ca.key", "ca.crt"))
-    key, csr, crt = (os.path.join(directory, n)
-                     for n in ("server.key", "server.csr", "server.crt"))
-    ext = os.path.join(directory, "san.ext")
-    with open(ext, "w") as f:
-        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    for command in (
-            ["req", "-x509", *ec, "-keyout", ca_key, "-out", ca_crt, "-days", "2",
-             "-subj", "/CN=knnd-client-test CA"],
-            ["req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=localhost"],
-            ["x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key,
-             "-CAcreateserial", "-out", crt, "-days", "2", "-extfile", ext]):
-        subprocess.run(["openssl", *command], check=True, capture_output=True)
-    return ca_crt, crt, key
 
 
 

@@ -41,7 +41,8 @@ from knnd_harness import Daemon, free_port, unittest_main
 
 ARGS = None
 SEARCH_OK = ('grpc_server_handled_total{grpc_code="OK",grpc_method="Search",'
-             'grpc_service="knnd.v1.KnnService",grpc_type="unary"}')
+             'grpc_service="knnd.v1.KnnService",grpc_type="unary",'
+             'protocol="grpc"}')
 
 
 def run(command, **kwargs):

@@ -227,7 +227,7 @@ class FaultTest(unittest.TestCase):
         future.cancel()
         cancelled = ('grpc_server_handled_total{grpc_code="CANCELLED",'
                      'grpc_method="Search",grpc_service="knnd.v1.KnnService",'
-                     'grpc_type="unary"}')
+                     'grpc_type="unary",protocol="grpc"}')
         deadline = time.time() + 30
         while time.time() < deadline:
             values = daemon.scrape()
@@ -240,7 +240,8 @@ class FaultTest(unittest.TestCase):
         self.assertEqual(values["knnd_estimated_bytes_in_flight"], 0)
         self.assertEqual(values["knnd_work_units_queued"], 0)
         ok = ('grpc_server_handled_total{grpc_code="OK",grpc_method="Search",'
-              'grpc_service="knnd.v1.KnnService",grpc_type="unary"}')
+              'grpc_service="knnd.v1.KnnService",grpc_type="unary",'
+              'protocol="grpc"}')
         self.assertEqual(values.get(ok, 0), 0, "the cancelled search was answered")
         self.assert_answers(stub, self.faiss_a, self.xb[:8] + 0.01)
 

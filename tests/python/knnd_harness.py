@@ -81,6 +81,46 @@ def build_test_index(path, seed, n=20000, dim=48):
     return xb
 
 
+def _openssl(*command):
+    subprocess.run(["openssl", *command], check=True, capture_output=True)
+
+
+EC_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+def make_ca(directory, name):
+    """A self-signed CA made with openssl; returns (NAME.crt, NAME.key)."""
+    crt, key = (os.path.join(directory, f"{name}.{e}") for e in ("crt", "key"))
+    _openssl("req", "-x509", *EC_KEY, "-keyout", key, "-out", crt, "-days", "2",
+             "-subj", f"/CN=knnd test {name}")
+    return crt, key
+
+
+def make_cert(directory, name, ca, subject_alt_name=None):
+    """A certificate NAME.crt (CN=NAME) and its key signed by `ca`, a
+    (crt, key) pair; returns (NAME.crt, NAME.key)."""
+    crt, key, csr = (os.path.join(directory, f"{name}.{e}")
+                     for e in ("crt", "key", "csr"))
+    _openssl("req", *EC_KEY, "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
+    extra = []
+    if subject_alt_name:
+        ext = os.path.join(directory, f"{name}.ext")
+        with open(ext, "w") as f:
+            f.write(f"subjectAltName={subject_alt_name}\n")
+        extra = ["-extfile", ext]
+    _openssl("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1],
+             "-CAcreateserial", "-out", crt, "-days", "2", *extra)
+    return crt, key
+
+
+def make_tls_files(directory):
+    """A CA and a server certificate for localhost / 127.0.0.1 signed by
+    it, made with openssl; returns (ca.crt, server.crt, server.key)."""
+    ca = make_ca(directory, "ca")
+    crt, key = make_cert(directory, "server", ca, "DNS:localhost,IP:127.0.0.1")
+    return ca[0], crt, key
+
+
 def copy_client_sources(source_dir, dst):
     """Copies proto/ and clients/python/ under `dst` (so that building the
     client leaves nothing in the source tree); returns the copy of

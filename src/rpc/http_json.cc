@@ -1,0 +1,153 @@
+#include "knnd/rpc/http_json.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "knnd/rpc/search_admission.h"
+#include "knnd/rpc/status_util.h"
+#include "knnd/storage/json_value.h"
+
+namespace knnd {
+namespace {
+
+// The key SearchResponse.payloads is printed under, empty: its only
+// unescaped occurrence in the answer (quotes inside strings are escaped).
+constexpr absl::string_view kEmptyPayloads = "\"payloads\":[]";
+
+google::protobuf::util::JsonPrintOptions PrintOptions() {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  return options;
+}
+
+}  // namespace
+
+int HttpStatusOf(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+std::string ErrorJson(const absl::Status& status) {
+  std::string out = "{\"code\":";
+  AppendJsonString(absl::StatusCodeToString(status.code()), &out);
+  out += ",\"message\":";
+  AppendJsonString(BoundStatusMessage(status.message()), &out);
+  out += "}";
+  return out;
+}
+
+absl::Status ParseJsonRequest(absl::string_view body,
+                              google::protobuf::Message* message) {
+  const absl::string_view text = absl::StripAsciiWhitespace(body);
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(
+      text.empty() ? "{}"
+                   : google::protobuf::StringPiece(text.data(), text.size()),
+      message, options);
+  if (parsed.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the body is not a ", message->GetDescriptor()->full_name(),
+      " in the proto's JSON mapping (docs/api.md, \"HTTP/JSON\"): ",
+      std::string(parsed.message())));
+}
+
+absl::Status ResponseJson(google::protobuf::Message* message,
+                          std::string* out) {
+  const auto printed = google::protobuf::util::MessageToJsonString(
+      *message, out, PrintOptions());
+  if (printed.ok()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("cannot write the answer as JSON: ",
+                                          std::string(printed.message())));
+}
+
+absl::Status ResponseJson(knnd::v1::SearchResponse* response,
+                          std::string* out) {
+  google::protobuf::RepeatedPtrField<std::string> payloads;
+  payloads.Swap(response->mutable_payloads());
+  absl::Status printed =
+      ResponseJson(static_cast<google::protobuf::Message*>(response), out);
+  payloads.Swap(response->mutable_payloads());
+  if (!printed.ok()) return printed;
+  const size_t at = out->find(kEmptyPayloads.data(), 0, kEmptyPayloads.size());
+  if (at == std::string::npos) {
+    return absl::InternalError("the answer's JSON has no payloads key");
+  }
+  size_t bytes = 2;
+  for (const std::string& p : response->payloads()) bytes += p.size() + 5;
+  std::string array;
+  array.reserve(bytes);
+  array += '[';
+  for (int i = 0; i < response->payloads_size(); ++i) {
+    if (i > 0) array += ',';
+    const std::string& payload = response->payloads(i);
+    array += payload.empty() ? "null" : payload;
+  }
+  array += ']';
+  out->replace(at + kEmptyPayloads.size() - 2, 2, array);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Time> DeadlineOf(absl::optional<absl::string_view> value,
+                                      absl::Time start) {
+  if (!value.has_value()) return absl::InfiniteFuture();
+  int64_t ms = 0;
+  if (!absl::SimpleAtoi(*value, &ms) || ms < 1 || ms > kMaxTimeoutMs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "header ", kTimeoutHeader, ": ", *value,
+        " is not a whole number of milliseconds in [1, ", kMaxTimeoutMs, "]"));
+  }
+  return start + absl::Milliseconds(ms);
+}
+
+std::vector<std::pair<std::string, std::string>> TrailerHeaders(
+    const std::vector<std::pair<std::string, std::string>>& trailers) {
+  std::vector<std::pair<std::string, std::string>> headers;
+  for (const auto& [key, value] : trailers) {
+    int64_t ms = 0;
+    if (key == kPushbackMetadata && absl::SimpleAtoi(value, &ms)) {
+      headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(
+                                              1, (ms + 999) / 1000)));
+      headers.emplace_back("X-Knnd-Retry-Pushback-Ms", value);
+    } else {
+      headers.emplace_back(key, value);
+    }
+  }
+  return headers;
+}
+
+}  // namespace knnd
