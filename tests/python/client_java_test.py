@@ -3,7 +3,8 @@
 route's venv (client_testing.py): examples/java/build.sh builds it offline
 from Debian's packages (protoc with the grpc-java plugin, javac against
 /usr/share/java), and its gRPC client must answer what knnd-client's
-KnnClient answers for the same request: ids and float32 distances bit for
+KnnClient answers for the same request, and so must its HTTP/JSON
+client (java.net.http + Jackson) against knnd's HTTP listener: ids and float32 distances bit for
 bit, payloads equal as JSON, hybrid ranks equal; for a vector search with
 payloads, a hybrid search fused by RRF and by weights, and texts alone
 (BM25); a refused request exits with knnd's status code and message.
@@ -15,6 +16,7 @@ Skipped, saying what to install, only where javac is absent.
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import unittest
@@ -68,7 +70,11 @@ class JavaClientTest(unittest.TestCase):
              os.path.join(tmp, "ids.npy"), "--payloads",
              os.path.join(tmp, "p.jsonl"), "--text", "text"],
             check=True, capture_output=True)
-        cls.daemon = Daemon(ARGS.knnd, ["--index", index],
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            cls.http_url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+        cls.daemon = Daemon(ARGS.knnd, ["--index", index, "--http_listen",
+                                        cls.http_url[len("http://"):]],
                             log_path=os.path.join(tmp, "knnd.log"),
                             knnctl=ARGS.knnctl)
         if not cls.daemon.wait_serving(60):
@@ -89,10 +95,14 @@ class JavaClientTest(unittest.TestCase):
             stop_all([cls.daemon], 30)
         cls.tmp.cleanup()
 
-    def java(self, *args, check=True):
+    VIAS = ("grpc", "http")
+
+    def java(self, via, *args, check=True):
+        """KnndExample over `via` ("grpc" or "http"): its JSON lines."""
+        target = self.daemon.address if via == "grpc" else self.http_url
         run = subprocess.run(
             ["java", "-cp", self.classpath, "io.knnd.example.KnndExample",
-             "--grpc", self.daemon.address, *args],
+             "--" + via, target, *args],
             capture_output=True, text=True, timeout=120)
         if check:
             self.assertEqual(run.returncode, 0, run.stderr)
@@ -120,35 +130,42 @@ class JavaClientTest(unittest.TestCase):
                     self.assertEqual(line[name], want, name)
 
     def test_vector_search_with_payloads_equals_the_python_client(self):
-        lines = self.java("--queries", os.path.join(self.tmp.name, "q.f32"),
-                          "--dim", str(DIM), "--k", str(K), "--payloads",
-                          "--nprobe", "4")
         result = self.client.search(self.queries, K, nprobe=4, payloads=True)
-        self.assert_same(lines, result)
-        self.assertGreaterEqual(min(lines[0]["ids"]), 2**40)  # int64 ids
-        self.assertIn("text", lines[0]["payloads"][0])
+        for via in self.VIAS:
+            lines = self.java(via, "--queries",
+                              os.path.join(self.tmp.name, "q.f32"), "--dim",
+                              str(DIM), "--k", str(K), "--payloads",
+                              "--nprobe", "4")
+            self.assert_same(lines, result)
+            self.assertGreaterEqual(min(lines[0]["ids"]), 2**40)  # int64
+            self.assertIn("text", lines[0]["payloads"][0])
 
     def test_hybrid_and_text_search_equal_the_python_client(self):
         common = ["--texts", os.path.join(self.tmp.name, "t.txt"), "--k",
                   str(K)]
-        for fusion in ("rrf", "weighted"):
-            lines = self.java("--queries", os.path.join(self.tmp.name, "q.f32"),
-                              "--dim", str(DIM), "--fusion", fusion, *common)
-            result = self.client.search(self.queries, K, text=TEXTS,
-                                        fusion=fusion)
-            self.assertEqual(result.fusion, fusion)
+        for via in self.VIAS:
+            for fusion in ("rrf", "weighted"):
+                lines = self.java(via, "--queries",
+                                  os.path.join(self.tmp.name, "q.f32"),
+                                  "--dim", str(DIM), "--fusion", fusion,
+                                  *common)
+                result = self.client.search(self.queries, K, text=TEXTS,
+                                            fusion=fusion)
+                self.assertEqual(result.fusion, fusion)
+                self.assert_same(lines, result, hybrid=True)
+            lines = self.java(via, *common)
+            result = self.client.search(None, K, text=TEXTS)
             self.assert_same(lines, result, hybrid=True)
-        lines = self.java(*common)
-        result = self.client.search(None, K, text=TEXTS)
-        self.assert_same(lines, result, hybrid=True)
-        self.assertTrue(all(line["text_ranks"][0] == 1 for line in lines))
+            self.assertTrue(all(line["text_ranks"][0] == 1 for line in lines))
 
     def test_a_refused_request_names_the_status_and_the_limit(self):
-        run = self.java("--queries", os.path.join(self.tmp.name, "q.f32"),
-                        "--dim", str(DIM), "--k", "100000", check=False)
-        self.assertEqual(run.returncode, 2)
-        self.assertIn("INVALID_ARGUMENT", run.stderr)
-        self.assertIn("max_k", run.stderr)
+        for via in self.VIAS:
+            run = self.java(via, "--queries",
+                            os.path.join(self.tmp.name, "q.f32"), "--dim",
+                            str(DIM), "--k", "100000", check=False)
+            self.assertEqual(run.returncode, 2, via)
+            self.assertIn("INVALID_ARGUMENT", run.stderr, via)
+            self.assertIn("max_k", run.stderr, via)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import java.util.Map;
  *
  * <pre>
  * java -cp "$(cat OUT/classpath)" io.knnd.example.KnndExample \
- *     --grpc 127.0.0.1:50051 --queries q.f32 --dim 48 --k 10 [--payloads]
+ *     (--grpc 127.0.0.1:50051 | --http http://127.0.0.1:8080)
+ *     --queries q.f32 --dim 48 --k 10 [--payloads]
  *     [--texts texts.txt [--fusion rrf|weighted]] [--nprobe N]
  *     [--refine_factor N] [--token T] [--timeout_ms 10000]
  * </pre>
@@ -37,7 +38,8 @@ public final class KnndExample {
     for (int i = 0; i < args.length; i++) {
       String a = args[i];
       if (a.equals("--help")) {
-        System.out.println("usage: KnndExample --grpc HOST:PORT (--queries FILE.f32 --dim D |"
+        System.out.println(
+            "usage: KnndExample (--grpc HOST:PORT | --http URL) (--queries FILE.f32 --dim D |"
             + " --texts FILE) [--k N] [--payloads] [--fusion rrf|weighted]"
             + " [--nprobe N] [--refine_factor N] [--token T] [--timeout_ms MS]");
         return;
@@ -67,10 +69,14 @@ public final class KnndExample {
     int k = Integer.parseInt(flags.getOrDefault("k", "10"));
     long timeoutMs = Long.parseLong(flags.getOrDefault("timeout_ms", "10000"));
     String target = flags.get("grpc");
-    if (target == null)
-      throw new IllegalArgumentException("give --grpc HOST:PORT");
+    String url = flags.get("http");
+    if ((target == null) == (url == null)) {
+      throw new IllegalArgumentException("give --grpc HOST:PORT or --http URL");
+    }
     List<List<Hit>> results;
-    try (KnndClient client = new KnndGrpcClient(target, flags.get("token"), timeoutMs)) {
+    try (KnndClient client = target != null
+            ? new KnndGrpcClient(target, flags.get("token"), timeoutMs)
+            : new KnndHttpClient(url, flags.get("token"), timeoutMs)) {
       results = client.search(queries, k, options);
     } catch (KnndException e) {
       System.err.println("knnd answered " + e.getMessage());
