@@ -94,7 +94,7 @@ class Sync:
         self.refused = {}  # version -> SHA-256 of the bucket manifest refused
         self.child = None
         self.stopping = False
-        self.last_message = None
+        self.reported = set()  # messages logged since a clean pass
 
     # rclone
 
@@ -315,15 +315,16 @@ class Sync:
 
     def sync_once(self):
         """Fetches the newest complete version newer than what is on disk
-        that verifies. Returns the version fetched, or None."""
+        that verifies, logging each one that does not. Returns (the version
+        fetched or None, whether a version failed)."""
         local = self.local_versions()
         newest_local = local[0] if local else 0
-        errors = []
+        failed = False
         for version in self.bucket_versions():
             if version <= newest_local:
                 break
             if version in self.refused:
-                # Refused again only when its bucket manifest changed.
+                # Tried again only once its bucket manifest changed.
                 _, digest, _ = self.read_manifest(version)
                 if self.refused[version] == digest:
                     continue
@@ -333,19 +334,19 @@ class Sync:
             except (SyncError, OSError) as e:
                 if self.stopping:
                     raise
-                errors.append(str(e))
+                self.report(str(e))
+                failed = True
                 continue
             self.prune(self.args.keep)
-            return version
-        if errors:
-            raise SyncError("; ".join(errors))
-        return None
+            return version, failed
+        return None, failed
 
     def report(self, message):
-        """Logs `message` unless the previous pass logged the same."""
-        if message != self.last_message:
+        """Logs `message` unless it was logged since the last pass that
+        went through without an error."""
+        if message not in self.reported:
             log(message)
-        self.last_message = message
+            self.reported.add(message)
 
     def run_once(self):
         try:
@@ -363,9 +364,9 @@ class Sync:
     def run_forever(self):
         while not self.stopping:
             try:
-                fetched = self.sync_once()
-                if fetched is None:
-                    self.last_message = None
+                _, failed = self.sync_once()
+                if not failed:
+                    self.reported.clear()
             except (SyncError, OSError) as e:
                 if self.stopping:
                     break

@@ -15,7 +15,8 @@ calls throughout. Version 1 is a knnctl build; 2 and 3 are updates of it
      copy is never seen by knnd; restarted, it removes the copy, fetches 2
      whole, and knnd swaps to it;
   3. version 3 published, then one byte of a file flipped in the bucket:
-     the sync refuses it by SHA-256 (logged), knnd keeps serving 2;
+     the sync refuses it by SHA-256 (logged), knnd keeps serving 2, and a
+     new pod's init pass falls back to version 2;
   4. rollback: version 1's build published again, as version 4: fetched,
      served, answering exactly as version 1 did.
 
@@ -24,7 +25,8 @@ is one the sync verified and renamed into place (1, 2, 4; never 3); every
 version's answers are those of its build; the versions directory keeps the
 2 newest. A sharded set (knnctl shard of version 1) published as one
 version arrives shard by shard (--shard S --shards 2); a sync of another
-shard count, or of a whole index, refuses it. And the refusals: publish
+shard count, or of a whole index, refuses it, and so does one whose disk
+budget it would not fit. And the refusals: publish
 without rclone on PATH, and to an endpoint that does not answer, exit 2
 naming the cause.
 
@@ -282,6 +284,15 @@ class BucketSyncTest(unittest.TestCase):
                              log="refused.log")
             self.assertEqual(sync.wait(60), 1)
             self.assertIn(message, self.sync_log("refused.log"))
+        # A version that does not fit the disk budget is refused, not copied.
+        sync = self.sync("--once", "--shard", "0", "--shards", "2",
+                         "--disk_budget_bytes", "1000", versions="small",
+                         remote=remote, log="budget.log")
+        self.assertEqual(sync.wait(60), 1)
+        self.assertRegex(self.sync_log("budget.log"),
+                         r"version 1 needs \d+ bytes; the versions directory "
+                         r"holds 0 of its budget 1000 \(--disk_budget_bytes\)")
+        self.assertEqual(os.listdir(self.path("small")), [])
 
     def staged_bytes(self, version):
         total = 0
@@ -388,6 +399,11 @@ class BucketSyncTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(versions, "3")))
         self.assertFalse(os.path.exists(os.path.join(versions, "3.tmp")))
         self.assertEqual(load.latest_version(), 2)
+        # A new pod's init pass falls back to the newest version that verifies.
+        fresh = self.sync("--once", versions="fresh", log="fresh.log")
+        self.assertEqual(fresh.wait(60), 0, self.sync_log("fresh.log"))
+        self.assertIn("refused version 3", self.sync_log("fresh.log"))
+        self.assertEqual(os.listdir(self.path("fresh")), ["2"])
 
         # 4: rollback, version 1's build published again.
         self.step("version 4 (version 1's build) published")
