@@ -87,6 +87,12 @@ def _die_with_parent():
 
 
 class Sync:
+    """The passes of one sync over one versions directory, of which it is
+    the only writer (its N.tmp folders, the versions it renames in and
+    removes). Remembers the versions it refused and the messages it logged;
+    owns the rclone child running, which stop() (the SIGTERM handler)
+    ends. Single-threaded."""
+
     def __init__(self, args):
         self.args = args
         self.remote = args.remote.rstrip("/")
