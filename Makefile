@@ -31,7 +31,7 @@ DEBIAN_PACKAGES := cmake g++ make pkg-config git zlib1g-dev \
   python3-faiss python3-grpcio python3-protobuf python3-numpy \
   prometheus dataset-fashion-mnist \
   python3-venv python3-pip python3-setuptools python3-wheel \
-  python3-yaml python3-kubernetes patchelf libssl-dev openssl \
+  python3-yaml python3-kubernetes patchelf libssl-dev openssl rclone \
   libmicrohttpd-dev libgnutls28-dev curl \
   clang-14 libclang-rt-14-dev libomp-14-dev clang-format-14
 

@@ -199,6 +199,39 @@ absl::StatusOr<IndexVersion> IndexSource::Find(int64_t version) const {
       ")"));
 }
 
+absl::Status CheckVersionFilesPresent(
+    const std::string& index_file, const knnd::v1::VersionManifest& manifest) {
+  if (absl::Status s = CheckIndexAndSidecar(index_file, manifest); !s.ok()) {
+    return s;
+  }
+  for (const knnd::v1::VersionManifest::File& file : manifest.files()) {
+    const std::string path = index_file + file.suffix();
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      return absl::NotFoundError(absl::StrCat(
+          "cannot publish ", index_file, ": its ", file.role(), " file ", path,
+          ", bound by ", ManifestPath(index_file), ", is missing"));
+    }
+    if (st.st_size != file.bytes()) {
+      return absl::DataLossError(
+          absl::StrCat("cannot publish ", index_file, ": ", path, " has ",
+                       st.st_size, " bytes but ", ManifestPath(index_file),
+                       " binds one of ", file.bytes()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadToVerify(const std::string& index_file,
+                          const knnd::v1::VersionManifest& manifest) {
+  LoadOptions options;
+  options.use_precomputed_table = false;
+  if (BoundFile(manifest, kRoleVectors) != nullptr) {
+    options.vectors = VectorsPolicy::kRequired;
+  }
+  return IndexSnapshot::Load(index_file, options).status();
+}
+
 absl::StatusOr<IndexVersion> PublishVersion(const std::string& dir,
                                             const std::string& index_file) {
   // Only a whole version is published: the files its manifest binds, or a
@@ -211,23 +244,9 @@ absl::StatusOr<IndexVersion> PublishVersion(const std::string& dir,
     return manifest.status();
   }
   if (manifest.ok()) {
-    if (absl::Status s = CheckIndexAndSidecar(index_file, *manifest); !s.ok()) {
+    if (absl::Status s = CheckVersionFilesPresent(index_file, *manifest);
+        !s.ok()) {
       return s;
-    }
-    for (const knnd::v1::VersionManifest::File& file : manifest->files()) {
-      const std::string path = index_file + file.suffix();
-      struct stat st;
-      if (stat(path.c_str(), &st) != 0) {
-        return absl::NotFoundError(absl::StrCat(
-            "cannot publish ", index_file, ": its ", file.role(), " file ",
-            path, ", bound by ", ManifestPath(index_file), ", is missing"));
-      }
-      if (st.st_size != file.bytes()) {
-        return absl::DataLossError(
-            absl::StrCat("cannot publish ", index_file, ": ", path, " has ",
-                         st.st_size, " bytes but ", ManifestPath(index_file),
-                         " binds one of ", file.bytes()));
-      }
     }
   } else if (const std::vector<std::string> present =
                  VersionFilesPresent(index_file);
@@ -295,12 +314,7 @@ absl::StatusOr<IndexVersion> PublishVersion(const std::string& dir,
     }
     // The copy, checked whole against its manifest, is what knnd will
     // load: every file's bytes against its checksum.
-    LoadOptions options;
-    options.use_precomputed_table = false;
-    if (BoundFile(*manifest, kRoleVectors) != nullptr) {
-      options.vectors = VectorsPolicy::kRequired;
-    }
-    return IndexSnapshot::Load(staged, options).status();
+    return LoadToVerify(staged, *manifest);
   }();
   if (status.ok()) {
     std::remove(absl::StrCat(staging, "/", kPublisherFile).c_str());

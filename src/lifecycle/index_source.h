@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "knnd/v1/index_metadata.pb.h"
 
 namespace knnd {
 
@@ -58,6 +59,18 @@ class IndexSource {
  private:
   std::string path_;
 };
+
+// Checks, before `index_file`'s version is copied or uploaded, that its
+// index and sidecar agree with `manifest` (its manifest) and that every
+// file it binds is there with the bound size; the error names the file.
+absl::Status CheckVersionFilesPresent(
+    const std::string& index_file, const knnd::v1::VersionManifest& manifest);
+
+// Loads the version at `index_file` as knnd would, reading every file its
+// `manifest` binds against its checksum (the raw vectors required when
+// bound); the load's error, or OK.
+absl::Status LoadToVerify(const std::string& index_file,
+                          const knnd::v1::VersionManifest& manifest);
 
 // Publishes the version at `index_file` as the next version of the
 // versions directory `dir` (created if missing): the files its manifest

@@ -63,7 +63,8 @@ EXTRA_TYPES = {
     "NamespaceSelector": ({"any": "bool", "matchNames": "list[str]"}, set()),
     "Kustomization": ({"apiVersion": "str", "kind": "str",
                        "resources": "list[str]", "images": "list[object]",
-                       "labels": "list[object]", "namespace": "str"},
+                       "labels": "list[object]", "namespace": "str",
+                       "patches": "list[object]"},
                       {"resources"}),
 }
 # Fields added to a model's type after Kubernetes 1.22.
@@ -835,6 +836,232 @@ def check_sharded_manifests(docs, config_pb2):
     return errors
 
 
+# ---- deploy/k8s-bucket: versions from object storage ----
+# The sync's image as the overlay's containers name it (kustomization.yaml
+# sets the registry path), and its arguments (deploy/bucket-sync).
+BUCKET_SYNC_IMAGE = "knnd-bucket-sync"
+# Environment names that hold credentials: never a literal value.
+CREDENTIAL_NAME = re.compile(r"ACCESS_KEY|SECRET|TOKEN|PASSWORD|SESSION|SAS_|ACCOUNT_KEY",
+                             re.IGNORECASE)
+
+
+def strategic_merge(base, patch):
+    """`patch` applied to `base` as kustomize's strategic-merge patches do
+    for the fields the overlay uses: maps merged key by key (null deletes a
+    key), lists of named objects (containers, volumes, env) merged by name,
+    volumeMounts by mountPath, any other list or scalar replaced."""
+    if not isinstance(base, dict) or not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = copy.deepcopy(base)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, list) and isinstance(merged.get(key), list) and \
+                value and all(isinstance(v, dict) for v in value):
+            merge_key = "mountPath" if key == "volumeMounts" else "name"
+            items = list(merged[key])
+            for item in value:
+                at = [i for i, old in enumerate(items)
+                      if merge_key in item and old.get(merge_key) == item[merge_key]]
+                if at:
+                    items[at[0]] = strategic_merge(items[at[0]], item)
+                else:
+                    items.append(copy.deepcopy(item))
+            merged[key] = items
+        else:
+            merged[key] = strategic_merge(merged.get(key), value)
+    return merged
+
+
+def render_overlay(overlay_docs, base_docs):
+    """The base's {file: [documents]} with the overlay kustomization's
+    patches applied to the objects they name (kind and name), and the
+    errors of the overlay's own layout: its one base, every file a patch
+    of an object of the base and listed once."""
+    errors = []
+    kustomization = overlay_docs.get("kustomization.yaml", [{}])[0]
+    if kustomization.get("resources") != ["../k8s"]:
+        errors.append(f"kustomization.yaml: resources {kustomization.get('resources')} "
+                      "is not the PersistentVolumeClaim variant ['../k8s'] alone")
+    listed = [p.get("path") for p in kustomization.get("patches", [])]
+    present = sorted(n for n in overlay_docs if n != "kustomization.yaml")
+    if sorted(listed) != present:
+        errors.append(f"kustomization.yaml: patches {sorted(listed)} are not the "
+                      f"files present {present}")
+    rendered = copy.deepcopy(base_docs)
+    for name in listed:
+        for patch in overlay_docs.get(name, []):
+            target = [(f, i) for f, docs in rendered.items()
+                      for i, d in enumerate(docs)
+                      if (d.get("kind"), d.get("metadata", {}).get("name")) ==
+                      (patch.get("kind"), patch.get("metadata", {}).get("name"))]
+            if len(target) != 1:
+                errors.append(f"{name}: {patch.get('kind')} "
+                              f"{patch.get('metadata', {}).get('name')} is not "
+                              "one object of deploy/k8s")
+                continue
+            f, i = target[0]
+            rendered[f][i] = strategic_merge(rendered[f][i], patch)
+    if not any(i.get("name") == BUCKET_SYNC_IMAGE for i in kustomization.get("images", [])):
+        errors.append(f"kustomization.yaml: no images entry for {BUCKET_SYNC_IMAGE}")
+    return rendered, errors
+
+
+def sync_containers(pod_spec):
+    """(init containers, containers) running the bucket sync's image."""
+    def of(key):
+        return [c for c in pod_spec.get(key, [])
+                if c.get("image", "").split(":")[0].rsplit("/", 1)[-1] == BUCKET_SYNC_IMAGE]
+    return of("initContainers"), of("containers")
+
+
+def env_names(container):
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def check_credentials(pod_spec, configmaps, errors):
+    """Credentials only from a Secret or workload identity, only to the
+    sync containers: never a literal value, never in a ConfigMap, never in
+    knnd's environment."""
+    for c in pod_spec.get("initContainers", []) + pod_spec.get("containers", []):
+        for name, var in env_names(c).items():
+            if CREDENTIAL_NAME.search(name) and "value" in var:
+                errors.append(f"container {c['name']}: {name} has a literal value; "
+                              "credentials come from a Secret (envFrom) or "
+                              "workload identity")
+    knnd = [c for c in pod_spec.get("containers", []) if c["name"] == "knnd"]
+    for c in knnd:
+        secret_env = [v["name"] for v in c.get("env", [])
+                      if "secretKeyRef" in v.get("valueFrom", {})]
+        if secret_env or any("secretRef" in e for e in c.get("envFrom", [])):
+            errors.append("container knnd: takes a Secret's values; the bucket's "
+                          "credentials are the sync containers' only")
+    for name, cm in configmaps.items():
+        for key, text in cm.get("data", {}).items():
+            if re.search(r"RCLONE_|secret_access_key|access_key_id", str(text),
+                         re.IGNORECASE):
+                errors.append(f"ConfigMap {name}: {key} holds rclone settings or "
+                              "credentials; they belong to the sync containers' "
+                              "environment and a Secret")
+
+
+def check_sync_container(c, pod_spec, versions_dir, errors):
+    """One sync container: its arguments, remote, volume, budget, bounds,
+    resources and security context. Returns its --remote."""
+    where = f"container {c['name']}"
+    args = c.get("args", [])
+    remote = flag_value(args, "--remote") or ""
+    if ":" not in remote:
+        errors.append(f"{where}: --remote {remote!r} is not REMOTE:bucket/prefix")
+    else:
+        env = env_names(c)
+        name = remote.split(":", 1)[0].upper()
+        if f"RCLONE_CONFIG_{name}_TYPE" not in env:
+            errors.append(f"{where}: remote {remote.split(':', 1)[0]!r} has no "
+                          f"RCLONE_CONFIG_{name}_TYPE in the environment")
+        elif not (any("secretRef" in e for e in c.get("envFrom", [])) or
+                  env.get(f"RCLONE_CONFIG_{name}_ENV_AUTH", {}).get("value") == "true"):
+            errors.append(f"{where}: no credentials: neither a Secret (envFrom) "
+                          f"nor RCLONE_CONFIG_{name}_ENV_AUTH \"true\" "
+                          "(workload identity)")
+    if flag_value(args, "--versions_dir") != versions_dir:
+        errors.append(f"{where}: --versions_dir {flag_value(args, '--versions_dir')} "
+                      f"is not knnd's index {versions_dir}")
+    for flag in ("--bwlimit", "--transfers", "--disk_budget_bytes"):
+        if flag_value(args, flag) is None:
+            errors.append(f"{where}: {flag} is not set: the sync's rate and "
+                          "disk use are bounded")
+    keep = flag_value(args, "--keep")
+    if keep is not None and int(keep) < 2:
+        errors.append(f"{where}: --keep {keep} would remove the version serving "
+                      "while the next one loads (at least 2)")
+
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    mounts = [m for m in c.get("volumeMounts", [])
+              if versions_dir.startswith(m["mountPath"].rstrip("/") + "/")]
+    if not mounts:
+        errors.append(f"{where}: no volume mounted holds {versions_dir}")
+    else:
+        if mounts[0].get("readOnly"):
+            errors.append(f"{where}: mounts {versions_dir}'s volume readOnly")
+        empty_dir = volumes.get(mounts[0]["name"], {}).get("emptyDir")
+        if empty_dir is None or "sizeLimit" not in empty_dir:
+            errors.append(f"{where}: {versions_dir}'s volume is not an emptyDir "
+                          "with a sizeLimit (the disk budget)")
+        elif flag_value(args, "--disk_budget_bytes") is not None and \
+                int(flag_value(args, "--disk_budget_bytes")) > \
+                memory_bytes(empty_dir["sizeLimit"]):
+            errors.append(f"{where}: --disk_budget_bytes "
+                          f"{flag_value(args, '--disk_budget_bytes')} exceeds the "
+                          f"volume's sizeLimit {empty_dir['sizeLimit']}")
+    if not any(m["mountPath"] == "/tmp" for m in c.get("volumeMounts", [])):
+        errors.append(f"{where}: no volume at /tmp (the root filesystem is "
+                      "read-only; the sync writes its file lists there)")
+
+    resources = c.get("resources", {})
+    for part in ("requests", "limits"):
+        for what in ("cpu", "memory"):
+            if what not in resources.get(part, {}):
+                errors.append(f"{where}: no {what} {part[:-1]}")
+    sc = c.get("securityContext", {})
+    if not (sc.get("runAsNonRoot") or pod_spec.get("securityContext", {}).get("runAsNonRoot")):
+        errors.append(f"{where}: runAsNonRoot is not set")
+    if sc.get("readOnlyRootFilesystem") is not True:
+        errors.append(f"{where}: readOnlyRootFilesystem is not true")
+    if sc.get("allowPrivilegeEscalation") is not False:
+        errors.append(f"{where}: allowPrivilegeEscalation is not false")
+    if "ALL" not in sc.get("capabilities", {}).get("drop", []):
+        errors.append(f"{where}: capabilities are not dropped (drop: [ALL])")
+    return remote
+
+
+def check_bucket_manifests(overlay_docs, base_docs, config_pb2):
+    """All the errors found in deploy/k8s-bucket: the overlay rendered onto
+    deploy/k8s passes every check of deploy/k8s, and the bucket's own:
+    knnd serves a versions directory on an emptyDir with a sizeLimit and
+    polls it; an init container (--once) and a sidecar run the sync into
+    that directory from one remote, bounded in rate, disk and resources;
+    credentials reach the sync containers only, from a Secret or workload
+    identity."""
+    rendered, errors = render_overlay(overlay_docs, base_docs)
+    errors += check_manifests(rendered, config_pb2)
+    if errors:
+        return errors
+    objects, _ = parse_objects(rendered)
+    configmaps = {doc["metadata"]["name"]: doc for _, doc in objects["ConfigMap"]}
+    _, deployment = objects["Deployment"][0]
+    info = check_knnd_workload("Deployment", deployment, configmaps, config_pb2, [])
+    pod_spec = deployment["spec"]["template"]["spec"]
+    versions_dir = next(iter(info["index_paths"].values()))
+    if info["config"].index_poll_interval_ms == 0:
+        errors.append(f"ConfigMap {info['configmap']}: index_poll_interval_ms=0: "
+                      "knnd never finds the versions the sync brings")
+    claims = [v["name"] for v in pod_spec.get("volumes", [])
+              if "persistentVolumeClaim" in v]
+    if claims:
+        errors.append(f"Deployment: mounts PersistentVolumeClaims {claims}; the "
+                      "bucket variant's index is on the pod's own disk")
+    inits, sidecars = sync_containers(pod_spec)
+    once = [c for c in inits if "--once" in c.get("args", [])]
+    polling = [c for c in sidecars if "--once" not in c.get("args", [])]
+    if len(once) != 1:
+        errors.append(f"expected one init container running the sync with "
+                      f"--once, found {len(once)}")
+    if len(polling) != 1 or len(sidecars) != 1:
+        errors.append(f"expected one sidecar running the sync without --once, "
+                      f"found {len(polling)}")
+    elif flag_value(polling[0].get("args", []), "--poll_interval_s") is None:
+        errors.append(f"container {polling[0]['name']}: --poll_interval_s is "
+                      "not set")
+    remotes = {check_sync_container(c, pod_spec, versions_dir, errors)
+               for c in once + polling}
+    if len(remotes) > 1:
+        errors.append(f"the init container and the sidecar sync different "
+                      f"remotes {sorted(remotes)}")
+    check_credentials(pod_spec, configmaps, errors)
+    return errors
+
+
 _PROTO_DIR = None
 
 
@@ -1405,6 +1632,184 @@ class ShardedManifestTest(unittest.TestCase):
         def change(docs):
             docs["kustomization.yaml"][0]["resources"].remove("pdb.yaml")
         self.assertIn("pdb.yaml is not in resources", self.errors_after(change))
+
+
+class BucketManifestTest(unittest.TestCase):
+    """deploy/k8s-bucket, the overlay rendered onto deploy/k8s: every check
+    of deploy/k8s, and those of versions synced from a bucket. Each negative
+    test breaks a copy of the overlay and expects its check to fail."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.config_pb2 = config_module()
+        cls.dir = os.path.join(ARGS.source_dir, "deploy", "k8s-bucket")
+        cls.docs = load_dir(cls.dir)
+        cls.base = load_dir(os.path.join(ARGS.source_dir, "deploy", "k8s"))
+
+    def errors_after(self, change):
+        docs = copy.deepcopy(self.docs)
+        change(docs)
+        return "\n".join(check_bucket_manifests(docs, self.base, self.config_pb2))
+
+    def pod(self, docs):
+        return docs["deployment-patch.yaml"][0]["spec"]["template"]["spec"]
+
+    def sync(self, docs, init=False):
+        return self.pod(docs)["initContainers" if init else "containers"][0]
+
+    def config_change(self, old, new):
+        def change(docs):
+            data = docs["configmap-patch.yaml"][0]["data"]
+            self.assertIn(old, data["knnd.textproto"])
+            data["knnd.textproto"] = data["knnd.textproto"].replace(old, new)
+        return change
+
+    def set_arg(self, container, flag, value):
+        args = container["args"]
+        args[args.index(flag) + 1] = value
+
+    def test_repository_manifests_pass(self):
+        self.assertEqual(sorted(self.docs), ["configmap-patch.yaml",
+                                             "deployment-patch.yaml",
+                                             "kustomization.yaml"])
+        self.assertEqual(check_bucket_manifests(self.docs, self.base,
+                                                self.config_pb2), [])
+
+    @unittest.skipUnless(shutil.which("kubectl"), "kubectl is not installed")
+    def test_kustomize_renders_what_the_checks_saw(self):
+        out = subprocess.run(["kubectl", "kustomize", self.dir], check=True,
+                             capture_output=True, text=True, timeout=120).stdout
+        by_kind = {d["kind"]: d for d in yaml.safe_load_all(out) if d}
+        rendered, errors = render_overlay(self.docs, self.base)
+        self.assertEqual(errors, [])
+        mine = {d["kind"]: d for docs in rendered.values() for d in docs}
+        self.assertEqual(by_kind["ConfigMap"]["data"], mine["ConfigMap"]["data"])
+        pods = [d["Deployment"]["spec"]["template"]["spec"] for d in (by_kind, mine)]
+        for key in ("initContainers", "containers"):
+            self.assertEqual(*[sorted(c["name"] for c in p[key]) for p in pods])
+        self.assertEqual(*[sorted(p["volumes"], key=lambda v: v["name"]) for p in pods])
+        sync = [c for c in pods[0]["containers"] if c["name"] == "bucket-sync"][0]
+        self.assertEqual(sync["image"], "registry.example.com/knnd-bucket-sync:0.1.0")
+
+    def test_the_checks_of_deploy_k8s_still_run(self):
+        def writable(docs):
+            self.pod(docs)["containers"].append({"name": "knnd", "volumeMounts": [
+                {"name": "index", "mountPath": "/index", "readOnly": False}]})
+        self.assertIn("the index volume is not mounted readOnly",
+                      self.errors_after(writable))
+
+        def no_object(docs):
+            docs["configmap-patch.yaml"][0]["metadata"]["name"] = "other"
+        self.assertIn("configmap-patch.yaml: ConfigMap other is not one object",
+                      self.errors_after(no_object))
+
+        def unlisted(docs):
+            docs["kustomization.yaml"][0]["patches"].pop()
+        self.assertIn("are not the files present", self.errors_after(unlisted))
+
+    def test_detects_credentials_outside_a_secret_or_in_knnd(self):
+        def literal(docs):
+            self.sync(docs)["env"].append({
+                "name": "RCLONE_CONFIG_BUCKET_SECRET_ACCESS_KEY", "value": "x"})
+        self.assertIn("container bucket-sync: RCLONE_CONFIG_BUCKET_SECRET_ACCESS_KEY "
+                      "has a literal value", self.errors_after(literal))
+
+        def to_knnd(docs):
+            self.pod(docs)["containers"].append({"name": "knnd", "envFrom": [
+                {"secretRef": {"name": "knnd-bucket-credentials"}}]})
+        self.assertIn("container knnd: takes a Secret's values",
+                      self.errors_after(to_knnd))
+
+        self.assertIn("ConfigMap knnd-config: knnd.textproto holds rclone settings",
+                      self.errors_after(self.config_change(
+                          "log_level", "# RCLONE_CONFIG_BUCKET_ACCESS_KEY_ID=a\nlog_level")))
+
+        def none(docs):
+            for c in (self.sync(docs), self.sync(docs, init=True)):
+                del c["envFrom"]
+                c["env"] = [e for e in c["env"] if not e["name"].endswith("ENV_AUTH")]
+        self.assertIn("container bucket-init: no credentials", self.errors_after(none))
+
+        def unnamed(docs):
+            self.set_arg(self.sync(docs), "--remote", "other:knnd-versions/prod")
+        errors = self.errors_after(unnamed)
+        self.assertIn("remote 'other' has no RCLONE_CONFIG_OTHER_TYPE", errors)
+        self.assertIn("the init container and the sidecar sync different remotes",
+                      errors)
+
+    def test_detects_a_volume_that_is_not_a_bounded_empty_dir(self):
+        def claim(docs):
+            del self.pod(docs)["volumes"][0]["persistentVolumeClaim"]
+        errors = self.errors_after(claim)
+        self.assertIn("mounts PersistentVolumeClaims ['index']", errors)
+
+        def unbounded(docs):
+            del self.pod(docs)["volumes"][0]["emptyDir"]["sizeLimit"]
+        self.assertIn("is not an emptyDir with a sizeLimit",
+                      self.errors_after(unbounded))
+
+        def over(docs):
+            self.set_arg(self.sync(docs), "--disk_budget_bytes", str(16 << 30))
+        self.assertIn("--disk_budget_bytes 17179869184 exceeds the volume's "
+                      "sizeLimit 8Gi", self.errors_after(over))
+
+        def read_only(docs):
+            self.sync(docs)["volumeMounts"][0]["readOnly"] = True
+        self.assertIn("container bucket-sync: mounts /index/versions's volume "
+                      "readOnly", self.errors_after(read_only))
+
+        def no_tmp(docs):
+            self.sync(docs)["volumeMounts"].pop()
+        self.assertIn("container bucket-sync: no volume at /tmp",
+                      self.errors_after(no_tmp))
+
+    def test_detects_a_sync_that_is_not_knnds_or_unbounded(self):
+        def elsewhere(docs):
+            self.set_arg(self.sync(docs, init=True), "--versions_dir", "/index/v")
+        self.assertIn("container bucket-init: --versions_dir /index/v is not "
+                      "knnd's index /index/versions", self.errors_after(elsewhere))
+
+        def unlimited(docs):
+            args = self.sync(docs)["args"]
+            del args[args.index("--bwlimit"):args.index("--bwlimit") + 2]
+        self.assertIn("container bucket-sync: --bwlimit is not set",
+                      self.errors_after(unlimited))
+
+        def keep_one(docs):
+            self.set_arg(self.sync(docs), "--keep", "1")
+        self.assertIn("--keep 1 would remove the version serving",
+                      self.errors_after(keep_one))
+
+        def no_limits(docs):
+            del self.sync(docs)["resources"]["limits"]["memory"]
+        self.assertIn("container bucket-sync: no memory limit",
+                      self.errors_after(no_limits))
+
+        def writable_root(docs):
+            self.sync(docs, init=True)["securityContext"]["readOnlyRootFilesystem"] = False
+        self.assertIn("container bucket-init: readOnlyRootFilesystem is not true",
+                      self.errors_after(writable_root))
+
+    def test_detects_a_missing_init_container_sidecar_or_poll(self):
+        def no_init(docs):
+            del self.pod(docs)["initContainers"]
+        self.assertIn("expected one init container running the sync with --once",
+                      self.errors_after(no_init))
+
+        def no_sidecar(docs):
+            self.sync(docs)["args"].append("--once")
+        self.assertIn("expected one sidecar running the sync without --once",
+                      self.errors_after(no_sidecar))
+
+        def no_interval(docs):
+            args = self.sync(docs)["args"]
+            i = args.index("--poll_interval_s")
+            del args[i:i + 2]
+        self.assertIn("--poll_interval_s is not set", self.errors_after(no_interval))
+
+        self.assertIn("index_poll_interval_ms=0: knnd never finds",
+                      self.errors_after(self.config_change(
+                          "index_poll_interval_ms: 2000", "index_poll_interval_ms: 0")))
 
 
 def main():

@@ -1440,6 +1440,28 @@ TEST(Knnctl, UpdateCarriesAttributes) {
   EXPECT_THAT(info.output, HasSubstr("genre          keyword, 3 distinct"));
 }
 
+// publish takes one destination: a versions directory or a bucket
+// (--remote, which tests/python/bucket_sync_test.py drives against an S3
+// server); --shards is for a bucket; a remote is rclone's REMOTE:path.
+TEST(Knnctl, PublishRefusesConflictingDestinations) {
+  CommandResult both = Knnctl("publish --index x --dir d --remote r:b/p");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_THAT(both.output, HasSubstr("one of --dir DIR and --remote"));
+  CommandResult neither = Knnctl("publish --index x");
+  EXPECT_EQ(neither.exit_code, 2);
+  EXPECT_THAT(neither.output, HasSubstr("one of --dir DIR and --remote"));
+  CommandResult shards = Knnctl("publish --index x --dir d --shards 2");
+  EXPECT_EQ(shards.exit_code, 2);
+  EXPECT_THAT(shards.output, HasSubstr("--shards publishes a set to --remote"));
+  CommandResult negative = Knnctl("publish --index x --remote r:b --shards -1");
+  EXPECT_EQ(negative.exit_code, 2);
+  EXPECT_THAT(negative.output, HasSubstr("--shards -1 is negative"));
+  CommandResult local = Knnctl("publish --index x --remote /tmp/bucket");
+  EXPECT_EQ(local.exit_code, 2);
+  EXPECT_THAT(local.output,
+              HasSubstr("--remote /tmp/bucket is not an rclone remote path"));
+}
+
 // publish copies a built index and its sidecar into the next numbered
 // version of a directory; a broken file is refused and publishes nothing.
 TEST(Knnctl, PublishWritesNumberedVersions) {

@@ -54,8 +54,8 @@ constexpr Command kCommands[] = {
      DefineHealth},
     {"publish",
      "copies a version (the files its manifest binds) into a versions "
-     "directory as its next version",
-     "--index FILE --dir DIR", DefinePublish},
+     "directory, or uploads it to a bucket, as its next version",
+     "--index FILE (--dir DIR | --remote REMOTE:bucket/prefix)", DefinePublish},
     {"seal",
      "binds an index and the files beside it into one version (its "
      "manifest), for files written before manifests",

@@ -14,6 +14,7 @@
 #include "knnd/storage/version_manifest.h"
 #include "knnd/v1/admin_service.grpc.pb.h"
 #include "knnd_client.h"
+#include "remote_publish.h"
 
 namespace knnd::knnctl {
 namespace {
@@ -23,6 +24,8 @@ using knnd::v1::AdminService;
 struct PublishOptions {
   std::string index;
   std::string dir;
+  std::string remote;
+  int shards = 0;
 };
 
 struct ReloadOptions {
@@ -36,8 +39,21 @@ std::string PinnedText(int64_t version, const char* none) {
 }
 
 int Publish(const PublishOptions& options) {
-  if (options.index.empty() || options.dir.empty()) {
-    return Fail("publish needs --index FILE and --dir DIR");
+  if (options.index.empty() || options.dir.empty() == options.remote.empty()) {
+    return Fail(
+        "publish needs --index FILE and one of --dir DIR and --remote "
+        "REMOTE:bucket/prefix");
+  }
+  if (options.shards < 0) {
+    return Fail(absl::StrCat("--shards ", options.shards, " is negative"));
+  }
+  if (!options.remote.empty()) {
+    return PublishToRemote({options.index, options.remote, options.shards});
+  }
+  if (options.shards > 0) {
+    return Fail(
+        "--shards publishes a set to --remote; with --dir, publish each "
+        "shard INDEX.shard-S-of-N into shard S's versions directory");
   }
   absl::StatusOr<IndexVersion> published =
       PublishVersion(options.dir, options.index);
@@ -146,10 +162,27 @@ std::function<int()> DefinePublish(FlagSet& flags) {
   flags.Add("index", &options->index, "FILE",
             "Index file to publish, with the files its manifest "
             "INDEX.manifest.json binds (written by knnctl build and "
-            "update); the copy is loaded and every file checked.");
+            "update); the copy is loaded and every file checked. With "
+            "--shards N: the OUT of the set OUT.shard-S-of-N.");
   flags.Add("dir", &options->dir, "DIR",
             "Versions directory knnd serves (knnd --index DIR): the file "
             "becomes DIR/<next N>/index.faiss.");
+  flags.Add("remote", &options->remote, "REMOTE:bucket/prefix",
+            "Instead of --dir: upload the version, checked and loaded "
+            "first, to object storage as PREFIX/<next N>/ (index.faiss and "
+            "its files; a set's shard S under shard-S/), then "
+            "PREFIX/<N>/bucket-manifest.json (every file's size and "
+            "SHA-256) last, which pods' knnd_bucket_sync wait for. Runs "
+            "rclone, which must be on PATH (Debian package rclone). The "
+            "remote is rclone's: e.g. s3store:bucket/knnd with "
+            "RCLONE_CONFIG_S3STORE_TYPE=s3, _PROVIDER, _ENDPOINT, "
+            "_ENV_AUTH=true or _ACCESS_KEY_ID and _SECRET_ACCESS_KEY in the "
+            "environment (docs/deployment.md); other rclone flags as "
+            "variables too (RCLONE_TRANSFERS, RCLONE_BWLIMIT). Roll back "
+            "by publishing an older build again: it gets a new N.");
+  flags.Add("shards", &options->shards, "N",
+            "With --remote: publish the sharded set INDEX.shard-0-of-N .. "
+            "INDEX.shard-<N-1>-of-N as one version.");
   return [options] { return Publish(*options); };
 }
 
