@@ -51,7 +51,7 @@ FAISS_AVX2_PREFIX ?= $(CURDIR)/.deps/faiss-avx2
 # should not stop a build.
 WERROR ?= ON
 
-.PHONY: deps java-deps faiss configure build test-build test test-plain-build test-plain check-format bench-build demo bench bench-rerank bench-memory bench-designs bench-frontier bench-peers bench-shards bench-client bench-filter bench-hybrid bench-memory-limit clean asan-build test-asan tsan-build test-tsan fuzz-build fuzz check-thread-safety
+.PHONY: deps java-deps faiss configure build test-build test test-plain-build test-plain check-format bench-build demo bench bench-rerank bench-memory bench-designs bench-frontier bench-peers bench-shards bench-client bench-http bench-filter bench-hybrid bench-memory-limit clean asan-build test-asan tsan-build test-tsan fuzz-build fuzz check-thread-safety
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -181,6 +181,15 @@ BASELINE_REV ?= 42dbcf3
 bench-client: bench-build
 	/usr/bin/python3 bench/client_cost.py --build $(BUILD) --baseline-rev $(BASELINE_REV) \
 	  --seconds 3 --rounds 5 $(if $(PG_PYTHON),--pg-python $(PG_PYTHON))
+
+# HTTP/JSON beside gRPC (bench/RESULTS.md, "HTTP/JSON beside gRPC"): knnd's
+# CPU per request and the q/s of 8 single-query client processes, over
+# gRPC (knnd_client) and HTTP (http.client with JSON arrays and with
+# base64 vectors, requests), 100,000 x 384 seeded vectors built once under
+# /tmp/knnd_bench/http; about 10 minutes.
+bench-http: bench-build
+	/usr/bin/python3 bench/http_bench.py --build $(BUILD) --rows 100000 --calls 3000 \
+	  --seconds 5 --rounds 3 --procs 8
 
 # Attribute filters on Fashion-MNIST and a seeded 1M x 128 set
 # (bench/RESULTS.md, "Filters"): recall@10 and q/s at selectivities 0.1% to

@@ -150,6 +150,7 @@ void HttpServer::Callbacks::OnCompleted(void* cls, MHD_Connection* /*c*/,
   auto* request = static_cast<Request*>(*context);
   if (request == nullptr) return;
   if (request->exchange != nullptr) request->exchange->DropBody();
+  server->Release(request->answer_quota);
   if (request->connection != nullptr) {
     server->SetDeadline(request->connection,
                         absl::Now() + server->options_.idle_timeout);
@@ -220,11 +221,17 @@ MHD_Result HttpServer::Callbacks::Begin(HttpServer* server, MHD_Connection* c,
   if (!absl::SimpleAtoi(*length, &declared))
     return MHD_YES;  // the library's 400
   if (declared > static_cast<uint64_t>(options.max_body_bytes)) {
-    return Refuse(server, c, 413, BodyTooLarge(declared, options));
+    return Refuse(server, c, 413, BodyTooLarge(declared, options),
+                  /*close=*/true);
   }
   request->declared = static_cast<int64_t>(declared);
   if (!server->Reserve(request->declared)) {
-    return Refuse(server, c, 429, QuotaFull(options));
+    // Not at once: a client that sends its body before reading (most do,
+    // without Expect: 100-continue) would meet a closed connection, not
+    // the 429. The body, at most the limit, is dropped as it arrives.
+    request->refusal = 429;
+    request->refused = QuotaFull(options);
+    return MHD_YES;
   }
   exchange.body_quota_ = request->declared;
   exchange.body_.reserve(declared);
@@ -296,7 +303,8 @@ MHD_Result HttpServer::Callbacks::Dispatch(HttpServer* server,
                                            MHD_Connection* c,
                                            Request* request) {
   if (request->refusal != 0) {
-    return Refuse(server, c, request->refusal, request->refused);
+    return Refuse(server, c, request->refusal, request->refused,
+                  /*close=*/false);
   }
   request->dispatched = true;
   if (request->connection != nullptr) {
@@ -345,15 +353,20 @@ MHD_Result HttpServer::Callbacks::QueueAnswer(HttpServer* server,
       server->options_.max_connection_age > absl::ZeroDuration() &&
       absl::Now() - request->connection->opened >
           server->options_.max_connection_age;
+  // Answers are not refused (they are made), but while they wait to be
+  // sent their bytes keep new bodies out.
+  request->answer_quota = static_cast<int64_t>(response.body.size());
+  server->Charge(request->answer_quota);
   return Send(server, c, std::move(response), close);
 }
 
 MHD_Result HttpServer::Callbacks::Refuse(HttpServer* server, MHD_Connection* c,
                                          int http_status,
-                                         const absl::Status& status) {
+                                         const absl::Status& status,
+                                         bool close) {
   HttpResponse response = server->options_.refusal(http_status, status);
   if (http_status == 429) response.headers.emplace_back("Retry-After", "1");
-  return Send(server, c, std::move(response), true);
+  return Send(server, c, std::move(response), close);
 }
 
 MHD_Result HttpServer::Callbacks::Send(HttpServer* server, MHD_Connection* c,

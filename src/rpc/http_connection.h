@@ -65,6 +65,8 @@ struct HttpServer::Request {
   absl::Status refused;
   std::shared_ptr<HttpExchange::State> state;
   std::shared_ptr<HttpExchange> exchange;
+  // The answer's bytes, charged to the memory quota until it is sent.
+  int64_t answer_quota = 0;
 };
 
 // libmicrohttpd's callbacks, on the listener threads (the server is each
@@ -112,8 +114,11 @@ struct HttpServer::Callbacks {
   static MHD_Result QueueAnswer(HttpServer* server, MHD_Connection* c,
                                 Request* request);
 
+  // The server's own refusal; `close`: before the body was read (the
+  // connection cannot go on).
   static MHD_Result Refuse(HttpServer* server, MHD_Connection* c,
-                           int http_status, const absl::Status& status);
+                           int http_status, const absl::Status& status,
+                           bool close);
 
   static MHD_Result Send(HttpServer* server, MHD_Connection* c,
                          HttpResponse response, bool close);

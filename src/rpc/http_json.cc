@@ -16,14 +16,14 @@
 namespace knnd {
 namespace {
 
-// The key SearchResponse.payloads is printed under, empty: its only
-// unescaped occurrence in the answer (quotes inside strings are escaped).
-constexpr absl::string_view kEmptyPayloads = "\"payloads\":[]";
-
+// Fields at their default are left out, as the canonical mapping does:
+// printing them (always_print_primitive_fields) makes protobuf build the
+// whole answer as a tree of nodes first, hundreds of bytes per value
+// (measured: 230 MiB more at its peak for one answer of 4096 queries x k
+// 100, whose JSON is 8.5 MB).
 google::protobuf::util::JsonPrintOptions PrintOptions() {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
   return options;
 }
 
@@ -86,39 +86,50 @@ absl::Status ParseJsonRequest(absl::string_view body,
       std::string(parsed.message())));
 }
 
-absl::Status ResponseJson(google::protobuf::Message* message,
-                          std::string* out) {
-  const auto printed = google::protobuf::util::MessageToJsonString(
-      *message, out, PrintOptions());
+namespace {
+
+// `message` as JSON into `out`, sized first for it and `extra` bytes: ids
+// and distances take about 3 times their binary form as JSON, and a string
+// grown by doubling held twice that at its peak (measured: 11.4 MiB rather
+// than 21.9 for an answer of 4096 queries x k 100).
+absl::Status Print(const google::protobuf::Message& message, size_t extra,
+                   std::string* out) {
+  out->reserve(message.ByteSizeLong() * 3 + extra);
+  const auto printed =
+      google::protobuf::util::MessageToJsonString(message, out, PrintOptions());
   if (printed.ok()) return absl::OkStatus();
   return absl::InternalError(absl::StrCat("cannot write the answer as JSON: ",
                                           std::string(printed.message())));
 }
 
+}  // namespace
+
+absl::Status ResponseJson(google::protobuf::Message* message,
+                          std::string* out) {
+  return Print(*message, 0, out);
+}
+
 absl::Status ResponseJson(knnd::v1::SearchResponse* response,
                           std::string* out) {
+  size_t bytes = 16;
+  for (const std::string& p : response->payloads()) bytes += p.size() + 5;
   google::protobuf::RepeatedPtrField<std::string> payloads;
   payloads.Swap(response->mutable_payloads());
-  absl::Status printed =
-      ResponseJson(static_cast<google::protobuf::Message*>(response), out);
+  absl::Status printed = Print(*response, bytes, out);
   payloads.Swap(response->mutable_payloads());
-  if (!printed.ok()) return printed;
-  const size_t at = out->find(kEmptyPayloads.data(), 0, kEmptyPayloads.size());
-  if (at == std::string::npos) {
-    return absl::InternalError("the answer's JSON has no payloads key");
+  if (!printed.ok() || response->payloads_size() == 0) return printed;
+  if (out->empty() || out->back() != '}') {
+    return absl::InternalError("the answer's JSON is not an object");
   }
-  size_t bytes = 2;
-  for (const std::string& p : response->payloads()) bytes += p.size() + 5;
-  std::string array;
+  std::string array = out->size() > 2 ? ",\"payloads\":[" : "\"payloads\":[";
   array.reserve(bytes);
-  array += '[';
   for (int i = 0; i < response->payloads_size(); ++i) {
     if (i > 0) array += ',';
     const std::string& payload = response->payloads(i);
     array += payload.empty() ? "null" : payload;
   }
   array += ']';
-  out->replace(at + kEmptyPayloads.size() - 2, 2, array);
+  out->insert(out->size() - 1, array);
   return absl::OkStatus();
 }
 

@@ -48,14 +48,16 @@ std::string ErrorJson(const absl::Status& status);
 absl::Status ParseJsonRequest(absl::string_view body,
                               google::protobuf::Message* message);
 
-// `message` as JSON: the proto's field names, every field present (its
-// default when unset), enums by name, int64 as strings, bytes as base64.
+// `message` as JSON: the proto's field names, fields at their default left
+// out (the canonical mapping's choice), enums by name, int64 as strings,
+// bytes as base64.
 // An answer with a field whose bytes hold JSON has an overload of its own
 // that writes them as JSON (an HTTP route picks it by type).
 absl::Status ResponseJson(google::protobuf::Message* message, std::string* out);
 // The same, with SearchResponse.payloads (stored JSON objects) spliced in
-// as JSON objects rather than base64, null for a missing neighbour's. The
-// payloads are moved out while the rest is printed, and back.
+// as JSON objects rather than base64, null for a missing neighbour's (the
+// key left out without payloads). The payloads are moved out while the
+// rest is printed, and back.
 absl::Status ResponseJson(knnd::v1::SearchResponse* response, std::string* out);
 
 // The deadline a request asks for with kTimeoutHeader, counted from

@@ -247,6 +247,10 @@ bool HttpServer::Reserve(int64_t bytes) {
   return true;
 }
 
+void HttpServer::Charge(int64_t bytes) {
+  reserved_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
 void HttpServer::Release(int64_t bytes) {
   reserved_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
 }

@@ -20,9 +20,10 @@
 //     client sending a byte at a time holds a slot for a bounded time;
 //   - a body longer than `max_body_bytes` is answered 413 before it is
 //     read (a chunked one once it passes the limit; the rest is read and
-//     dropped); the bodies being received hold at most `memory_quota_bytes`
-//     together, past which a request is answered 429 before its body is
-//     read;
+//     dropped); the bodies being received and the answers being sent hold
+//     at most `memory_quota_bytes` together, past which a request is
+//     answered 429, its body dropped as it arrives, never held (an answer
+//     is charged whatever the quota holds: it is made already);
 //   - headers within a per-connection pool (`max_header_bytes`): larger
 //     ones are answered 431 by the library.
 // Keep-alive is HTTP/1.1's default; "Connection: close" is sent once
@@ -180,8 +181,10 @@ class HttpServer {
   void SetDeadline(Connection* connection, absl::Time deadline);
   // Closes the sockets of connections past their deadline until stopped.
   void Watch();
-  // The memory quota: reserves `bytes` (false when it would pass it).
+  // The memory quota: reserves `bytes` (false when it would pass it), or
+  // charges them whatever it holds (an answer, made already).
   bool Reserve(int64_t bytes);
+  void Charge(int64_t bytes);
   void Release(int64_t bytes);
 
   Options options_;  // refusal set by Start()

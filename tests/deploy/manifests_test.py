@@ -12,7 +12,9 @@ Prometheus Operator's ServiceMonitor are described in EXTRA_TYPES and
 EXTRA_FIELDS below. Then the manifests are checked against each other and
 against knnd's config in their ConfigMaps, parsed with the config.proto
 schema. Every knnd workload (deploy/k8s's Deployment; the sharded layout's
-shard StatefulSets and front Deployment): ports, probes, memory limit with
+shard StatefulSets and front Deployment): ports (the HTTP API's too, and its
+file variant with the "#http: " lines taken in), probes (gRPC, or httpGet
+on the HTTP API's health routes), memory limit with
 requests == limits, read-only index, drain timing, security context,
 selectors, scrape annotations. deploy/k8s: the kustomization's resource
 list, and that metrics are scraped by exactly one route (the pods'
@@ -83,6 +85,12 @@ KINDS = {
 PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float),
               "datetime": str, "date": str}
 HEALTH_SERVICES = ("", "knnd.v1.KnnService")
+# The HTTP API's probe routes (docs/api.md, "HTTP/JSON"): /healthz/ready
+# answers for knnd.v1.KnnService (startup and readiness), /healthz/live for
+# "" (liveness).
+HTTP_PROBE_PATHS = {"startupProbe": "/healthz/ready",
+                    "readinessProbe": "/healthz/ready",
+                    "livenessProbe": "/healthz/live"}
 MIN_STARTUP_SECONDS = 300
 # Files of deploy/k8s that the default kustomization leaves out on purpose:
 # the ServiceMonitor is the opt-in second scrape route (kustomization.yaml).
@@ -121,14 +129,28 @@ UniqueKeyLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
-def load_dir(directory):
-    """{file name: [documents]} of every .yaml file in `directory`."""
+def load_dir(directory, uncomment=()):
+    """{file name: [documents]} of every .yaml file in `directory`, with the
+    lines commented out as "#MARK: " for each MARK of `uncomment` taken in
+    (the files' documented variants: "http" turns the HTTP API on)."""
     docs = {}
     for name in sorted(os.listdir(directory)):
         if name.endswith((".yaml", ".yml")):
             with open(os.path.join(directory, name)) as f:
-                docs[name] = [d for d in yaml.load_all(f, UniqueKeyLoader) if d]
+                text = f.read()
+            for mark in uncomment:
+                text = text.replace(f"#{mark}: ", "")
+            docs[name] = [d for d in yaml.load_all(text, UniqueKeyLoader) if d]
     return docs
+
+
+def commented_block(directory, name, mark):
+    """The YAML of the lines of file `name` commented out as "#MARK: ",
+    parsed (a variant that replaces keys rather than adds them)."""
+    with open(os.path.join(directory, name)) as f:
+        lines = [line.split(f"#{mark}: ", 1)[1] for line in f
+                 if f"#{mark}: " in line]
+    return yaml.load("".join(lines), UniqueKeyLoader)
 
 
 @functools.lru_cache(maxsize=None)
@@ -290,6 +312,23 @@ def flag_value(args, flag):
     return None
 
 
+def check_http_probe(where, probe_name, action, ports, http_port, errors):
+    """An httpGet probe: of the HTTP API's port, on the route that answers
+    what the gRPC probe would ask."""
+    if http_port is None:
+        errors.append(f"{where}: {probe_name} is an httpGet probe but "
+                      "http_listen_address is off")
+        return
+    port = action.get("port")
+    port = ports.get(port) if isinstance(port, str) else port
+    if port != http_port:
+        errors.append(f"{where}: {probe_name} httpGet.port={action.get('port')}, "
+                      f"the HTTP API listens on {http_port}")
+    if action.get("path") != HTTP_PROBE_PATHS[probe_name]:
+        errors.append(f"{where}: {probe_name} httpGet.path={action.get('path')!r}, "
+                      f"not {HTTP_PROBE_PATHS[probe_name]}")
+
+
 def check_knnd_workload(kind, workload, configmaps, config_pb2, errors,
                         namespace=None):
     """Checks a Deployment or StatefulSet running knnd against itself and
@@ -336,6 +375,8 @@ def check_knnd_workload(kind, workload, configmaps, config_pb2, errors,
         return None
     grpc_port = port_of(config.listen_address)
     metrics_port = port_of(config.metrics_listen_address)
+    http_port = (port_of(config.http_listen_address)
+                 if config.http_listen_address else None)
 
     ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
     if ports.get("grpc") != grpc_port:
@@ -344,6 +385,9 @@ def check_knnd_workload(kind, workload, configmaps, config_pb2, errors,
     if ports.get("metrics") != metrics_port:
         errors.append(f"{where}: containerPort metrics={ports.get('metrics')} "
                       f"but metrics_listen_address is {config.metrics_listen_address}")
+    if ports.get("http") != http_port:
+        errors.append(f"{where}: containerPort http={ports.get('http')} but "
+                      f"http_listen_address is {config.http_listen_address!r}")
 
     for probe_name in ("startupProbe", "readinessProbe", "livenessProbe"):
         probe = c.get(probe_name)
@@ -351,9 +395,13 @@ def check_knnd_workload(kind, workload, configmaps, config_pb2, errors,
             errors.append(f"{where}: {probe_name} missing")
             continue
         handlers = set(probe) & {"grpc", "exec", "httpGet", "tcpSocket"}
+        if handlers == {"httpGet"}:
+            check_http_probe(where, probe_name, probe["httpGet"], ports,
+                             http_port, errors)
+            continue
         if handlers != {"grpc"}:
-            errors.append(f"{where}: {probe_name} must be a gRPC probe, has "
-                          f"{sorted(handlers)}")
+            errors.append(f"{where}: {probe_name} must be a gRPC probe or an "
+                          f"httpGet probe of the HTTP API, has {sorted(handlers)}")
             continue
         if probe["grpc"]["port"] != grpc_port:
             errors.append(f"{where}: {probe_name} grpc.port="
@@ -475,6 +523,7 @@ def check_knnd_workload(kind, workload, configmaps, config_pb2, errors,
     return {"where": where, "config": config, "container": c, "pods": pods,
             "configmap": configmap["metadata"]["name"],
             "ports": ports, "grpc_port": grpc_port, "metrics_port": metrics_port,
+            "http_port": http_port,
             "annotation_route": annotation_route, "index_paths": index_paths}
 
 
@@ -501,6 +550,9 @@ def check_services(services, infos, errors):
             if p.get("name") == "metrics" and target != info["metrics_port"]:
                 errors.append(f"Service {name}: port metrics targets {target}, "
                               f"not {info['metrics_port']}")
+            if p.get("name") == "http" and target != info["http_port"]:
+                errors.append(f"Service {name}: port http targets {target}, "
+                              f"not the HTTP API's {info['http_port']}")
             # DNS of a headless Service returns the pods' own addresses:
             # clients dial the port of their target on the pod itself.
             if headless and p["port"] != target:
@@ -1158,7 +1210,13 @@ class ManifestTest(unittest.TestCase):
     def test_detects_probe_errors(self):
         def http(docs):
             self.container(docs)["livenessProbe"] = {"httpGet": {"port": 9090, "path": "/"}}
-        self.assertIn("livenessProbe must be a gRPC probe", self.errors_after(http))
+        self.assertIn("livenessProbe is an httpGet probe but http_listen_address "
+                      "is off", self.errors_after(http))
+
+        def exec_probe(docs):
+            self.container(docs)["livenessProbe"] = {"exec": {"command": ["true"]}}
+        self.assertIn("livenessProbe must be a gRPC probe or an httpGet probe",
+                      self.errors_after(exec_probe))
 
         def port(docs):
             self.container(docs)["readinessProbe"]["grpc"]["port"] = 9090
@@ -1171,6 +1229,51 @@ class ManifestTest(unittest.TestCase):
         def short(docs):
             self.container(docs)["startupProbe"]["failureThreshold"] = 3
         self.assertIn("startupProbe allows 15 s", self.errors_after(short))
+
+    def http_variant(self, probes):
+        """The files with the HTTP API turned on as their comments say, and
+        with `probes` the HTTP probes in place of the gRPC ones."""
+        docs = load_dir(self.dir, uncomment=("http",))
+        if probes:
+            self.container(docs).update(
+                commented_block(self.dir, "deployment.yaml", "http-probes"))
+        return docs
+
+    def test_the_http_variants_pass(self):
+        for probes in (False, True):
+            docs = self.http_variant(probes)
+            self.assertIn("http_listen_address",
+                          docs["configmap.yaml"][0]["data"]["knnd.textproto"])
+            self.assertEqual(check_manifests(docs, self.config_pb2), [], probes)
+        self.assertIn("httpGet", self.container(self.http_variant(True))["livenessProbe"])
+
+    def test_detects_http_port_and_probe_mismatches(self):
+        def errors(change, probes=True):
+            docs = self.http_variant(probes)
+            change(docs)
+            return "\n".join(check_manifests(docs, self.config_pb2))
+
+        def no_listener(docs):
+            data = docs["configmap.yaml"][0]["data"]
+            data["knnd.textproto"] = data["knnd.textproto"].replace(
+                'http_listen_address: "0.0.0.0:8080"', "")
+        self.assertIn("containerPort http=8080 but http_listen_address is ''",
+                      errors(no_listener, probes=False))
+
+        def wrong_path(docs):
+            self.container(docs)["readinessProbe"]["httpGet"]["path"] = "/healthz/live"
+        self.assertIn("readinessProbe httpGet.path='/healthz/live', not /healthz/ready",
+                      errors(wrong_path))
+
+        def wrong_port(docs):
+            self.container(docs)["livenessProbe"]["httpGet"]["port"] = 9090
+        self.assertIn("livenessProbe httpGet.port=9090, the HTTP API listens on 8080",
+                      errors(wrong_port))
+
+        def service(docs):
+            docs["service.yaml"][0]["spec"]["ports"][-1]["targetPort"] = "metrics"
+        self.assertIn("port http targets 9090, not the HTTP API's 8080",
+                      errors(service))
 
     def test_detects_a_container_port_that_is_not_the_configs(self):
         errors = self.errors_after(self.config_change(

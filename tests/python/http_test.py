@@ -84,10 +84,10 @@ def f32_bits(value):
     return struct.pack("<f", float(value))
 
 
-def build_index(tmp, knnctl, rows, dim, seed):
+def build_index(tmp, knnctl, rows, dim, seed, *extra):
     """A knnctl index with own 63-bit ids and payloads (objects with
-    escaped quotes, unicode and nesting, and plain strings); returns
-    (path, vectors, ids)."""
+    escaped quotes, unicode and nesting, and plain strings), built with
+    knnctl build's `extra` flags; returns (path, vectors, ids)."""
     rng = np.random.default_rng(seed)
     xb = rng.standard_normal((rows, dim)).astype("float32")
     ids = rng.integers(0, 2**63 - 1, rows, dtype=np.int64)
@@ -103,7 +103,7 @@ def build_index(tmp, knnctl, rows, dim, seed):
     subprocess.run([knnctl, "build", "--input", os.path.join(tmp, "base.npy"),
                     "--output", path, "--nlist", "16", "--ids",
                     os.path.join(tmp, "ids.npy"), "--payloads",
-                    os.path.join(tmp, "payloads.jsonl")],
+                    os.path.join(tmp, "payloads.jsonl"), *extra],
                    check=True, capture_output=True)
     return path, xb, ids
 
@@ -133,6 +133,20 @@ class WithKnnd(unittest.TestCase):
             daemon.stop()
             raise RuntimeError(f"knnd ({name}) did not start: " + daemon.read_log())
         return daemon
+
+    def assertSameAnswer(self, response, body):
+        """The gRPC answer and the HTTP one (its JSON) are the same."""
+        g = json_format.MessageToDict(response, preserving_proto_field_name=True)
+        h = json.loads(body)
+        for field in FLOAT_FIELDS:
+            g.pop(field, None)
+            self.assertEqual([f32_bits(v) for v in h.pop(field, [])],
+                             [struct.pack("<f", v) for v in getattr(response, field)],
+                             field)
+        g.pop("payloads", None)
+        self.assertEqual(h.pop("payloads", []),
+                         [json.loads(p) if p else None for p in response.payloads])
+        self.assertEqual(h, g)
 
 
 class HttpApiTest(WithKnnd):
@@ -171,21 +185,6 @@ class HttpApiTest(WithKnnd):
         with self.assertRaises(grpc.RpcError) as err:
             self.grpc_search(body)
         return err.exception
-
-    def assertSameAnswer(self, response, body):
-        """The gRPC answer and the HTTP one (its JSON) are the same."""
-        g = json_format.MessageToDict(response, preserving_proto_field_name=True,
-                                      including_default_value_fields=True)
-        h = json.loads(body)
-        for field in FLOAT_FIELDS:
-            g.pop(field)
-            self.assertEqual([f32_bits(v) for v in h.pop(field)],
-                             [struct.pack("<f", v) for v in getattr(response, field)],
-                             field)
-        g.pop("payloads")
-        self.assertEqual(h.pop("payloads"),
-                         [json.loads(p) if p else None for p in response.payloads])
-        self.assertEqual(h, g)
 
     def test_answers_equal_grpcs(self):
         q = self.xq
@@ -522,6 +521,47 @@ class HttpLifecycleTest(WithKnnd):
             if search[0] == 200:
                 self.assertEqual(search[2], "close")
             self.assertIn(search[0], (200, 503, "refused"))
+
+
+class HttpFrontTest(WithKnnd):
+    """A front of shards (--shard_targets) serves the same routes over its
+    merged answers."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        generate_stubs(ARGS.source_dir, os.path.join(cls.tmp.name, "stubs"))
+        split, cls.xb, _ = build_index(cls.tmp.name, ARGS.knnctl, 2000, DIM, 6,
+                                       "--shards", "2")
+        cls.shards = [cls.start(f"shard{s}", "", f"{split}.shard-{s}-of-2")
+                      for s in range(2)]
+        path = os.path.join(cls.tmp.name, "front.textproto")
+        with open(path, "w") as f:
+            f.write("".join(f'shard_targets: "{d.address}"\n' for d in cls.shards))
+        cls.front = Daemon(ARGS.knnd, ["--config", path, "--http_listen",
+                                       f"127.0.0.1:{free_port()}"],
+                           log_path=os.path.join(cls.tmp.name, "front.log"))
+        cls.front.http = cls.front.proc.args[cls.front.proc.args.index(
+            "--http_listen") + 1]
+        if not cls.front.wait_serving(120):
+            raise RuntimeError("the front did not start: " + cls.front.read_log())
+
+    @classmethod
+    def tearDownClass(cls):
+        for d in [cls.front, *cls.shards]:
+            d.stop()
+        cls.tmp.cleanup()
+
+    def test_the_front_answers_http_as_grpc(self):
+        body = {"vectors": self.xb[:3].ravel().tolist(), "k": 5, "refine_factor": 2,
+                "payloads": {"all_fields": True}}
+        status, _, data = call(self.front.http, "POST", "/v1/search", body, token=None)
+        self.assertEqual(status, 200, data)
+        self.assertSameAnswer(self.front.stub().Search(
+            json_format.Parse(json.dumps(body), pb.SearchRequest()), timeout=60), data)
+        status, _, data = call(self.front.http, "GET", "/v1/index_info", token=None)
+        self.assertEqual((status, json.loads(data)["shard"]["shard_count"]), (200, 2))
+        self.assertEqual(call(self.front.http, "GET", "/healthz/ready")[0], 200)
 
 
 class HttpTlsTest(WithKnnd):

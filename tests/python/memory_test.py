@@ -16,6 +16,10 @@
             5% (or 8 MiB) of its level after warm-up within a few seconds
             (knnd's heap trimmer); the same flood with heap_trim_interval_ms
             0 is printed beside it
+  http flood
+            the flood over HTTP/JSON: bodies of the largest size accepted
+            from 32 clients; every call answered 200 or refused 429, anonymous
+            memory within index heap + byte budget + headroom
   completion
             the flood of large requests the memory flood check sends (2 MiB
             each, from 4 client processes of 16 threads, against a 32 MiB
@@ -213,16 +217,22 @@ def flood(address, stub_dir, dim, nq, processes, threads, seconds):
     requests (k 100, nprobe 16) back to back for `seconds`, waiting the
     pushback after a refusal (overload()); one Python process alone is held
     back by its GIL. Returns (code name, has pushback) per call."""
+    return spawned(flood_process, lambda i: (address, stub_dir, dim, nq, threads,
+                                             seconds, i), processes, seconds + 120)
+
+
+def spawned(target, args_of, processes, timeout):
+    """Runs target(*args_of(i), out) in `processes` spawned processes (i
+    from 0) and returns the lists they put on `out`, concatenated."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=flood_process,
-                         args=(address, stub_dir, dim, nq, threads, seconds, i, out))
+    procs = [ctx.Process(target=target, args=(*args_of(i), out))
              for i in range(processes)]
     for proc in procs:
         proc.start()
     results = []
     for _ in procs:
-        results += out.get(timeout=seconds + 120)
+        results += out.get(timeout=timeout)
     for proc in procs:
         proc.join()
     return results
@@ -635,6 +645,100 @@ class FloodCompletionTest(WithIndex):
                 front.stop()
             for shard in shards:
                 shard.stop()
+
+
+def http_flood_process(address, body, threads, seconds, out):
+    """One client process of http_flood(): `threads` threads, each on a
+    kept-alive http.client connection, POST `body` back to back for
+    `seconds`, waiting X-Knnd-Retry-Pushback-Ms (else Retry-After) after a
+    429; puts the HTTP statuses on `out`."""
+    import http.client
+    host, port = address.rsplit(":", 1)
+    statuses, lock = [], threading.Lock()
+    end = time.time() + seconds
+
+    def client():
+        conn, mine = None, []
+        while time.time() < end:
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+                conn.request("POST", "/v1/search", body=body,
+                             headers={"Content-Type": "application/json"})
+                r = conn.getresponse()
+                r.read()
+                mine.append(r.status)
+                if r.getheader("Connection") == "close":
+                    conn.close()
+                    conn = None
+                if r.status == 429:
+                    wait = r.getheader("X-Knnd-Retry-Pushback-Ms")
+                    time.sleep(int(wait) / 1000 if wait else
+                               int(r.getheader("Retry-After", "1")))
+            except (OSError, http.client.HTTPException) as e:
+                mine.append(type(e).__name__)
+                if conn is not None:
+                    conn.close()
+                conn = None
+        with lock:
+            statuses.extend(mine)
+
+    workers = [threading.Thread(target=client) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    out.put(statuses)
+
+
+class HttpFloodTest(WithIndex):
+    """FloodTest's flood over the HTTP/JSON listener: 32 clients (4
+    processes x 8 threads, each thread on its own kept-alive connection)
+    POST bodies of the largest size accepted (http_max_body_bytes, 6 MiB
+    here: 4096 x 64 floats as a JSON array, k 100, nprobe 16, padded with
+    spaces to the limit) against a 32 MiB byte budget and a 48 MiB
+    headroom (so an HTTP memory quota of 12 MiB). Every call is answered
+    200 or refused 429 (the quota, before the body is read, or the gate,
+    with its pushback), none dropped; sampled every 10 ms, anonymous memory
+    stays under docs/sizing.md's bound, index heap + byte budget +
+    headroom."""
+    BUDGET = 32 << 20
+    HEADROOM = 48 << 20
+    MAX_BODY = 6 << 20  # min(the largest gRPC message, half the HTTP quota)
+
+    def test_a_flood_of_largest_bodies_stays_within_the_bound(self):
+        http = f"127.0.0.1:{knnd_harness.free_port()}"
+        d = Daemon(self.tmp.name, self.index, name="httpflood", extra=(
+            f"max_inflight_bytes: {self.BUDGET}\nmax_inflight_queries: 65536\n"
+            f"memory_headroom_bytes: {self.HEADROOM}\n"
+            f'max_queries_per_request: 4096\nhttp_listen_address: "{http}"\n'))
+        try:
+            self.assertTrue(d.wait_serving(), d.read_log())
+            rng = np.random.default_rng(9)
+            body = json.dumps({
+                "vectors": np.round(rng.standard_normal((4096, self.DIM)), 4)
+                .ravel().tolist(), "k": 100, "nprobe": 16})
+            self.assertLess(len(body), self.MAX_BODY)
+            body = (body + " " * (self.MAX_BODY - len(body))).encode()
+            heap = d.metric("knnd_index_heap_bytes")
+            bound = heap + self.BUDGET + self.HEADROOM
+            seconds = max(5.0, ARGS.overload_seconds)
+            with PeakSampler(d.proc.pid) as sampler:
+                statuses = spawned(http_flood_process,
+                                   lambda i: (http, body, 8, seconds), 4,
+                                   seconds + 120)
+            self.assertIsNone(d.proc.poll(), "knnd died under the flood")
+            counts = collections.Counter(statuses)
+            print(f"\nHTTP flood: {len(statuses)} calls of {len(body) >> 20} MiB "
+                  f"bodies from 4 x 8 clients: {dict(counts)}; anonymous peak "
+                  f"{sampler.peak / 2**20:.1f} MiB (bound {bound / 2**20:.1f}: "
+                  f"heap {heap / 2**20:.1f} + budget + headroom)", flush=True)
+            self.assertEqual(set(counts) - {200, 429}, set(), d.read_log()[-3000:])
+            self.assertGreater(counts[200], 0)
+            self.assertGreater(counts[429], 0)
+            self.assertLessEqual(sampler.peak, bound)
+        finally:
+            d.stop()
 
 
 def cgroup_v1_writable():

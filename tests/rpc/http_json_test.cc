@@ -120,7 +120,7 @@ TEST(HttpJson, AnEmptyBodyIsTheEmptyMessage) {
   EXPECT_TRUE(ParseJsonRequest(" \r\n", &request).ok());
 }
 
-TEST(HttpJson, AnswersUseTheProtoNamesAndEveryField) {
+TEST(HttpJson, AnswersUseTheProtoNamesAndLeaveDefaultsOut) {
   knnd::v1::SearchResponse response;
   response.set_k(2);
   response.add_ids(int64_t{1} << 60);
@@ -134,10 +134,24 @@ TEST(HttpJson, AnswersUseTheProtoNamesAndEveryField) {
   EXPECT_EQ(parsed->Find("ids")->items()[0].string_value(),
             "1152921504606846976");
   EXPECT_EQ(parsed->Find("distances")->items()[1].string_value(), "Infinity");
-  EXPECT_EQ(parsed->Find("refine_factor")->number_value(),
-            0);  // unset, present
-  EXPECT_EQ(parsed->Find("metric")->string_value(), "METRIC_UNSPECIFIED");
-  EXPECT_TRUE(parsed->Find("payloads")->items().empty());
+  EXPECT_EQ(parsed->Find("k")->int_value(), 2);
+  // At their default: left out, as the canonical mapping writes them.
+  EXPECT_EQ(parsed->Find("refine_factor"), nullptr);
+  EXPECT_EQ(parsed->Find("metric"), nullptr);
+  EXPECT_EQ(parsed->Find("payloads"), nullptr);
+  response.set_metric(knnd::v1::METRIC_COSINE);
+  json.clear();
+  ASSERT_TRUE(ResponseJson(&response, &json).ok());
+  EXPECT_EQ(ParseJson(json)->Find("metric")->string_value(), "METRIC_COSINE");
+  // An empty answer is an empty object, payloads or not.
+  knnd::v1::SearchResponse empty;
+  json.clear();
+  ASSERT_TRUE(ResponseJson(&empty, &json).ok());
+  EXPECT_EQ(json, "{}");
+  empty.add_payloads("");
+  json.clear();
+  ASSERT_TRUE(ResponseJson(&empty, &json).ok());
+  EXPECT_EQ(json, "{\"payloads\":[null]}");
 }
 
 TEST(HttpJson, PrintedDistancesReadBackBitForBit) {

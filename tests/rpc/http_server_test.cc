@@ -1,7 +1,8 @@
 // HttpServer over a raw client (testing/raw_http.h): keep-alive, answers
 // from other threads while the listener thread serves other connections,
 // and each bound: a body over the limit (413 before it is sent, chunked
-// too), the memory quota (429 with Retry-After), the read and idle
+// too), the memory quota (429 with Retry-After, the body dropped; answers
+// waiting to be sent count), the read and idle
 // timeouts, the connection cap, "Connection: close" while closing, and the
 // answers Close() gives to requests still waiting.
 #include "knnd/rpc/http_server.h"
@@ -182,6 +183,8 @@ TEST(HttpServer, BodiesPastTheQuotaAreRefusedWithRetryAfter) {
   EXPECT_EQ(r->status, 429);
   EXPECT_EQ(r->headers["retry-after"], "1");
   EXPECT_THAT(r->body, HasSubstr("http_memory_quota_bytes=8192"));
+  // Refused once its body, dropped, was read: the connection goes on.
+  EXPECT_EQ(r->headers.count("connection"), 0u);
   ASSERT_TRUE(slow.Send(std::string(5900, 'a')));
   r = slow.Read();
   ASSERT_TRUE(r.has_value());
@@ -192,6 +195,46 @@ TEST(HttpServer, BodiesPastTheQuotaAreRefusedWithRetryAfter) {
   r = after.Read();
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 200);
+}
+
+TEST(HttpServer, AnAnswerWaitingToBeSentCountsAgainstTheQuota) {
+  HttpServer::Options options = SmallServer();
+  options.memory_quota_bytes = int64_t{40} << 20;
+  options.max_body_bytes = int64_t{16} << 20;
+  constexpr size_t kAnswer = size_t{32} << 20;  // more than sockets buffer
+  std::unique_ptr<HttpServer> server =
+      Start(options, [](std::shared_ptr<HttpExchange> exchange) {
+        if (exchange->path() != "/big") return Echo(std::move(exchange));
+        HttpResponse response;
+        response.body.assign(kAnswer, 'x');
+        exchange->Respond(std::move(response));
+      });
+  ASSERT_NE(server, nullptr);
+  RawHttp reader(server->port());
+  ASSERT_TRUE(reader.Send(RawHttp::Request("GET", "/big")));  // not read yet
+  const std::string body(16 << 20, 'b');
+  absl::optional<RawHttp::Response> r;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    RawHttp writer(server->port());
+    ASSERT_TRUE(writer.Send(RawHttp::Request("POST", "/y", body)));
+    r = writer.Read();
+    if (r.has_value() && r->status == 429) break;
+  }
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 429);
+  absl::optional<RawHttp::Response> big = reader.Read();
+  ASSERT_TRUE(big.has_value());
+  EXPECT_EQ(big->body.size(), kAnswer);
+  // Sent: its bytes are given back.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    RawHttp writer(server->port());
+    writer.Send(RawHttp::Request("POST", "/y", body));
+    r = writer.Read();
+    if (r.has_value() && r->status == 200) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->body, "POST /y 16777216");
 }
 
 TEST(HttpServer, ARequestSentAByteAtATimeIsCutAtTheReadTimeout) {
