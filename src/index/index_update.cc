@@ -24,6 +24,7 @@
 #include "knnd/storage/index_metadata.h"
 #include "knnd/storage/payload_file.h"
 #include "knnd/storage/vectors_file.h"
+#include "knnd/storage/vectors_file_reader.h"
 #include "knnd/text/text_index_writer.h"
 
 namespace knnd {
@@ -32,25 +33,35 @@ namespace {
 constexpr int64_t kRowBatch = 4096;
 
 // Writes the new version's vectors file: row r from the base's file or the
-// (normalised) input, as plan.rows says, in batches.
+// (normalised) input, as plan.rows says, in batches. The base's rows come
+// through a VectorsFileReader, in ascending order as the plan keeps them,
+// never through its mapping: the update's peak RSS is its buffers and the
+// delta's, not the base's whole file.
 absl::Status WriteUpdatedVectors(const UpdatePlan& plan,
                                  const VectorsFile& base, const Matrix* input,
                                  const std::string& path) {
+  absl::StatusOr<std::unique_ptr<VectorsFileReader>> reader =
+      VectorsFileReader::Open(base);
+  if (!reader.ok()) return reader.status();
   absl::StatusOr<std::unique_ptr<VectorsFileWriter>> writer =
       VectorsFileWriter::Create(path, base.dim(), base.dtype());
   if (!writer.ok()) return writer.status();
   const int dim = base.dim();
   std::vector<float> batch;
-  std::vector<float> scratch(dim);
   const int64_t rows = static_cast<int64_t>(plan.rows.size());
   for (int64_t begin = 0; begin < rows; begin += kRowBatch) {
     const int64_t n = std::min(kRowBatch, rows - begin);
     batch.resize(static_cast<size_t>(n) * dim);
     for (int64_t i = 0; i < n; ++i) {
       const RowSource& source = plan.rows[begin + i];
-      const float* row = source.from == RowSource::From::kBase
-                             ? base.RowAsFloats(source.row, scratch.data())
-                             : input->row(source.row);
+      const float* row = nullptr;
+      if (source.from == RowSource::From::kBase) {
+        absl::StatusOr<const float*> read = (*reader)->Row(source.row);
+        if (!read.ok()) return read.status();
+        row = *read;
+      } else {
+        row = input->row(source.row);
+      }
       std::copy(row, row + dim, batch.data() + i * dim);
     }
     if (absl::Status s = (*writer)->Append(batch.data(), n); !s.ok()) return s;
@@ -247,7 +258,8 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
   UpdateReport report;
   report.attribute_columns_added = attribute_delta.added_columns;
   absl::StatusOr<UpdatePlan> plan =
-      PlanUpdate(*base_ids, input_ids, options.deletions, options.input_name);
+      PlanUpdate(*base_ids, input_ids, options.deletions, options.input_name,
+                 options.deletions_name);
   if (!plan.ok()) return plan.status();
   report.plan = std::move(*plan);
   base_ids->clear();

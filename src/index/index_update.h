@@ -36,6 +36,7 @@ struct UpdateOptions {
   std::vector<int64_t> input_ids;
   std::vector<int64_t> deletions;
   std::string input_name;
+  std::string deletions_name;  // names the deletions' file in errors
   // JSON Lines, line i the payload of input row i (as knnctl build
   // --payloads reads it): required when the base has payloads and the
   // delta has rows, refused when the base has none. The base's rows keep

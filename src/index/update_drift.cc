@@ -14,54 +14,56 @@
 #include "knnd/index/index_eval.h"
 #include "knnd/index/index_snapshot.h"
 #include "knnd/storage/vectors_file.h"
+#include "knnd/storage/vectors_file_reader.h"
 
 namespace knnd {
 namespace {
 
 constexpr int kRecallK = 10;
-// Rows of a float16 file decoded per ExactScan::Add (32 MiB at 128 dims).
-constexpr int64_t kDecodeRows = 65536;
 
 // The rows of a matrix or a vectors file as one row-major float matrix.
-Matrix Gather(int dim, const std::vector<int64_t>& rows,
-              const std::function<const float*(int64_t, float*)>& row_of) {
+absl::StatusOr<Matrix> Gather(
+    int dim, const std::vector<int64_t>& rows,
+    const std::function<absl::StatusOr<const float*>(int64_t)>& row_of) {
   Matrix out;
   out.rows = static_cast<int64_t>(rows.size());
   out.dim = dim;
   out.values.resize(rows.size() * static_cast<size_t>(dim));
-  std::vector<float> scratch(dim);
   for (size_t i = 0; i < rows.size(); ++i) {
-    const float* row = row_of(rows[i], scratch.data());
-    std::copy(row, row + dim, out.values.data() + i * dim);
+    absl::StatusOr<const float*> row = row_of(rows[i]);
+    if (!row.ok()) return row.status();
+    std::copy(*row, *row + dim, out.values.data() + i * dim);
   }
   return out;
 }
 
+// Sampled rows of a vectors file, one pread each (not a window: the rows
+// are far apart), never through its mapping.
+absl::StatusOr<Matrix> GatherFromFile(const VectorsFile& file,
+                                      const std::vector<int64_t>& rows) {
+  absl::StatusOr<std::unique_ptr<VectorsFileReader>> reader =
+      VectorsFileReader::Open(file);
+  if (!reader.ok()) return reader.status();
+  return Gather(file.dim(), rows,
+                [&reader](int64_t r) { return (*reader)->ReadRows(r, 1); });
+}
+
 // The exact k nearest rows of `file` for every query (closest first, equal
-// distances by lower row; -1 past the rows): float32 rows scanned in place
-// (one ExactScan::Add over the mapping), float16 ones decoded kDecodeRows
-// at a time, so that the file is never copied whole.
-std::vector<int64_t> ExactNeighborsInFile(const VectorsFile& file,
-                                          const Matrix& queries, int k,
-                                          Metric metric) {
-  const int dim = file.dim();
-  ExactScan scan(queries.values.data(), queries.rows, dim, k, metric);
-  if (file.dtype() == VectorsDtype::kFloat32) {
-    if (file.count() > 0) {
-      scan.Add(static_cast<const float*>(file.row(0)), file.count());
-    }
-    return scan.ids();
-  }
-  std::vector<float> decoded;
-  for (int64_t begin = 0; begin < file.count(); begin += kDecodeRows) {
-    const int64_t n = std::min(kDecodeRows, file.count() - begin);
-    decoded.resize(static_cast<size_t>(n) * dim);
-    for (int64_t i = 0; i < n; ++i) {
-      float* out = decoded.data() + i * dim;
-      const float* row = file.RowAsFloats(begin + i, out);
-      if (row != out) std::copy(row, row + dim, out);
-    }
-    scan.Add(decoded.data(), n);
+// distances by lower row; -1 past the rows), scanned a VectorsFileReader
+// window at a time: the file is never copied whole, nor its pages kept in
+// the process's RSS through its mapping.
+absl::StatusOr<std::vector<int64_t>> ExactNeighborsInFile(
+    const VectorsFile& file, const Matrix& queries, int k, Metric metric) {
+  absl::StatusOr<std::unique_ptr<VectorsFileReader>> reader =
+      VectorsFileReader::Open(file);
+  if (!reader.ok()) return reader.status();
+  ExactScan scan(queries.values.data(), queries.rows, file.dim(), k, metric);
+  const int64_t window = (*reader)->window_rows();
+  for (int64_t begin = 0; begin < file.count(); begin += window) {
+    const int64_t n = std::min(window, file.count() - begin);
+    absl::StatusOr<const float*> rows = (*reader)->ReadRows(begin, n);
+    if (!rows.ok()) return rows.status();
+    scan.Add(*rows, n);
   }
   return scan.ids();
 }
@@ -135,23 +137,24 @@ absl::Status MeasureQuantizationDrift(const FastScanUpdate& update,
     absl::StatusOr<std::unique_ptr<VectorsFile>> vectors = VectorsFile::Open(
         base.vectors_path, base.dim, base.ntotal, /*verify_checksum=*/false);
     if (!vectors.ok()) return vectors.status();
-    const Matrix sample =
-        Gather(base.dim, SampleRowNumbers(base.ntotal, sample_rows, seed),
-               [&vectors](int64_t r, float* scratch) {
-                 return (*vectors)->RowAsFloats(r, scratch);
-               });
+    absl::StatusOr<Matrix> sample = GatherFromFile(
+        **vectors, SampleRowNumbers(base.ntotal, sample_rows, seed));
+    if (!sample.ok()) return sample.status();
     absl::StatusOr<QuantizationError> error =
-        update.MeasureError(sample.values.data(), sample.rows);
+        update.MeasureError(sample->values.data(), sample->rows);
     if (!error.ok()) return error.status();
     drift.base_coarse_error = error->coarse;
     drift.base_pq_error = error->pq;
   }
   if (delta != nullptr && delta->rows > 0) {
-    const Matrix sample =
+    absl::StatusOr<Matrix> sample =
         Gather(base.dim, SampleRowNumbers(delta->rows, sample_rows, seed),
-               [delta](int64_t r, float*) { return delta->row(r); });
+               [delta](int64_t r) -> absl::StatusOr<const float*> {
+                 return delta->row(r);
+               });
+    if (!sample.ok()) return sample.status();
     absl::StatusOr<QuantizationError> error =
-        update.MeasureError(sample.values.data(), sample.rows);
+        update.MeasureError(sample->values.data(), sample->rows);
     if (!error.ok()) return error.status();
     drift.new_coarse_error = error->coarse;
     drift.new_pq_error = error->pq;
@@ -177,16 +180,18 @@ absl::Status MeasureUpdateRecall(const std::string& output_path,
   const bool from_delta = delta != nullptr && delta->rows > 0;
   const std::vector<int64_t> rows = SampleRowNumbers(
       from_delta ? delta->rows : info.ntotal, recall_queries, seed + 1);
-  const Matrix queries =
-      from_delta
-          ? Gather(info.dim, rows,
-                   [delta](int64_t r, float*) { return delta->row(r); })
-          : Gather(info.dim, rows, [&vectors](int64_t r, float* scratch) {
-              return (*vectors)->RowAsFloats(r, scratch);
-            });
-  std::vector<int64_t> truth =
+  absl::StatusOr<Matrix> gathered =
+      from_delta ? Gather(info.dim, rows,
+                          [delta](int64_t r) -> absl::StatusOr<const float*> {
+                            return delta->row(r);
+                          })
+                 : GatherFromFile(**vectors, rows);
+  if (!gathered.ok()) return gathered.status();
+  const Matrix& queries = *gathered;
+  absl::StatusOr<std::vector<int64_t>> truth =
       ExactNeighborsInFile(**vectors, queries, kRecallK, info.metric);
-  RowsToAnswerIds(snapshot, truth);
+  if (!truth.ok()) return truth.status();
+  RowsToAnswerIds(snapshot, *truth);
   SweepOptions sweep;
   drift.recall_nprobe = static_cast<int>(std::min<int64_t>(
       info.nlist,
@@ -198,7 +203,7 @@ absl::Status MeasureUpdateRecall(const std::string& output_path,
   sweep.recall_at = {kRecallK};
   sweep.refine_factor = drift.recall_refine_factor;
   absl::StatusOr<std::vector<SweepRow>> measured =
-      SweepNprobe(snapshot, queries, truth, kRecallK, sweep);
+      SweepNprobe(snapshot, queries, *truth, kRecallK, sweep);
   if (!measured.ok()) return measured.status();
   drift.recall = measured->front().recall.front();
   drift.recall_queries = queries.rows;

@@ -5,32 +5,30 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "knnd/storage/id_table.h"
 
 namespace knnd {
 
 absl::StatusOr<UpdatePlan> PlanUpdate(absl::Span<const int64_t> base_ids,
                                       absl::Span<const int64_t> input_ids,
                                       absl::Span<const int64_t> deletions,
-                                      const std::string& input_name) {
+                                      const std::string& input_name,
+                                      const std::string& deletions_name) {
+  if (absl::Status s = CheckIdsNonNegative(input_ids, input_name); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckIdsNonNegative(deletions, deletions_name);
+      !s.ok()) {
+    return s;
+  }
   absl::flat_hash_map<int64_t, int64_t> input_row_of;
   input_row_of.reserve(input_ids.size());
   for (size_t i = 0; i < input_ids.size(); ++i) {
     const int64_t id = input_ids[i];
-    if (id < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          input_name, ": row ", i, " has id ", id, "; ids must be >= 0"));
-    }
     if (!input_row_of.emplace(id, static_cast<int64_t>(i)).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(input_name, ": id ", id, " is given twice (rows ",
                        input_row_of[id], " and ", i, ")"));
-    }
-  }
-  for (size_t i = 0; i < deletions.size(); ++i) {
-    if (deletions[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("id ", deletions[i], " to delete (row ", i,
-                       " of the deletions) is negative; ids are >= 0"));
     }
   }
   absl::flat_hash_set<int64_t> deleted(deletions.begin(), deletions.end());

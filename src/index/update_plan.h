@@ -54,13 +54,15 @@ struct UpdatePlan {
 
 // `base_ids`: the base's id of each row (with row ids, 0..n-1);
 // `input_ids`: the id of each input row; `deletions`: ids to delete.
-// INVALID_ARGUMENT naming `input_name` and the id when an input id is
-// negative or given twice, an id to delete is negative, or an id is both
-// deleted and given a vector.
+// INVALID_ARGUMENT naming the file (`input_name`, the input ids' source,
+// or `deletions_name`), the row and the id when an id is negative
+// (CheckIdsNonNegative), and naming `input_name` and the id when an input
+// id is given twice or an id is both deleted and given a vector.
 absl::StatusOr<UpdatePlan> PlanUpdate(absl::Span<const int64_t> base_ids,
                                       absl::Span<const int64_t> input_ids,
                                       absl::Span<const int64_t> deletions,
-                                      const std::string& input_name);
+                                      const std::string& input_name,
+                                      const std::string& deletions_name);
 
 // The ids a row-id index gives `count` new input rows when none are given:
 // the ids after the base's largest (base_ids.size() for a row-id base).

@@ -33,15 +33,23 @@ std::string IdTablePath(const std::string& index_path) {
   return index_path + ".ids";
 }
 
-absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> SortedIdRows(
-    absl::Span<const int64_t> ids, absl::string_view source) {
-  std::vector<std::pair<int64_t, int64_t>> pairs(ids.size());
+absl::Status CheckIdsNonNegative(absl::Span<const int64_t> ids,
+                                 absl::string_view source) {
   for (size_t row = 0; row < ids.size(); ++row) {
     if (ids[row] < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           source, ": row ", row, " holds id ", ids[row],
           ", which is negative; ids must be >= 0"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> SortedIdRows(
+    absl::Span<const int64_t> ids, absl::string_view source) {
+  if (absl::Status s = CheckIdsNonNegative(ids, source); !s.ok()) return s;
+  std::vector<std::pair<int64_t, int64_t>> pairs(ids.size());
+  for (size_t row = 0; row < ids.size(); ++row) {
     pairs[row] = {ids[row], static_cast<int64_t>(row)};
   }
   std::sort(pairs.begin(), pairs.end());

@@ -45,6 +45,13 @@ inline constexpr int64_t kIdTableHeaderBytes = 64;
 // index_path + ".ids".
 std::string IdTablePath(const std::string& index_path);
 
+// OK when every id of `ids` is >= 0, else INVALID_ARGUMENT naming
+// `source` (the file the ids came from), the first negative id and its row
+// (0-based): the one check of build's --ids and update's --ids and
+// --delete.
+absl::Status CheckIdsNonNegative(absl::Span<const int64_t> ids,
+                                 absl::string_view source);
+
 // (id, row) of every row of `ids` (row i holds ids[i]), sorted by id.
 // INVALID_ARGUMENT naming `source` (the file the ids came from), the row
 // and the id when an id is negative or held by two rows.

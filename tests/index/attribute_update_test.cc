@@ -95,7 +95,7 @@ TEST_F(AttributeUpdateTest, RowsFollowThePlanAndKeywordsTheirRows) {
   // Delete id 2, upsert id 1, add id 5: new rows base 0, input 0, base 3,
   // base 4, input 1.
   absl::StatusOr<UpdatePlan> plan =
-      PlanUpdate({0, 1, 2, 3, 4}, {1, 5}, {2}, "delta");
+      PlanUpdate({0, 1, 2, 3, 4}, {1, 5}, {2}, "delta", "delete");
   ASSERT_TRUE(plan.ok()) << plan.status();
   absl::StatusOr<AttributeDelta> delta = Delta(
       "{\"g\": \"new\", \"n\": 7, \"f\": 2, \"tags\": [\"y\", \"w\"]}\n"
@@ -164,7 +164,7 @@ TEST_F(AttributeUpdateTest, RowsFollowThePlanAndKeywordsTheirRows) {
 
 TEST_F(AttributeUpdateTest, DeletionsAloneCarryTheKeptRows) {
   absl::StatusOr<UpdatePlan> plan =
-      PlanUpdate({0, 1, 2, 3, 4}, {}, {0, 2}, "gone");
+      PlanUpdate({0, 1, 2, 3, 4}, {}, {0, 2}, "gone", "delete");
   ASSERT_TRUE(plan.ok()) << plan.status();
   absl::StatusOr<AttributeColumns> out =
       UpdatedAttributes(*plan, *store_, AttributeDelta());

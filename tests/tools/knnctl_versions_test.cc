@@ -294,6 +294,92 @@ TEST(KnnctlVersions, KilledUpdateNeverServesRowNumbers) {
   EXPECT_THAT(TemporariesIn(dir.dir()), ::testing::IsEmpty());
 }
 
+// The files a run killed by SIGKILL left (its staging files and their
+// temporaries, up to the input's size) are removed by the next build
+// beside its --output and the next update beside its --base, each named
+// in the output; a live run's files, other indexes' and files that are
+// not temporaries stay.
+TEST(KnnctlVersions, NextRunsRemoveWhatKilledRunsLeftAndNothingElse) {
+  TempDir dir;
+  WriteInputs(dir, "a", MakeRows(20000, 17, 3), "A");
+  const std::string index = dir.path("o.index");
+  // A build killed once its first staged file is there.
+  const pid_t killed = Start(BuildArgs(dir, "a", index));
+  const std::string marker = absl::StrCat("o.index.tmp.", killed);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  auto left = [&] {
+    std::vector<std::string> files;
+    for (const std::string& name : TemporariesIn(dir.dir())) {
+      if (absl::StrContains(name, absl::StrCat(".tmp.", killed))) {
+        files.push_back(dir.path(name));
+      }
+    }
+    return files;
+  };
+  while (left().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Microseconds(200));
+  }
+  kill(killed, SIGKILL);
+  int status = 0;
+  waitpid(killed, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the build ended before it was killed";
+  std::vector<std::string> dead = left();
+  ASSERT_FALSE(dead.empty()) << marker;
+  // A live run's files (a sleeping child's pid), another index's and
+  // names that only look like temporaries.
+  const pid_t live = fork();
+  if (live == 0) {
+    pause();
+    _exit(0);
+  }
+  const std::vector<std::string> kept = {
+      absl::StrCat(index, ".tmp.", live, ".vectors"),
+      absl::StrCat(index, ".vectors.tmp.", live),
+      absl::StrCat(dir.path("other.index.tmp."), killed),
+      absl::StrCat(index, ".tmpx.", killed),
+      absl::StrCat(index, ".tmp.", killed, "x"),
+      index + ".notes"};
+  for (const std::string& path : kept) WriteFile(path, "x");
+  auto expect_removed_exactly = [&](const testing::CommandResult& run,
+                                    const std::vector<std::string>& removed) {
+    for (const std::string& path : removed) {
+      EXPECT_THAT(run.output,
+                  HasSubstr(absl::StrCat("removed:  ", path,
+                                         " (left by a run that was killed)")));
+      EXPECT_NE(access(path.c_str(), F_OK), 0) << path;
+    }
+    size_t lines = 0;
+    for (size_t at = run.output.find("(left by a run that was killed)");
+         at != std::string::npos;
+         at = run.output.find("(left by a run that was killed)", at + 1)) {
+      ++lines;
+    }
+    EXPECT_EQ(lines, removed.size()) << run.output;
+    for (const std::string& path : kept) {
+      EXPECT_EQ(access(path.c_str(), F_OK), 0) << path;
+    }
+  };
+  const testing::CommandResult built = Knnctl(BuildArgs(dir, "a", index));
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  expect_removed_exactly(built, dead);
+  EXPECT_EQ(Inspect(index).tag, "A");
+
+  // Beside the base of an update that writes elsewhere: what a killed
+  // build of the base left, as the issue found it (INDEX.vectors.tmp.PID).
+  dead = {absl::StrCat(index, ".vectors.tmp.", killed),
+          absl::StrCat(index, ".tmp.", killed, ".ids.tmp.", killed)};
+  for (const std::string& path : dead) WriteFile(path, "x");
+  TempDir out;
+  WriteIdsNpy(dir.path("delete.npy"), {3, 7919 * 5 + 3});
+  const testing::CommandResult updated = Knnctl(absl::StrCat(
+      "update --base ", index, " --output ", out.path("v2.index"), " --delete ",
+      dir.path("delete.npy"), " --recall_queries 0"));
+  ASSERT_EQ(updated.exit_code, 0) << updated.output;
+  expect_removed_exactly(updated, dead);
+  kill(live, SIGKILL);
+  waitpid(live, &status, 0);
+}
+
 TEST(KnnctlVersions, FailedBuildLeavesTheVersionThatWasThere) {
   TempDir dir;
   const Rows a = MakeRows(1000, 15, 77);

@@ -48,11 +48,15 @@ std::string DirectoryOf(const std::string& path) {
 
 StagingGuard::~StagingGuard() { RemoveStagedVersion(staged_); }
 
-std::unique_ptr<StagingGuard> BeginStaging(const std::string& output) {
-  for (const std::string& stale : RemoveStaleTemporaries(output)) {
+void RemoveKilledRunsFiles(const std::string& index_path) {
+  for (const std::string& stale : RemoveStaleTemporaries(index_path)) {
     std::printf("removed:  %s (left by a run that was killed)\n",
                 stale.c_str());
   }
+}
+
+std::unique_ptr<StagingGuard> BeginStaging(const std::string& output) {
+  RemoveKilledRunsFiles(output);
   return std::make_unique<StagingGuard>(StagingPathFor(output));
 }
 

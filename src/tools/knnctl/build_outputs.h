@@ -59,10 +59,16 @@ struct BuildOptions {
 // The directory of `path`, with its trailing slash ("." for a bare name).
 std::string DirectoryOf(const std::string& path);
 
+// Removes the temporary and staging files of `index_path` that runs
+// killed before they finished left beside it (RemoveStaleTemporaries:
+// only names INDEX[.suffix].tmp.PID[...] whose process is gone), printing
+// each path: a build killed by SIGKILL leaves up to its input's size.
+void RemoveKilledRunsFiles(const std::string& index_path);
+
 // The staging name a run writes its version under
 // (storage/version_manifest.h) before it commits it as its output. Made
 // by BeginStaging(), which first removes what killed runs left for the
-// output (printing each path); the destructor removes the staging files
+// output (RemoveKilledRunsFiles); the destructor removes the staging files
 // of a run that returned without committing, so a failed build or update
 // leaves the output as it was.
 class StagingGuard {

@@ -50,20 +50,23 @@ void PrintReport(const UpdateCommandOptions& options,
   const UpdatePlan& p = report.plan;
   std::printf(
       "rows:     %lld kept, %lld upserted (replaced in place), "
-      "%lld added, %lld deleted",
+      "%lld added, %lld deleted\n",
       static_cast<long long>(p.kept), static_cast<long long>(p.upserted),
       static_cast<long long>(p.added), static_cast<long long>(p.deleted));
-  if (p.deletions_absent > 0) {
+  // Named, so that a deletion of ids the base never held (a stale list, ids
+  // of another index) is seen; bounded, so that a wrong file prints one line.
+  if (!p.absent_deletions.empty()) {
     constexpr size_t kNamed = 20;
-    std::vector<int64_t> named(p.absent_deletions.begin(),
-                               p.absent_deletions.begin() +
-                                   std::min(kNamed, p.absent_deletions.size()));
-    std::printf(" (%lld ids to delete were not in the base: %s%s)",
-                static_cast<long long>(p.deletions_absent),
-                absl::StrJoin(named, ", ").c_str(),
-                p.absent_deletions.size() > kNamed ? ", ..." : "");
+    const size_t absent = p.absent_deletions.size();
+    const size_t named = std::min(kNamed, absent);
+    std::string line =
+        absl::StrCat(absent, " ids to delete were not in the base: ",
+                     absl::StrJoin(p.absent_deletions.begin(),
+                                   p.absent_deletions.begin() + named, ", "));
+    if (named < absent)
+      absl::StrAppend(&line, " and ", absent - named, " more");
+    std::printf("absent:   %s\n", line.c_str());
   }
-  std::printf("\n");
   struct stat st;
   stat(options.output.c_str(), &st);
   std::printf("wrote:    %s (%lld vectors, %.1f MiB) and %s\n",
@@ -134,6 +137,9 @@ int Update(const UpdateCommandOptions& options) {
   // Written under a staging name and committed as --output once whole
   // (storage/version_manifest.h): a killed or failed update leaves
   // --output's version as it was.
+  // Beside the base too: the build or update that wrote it may have left
+  // a killed run's files there, often in another directory than --output.
+  RemoveKilledRunsFiles(options.base);
   const std::unique_ptr<StagingGuard> staging = BeginStaging(options.output);
   UpdateOptions update;
   update.base_path = options.base;
@@ -172,6 +178,7 @@ int Update(const UpdateCommandOptions& options) {
                                " ids; expected one column"));
     }
     update.deletions = std::move(deletions->values);
+    update.deletions_name = absl::StrCat("--delete ", options.deletions);
   }
   absl::StatusOr<UpdateReport> report = UpdateIndexFile(update);
   if (!report.ok()) return Fail(report.status());
@@ -203,8 +210,9 @@ std::function<int()> DefineUpdate(FlagSet& flags) {
             "for a base with its own ids). Default for a row-id base: the "
             "ids after its largest.");
   flags.Add("delete", &options->deletions, "FILE",
-            "int64/int32 .npy or .ivecs of ids to delete. In a row-id index "
-            "the rows after a deleted one renumber, so the new version gets "
+            "int64/int32 .npy or .ivecs of ids (>= 0) to delete; those the "
+            "base does not hold are named (absent:). In a row-id index the "
+            "rows after a deleted one renumber, so the new version gets "
             "INDEX.ids keeping every id as it was.");
   flags.Add("payloads", &options->payloads, "FILE.jsonl",
             "JSON Lines, line i the payload of --input's row i, as build "
