@@ -152,6 +152,19 @@ class HybridTest(unittest.TestCase):
         return self.daemons[name].stub().Search(
             self.pb.SearchRequest(**fields), timeout=30)
 
+    def update(self, name, base=None, **files):
+        """knnctl update of `base` (default: the whole index) into
+        TMP/NAME.index, each flag of `files` naming a file in TMP; serves
+        it as daemon NAME."""
+        output = os.path.join(self.tmp.name, name + ".index")
+        command = [ARGS.knnctl, "update", "--base", base or self.whole,
+                   "--output", output, "--recall_queries", "0"]
+        for flag, file in files.items():
+            command += ["--" + flag, os.path.join(self.tmp.name, file)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.start(name, ["--index", output])
+
     QUERIES = ["printer network", "服务器 字体", "서버 차트", "macro",
                "电子表格图表", "프린터", "formula table export"]
 
@@ -331,16 +344,9 @@ class HybridTest(unittest.TestCase):
         macro = [int(self.ids[r]) for r, row in enumerate(self.rows)
                  if "macro" in row["text"]]
         np.save(os.path.join(tmp, "del.npy"), np.array(macro, dtype=np.int64))
-        updated = os.path.join(tmp, "updated.index")
-        subprocess.run(
-            [ARGS.knnctl, "update", "--base", self.whole, "--output", updated,
-             "--input", os.path.join(tmp, "dx.npy"),
-             "--ids", os.path.join(tmp, "dids.npy"),
-             "--payloads", os.path.join(tmp, "dp.jsonl"),
-             "--attributes", os.path.join(tmp, "da.jsonl"),
-             "--delete", os.path.join(tmp, "del.npy"),
-             "--recall_queries", "0"], check=True, capture_output=True)
-        self.start("updated", ["--index", updated])
+        self.update("updated", input="dx.npy", ids="dids.npy",
+                    payloads="dp.jsonl", attributes="da.jsonl",
+                    delete="del.npy")
         r = self.search("updated", texts=["zeppelin", "飞艇", "macro"], k=K)
         self.assertEqual(r.ids[0], 3)
         self.assertEqual(r.ids[K], 4)
@@ -371,17 +377,9 @@ class HybridTest(unittest.TestCase):
             out.write('{"lang": "ko", "n": -3}\n{"lang": "zh", "n": -4}\n')
         with open(os.path.join(tmp, "ta.jsonl"), "w") as out:
             out.write('{"lang": "ko"}\n{"lang": "zh"}\n')
-        updated = os.path.join(tmp, "texts.index")
-        done = subprocess.run(
-            [ARGS.knnctl, "update", "--base", self.whole, "--output", updated,
-             "--input", os.path.join(tmp, "tx.npy"),
-             "--ids", os.path.join(tmp, "tids.npy"),
-             "--payloads", os.path.join(tmp, "tp.jsonl"),
-             "--attributes", os.path.join(tmp, "ta.jsonl"),
-             "--text_file", os.path.join(tmp, "t.txt"),
-             "--recall_queries", "0"], capture_output=True, text=True)
-        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
-        self.start("texts", ["--index", updated])
+        self.update("texts", input="tx.npy", ids="tids.npy",
+                    payloads="tp.jsonl", attributes="ta.jsonl",
+                    text_file="t.txt")
         r = self.search("texts", texts=["비행선", "维修"], k=K,
                         payloads=self.pb.PayloadRequest(all_fields=True))
         self.assertEqual(r.ids[0], upserted)
@@ -418,14 +416,8 @@ class HybridTest(unittest.TestCase):
         np.save(os.path.join(tmp, "fids.npy"), np.array([1], dtype=np.int64))
         with open(os.path.join(tmp, "fp.jsonl"), "w") as out_file:
             out_file.write(json.dumps({"text": "quokka", "lang": "ko"}) + "\n")
-        updated = os.path.join(tmp, "derived2.index")
-        subprocess.run(
-            [ARGS.knnctl, "update", "--base", derived, "--output", updated,
-             "--input", os.path.join(tmp, "fx.npy"),
-             "--ids", os.path.join(tmp, "fids.npy"),
-             "--payloads", os.path.join(tmp, "fp.jsonl"),
-             "--recall_queries", "0"], check=True, capture_output=True)
-        self.start("derived2", ["--index", updated])
+        self.update("derived2", base=derived, input="fx.npy", ids="fids.npy",
+                    payloads="fp.jsonl")
         r = self.search("derived2", texts=["quokka"], k=K, filter=f)
         self.assertEqual(r.ids[0], 1)
         self.assertEqual(r.filter_matched_rows, ROWS // 3 + 1)
