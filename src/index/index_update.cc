@@ -331,6 +331,7 @@ absl::StatusOr<UpdateReport> UpdateIndexFile(const UpdateOptions& options) {
     absl::StatusOr<TextCorpusSummary> written =
         WriteTextIndexes(files, OptionsOf(text->stats()), {&part, 1});
     if (!written.ok()) return written.status();
+    report.text_field = info.text_field;
     report.text_terms = written->terms;
   }
   const std::string attributes_path = AttributeStorePath(options.output_path);

@@ -58,8 +58,9 @@ struct UpdateOptions {
 
 struct UpdateReport {
   bool wrote_payloads = false;
-  // The new version's text index's distinct terms (built from the new
-  // payloads with the base's options); 0 without one.
+  // The new version's text index's payload field and distinct terms (built
+  // from the new payloads with the base's options); "" and 0 without one.
+  std::string text_field;
   int64_t text_terms = 0;
   bool wrote_attributes = false;
   int64_t attribute_columns = 0;  // of the new version's INDEX.attrs

@@ -11,7 +11,9 @@ stubs:
     own answer; a filter applied to both (every result admitted, and the
     text ranks those of the admitted rows);
   - knnctl update: the new version's text index holds the added rows'
-    words and none of the deleted rows';
+    words and none of the deleted rows'; with --text_file, the added and
+    upserted rows' texts from a text file, and not the upserted row's old
+    one;
   - knnd's front of shards fuses the shards' windows into the whole
     index's answer; the per-retriever time is in the metrics, GetIndexInfo
     describes the text index.
@@ -149,6 +151,19 @@ class HybridTest(unittest.TestCase):
     def search(self, name, **fields):
         return self.daemons[name].stub().Search(
             self.pb.SearchRequest(**fields), timeout=30)
+
+    def update(self, name, base=None, **files):
+        """knnctl update of `base` (default: the whole index) into
+        TMP/NAME.index, each flag of `files` naming a file in TMP; serves
+        it as daemon NAME."""
+        output = os.path.join(self.tmp.name, name + ".index")
+        command = [ARGS.knnctl, "update", "--base", base or self.whole,
+                   "--output", output, "--recall_queries", "0"]
+        for flag, file in files.items():
+            command += ["--" + flag, os.path.join(self.tmp.name, file)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.start(name, ["--index", output])
 
     QUERIES = ["printer network", "服务器 字体", "서버 차트", "macro",
                "电子表格图表", "프린터", "formula table export"]
@@ -329,16 +344,9 @@ class HybridTest(unittest.TestCase):
         macro = [int(self.ids[r]) for r, row in enumerate(self.rows)
                  if "macro" in row["text"]]
         np.save(os.path.join(tmp, "del.npy"), np.array(macro, dtype=np.int64))
-        updated = os.path.join(tmp, "updated.index")
-        subprocess.run(
-            [ARGS.knnctl, "update", "--base", self.whole, "--output", updated,
-             "--input", os.path.join(tmp, "dx.npy"),
-             "--ids", os.path.join(tmp, "dids.npy"),
-             "--payloads", os.path.join(tmp, "dp.jsonl"),
-             "--attributes", os.path.join(tmp, "da.jsonl"),
-             "--delete", os.path.join(tmp, "del.npy"),
-             "--recall_queries", "0"], check=True, capture_output=True)
-        self.start("updated", ["--index", updated])
+        self.update("updated", input="dx.npy", ids="dids.npy",
+                    payloads="dp.jsonl", attributes="da.jsonl",
+                    delete="del.npy")
         r = self.search("updated", texts=["zeppelin", "飞艇", "macro"], k=K)
         self.assertEqual(r.ids[0], 3)
         self.assertEqual(r.ids[K], 4)
@@ -346,6 +354,44 @@ class HybridTest(unittest.TestCase):
         info = self.daemons["updated"].stub().GetIndexInfo(
             self.pb.GetIndexInfoRequest())
         self.assertEqual(info.text.corpus_rows, ROWS + 2 - len(macro))
+
+    def test_an_update_takes_the_new_rows_texts_from_a_text_file(self):
+        """knnctl update --text_file: line i is the text of --input's row i,
+        joined to its --payloads line as the base's text field ("text");
+        knnd's BM25 finds the upserted row by its new text and no longer by
+        its old one, and the added row by its text."""
+        tmp = self.tmp.name
+        upserted, added = int(self.ids[0]), 7
+        old_text = self.rows[0]["text"]
+        # The base answers the old text with the row, allowed alone.
+        before = self.search("whole", texts=[old_text], k=K,
+                             allowed_ids=[upserted])
+        self.assertEqual(before.ids[0], upserted)
+        np.save(os.path.join(tmp, "tx.npy"),
+                np.random.default_rng(10).standard_normal((2, DIM)).astype("float32"))
+        np.save(os.path.join(tmp, "tids.npy"),
+                np.array([upserted, added], dtype=np.int64))
+        with open(os.path.join(tmp, "t.txt"), "w", encoding="utf-8") as out:
+            out.write("비행선 정비\n飞艇维修\n")
+        with open(os.path.join(tmp, "tp.jsonl"), "w") as out:
+            out.write('{"lang": "ko", "n": -3}\n{"lang": "zh", "n": -4}\n')
+        with open(os.path.join(tmp, "ta.jsonl"), "w") as out:
+            out.write('{"lang": "ko"}\n{"lang": "zh"}\n')
+        self.update("texts", input="tx.npy", ids="tids.npy",
+                    payloads="tp.jsonl", attributes="ta.jsonl",
+                    text_file="t.txt")
+        r = self.search("texts", texts=["비행선", "维修"], k=K,
+                        payloads=self.pb.PayloadRequest(all_fields=True))
+        self.assertEqual(r.ids[0], upserted)
+        self.assertEqual(r.ids[K], added)
+        self.assertEqual(json.loads(r.payloads[K]),
+                         {"lang": "zh", "n": -4, "text": "飞艇维修"})
+        after = self.search("texts", texts=[old_text], k=K,
+                            allowed_ids=[upserted])
+        self.assertEqual(after.ids[0], -1)
+        info = self.daemons["texts"].stub().GetIndexInfo(
+            self.pb.GetIndexInfoRequest())
+        self.assertEqual(info.text.corpus_rows, ROWS + 1)
 
     def test_attributes_declared_from_payload_fields(self):
         """--attribute_fields lang: the attributes are the payloads' lang
@@ -370,14 +416,8 @@ class HybridTest(unittest.TestCase):
         np.save(os.path.join(tmp, "fids.npy"), np.array([1], dtype=np.int64))
         with open(os.path.join(tmp, "fp.jsonl"), "w") as out_file:
             out_file.write(json.dumps({"text": "quokka", "lang": "ko"}) + "\n")
-        updated = os.path.join(tmp, "derived2.index")
-        subprocess.run(
-            [ARGS.knnctl, "update", "--base", derived, "--output", updated,
-             "--input", os.path.join(tmp, "fx.npy"),
-             "--ids", os.path.join(tmp, "fids.npy"),
-             "--payloads", os.path.join(tmp, "fp.jsonl"),
-             "--recall_queries", "0"], check=True, capture_output=True)
-        self.start("derived2", ["--index", updated])
+        self.update("derived2", base=derived, input="fx.npy", ids="fids.npy",
+                    payloads="fp.jsonl")
         r = self.search("derived2", texts=["quokka"], k=K, filter=f)
         self.assertEqual(r.ids[0], 1)
         self.assertEqual(r.filter_matched_rows, ROWS // 3 + 1)

@@ -1,9 +1,12 @@
 // knnctl update as a user runs it (src/tools/knnctl/update.cc): the
 // daily workflow of build, update, publish and shard; what the report
-// names (the ids to delete the base did not hold); the ids it refuses.
+// names (the ids to delete the base did not hold); the ids it refuses;
+// the texts of the rows it adds or upserts (--text_file).
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -213,6 +216,124 @@ TEST(KnnctlUpdate, NamesTheIdsToDeleteTheBaseDidNotHold) {
       dir.path("present.npy"), " --recall_queries 0"));
   ASSERT_EQ(present.exit_code, 0) << present.output;
   EXPECT_THAT(present.output, Not(HasSubstr("absent:")));
+}
+
+// update --text_file: line i is the text of --input's row i, joined to its
+// payload as the base's text field, so that BM25 finds the added rows'
+// texts and the upserted row's new text, and no longer its old one; the
+// kept rows keep theirs. Refused, naming the file, with a base without a
+// text index, a line count other than the rows', a payload already
+// holding the field, another --text field, or no --input.
+TEST(KnnctlUpdate, TextFileGivesTheTextsOfTheRowsItAddsOrUpserts) {
+  TempDir dir;
+  const int rows = 300;
+  WriteData(dir.path("base.npy"), rows, 8, 65);
+  std::string texts;
+  for (int i = 0; i < rows; ++i)
+    absl::StrAppend(&texts, "word", i, " common\n");
+  WriteFile(dir.path("t.txt"), texts);
+  const std::string v1 = dir.path("v1.index");
+  const std::string build = absl::StrCat("build --input ", dir.path("base.npy"),
+                                         " --nlist 4 --output ");
+  const CommandResult built = Knnctl(
+      absl::StrCat(build, v1, " --text body --text_file ", dir.path("t.txt")));
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  // Row 5 is upserted, 1000 and 1001 added.
+  WriteData(dir.path("delta.npy"), 3, 8, 66);
+  WriteIdsNpy(dir.path("ids.npy"), {5, 1000, 1001});
+  WriteFile(dir.path("delta.txt"),
+            "replaced zeppelin\nzeppelin alpha\nzeppelin beta\n");
+  WriteFile(dir.path("delta.jsonl"), "{\"page\":1}\n{\"page\":2}\n{}\n");
+  const std::string v2 = dir.path("v2.index");
+  const std::string update = absl::StrCat(
+      "update --base ", v1, " --output ", v2, " --recall_queries 0 --input ",
+      dir.path("delta.npy"), " --ids ", dir.path("ids.npy"), " --payloads ",
+      dir.path("delta.jsonl"), " ");
+  const CommandResult done = Knnctl(
+      absl::StrCat(update, "--text body --text_file ", dir.path("delta.txt")));
+  ASSERT_EQ(done.exit_code, 0) << done.output;
+  EXPECT_THAT(done.output,
+              HasSubstr("1 upserted (replaced in place), 2 added"));
+  EXPECT_THAT(done.output,
+              HasSubstr(absl::StrCat("--text_file ", dir.path("delta.txt"),
+                                     "'s lines as field \"body\"")));
+  EXPECT_THAT(done.output,
+              HasSubstr(absl::StrCat("wrote:    ", v2,
+                                     ".text (BM25 postings of payload field "
+                                     "\"body\"")));
+
+  // Each query's one label: the id whose text holds its word.
+  const auto score = [&](const std::string& name,
+                         const std::vector<std::pair<std::string, int>>& qs) {
+    std::string queries, labels;
+    for (const auto& [text, id] : qs) {
+      absl::StrAppend(&queries, text, "\n");
+      absl::StrAppend(&labels, "[", id, "]\n");
+    }
+    WriteFile(dir.path(name + ".txt"), queries);
+    WriteFile(dir.path(name + ".jsonl"), labels);
+    const CommandResult eval = Knnctl(
+        absl::StrCat("eval --index ", v2, " --texts ", dir.path(name + ".txt"),
+                     " --window 10 --labels ", dir.path(name + ".jsonl")));
+    EXPECT_EQ(eval.exit_code, 0) << eval.output;
+    return eval.output;
+  };
+  EXPECT_THAT(score("found", {{"alpha", 1000},
+                              {"beta", 1001},
+                              {"replaced", 5},
+                              {"word6", 6},
+                              {"word299", 299}}),
+              ::testing::ContainsRegex("bm25 +1\\.0000 +1\\.0000 +1\\.0000"));
+  EXPECT_THAT(score("gone", {{"word5", 5}}),
+              ::testing::ContainsRegex("bm25 +0\\.0000 +0\\.0000 +0\\.0000"));
+  // Nothing of the joined payloads is left beside the versions.
+  for (const auto& entry : std::filesystem::directory_iterator(dir.dir())) {
+    EXPECT_THAT(entry.path().string(), Not(HasSubstr("text-input")));
+  }
+
+  const std::string v3 = dir.path("v3.index");
+  const std::string refused_update = absl::StrCat(
+      "update --base ", v1, " --output ", v3, " --recall_queries 0 --input ",
+      dir.path("delta.npy"), " --ids ", dir.path("ids.npy"), " ");
+  WriteFile(dir.path("short.txt"), "one\ntwo\n");
+  WriteFile(dir.path("holds.jsonl"), "{}\n{\"body\":\"x\"}\n{}\n");
+  const std::string plain = dir.path("plain.index");
+  ASSERT_EQ(Knnctl(build + plain).exit_code, 0);
+  WriteIdsNpy(dir.path("delete.npy"), {1});
+  const std::vector<std::pair<std::string, std::string>> refusals = {
+      {absl::StrCat("update --base ", plain, " --output ", v3,
+                    " --recall_queries 0 --input ", dir.path("delta.npy"),
+                    " --text_file ", dir.path("delta.txt")),
+       absl::StrCat("--text_file ", dir.path("delta.txt"), ": the base ", plain,
+                    " has no text index")},
+      {absl::StrCat(refused_update, "--text_file ", dir.path("short.txt")),
+       absl::StrCat("--text_file ", dir.path("short.txt"),
+                    " has 2 lines for 3 rows")},
+      {absl::StrCat(refused_update, "--payloads ", dir.path("holds.jsonl"),
+                    " --text_file ", dir.path("delta.txt")),
+       absl::StrCat("--payloads ", dir.path("holds.jsonl"),
+                    " line 2 already holds \"body\"")},
+      {absl::StrCat(refused_update, "--text page --text_file ",
+                    dir.path("delta.txt")),
+       absl::StrCat("--text page: the text index of the base ", v1,
+                    " is of payload field \"body\"")},
+      {absl::StrCat(refused_update, "--text body"),
+       "--text body names the field of --text_file's lines"},
+      {absl::StrCat("update --base ", v1, " --output ", v3, " --delete ",
+                    dir.path("delete.npy"), " --text_file ",
+                    dir.path("delta.txt")),
+       absl::StrCat("--text_file ", dir.path("delta.txt"),
+                    " holds the texts of --input's rows; give --input too")},
+  };
+  for (const auto& [command, message] : refusals) {
+    const CommandResult refused = Knnctl(command);
+    EXPECT_EQ(refused.exit_code, 2) << command << "\n" << refused.output;
+    EXPECT_THAT(refused.output, HasSubstr(message)) << command;
+  }
+  EXPECT_THAT(VersionFilesPresent(v3), ::testing::IsEmpty());
+  for (const auto& entry : std::filesystem::directory_iterator(dir.dir())) {
+    EXPECT_THAT(entry.path().string(), Not(HasSubstr("text-input")));
+  }
 }
 
 }  // namespace

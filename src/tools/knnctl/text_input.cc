@@ -37,7 +37,8 @@ absl::StatusOr<JsonValue> WithText(const std::string& payload,
       if (m.first == field) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--payloads ", path, " line ", line, " already holds \"", field,
-            "\", which --text_file would set: name another --text field"));
+            "\", the field --text_file's lines become: give each row's text "
+            "in one of them"));
       }
     }
   }

@@ -28,6 +28,8 @@
 #include "knnd/storage/payload_file.h"
 #include "knnd/storage/vector_io.h"
 #include "knnd/storage/vectors_file.h"
+#include "knnd/text/text_index.h"
+#include "text_input.h"
 
 namespace knnd::knnctl {
 namespace {
@@ -40,6 +42,8 @@ struct UpdateCommandOptions {
   std::string deletions;
   std::string payloads;
   std::string attributes;
+  std::string text;
+  std::string text_file;
   int recall_queries = 200;
   uint32_t seed = 1;
   int threads = 0;
@@ -80,9 +84,22 @@ void PrintReport(const UpdateCommandOptions& options,
                 IdTablePath(options.output).c_str());
   }
   if (report.wrote_payloads) {
-    std::printf("wrote:    %s (the base's rows' payloads, and --payloads' "
-                "for the input's)\n",
-                PayloadPath(options.output).c_str());
+    std::printf(
+        "wrote:    %s (the base's rows' payloads, and %s for the "
+        "input's)\n",
+        PayloadPath(options.output).c_str(),
+        options.text_file.empty()
+            ? "--payloads'"
+            : absl::StrCat("--text_file ", options.text_file,
+                           "'s lines as field \"", report.text_field, "\"")
+                  .c_str());
+  }
+  if (!report.text_field.empty()) {
+    std::printf(
+        "wrote:    %s (BM25 postings of payload field \"%s\", %lld terms, "
+        "from the new version's payloads)\n",
+        TextIndexPath(options.output).c_str(), report.text_field.c_str(),
+        static_cast<long long>(report.text_terms));
   }
   if (report.wrote_attributes) {
     std::printf(
@@ -109,6 +126,42 @@ void PrintReport(const UpdateCommandOptions& options,
       "swaps to it; split it with knnctl shard first when serving "
       "shards)\n",
       options.output.c_str());
+}
+
+// --text_file: the delta's texts joined to its --payloads as the field of
+// the base's text index (its sidecar's text_field), which --text, when
+// given, must name: an update does not change what the index searches.
+absl::StatusOr<std::unique_ptr<TextPayloads>> JoinTexts(
+    const UpdateCommandOptions& options, int64_t rows) {
+  if (options.text_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--text ", options.text,
+        " names the field of --text_file's lines: give --text_file too (an "
+        "update indexes the base's text field)"));
+  }
+  if (options.input.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--text_file ", options.text_file,
+                     " holds the texts of --input's rows; give --input too"));
+  }
+  absl::StatusOr<knnd::v1::IndexMetadata> meta =
+      ReadIndexMetadata(MetadataPath(options.base));
+  if (!meta.ok()) return meta.status();
+  const std::string& field = meta->text_field();
+  if (field.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--text_file ", options.text_file, ": the base ", options.base,
+        " has no text index (build it with --text FIELD)"));
+  }
+  if (!options.text.empty() && options.text != field) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--text ", options.text, ": the text index of the base ",
+                     options.base, " is of payload field \"", field,
+                     "\", which --text_file's lines become: give --text ",
+                     field, " or leave --text out"));
+  }
+  return TextPayloads::Write(options.payloads, options.text_file, field, rows,
+                             options.output);
 }
 
 int Update(const UpdateCommandOptions& options) {
@@ -169,6 +222,15 @@ int Update(const UpdateCommandOptions& options) {
         "--attributes holds the attributes of --input's rows; give --input "
         "too (a deletion carries the kept rows' attributes by itself)");
   }
+  // Removed (by its destructor) once the update has read it.
+  std::unique_ptr<TextPayloads> text_payloads;
+  if (!options.text.empty() || !options.text_file.empty()) {
+    absl::StatusOr<std::unique_ptr<TextPayloads>> joined =
+        JoinTexts(options, input.rows);
+    if (!joined.ok()) return Fail(joined.status());
+    text_payloads = std::move(*joined);
+    update.input_payloads = text_payloads->path();
+  }
   if (!options.deletions.empty()) {
     absl::StatusOr<IdMatrix> deletions = ReadIds(options.deletions);
     if (!deletions.ok()) return Fail(deletions.status());
@@ -217,13 +279,23 @@ std::function<int()> DefineUpdate(FlagSet& flags) {
   flags.Add("payloads", &options->payloads, "FILE.jsonl",
             "JSON Lines, line i the payload of --input's row i, as build "
             "--payloads reads it: required when the base has payloads and "
-            "--input is given. The base's other rows keep theirs.");
+            "--input is given (with --text_file, their payloads may be the "
+            "texts alone). The base's other rows keep theirs.");
   flags.Add("attributes", &options->attributes, "FILE.jsonl",
             "JSON Lines, line i the attributes of --input's row i, as build "
             "--attributes reads them: required when the base has attributes "
             "and --input is given. The base's other rows keep theirs; a "
             "column keeps its type, one the base lacks is added (no value "
             "on the base's rows).");
+  flags.Add("text_file", &options->text_file, "FILE",
+            "The texts of --input's rows for a base with a text index: line "
+            "i is row i's text, joined to its payload (beside --payloads' "
+            "fields when given) as the field the base's text index was "
+            "built on, so that the new version's text index holds it (an "
+            "upsert's old text goes).");
+  flags.Add("text", &options->text, "FIELD",
+            "With --text_file: the base's text field (its sidecar's "
+            "text_field); any other is refused. Default: that field.");
   flags.Add("recall_queries", &options->recall_queries, "N",
             "Rows of the delta (or of the new version, without --input) "
             "searched to estimate recall@10 against exact search over "
