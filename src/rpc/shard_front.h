@@ -22,6 +22,7 @@
 #ifndef KNND_RPC_SHARD_FRONT_H_
 #define KNND_RPC_SHARD_FRONT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -89,8 +90,14 @@ class ShardFront {
       ServerCall<knnd::v1::SearchRequest, knnd::v1::SearchResponse>;
   using InfoCall =
       ServerCall<knnd::v1::GetIndexInfoRequest, knnd::v1::GetIndexInfoResponse>;
+  using GetCall = ServerCall<knnd::v1::GetRequest, knnd::v1::GetResponse>;
   void Search(SearchCall* call);
   void GetIndexInfo(InfoCall* call);
+  // Every shard is asked for every id (an id lives in one shard; the
+  // others name it missing); the records are merged in the request's
+  // order and an id no shard holds is missing. Every shard must answer:
+  // a Get has no partial results (shard_front_get.cc).
+  void Get(GetCall* call);
 
   // Starts the poller (the first poll runs at once).
   void Start();
@@ -135,6 +142,7 @@ class ShardFront {
 
   struct Shard;   // one target's channel and what is known of it
   class Call;     // one Search: scatter, gather, merge (shard_front_call.cc)
+  class GetFanOut;  // one Get (shard_front_get.cc)
   class Service;  // the KnnService handlers
 
  private:
@@ -147,6 +155,51 @@ class ShardFront {
   // Adds "authorization: Bearer <token>" unless `token` is empty.
   static void AddShardToken(grpc::ClientContext& context,
                             const std::string& token);
+
+  // One call of a fan-out (a Search's, a Get's) to one shard.
+  template <class Response>
+  struct ShardCall {
+    grpc::ClientContext context;
+    Response response;
+    grpc::Status status;
+    absl::Time start;
+  };
+  // Sets up a shard call's context: the deadline, the shard token, and
+  // cancelled at once when the caller has already gone.
+  void PrepareShardCall(grpc::ClientContext& context, absl::Time deadline,
+                        bool cancelled) const {
+    context.set_deadline(absl::ToChronoTime(deadline));
+    AddShardToken(context, options_.shard_token);
+    if (cancelled) context.TryCancel();
+  }
+  // The callback of `call` to shard `shard`: records the shard call's
+  // metric, keeps its status, and runs `gather` when it is the last of the
+  // `remaining` calls of its fan-out to end.
+  template <class Response, class Gather>
+  auto ShardCallDone(size_t shard, ShardCall<Response>* call,
+                     std::atomic<int>* remaining, Gather gather) {
+    return [this, shard, call, remaining, gather](grpc::Status status) {
+      metrics_->RecordShardCall(
+          static_cast<int>(shard),
+          static_cast<absl::StatusCode>(status.error_code()),
+          absl::Now() - call->start);
+      call->status = std::move(status);
+      if (remaining->fetch_sub(1, std::memory_order_acq_rel) == 1) gather();
+    };
+  }
+
+  // One shard's failed call, for FailureStatus().
+  struct ShardFailure {
+    size_t shard = 0;
+    const grpc::Status* status = nullptr;
+    const grpc::ClientContext* context = nullptr;
+  };
+  // The status of a call whose shards `failed` (not empty): the first
+  // failure's code, a message naming every failed shard; a
+  // RESOURCE_EXHAUSTED one adds to `call`'s trailers the largest pushback
+  // a shard asked for.
+  absl::Status FailureStatus(ServerCallBase* call,
+                             const std::vector<ShardFailure>& failed) const;
 
   void PollLoop();
   // Asks every shard for its info in parallel, waits for all (each within
