@@ -9,7 +9,7 @@
 //
 // Every call is counted in `metrics` (by protocol), rejections by reason.
 // The handlers see a ServerCall (server_call.h), so the HTTP/JSON listener
-// (http_api.h) serves the same Search and GetIndexInfo as gRPC.
+// (http_api.h) serves the same Search, Get and GetIndexInfo as gRPC.
 //
 // Search is registered as a stream and served by ReadOnMatchMethod
 // (knn_async_service.h): a call's message is read only when one of the

@@ -2,18 +2,19 @@
 // docs/sharding.md). It holds no index: every Search goes to every shard,
 // pinned to the newest version all of them serve, within the caller's
 // deadline, and their answers are merged (shard_merge.h) into the answer
-// of the unsharded index. Callers in any language then need no merging of
-// their own: they call the front as they would call one knnd.
+// of the unsharded index; a Get goes to every shard too, its records
+// merged by id (shard_front_get.cc). Callers in any language then need no
+// merging of their own: they call the front as they would call one knnd.
 //
 // A poller asks every shard for its GetIndexInfo every poll_interval: the
 // front is ready (serving_changed(true): health SERVING) while every shard
 // answers, from one build, with distinct shard ids covering the set; the
 // answers also teach it each shard's serving version. Searches are taken
 // once any shard has answered a poll, ready or not, so that a caller who
-// allows partial results is served while a shard is down. Search answers teach it too, and
-// a shard that no longer has the pinned version says which it serves
-// (kServingVersionMetadata): the front then retries the call once with the
-// new set version while the deadline allows.
+// allows partial results is served while a shard is down. Search answers teach
+// it too, and a shard that no longer has the pinned version says which it
+// serves (kServingVersionMetadata): the front then retries the call once with
+// the new set version while the deadline allows.
 //
 // Ownership: owns the shards' channels and the poller thread; borrows the
 // gate, metrics, authenticator and hold, which must outlive it.

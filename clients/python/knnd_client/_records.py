@@ -6,7 +6,7 @@ shard for every id and merges the records (each id lives in one shard).
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Set
 
 import numpy as np
 
@@ -75,7 +75,7 @@ def merge_get_answers(answers: Sequence[pb.GetResponse],
             found.setdefault(r.id, r)
     records: List[Record] = []
     missing: List[int] = []
-    seen = set()
+    seen: Set[int] = set()
     for i in request.ids:
         if i in seen:
             continue

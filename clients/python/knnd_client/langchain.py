@@ -444,7 +444,7 @@ def _no_hybrid_relevance(kwargs: Mapping[str, Any]) -> None:
 def _vector_ids(ids: Sequence[str]) -> List[int]:
     """The ids of get_by_ids as vector ids: decimal strings of ids >= 0;
     others name no vector (left out, as an id not held is)."""
-    wanted = []
+    wanted: List[int] = []
     for i in ids:
         text = str(i)
         if text.isdigit() and int(text) < 2**63:
