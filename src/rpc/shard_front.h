@@ -189,6 +189,20 @@ class ShardFront {
     };
   }
 
+  // How every fan-out begins: the caller's token for `method`, then the
+  // facts of the shards, which a front that has never heard of any shard
+  // lacks (refused UNAVAILABLE: not ready() itself, so that with a shard
+  // down a call that allows partial results is still answered, and any
+  // other fails naming the shard). False when `answer` was called.
+  bool BeginFanOut(const ServerCallBase& call, absl::string_view method,
+                   const SearchAdmission::Answer& answer,
+                   FrontFacts* facts) const;
+  // How every fan-out ends: its gate ticket released, `call` answered, and
+  // the live call `live` ended, after which `this` may be gone.
+  static void EndFanOut(AdmissionGate::Ticket& ticket,
+                        std::shared_ptr<LiveCalls> live, ServerCallBase* call,
+                        const absl::Status& status);
+
   // One shard's failed call, for FailureStatus().
   struct ShardFailure {
     size_t shard = 0;

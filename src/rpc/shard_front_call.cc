@@ -70,16 +70,8 @@ class ShardFront::Call final {
     const SearchAdmission::Answer answer = [this](const absl::Status& status) {
       Answer(status);
     };
-    if (!admission.Authorize(*call_, answer)) return;
-    // Not ready() (every shard up as one set): with a shard down a call
-    // that allows partial results is still answered, and any other fails
-    // naming the shard. Only a front that has never heard of any shard
-    // refuses (a poll that missed its deadline does not make it forget).
-    FrontFacts facts = front_->Facts();
-    if (facts.dim == 0) {
-      return admission.Refuse(RejectReason::kNotReady, front_->ready(),
-                              answer);
-    }
+    FrontFacts facts;
+    if (!front_->BeginFanOut(*call_, kSearchMethod, answer, &facts)) return;
     // A filter too deep to read is refused here, never sent on.
     if (absl::Status s = CheckFilterParsed(*request_, facts.max_filter_depth);
         !s.ok()) {
@@ -300,11 +292,9 @@ class ShardFront::Call final {
                    call_->peer(), front_->shards_.size(),
                    absl::FormatDuration(total), attempts_);
     }
-    ticket_.Release();
-    std::shared_ptr<LiveCalls> live = std::move(live_);
-    call_->Answer(status);
-    // `this` may be gone now; the front stays until every call has ended.
-    CallEnded(std::move(live));
+    // `this` may be gone after it; the front stays until every call has
+    // ended.
+    EndFanOut(ticket_, std::move(live_), call_, status);
   }
 
   ShardFront* const front_;
@@ -333,6 +323,26 @@ class ShardFront::Call final {
 };
 
 // ---------------------------------------------------------------------------
+bool ShardFront::BeginFanOut(const ServerCallBase& call,
+                             absl::string_view method,
+                             const SearchAdmission::Answer& answer,
+                             FrontFacts* facts) const {
+  if (!admission_.Authorize(call, answer, method)) return false;
+  // A poll that missed its deadline does not make the front forget.
+  *facts = Facts();
+  if (facts->dim > 0) return true;
+  admission_.Refuse(RejectReason::kNotReady, ready(), answer);
+  return false;
+}
+
+void ShardFront::EndFanOut(AdmissionGate::Ticket& ticket,
+                           std::shared_ptr<LiveCalls> live,
+                           ServerCallBase* call, const absl::Status& status) {
+  ticket.Release();
+  call->Answer(status);
+  CallEnded(std::move(live));
+}
+
 absl::Status ShardFront::FailureStatus(
     ServerCallBase* call, const std::vector<ShardFailure>& failed) const {
   std::vector<std::string> parts;

@@ -40,11 +40,8 @@ class ShardFront::GetFanOut final {
     const SearchAdmission::Answer answer = [this](const absl::Status& status) {
       Answer(status);
     };
-    if (!admission.Authorize(*call_, answer, kGetMethod)) return;
-    const FrontFacts facts = front_->Facts();
-    if (facts.dim == 0) {
-      return admission.Refuse(RejectReason::kNotReady, front_->ready(), answer);
-    }
+    FrontFacts facts;
+    if (!front_->BeginFanOut(*call_, kGetMethod, answer, &facts)) return;
     absl::StatusOr<FrontDemand> demand =
         EstimateFrontGet(call_->request(), facts);
     if (!demand.ok()) {
@@ -161,10 +158,7 @@ class ShardFront::GetFanOut final {
     if (!status.ok() && spdlog::should_log(spdlog::level::debug)) {
       spdlog::debug("Get from {} failed: {}", call_->peer(), status.ToString());
     }
-    ticket_.Release();
-    std::shared_ptr<LiveCalls> live = std::move(live_);
-    call_->Answer(status);
-    CallEnded(std::move(live));
+    EndFanOut(ticket_, std::move(live_), call_, status);
   }
 
   ShardFront* const front_;
