@@ -6,8 +6,9 @@ vector as stored, ids given twice answered once, unknown ids missing (not
 an error); negative ids, too many ids, vectors or attributes asked of an
 index without them, and a call without the token refused by name; the
 HTTP answer equal to gRPC's; the same records from AsyncKnnClient, from
-ShardedKnnClient over the build split in 2 shards and from knnd's own
-front of those shards, over gRPC and HTTP.
+ShardedKnnClient and AsyncShardedKnnClient over the build split in 2
+shards and from knnd's own front of those shards, over gRPC and HTTP;
+knnctl get's JSON lines.
 
 Run by ctest (python_get); by hand:
   /usr/bin/python3 tests/python/get_test.py --knnd build/knnd \\
@@ -283,7 +284,8 @@ class GetTest(unittest.TestCase):
         self.assertIn("'x' is not an integer id", bad.stderr)
 
     def test_async_sharded_and_front_answer_the_same(self):
-        from knnd_client import AsyncKnnClient, ShardedKnnClient
+        from knnd_client import (AsyncKnnClient, AsyncShardedKnnClient,
+                                 ShardedKnnClient)
         ids, found, unknown = self.asked()
         sharded = ShardedKnnClient([self.daemons["shard0"].address,
                                     self.daemons["shard1"].address],
@@ -299,9 +301,15 @@ class GetTest(unittest.TestCase):
         async def main():
             async with AsyncKnnClient(self.daemons["whole"].address,
                                       bearer_token=TOKEN) as client:
-                return await client.get(ids, **everything)
-        self.check_records(asyncio.run(main()), found, unknown,
-                           "AsyncKnnClient")
+                whole = await client.get(ids, **everything)
+            async with AsyncShardedKnnClient(
+                    [self.daemons["shard0"].address,
+                     self.daemons["shard1"].address]) as client:
+                return whole, await client.get(ids, **everything)
+        whole, sharded_async = asyncio.run(main())
+        self.check_records(whole, found, unknown, "AsyncKnnClient")
+        self.check_records(sharded_async, found, unknown,
+                           "AsyncShardedKnnClient")
         # Each shard holds some of the ids and names the others missing.
         shard0 = self.client("shard0").get(found)
         shard1 = self.client("shard1").get(found)
