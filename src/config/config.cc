@@ -277,6 +277,9 @@ absl::Status ValidateConfig(const knnd::v1::ServerConfig& c) {
   if (c.max_text_bytes() < 1 || c.max_text_bytes() > (1u << 24)) {
     return out_of_range("max_text_bytes", c.max_text_bytes(), 1, 1 << 24);
   }
+  if (c.max_get_ids() < 1 || c.max_get_ids() > (1u << 20)) {
+    return out_of_range("max_get_ids", c.max_get_ids(), 1, 1 << 20);
+  }
   return absl::OkStatus();
 }
 

@@ -90,6 +90,7 @@ LimitsConfig LimitsConfigFrom(const ServerConfig& config) {
       static_cast<int64_t>(config.max_filter_conditions());
   limits.filter.max_depth = static_cast<int>(config.max_filter_depth());
   limits.max_text_bytes = static_cast<int64_t>(config.max_text_bytes());
+  limits.max_get_ids = static_cast<int64_t>(config.max_get_ids());
   return limits;
 }
 

@@ -199,6 +199,13 @@ class IndexSnapshot {
   // a shard's first id).
   int64_t IdOfRow(int64_t row) const { return list_ids_.IdOfRow(row); }
 
+  // The row holding the answer id `id`, or -1 when this index holds none
+  // (get_records.h looks records up by it).
+  int64_t RowOfId(int64_t id) const { return list_ids_.RowOfId(id); }
+
+  // The raw-vectors file; null for a version served without one.
+  const VectorsFile* vectors() const { return vectors_.get(); }
+
   // The attribute store; null for an index without attributes.
   const AttributeStore* attributes() const { return attributes_.get(); }
 

@@ -54,6 +54,8 @@ const char* RpcName(Metrics::Rpc rpc) {
       return "Search";
     case Metrics::Rpc::kGetIndexInfo:
       return "GetIndexInfo";
+    case Metrics::Rpc::kGet:
+      return "Get";
   }
   return "unknown";
 }

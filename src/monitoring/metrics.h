@@ -49,7 +49,7 @@ class Metrics {
   };
 
   // The RPCs of knnd.v1.KnnService (the grpc_method label).
-  enum class Rpc { kSearch, kGetIndexInfo };
+  enum class Rpc { kSearch, kGetIndexInfo, kGet };
   // The front door a call came through (the protocol label of the RPC
   // series): gRPC, or HTTP/JSON (docs/api.md, "HTTP/JSON").
   enum class Protocol { kGrpc, kHttp };
@@ -133,7 +133,7 @@ class Metrics {
   void SetShardState(int target, bool up, int64_t serving_version);
 
  private:
-  static constexpr int kNumRpcs = 2;
+  static constexpr int kNumRpcs = 3;
   static constexpr int kNumProtocols = 2;
   static constexpr int kNumCodes = 17;  // OK .. UNAUTHENTICATED
   static constexpr int kNumRejectReasons =

@@ -8,11 +8,10 @@
 // (http_json.h). So every route goes through the same token check,
 // admission, gate, memory model, deadline and statuses as gRPC's.
 //
-// Adding a unary method of the service is one entry in KnnRoutes():
-//   UnaryRoute<GetRequest, GetResponse>({"POST"}, "/v1/get",
-//       [service](auto* call) { service->Get(call); }),
-// and, if its answer holds JSON in a bytes field, a ResponseJson()
-// overload for the answer's type (http_json.h; SearchResponse's payloads).
+// Adding a unary method of the service is one entry in KnnRoutes() (as
+// "/v1/get" is), and, if its answer holds JSON in a bytes field, a
+// ResponseJson() overload for the answer's type (http_json.h:
+// SearchResponse's payloads, GetResponse's records).
 //
 // Thread-safety: the routes are read-only once built; an HttpCall is
 // answered once, from any thread.
@@ -155,6 +154,8 @@ template <class Service>
 std::vector<HttpRoute> KnnRoutes(Service* service) {
   using knnd::v1::GetIndexInfoRequest;
   using knnd::v1::GetIndexInfoResponse;
+  using knnd::v1::GetRequest;
+  using knnd::v1::GetResponse;
   using knnd::v1::SearchRequest;
   using knnd::v1::SearchResponse;
   return {
@@ -168,6 +169,11 @@ std::vector<HttpRoute> KnnRoutes(Service* service) {
           [service](
               ServerCall<GetIndexInfoRequest, GetIndexInfoResponse>* call) {
             service->GetIndexInfo(call);
+          }),
+      UnaryRoute<GetRequest, GetResponse>(
+          {"POST"}, "/v1/get",
+          [service](ServerCall<GetRequest, GetResponse>* call) {
+            service->Get(call);
           }),
   };
 }

@@ -102,6 +102,51 @@ absl::Status Print(const google::protobuf::Message& message, size_t extra,
                                           std::string(printed.message())));
 }
 
+// Adds the member "name":value (value already JSON) to the JSON object
+// `object`, before its closing brace.
+absl::Status SpliceMember(absl::string_view name, absl::string_view value,
+                          std::string* object) {
+  if (object->empty() || object->back() != '}') {
+    return absl::InternalError("the answer's JSON is not an object");
+  }
+  std::string member = object->size() > 2 ? "," : "";
+  member.reserve(name.size() + value.size() + 4);
+  AppendJsonString(name, &member);
+  member += ':';
+  absl::StrAppend(&member, value);
+  object->insert(object->size() - 1, member);
+  return absl::OkStatus();
+}
+
+// One record: its id always (0 is an id, which the printer would leave
+// out), its JSON bytes fields as JSON, the rest printed.
+absl::Status AppendRecordJson(knnd::v1::Record& record, std::string* out) {
+  // Swapped out while the rest is printed, and back.
+  std::string payload;
+  std::string attributes;
+  record.mutable_payload()->swap(payload);
+  record.mutable_attributes()->swap(attributes);
+  const int64_t id = record.id();
+  record.clear_id();
+  std::string json;
+  absl::Status printed =
+      Print(record, payload.size() + attributes.size() + 48, &json);
+  record.set_id(id);
+  if (printed.ok()) {
+    printed = SpliceMember("id", absl::StrCat("\"", id, "\""), &json);
+  }
+  if (printed.ok() && !payload.empty()) {
+    printed = SpliceMember("payload", payload, &json);
+  }
+  if (printed.ok() && !attributes.empty()) {
+    printed = SpliceMember("attributes", attributes, &json);
+  }
+  record.mutable_payload()->swap(payload);
+  record.mutable_attributes()->swap(attributes);
+  absl::StrAppend(out, json);
+  return printed;
+}
+
 }  // namespace
 
 absl::Status ResponseJson(google::protobuf::Message* message,
@@ -118,10 +163,7 @@ absl::Status ResponseJson(knnd::v1::SearchResponse* response,
   absl::Status printed = Print(*response, bytes, out);
   payloads.Swap(response->mutable_payloads());
   if (!printed.ok() || response->payloads_size() == 0) return printed;
-  if (out->empty() || out->back() != '}') {
-    return absl::InternalError("the answer's JSON is not an object");
-  }
-  std::string array = out->size() > 2 ? ",\"payloads\":[" : "\"payloads\":[";
+  std::string array = "[";
   array.reserve(bytes);
   for (int i = 0; i < response->payloads_size(); ++i) {
     if (i > 0) array += ',';
@@ -129,8 +171,28 @@ absl::Status ResponseJson(knnd::v1::SearchResponse* response,
     array += payload.empty() ? "null" : payload;
   }
   array += ']';
-  out->insert(out->size() - 1, array);
-  return absl::OkStatus();
+  return SpliceMember("payloads", array, out);
+}
+
+absl::Status ResponseJson(knnd::v1::GetResponse* response, std::string* out) {
+  size_t bytes = 16;
+  for (const knnd::v1::Record& r : response->records()) {
+    bytes += r.ByteSizeLong() * 3;
+  }
+  google::protobuf::RepeatedPtrField<knnd::v1::Record> records;
+  records.Swap(response->mutable_records());
+  absl::Status printed = Print(*response, 0, out);
+  std::string array = "[";
+  array.reserve(bytes);
+  for (int i = 0; printed.ok() && i < records.size(); ++i) {
+    if (i > 0) array += ',';
+    printed = AppendRecordJson(*records.Mutable(i), &array);
+  }
+  records.Swap(response->mutable_records());
+  if (!printed.ok()) return printed;
+  array += ']';
+  // An answer with no record still says so: clients read "records".
+  return SpliceMember("records", array, out);
 }
 
 absl::StatusOr<absl::Time> DeadlineOf(absl::optional<absl::string_view> value,

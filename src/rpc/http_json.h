@@ -59,6 +59,10 @@ absl::Status ResponseJson(google::protobuf::Message* message, std::string* out);
 // key left out without payloads). The payloads are moved out while the
 // rest is printed, and back.
 absl::Status ResponseJson(knnd::v1::SearchResponse* response, std::string* out);
+// GetResponse likewise: each record's payload and attributes as JSON
+// objects (left out when empty), its id always (also 0), and "records"
+// always (an empty array when every id is missing).
+absl::Status ResponseJson(knnd::v1::GetResponse* response, std::string* out);
 
 // The deadline a request asks for with kTimeoutHeader, counted from
 // `start`; InfiniteFuture without one. INVALID_ARGUMENT naming the header

@@ -4,7 +4,7 @@
 // message, and knnd reads it once it has a read to spare, so that a flood
 // of large requests waits in gRPC's queue of calls instead of being
 // received all at once. On the wire Search stays a unary method.
-// GetIndexInfo is an ordinary asynchronous unary method.
+// GetIndexInfo and Get are ordinary asynchronous unary methods.
 //
 // Thread-safety: as the generated AsyncService (RequestSearch from any
 // thread once the server has started).
@@ -20,9 +20,10 @@
 namespace knnd {
 
 class KnnAsyncService final
-    : public knnd::v1::KnnService::WithAsyncMethod_GetIndexInfo<
-          knnd::v1::KnnService::WithStreamedUnaryMethod_Search<
-              knnd::v1::KnnService::Service>> {
+    : public knnd::v1::KnnService::WithAsyncMethod_Get<
+          knnd::v1::KnnService::WithAsyncMethod_GetIndexInfo<
+              knnd::v1::KnnService::WithStreamedUnaryMethod_Search<
+                  knnd::v1::KnnService::Service>>> {
  public:
   using SearchReader = grpc::ServerAsyncReader<knnd::v1::SearchResponse,
                                                knnd::v1::SearchRequest>;

@@ -45,8 +45,8 @@ std::string RetainedNote(const std::vector<int64_t>& retained) {
 
 KnnServiceImpl::KnnServiceImpl(const Options& options, IndexHolder* holder,
                                AdmissionGate* gate, Batcher* batcher,
-                               Metrics* metrics,
-                               const TokenAuthenticator* auth, CallHold* hold)
+                               Metrics* metrics, const TokenAuthenticator* auth,
+                               CallHold* hold)
     : options_(options),
       holder_(holder),
       batcher_(batcher),
@@ -56,11 +56,14 @@ KnnServiceImpl::KnnServiceImpl(const Options& options, IndexHolder* holder,
       search_(&service_, &Async::RequestSearch,
               [this](SearchCall* call) { Search(call); }),
       info_(&service_, &Async::RequestGetIndexInfo,
-            [this](InfoCall* call) { GetIndexInfo(call); }) {}
+            [this](InfoCall* call) { GetIndexInfo(call); }),
+      get_(&service_, &Async::RequestGet,
+           [this](GetCall* call) { Get(call); }) {}
 
 void KnnServiceImpl::Listen(const ServingQueue& queue) {
   search_.Listen(queue, queue.request_reads);
   info_.Listen(queue);
+  get_.Listen(queue);
 }
 
 void KnnServiceImpl::Search(SearchCall* call) {
@@ -132,10 +135,33 @@ SearchAdmission::Answer KnnServiceImpl::AnswerFor(SearchCall* call,
 absl::StatusOr<ParsedSearch> KnnServiceImpl::PinAndParse(
     SearchCall* call, Pinned* pinned, RejectReason* reason) const {
   const knnd::v1::SearchRequest& request = call->request();
+  if (absl::Status s =
+          PinVersion(call, request.index_version(), pinned, reason);
+      !s.ok()) {
+    return s;
+  }
+  const IndexInfo& index = pinned->snapshot->info();
+  const SearchLimits limits = ResolveLimits(options_.limits, index);
+  absl::StatusOr<ParsedSearch> parsed =
+      ParseSearchRequest(request, index, limits);
+  if (!parsed.ok()) return parsed;
+  if (absl::Status s = ParseTexts(request, *pinned->snapshot, limits, *parsed);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ParseFilter(request, *pinned->snapshot, limits, *parsed);
+      !s.ok()) {
+    return s;
+  }
+  return parsed;
+}
+
+absl::Status KnnServiceImpl::PinVersion(ServerCallBase* call, int64_t wanted,
+                                        Pinned* pinned,
+                                        RejectReason* reason) const {
   *reason = RejectReason::kInvalid;
   // The version asked for (a merger of shards pins one), else the serving
   // one.
-  const int64_t wanted = request.index_version();
   if (wanted < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("index_version=", wanted, " must be >= 0"));
@@ -156,22 +182,8 @@ absl::StatusOr<ParsedSearch> KnnServiceImpl::PinAndParse(
     *reason = RejectReason::kNotReady;
     return holder_->NotServingStatus();
   }
-  const IndexInfo& index = pinned->snapshot->info();
-  if (wanted == 0) pinned->serving_version = index.version;
-  const SearchLimits limits = ResolveLimits(options_.limits, index);
-  absl::StatusOr<ParsedSearch> parsed =
-      ParseSearchRequest(request, index, limits);
-  if (!parsed.ok()) return parsed;
-  if (absl::Status s = ParseTexts(request, *pinned->snapshot, limits, *parsed);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s =
-          ParseFilter(request, *pinned->snapshot, limits, *parsed);
-      !s.ok()) {
-    return s;
-  }
-  return parsed;
+  if (wanted == 0) pinned->serving_version = pinned->snapshot->info().version;
+  return absl::OkStatus();
 }
 
 SearchShape KnnServiceImpl::ShapeOf(const ParsedSearch& parsed,
@@ -391,6 +403,7 @@ void KnnServiceImpl::GetIndexInfo(InfoCall* call) {
       static_cast<uint32_t>(limits.filter.max_conditions));
   response->set_max_filter_depth(static_cast<uint32_t>(limits.filter.max_depth));
   response->set_max_text_bytes(static_cast<uint32_t>(limits.max_text_bytes));
+  response->set_max_get_ids(static_cast<uint32_t>(limits.max_get_ids));
   if (const TextIndex* text = snapshot->text(); text != nullptr) {
     const TextIndexStats& stats = text->stats();
     knnd::v1::TextIndexInfo* out = response->mutable_text();

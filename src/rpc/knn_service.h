@@ -9,7 +9,7 @@
 //
 // Every call is counted in `metrics` (by protocol), rejections by reason.
 // The handlers see a ServerCall (server_call.h), so the HTTP/JSON listener
-// (http_api.h) serves the same Search and GetIndexInfo as gRPC.
+// (http_api.h) serves the same Search, Get and GetIndexInfo as gRPC.
 //
 // Search is registered as a stream and served by ReadOnMatchMethod
 // (knn_async_service.h): a call's message is read only when one of the
@@ -69,6 +69,7 @@ class KnnServiceImpl final : public AsyncService {
       ServerCall<knnd::v1::SearchRequest, knnd::v1::SearchResponse>;
   using InfoCall =
       ServerCall<knnd::v1::GetIndexInfoRequest, knnd::v1::GetIndexInfoResponse>;
+  using GetCall = ServerCall<knnd::v1::GetRequest, knnd::v1::GetResponse>;
 
   KnnServiceImpl(const Options& options, IndexHolder* holder,
                  AdmissionGate* gate, Batcher* batcher, Metrics* metrics,
@@ -79,6 +80,11 @@ class KnnServiceImpl final : public AsyncService {
 
   void Search(SearchCall* call);
   void GetIndexInfo(InfoCall* call);
+  // The records of the ids asked (index/get_records.h), through the same
+  // token check, version pinning, deadline and gate as Search; the answer
+  // is built on the calling thread (a few mapped rows per id, no search),
+  // its bytes charged to the gate while it is built and sent.
+  void Get(GetCall* call);
 
  private:
   using Async = KnnAsyncService;
@@ -96,6 +102,11 @@ class KnnServiceImpl final : public AsyncService {
   // against it; on failure `reason` says how the refusal is counted.
   absl::StatusOr<ParsedSearch> PinAndParse(SearchCall* call, Pinned* pinned,
                                            RejectReason* reason) const;
+  // Pins version `wanted` (0: the serving one); FAILED_PRECONDITION naming
+  // the versions loaded, with the serving one in `call`'s trailers, when
+  // it is not loaded; the holder's status (counted kNotReady) when none is.
+  absl::Status PinVersion(ServerCallBase* call, int64_t wanted, Pinned* pinned,
+                          RejectReason* reason) const;
   // `payload_entries`: the results whose payloads the answer carries (0:
   // none asked for).
   SearchShape ShapeOf(const ParsedSearch& parsed, const IndexInfo& index,
@@ -120,6 +131,7 @@ class KnnServiceImpl final : public AsyncService {
   UnaryMethod<Async, knnd::v1::GetIndexInfoRequest,
               knnd::v1::GetIndexInfoResponse>
       info_;
+  UnaryMethod<Async, knnd::v1::GetRequest, knnd::v1::GetResponse> get_;
 };
 
 }  // namespace knnd

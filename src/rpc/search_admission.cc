@@ -19,8 +19,9 @@ SearchAdmission::SearchAdmission(const Options& options, AdmissionGate* gate,
       hold_(hold) {}
 
 bool SearchAdmission::Authorize(const ServerCallBase& call,
-                                const Answer& answer) const {
-  absl::Status allowed = call.Authorize(*auth_, kSearchMethod);
+                                const Answer& answer,
+                                absl::string_view method) const {
+  absl::Status allowed = call.Authorize(*auth_, method);
   if (allowed.ok()) return true;
   answer(allowed);
   return false;

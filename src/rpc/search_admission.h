@@ -33,6 +33,7 @@ namespace knnd {
 inline constexpr char kPushbackMetadata[] = "grpc-retry-pushback-ms";
 
 inline constexpr char kSearchMethod[] = "/knnd.v1.KnnService/Search";
+inline constexpr char kGetMethod[] = "/knnd.v1.KnnService/Get";
 
 class SearchAdmission {
  public:
@@ -67,9 +68,11 @@ class SearchAdmission {
                   Metrics* metrics, const TokenAuthenticator* auth,
                   CallHold* hold);
 
-  // The caller's bearer token for Search; on refusal answers it and
-  // returns false (not a rejection: as for every other RPC).
-  bool Authorize(const ServerCallBase& call, const Answer& answer) const;
+  // The caller's bearer token for `method` (Search, or Get, which the same
+  // gate admits); on refusal answers it and returns false (not a
+  // rejection: as for every other RPC).
+  bool Authorize(const ServerCallBase& call, const Answer& answer,
+                 absl::string_view method = kSearchMethod) const;
 
   // A refusal of the door's own (not ready, an invalid request): counted
   // under `reason`, then answered.

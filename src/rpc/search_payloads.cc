@@ -13,17 +13,21 @@ namespace knnd {
 absl::StatusOr<absl::optional<PayloadSelection>> RequestedPayloads(
     const knnd::v1::SearchRequest& request, const IndexSnapshot& snapshot) {
   if (!request.has_payloads()) return absl::nullopt;
-  const knnd::v1::PayloadRequest& asked = request.payloads();
+  absl::StatusOr<PayloadSelection> selection =
+      SelectRequested(request.payloads(), snapshot);
+  if (!selection.ok()) return selection.status();
+  return absl::optional<PayloadSelection>(std::move(*selection));
+}
+
+absl::StatusOr<PayloadSelection> SelectRequested(
+    const knnd::v1::PayloadRequest& asked, const IndexSnapshot& snapshot) {
   if (!asked.all_fields() && asked.fields().empty()) {
     return absl::InvalidArgumentError(
         "payloads asks for no field: set all_fields or name the fields");
   }
   const std::vector<std::string> fields(asked.fields().begin(),
                                         asked.fields().end());
-  absl::StatusOr<PayloadSelection> selection =
-      snapshot.SelectPayloads(asked.all_fields(), fields);
-  if (!selection.ok()) return selection.status();
-  return absl::optional<PayloadSelection>(std::move(*selection));
+  return snapshot.SelectPayloads(asked.all_fields(), fields);
 }
 
 int64_t PayloadFieldBytes(int64_t size) {

@@ -25,6 +25,9 @@ namespace knnd {
 // IndexSnapshot::SelectPayloads says.
 absl::StatusOr<absl::optional<PayloadSelection>> RequestedPayloads(
     const knnd::v1::SearchRequest& request, const IndexSnapshot& snapshot);
+// The same for one PayloadRequest (a Search's or a Get's).
+absl::StatusOr<PayloadSelection> SelectRequested(
+    const knnd::v1::PayloadRequest& asked, const IndexSnapshot& snapshot);
 
 // Adds to `response` (whose ids are final) the payload of each result
 // entry: the selected fields as a JSON object, empty for id -1. First

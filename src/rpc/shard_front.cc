@@ -284,6 +284,7 @@ FrontFacts ShardFront::Facts() const {
     lowest(facts.max_refine_factor, info.max_refine_factor());
     lowest(facts.max_queries_per_request, info.max_queries_per_request());
     lowest(facts.max_filter_depth, info.max_filter_depth());
+    lowest(facts.max_get_ids, info.max_get_ids());
     facts.limits_known = true;
     stand_in.max_payload_bytes =
         std::max(stand_in.max_payload_bytes, info.max_payload_bytes());
@@ -383,6 +384,8 @@ absl::Status ShardFront::SetInfo(GetIndexInfoResponse* response) const {
         std::min(response->max_filter_depth(), info.max_filter_depth()));
     response->set_max_text_bytes(
         std::min(response->max_text_bytes(), info.max_text_bytes()));
+    response->set_max_get_ids(
+        std::min(response->max_get_ids(), info.max_get_ids()));
   }
   // Every shard's text index scores with the whole corpus's statistics
   // (shard 0's stand); its postings, empty rows and bytes add up, its

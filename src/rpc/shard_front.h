@@ -2,18 +2,19 @@
 // docs/sharding.md). It holds no index: every Search goes to every shard,
 // pinned to the newest version all of them serve, within the caller's
 // deadline, and their answers are merged (shard_merge.h) into the answer
-// of the unsharded index. Callers in any language then need no merging of
-// their own: they call the front as they would call one knnd.
+// of the unsharded index; a Get goes to every shard too, its records
+// merged by id (shard_front_get.cc). Callers in any language then need no
+// merging of their own: they call the front as they would call one knnd.
 //
 // A poller asks every shard for its GetIndexInfo every poll_interval: the
 // front is ready (serving_changed(true): health SERVING) while every shard
 // answers, from one build, with distinct shard ids covering the set; the
 // answers also teach it each shard's serving version. Searches are taken
 // once any shard has answered a poll, ready or not, so that a caller who
-// allows partial results is served while a shard is down. Search answers teach it too, and
-// a shard that no longer has the pinned version says which it serves
-// (kServingVersionMetadata): the front then retries the call once with the
-// new set version while the deadline allows.
+// allows partial results is served while a shard is down. Search answers teach
+// it too, and a shard that no longer has the pinned version says which it
+// serves (kServingVersionMetadata): the front then retries the call once with
+// the new set version while the deadline allows.
 //
 // Ownership: owns the shards' channels and the poller thread; borrows the
 // gate, metrics, authenticator and hold, which must outlive it.
@@ -22,6 +23,7 @@
 #ifndef KNND_RPC_SHARD_FRONT_H_
 #define KNND_RPC_SHARD_FRONT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -89,8 +91,14 @@ class ShardFront {
       ServerCall<knnd::v1::SearchRequest, knnd::v1::SearchResponse>;
   using InfoCall =
       ServerCall<knnd::v1::GetIndexInfoRequest, knnd::v1::GetIndexInfoResponse>;
+  using GetCall = ServerCall<knnd::v1::GetRequest, knnd::v1::GetResponse>;
   void Search(SearchCall* call);
   void GetIndexInfo(InfoCall* call);
+  // Every shard is asked for every id (an id lives in one shard; the
+  // others name it missing); the records are merged in the request's
+  // order and an id no shard holds is missing. Every shard must answer:
+  // a Get has no partial results (shard_front_get.cc).
+  void Get(GetCall* call);
 
   // Starts the poller (the first poll runs at once).
   void Start();
@@ -135,6 +143,7 @@ class ShardFront {
 
   struct Shard;   // one target's channel and what is known of it
   class Call;     // one Search: scatter, gather, merge (shard_front_call.cc)
+  class GetFanOut;  // one Get (shard_front_get.cc)
   class Service;  // the KnnService handlers
 
  private:
@@ -147,6 +156,65 @@ class ShardFront {
   // Adds "authorization: Bearer <token>" unless `token` is empty.
   static void AddShardToken(grpc::ClientContext& context,
                             const std::string& token);
+
+  // One call of a fan-out (a Search's, a Get's) to one shard.
+  template <class Response>
+  struct ShardCall {
+    grpc::ClientContext context;
+    Response response;
+    grpc::Status status;
+    absl::Time start;
+  };
+  // Sets up a shard call's context: the deadline, the shard token, and
+  // cancelled at once when the caller has already gone.
+  void PrepareShardCall(grpc::ClientContext& context, absl::Time deadline,
+                        bool cancelled) const {
+    context.set_deadline(absl::ToChronoTime(deadline));
+    AddShardToken(context, options_.shard_token);
+    if (cancelled) context.TryCancel();
+  }
+  // The callback of `call` to shard `shard`: records the shard call's
+  // metric, keeps its status, and runs `gather` when it is the last of the
+  // `remaining` calls of its fan-out to end.
+  template <class Response, class Gather>
+  auto ShardCallDone(size_t shard, ShardCall<Response>* call,
+                     std::atomic<int>* remaining, Gather gather) {
+    return [this, shard, call, remaining, gather](grpc::Status status) {
+      metrics_->RecordShardCall(
+          static_cast<int>(shard),
+          static_cast<absl::StatusCode>(status.error_code()),
+          absl::Now() - call->start);
+      call->status = std::move(status);
+      if (remaining->fetch_sub(1, std::memory_order_acq_rel) == 1) gather();
+    };
+  }
+
+  // How every fan-out begins: the caller's token for `method`, then the
+  // facts of the shards, which a front that has never heard of any shard
+  // lacks (refused UNAVAILABLE: not ready() itself, so that with a shard
+  // down a call that allows partial results is still answered, and any
+  // other fails naming the shard). False when `answer` was called.
+  bool BeginFanOut(const ServerCallBase& call, absl::string_view method,
+                   const SearchAdmission::Answer& answer,
+                   FrontFacts* facts) const;
+  // How every fan-out ends: its gate ticket released, `call` answered, and
+  // the live call `live` ended, after which `this` may be gone.
+  static void EndFanOut(AdmissionGate::Ticket& ticket,
+                        std::shared_ptr<LiveCalls> live, ServerCallBase* call,
+                        const absl::Status& status);
+
+  // One shard's failed call, for FailureStatus().
+  struct ShardFailure {
+    size_t shard = 0;
+    const grpc::Status* status = nullptr;
+    const grpc::ClientContext* context = nullptr;
+  };
+  // The status of a call whose shards `failed` (not empty): the first
+  // failure's code, a message naming every failed shard; a
+  // RESOURCE_EXHAUSTED one adds to `call`'s trailers the largest pushback
+  // a shard asked for.
+  absl::Status FailureStatus(ServerCallBase* call,
+                             const std::vector<ShardFailure>& failed) const;
 
   void PollLoop();
   // Asks every shard for its info in parallel, waits for all (each within

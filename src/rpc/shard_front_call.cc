@@ -70,16 +70,8 @@ class ShardFront::Call final {
     const SearchAdmission::Answer answer = [this](const absl::Status& status) {
       Answer(status);
     };
-    if (!admission.Authorize(*call_, answer)) return;
-    // Not ready() (every shard up as one set): with a shard down a call
-    // that allows partial results is still answered, and any other fails
-    // naming the shard. Only a front that has never heard of any shard
-    // refuses (a poll that missed its deadline does not make it forget).
-    FrontFacts facts = front_->Facts();
-    if (facts.dim == 0) {
-      return admission.Refuse(RejectReason::kNotReady, front_->ready(),
-                              answer);
-    }
+    FrontFacts facts;
+    if (!front_->BeginFanOut(*call_, kSearchMethod, answer, &facts)) return;
     // A filter too deep to read is refused here, never sent on.
     if (absl::Status s = CheckFilterParsed(*request_, facts.max_filter_depth);
         !s.ok()) {
@@ -129,12 +121,7 @@ class ShardFront::Call final {
   }
 
  private:
-  struct Sub {
-    grpc::ClientContext context;
-    SearchResponse response;
-    grpc::Status status;
-    absl::Time start;
-  };
+  using Sub = ShardCall<SearchResponse>;
 
   // Sends the request to every shard, pinned to `version` (0: unpinned).
   void Scatter(int64_t version) {
@@ -153,9 +140,7 @@ class ShardFront::Call final {
       remaining_.store(static_cast<int>(n), std::memory_order_relaxed);
       for (size_t i = 0; i < n; ++i) {
         Sub* sub = subs_[i].get();
-        sub->context.set_deadline(absl::ToChronoTime(shard_deadline_));
-        AddShardToken(sub->context, front_->options_.shard_token);
-        if (cancelled_) sub->context.TryCancel();
+        front_->PrepareShardCall(sub->context, shard_deadline_, cancelled_);
         started.push_back(sub);
       }
     }
@@ -164,16 +149,7 @@ class ShardFront::Call final {
       sub->start = absl::Now();
       front_->shards_[i]->stub->async()->Search(
           &sub->context, &sub_request_, &sub->response,
-          [this, sub, i](grpc::Status status) {
-            front_->metrics_->RecordShardCall(
-                static_cast<int>(i),
-                static_cast<absl::StatusCode>(status.error_code()),
-                absl::Now() - sub->start);
-            sub->status = std::move(status);
-            if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-              Gather();
-            }
-          });
+          front_->ShardCallDone(i, sub, &remaining_, [this] { Gather(); }));
     }
   }
 
@@ -228,7 +204,11 @@ class ShardFront::Call final {
     }
     if (!failed.empty() &&
         (!request_->allow_partial_results() || answers.empty())) {
-      Answer(FailureStatus(subs, failed));
+      std::vector<ShardFailure> failures;
+      for (size_t i : failed) {
+        failures.push_back({i, &subs[i]->status, &subs[i]->context});
+      }
+      Answer(front_->FailureStatus(call_, failures));
       return;
     }
     // A hybrid request's shards answer their windows, fused here over the
@@ -290,39 +270,6 @@ class ShardFront::Call final {
     Answer(absl::OkStatus());
   }
 
-  // The call's status when shards failed: the first failure's code, a
-  // message naming every failed shard; RESOURCE_EXHAUSTED carries the
-  // largest pushback a shard asked for.
-  absl::Status FailureStatus(const std::vector<std::unique_ptr<Sub>>& subs,
-                             const std::vector<size_t>& failed) {
-    std::vector<std::string> parts;
-    int64_t pushback = -1;
-    for (size_t i : failed) {
-      const Sub& sub = *subs[i];
-      const Shard& shard = *front_->shards_[i];
-      int id = 0;
-      const bool known = front_->ShardIdOf(i, &id);
-      parts.push_back(absl::StrCat(ShardName(shard, known, id), ": ",
-                                   sub.status.error_message()));
-      int64_t ms = 0;
-      if (sub.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-          absl::SimpleAtoi(Trailing(sub.context, kPushbackMetadata), &ms)) {
-        pushback = std::max(pushback, ms);
-      }
-    }
-    const grpc::Status& first = subs[failed.front()]->status;
-    if (first.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-      call_->AddTrailer(
-          kPushbackMetadata,
-          std::to_string(pushback >= 0 ? pushback
-                                       : front_->options_.retry_pushback_ms));
-    }
-    return absl::Status(
-        static_cast<absl::StatusCode>(first.error_code()),
-        absl::StrCat(failed.size(), " of ", front_->shards_.size(),
-                     " shards failed: ", absl::StrJoin(parts, "; ")));
-  }
-
   // Finishes the call; the last use of `this` (the call's end deletes it).
   void Answer(const absl::Status& status) {
     // The shards' calls go first, while the front is sure to be alive:
@@ -345,11 +292,9 @@ class ShardFront::Call final {
                    call_->peer(), front_->shards_.size(),
                    absl::FormatDuration(total), attempts_);
     }
-    ticket_.Release();
-    std::shared_ptr<LiveCalls> live = std::move(live_);
-    call_->Answer(status);
-    // `this` may be gone now; the front stays until every call has ended.
-    CallEnded(std::move(live));
+    // `this` may be gone after it; the front stays until every call has
+    // ended.
+    EndFanOut(ticket_, std::move(live_), call_, status);
   }
 
   ShardFront* const front_;
@@ -378,6 +323,54 @@ class ShardFront::Call final {
 };
 
 // ---------------------------------------------------------------------------
+bool ShardFront::BeginFanOut(const ServerCallBase& call,
+                             absl::string_view method,
+                             const SearchAdmission::Answer& answer,
+                             FrontFacts* facts) const {
+  if (!admission_.Authorize(call, answer, method)) return false;
+  // A poll that missed its deadline does not make the front forget.
+  *facts = Facts();
+  if (facts->dim > 0) return true;
+  admission_.Refuse(RejectReason::kNotReady, ready(), answer);
+  return false;
+}
+
+void ShardFront::EndFanOut(AdmissionGate::Ticket& ticket,
+                           std::shared_ptr<LiveCalls> live,
+                           ServerCallBase* call, const absl::Status& status) {
+  ticket.Release();
+  call->Answer(status);
+  CallEnded(std::move(live));
+}
+
+absl::Status ShardFront::FailureStatus(
+    ServerCallBase* call, const std::vector<ShardFailure>& failed) const {
+  std::vector<std::string> parts;
+  int64_t pushback = -1;
+  for (const ShardFailure& f : failed) {
+    const Shard& shard = *shards_[f.shard];
+    int id = 0;
+    const bool known = ShardIdOf(f.shard, &id);
+    parts.push_back(absl::StrCat(ShardName(shard, known, id), ": ",
+                                 f.status->error_message()));
+    int64_t ms = 0;
+    if (f.status->error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+        absl::SimpleAtoi(Trailing(*f.context, kPushbackMetadata), &ms)) {
+      pushback = std::max(pushback, ms);
+    }
+  }
+  const grpc::Status& first = *failed.front().status;
+  if (first.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    call->AddTrailer(
+        kPushbackMetadata,
+        std::to_string(pushback >= 0 ? pushback : options_.retry_pushback_ms));
+  }
+  return absl::Status(
+      static_cast<absl::StatusCode>(first.error_code()),
+      absl::StrCat(failed.size(), " of ", shards_.size(),
+                   " shards failed: ", absl::StrJoin(parts, "; ")));
+}
+
 void ShardFront::Search(SearchCall* call) { (new Call(this, call))->Begin(); }
 
 void ShardFront::GetIndexInfo(InfoCall* call) {
@@ -402,12 +395,15 @@ class ShardFront::Service final : public AsyncService {
       : search_(&service_, &Async::RequestSearch,
                 [front](SearchCall* call) { front->Search(call); }),
         info_(&service_, &Async::RequestGetIndexInfo,
-              [front](InfoCall* call) { front->GetIndexInfo(call); }) {}
+              [front](InfoCall* call) { front->GetIndexInfo(call); }),
+        get_(&service_, &Async::RequestGet,
+             [front](GetCall* call) { front->Get(call); }) {}
 
   grpc::Service* grpc_service() override { return &service_; }
   void Listen(const ServingQueue& queue) override {
     search_.Listen(queue, queue.request_reads);
     info_.Listen(queue);
+    get_.Listen(queue);
   }
 
  private:
@@ -417,6 +413,7 @@ class ShardFront::Service final : public AsyncService {
   // once.
   ReadOnMatchMethod<Async, SearchRequest, SearchResponse> search_;
   UnaryMethod<Async, GetIndexInfoRequest, GetIndexInfoResponse> info_;
+  UnaryMethod<Async, knnd::v1::GetRequest, knnd::v1::GetResponse> get_;
 };
 
 std::unique_ptr<AsyncService> ShardFront::NewService(ShardFront* front) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "knnd/base/saturating.h"
+#include "knnd/index/get_records.h"
 #include "knnd/rpc/shard_merge.h"
 
 namespace knnd {
@@ -144,6 +145,40 @@ absl::StatusOr<FrontDemand> EstimateFrontSearch(const SearchRequest& request,
   }
   // The answer serialised for the caller.
   demand.bytes = SatAdd(bytes, sent);
+  return demand;
+}
+
+absl::StatusOr<FrontDemand> EstimateFrontGet(
+    const knnd::v1::GetRequest& request, const FrontFacts& facts) {
+  const absl::Span<const int64_t> ids(request.ids().data(),
+                                      request.ids().size());
+  if (absl::Status s = CheckGetIds(ids, facts.max_get_ids); !s.ok()) return s;
+  FrontDemand demand;
+  demand.shape.queries = 1;
+  demand.shape.payloads = request.has_payloads();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t shards = static_cast<int64_t>(facts.shards.size());
+  int64_t bytes =
+      SatMul(SatAdd(1, shards), static_cast<int64_t>(request.ByteSizeLong()));
+  int64_t answers = 0;
+  for (const ShardBounds& shard : facts.shards) {
+    int64_t answer = shard.max_answer_bytes;
+    if (!request.with_attributes()) {
+      int64_t record = 24;
+      if (request.has_payloads()) {
+        record = SatAdd(record,
+                        SatAdd(shard.max_payload_bytes, kPayloadFramingBytes));
+      }
+      if (request.with_vectors()) {
+        record = SatAdd(record, SatAdd(SatMul(facts.dim, 4), 6));
+      }
+      answer = std::min(answer, SatAdd(kAnswerHeaderBytes, SatMul(n, record)));
+    }
+    demand.shard_answer_bytes.push_back(answer);
+    answers = SatAdd(answers, answer);
+  }
+  bytes = SatAdd(bytes, SatMul(2, answers));
+  demand.bytes = SatAdd(bytes, std::min(answers, facts.max_send_message_bytes));
   return demand;
 }
 

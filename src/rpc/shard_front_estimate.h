@@ -54,6 +54,7 @@ struct FrontFacts {
   int64_t max_refine_factor = 0;
   int64_t max_queries_per_request = 0;
   int64_t max_filter_depth = 0;
+  int64_t max_get_ids = 0;
   // One per target, in the front's order.
   std::vector<ShardBounds> shards;
   // The front's own max_send_message_bytes: the largest merged answer with
@@ -67,6 +68,9 @@ struct FrontFacts {
 struct FrontDemand {
   SearchAdmission::Shape shape;
   int64_t bytes = 0;
+  // For a Get: per target, the largest answer counted for it, which its
+  // answer is held to.
+  std::vector<int64_t> shard_answer_bytes;
 };
 
 // Bytes the estimate counts for each payload string the front holds
@@ -98,6 +102,19 @@ int64_t FrontQueries(const knnd::v1::SearchRequest& request, int64_t dim);
 // accepts (as the shards would answer, before anything is sent).
 absl::StatusOr<FrontDemand> EstimateFrontSearch(
     const knnd::v1::SearchRequest& request, const FrontFacts& facts);
+
+// The demand of a Get of `request` on the front, each shard answering
+// for every id (it holds some of them; the others it names missing):
+//   the request, copied per shard: (1 + shards) * request bytes
+//   per shard i, its answer as received and as parsed: 2 * a_i where
+//     a_i = min(max_answer_bytes_i, 64 + n * (24 + [payloads] p_i
+//           + [vectors] (dim * 4 + 6))), and max_answer_bytes_i with
+//     attributes (no shard declares a bound on them)
+//   the merged answer: min(sum a_i, max_send_message_bytes)
+// (n: the request's ids). INVALID_ARGUMENT as a shard would answer for
+// no ids, a negative id or more than every shard's max_get_ids.
+absl::StatusOr<FrontDemand> EstimateFrontGet(
+    const knnd::v1::GetRequest& request, const FrontFacts& facts);
 
 // OK when the values of a shard's GetIndexInfo that the front counts with
 // are in range: max_payload_bytes in [0, max_shard_response_bytes] (no

@@ -21,6 +21,7 @@ SearchLimits ResolveLimits(const LimitsConfig& config, const IndexInfo& index) {
   limits.max_filter_ids = config.max_filter_ids;
   limits.filter = config.filter;
   limits.max_text_bytes = config.max_text_bytes;
+  limits.max_get_ids = config.max_get_ids;
   const int nlist = static_cast<int>(std::max<int64_t>(1, index.nlist));
   limits.max_nprobe =
       config.max_nprobe > 0 ? std::min(config.max_nprobe, nlist) : nlist;

@@ -31,6 +31,7 @@ struct LimitsConfig {
   // max_filter_conditions, max_filter_depth.
   FilterLimits filter;
   int64_t max_text_bytes = 65536;  // each of a request's texts
+  int64_t max_get_ids = 1024;      // ids of one GetRequest
 };
 
 // Where a snapshot's default nprobe and refine_factor came from.
@@ -50,6 +51,7 @@ struct SearchLimits {
   int max_refine_factor = 0;
   FilterLimits filter;
   int64_t max_text_bytes = 65536;
+  int64_t max_get_ids = 1024;
   // kConfig when the config set either default, else kTuned when the
   // index has tuned defaults, else kIndex.
   DefaultsSource defaults_source = DefaultsSource::kIndex;

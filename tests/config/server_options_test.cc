@@ -18,10 +18,11 @@ using ::testing::IsNull;
 using ::testing::StrEq;
 
 auto LimitsAre(const LimitsConfig& d) {
-  return FieldsAre(
-      d.max_k, d.max_queries_per_request, d.default_nprobe, d.max_nprobe,
-      d.max_filter_ids, d.default_refine_factor, d.max_refine_factor,
-      FieldsAre(d.filter.max_conditions, d.filter.max_depth), d.max_text_bytes);
+  return FieldsAre(d.max_k, d.max_queries_per_request, d.default_nprobe,
+                   d.max_nprobe, d.max_filter_ids, d.default_refine_factor,
+                   d.max_refine_factor,
+                   FieldsAre(d.filter.max_conditions, d.filter.max_depth),
+                   d.max_text_bytes, d.max_get_ids);
 }
 
 TEST(ServerOptions, WorkerPoolDefaultsAreTheConfigs) {

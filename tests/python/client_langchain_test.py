@@ -262,8 +262,30 @@ class LangChainTest(unittest.TestCase):
                                   nprobe=16, refine_factor=16)
         doc = renamed.similarity_search(self.texts[3], k=1)[0]
         self.assertEqual((doc.page_content, doc.metadata), ("3", {"text": self.texts[3]}))
-        with self.assertRaisesRegex(NotImplementedError, "needs a docstore"):
-            renamed.get_by_ids(["8"])
+        # get_by_ids without a docstore: knnd's Get, the documents in the
+        # ids' order, ids the index does not hold (and non-ids) left out;
+        # whole and sharded.
+        for client in (whole, sharded):
+            store = KnndVectorStore(client, self.embedding)
+            got = store.get_by_ids([str(self.own_ids[8]), "7", "x",
+                                    str(self.own_ids[1499]),
+                                    str(self.own_ids[8])])
+            self.assertEqual(got, [Document(page_content=self.texts[i],
+                                            metadata={"row": i},
+                                            id=str(self.own_ids[i]))
+                                   for i in (8, 1499)],
+                             type(client).__name__)
+            self.assertEqual(store.get_by_ids([]), [])
+        self.assertEqual(
+            [d.page_content for d in renamed.get_by_ids([str(self.own_ids[8])])],
+            ["8"])
+
+        async def aget():
+            async with AsyncKnnClient(self.payload_daemons[0].address) as client:
+                return await KnndVectorStore(client, self.embedding).aget_by_ids(
+                    [str(self.own_ids[3]), "1"])
+        self.assertEqual([d.id for d in asyncio.run(aget())],
+                         [str(self.own_ids[3])])
 
         async def main():
             async with AsyncKnnClient(self.payload_daemons[0].address) as client:

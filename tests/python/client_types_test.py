@@ -40,9 +40,9 @@ from typing import Any, Dict, List, Optional, assert_type
 import numpy as np
 import numpy.typing as npt
 
-from knnd_client import (AsyncKnnClient, AsyncShardedKnnClient, Hit,
-                         KnnClient, SearchResult, ShardedKnnClient,
-                         ShardedSearchResult)
+from knnd_client import (AsyncKnnClient, AsyncShardedKnnClient, GetResult,
+                         Hit, KnnClient, Record, SearchResult,
+                         ShardedKnnClient, ShardedSearchResult)
 
 
 def blocking(client: KnnClient, sharded: ShardedKnnClient,
@@ -74,6 +74,12 @@ def blocking(client: KnnClient, sharded: ShardedKnnClient,
     best = fused.hits(0)[0]
     assert_type(best.vector_rank, Optional[int])
     assert_type(best.text_score, Optional[float])
+    got = client.get([7, 42], payloads=True, attributes=True, vectors=True)
+    assert_type(got, GetResult)
+    assert_type(got.records[0], Record)
+    assert_type(got.records[0].vector, Optional[npt.NDArray[np.float32]])
+    assert_type(got.missing, tuple[int, ...])
+    assert_type(sharded.get(np.array([1, 2])).by_id(), Dict[int, Record])
 
 
 async def awaited(client: AsyncKnnClient, sharded: AsyncShardedKnnClient,
@@ -83,6 +89,8 @@ async def awaited(client: AsyncKnnClient, sharded: AsyncShardedKnnClient,
     task = asyncio.create_task(client.search(q, 10))
     assert_type(await task, SearchResult)
     assert_type((await client.info()).ntotal, int)
+    assert_type(await client.get([1]), GetResult)
+    assert_type(await sharded.get([1], payloads=["text"]), GetResult)
 """
 
 # Mistakes mypy --strict must report, one per line named.
@@ -106,7 +114,7 @@ WRONG_LINES = (8, 9, 11, 12, 13, 14)
 
 
 class SurfaceTest(unittest.TestCase):
-    def test_the_four_clients_share_one_search_and_one_info(self):
+    def test_the_four_clients_share_one_search_one_get_and_one_info(self):
         import knnd_client
         from knnd_client._base import ClientBase
         for name in CLIENTS:
@@ -115,6 +123,7 @@ class SurfaceTest(unittest.TestCase):
                 self.assertTrue(issubclass(client, ClientBase))
                 self.assertIs(client.search, ClientBase.search)
                 self.assertIs(client.info, ClientBase.info)
+                self.assertIs(client.get, ClientBase.get)
         parameters = inspect.signature(ClientBase.search).parameters
         self.assertEqual(
             [(p.name, p.kind.name) for p in parameters.values()],
@@ -145,7 +154,7 @@ class SurfaceTest(unittest.TestCase):
             if inspect.isclass(value):
                 self.assertEqual(value.__module__, "knnd_client.types", name)
         for name in ("SearchResult", "ShardedSearchResult", "Hit",
-                     "RetryPolicy"):
+                     "RetryPolicy", "GetResult", "Record"):
             self.assertIs(getattr(knnd_client, name), getattr(types, name))
         self.assertTrue(issubclass(types.ShardedSearchResult,
                                    types.SearchResult))

@@ -102,6 +102,12 @@ class CurlExamplesTest(unittest.TestCase):
                 if "payloads" in command:
                     self.assertEqual(answer["payloads"][0]["text"],
                                      "row " + answer["ids"][0])
+            elif "/v1/get" in command:
+                self.assertEqual([r["id"] for r in answer["records"]],
+                                 ["153", "468"])
+                self.assertEqual([r["payload"]["text"] for r in answer["records"]],
+                                 ["row 153", "row 468"])
+                self.assertEqual(answer["missing"], ["5000000"])
             if "allowed_ids" in command:
                 self.assertTrue(set(answer["ids"]) <= {"17", "42", "99", "-1"})
             answers.append(answer)

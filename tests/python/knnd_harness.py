@@ -318,6 +318,21 @@ def stop_all(daemons, grace_s=0):
     return [daemon._reap(t) for daemon, t in zip(daemons, kill_at)]
 
 
+def start_serving(daemons, name, knnd, args, log_dir, knnctl=None,
+                  timeout=60):
+    """Starts knnd `args` as daemons[name] (its log LOG_DIR/NAME.log) and
+    waits until it serves; if it does not, stops every daemon of `daemons`
+    and raises RuntimeError with its log. Returns the daemon."""
+    daemon = Daemon(knnd, args, log_path=os.path.join(log_dir, name + ".log"),
+                    knnctl=knnctl)
+    daemons[name] = daemon
+    if not daemon.wait_serving(timeout):
+        log = daemon.read_log()
+        stop_all(daemons.values(), 30)
+        raise RuntimeError(f"knnd ({name}) did not start: {log}")
+    return daemon
+
+
 def unittest_main(description, knnctl=False, add_arguments=None, setup=None):
     """The main of a test script: parses --knnd, --source-dir (and --knnctl),
     plus what `add_arguments(parser)` adds; sets ARGS in the __main__ module

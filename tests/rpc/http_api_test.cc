@@ -77,6 +77,15 @@ class FakeService {
     call->response()->set_dim(48);
     call->Answer(absl::OkStatus());
   }
+  // One record per id, its payload {"n":id}.
+  void Get(ServerCall<knnd::v1::GetRequest, knnd::v1::GetResponse>* call) {
+    for (int64_t id : call->request().ids()) {
+      knnd::v1::Record* record = call->response()->add_records();
+      record->set_id(id);
+      record->set_payload(absl::StrCat("{\"n\":", id, "}"));
+    }
+    call->Answer(absl::OkStatus());
+  }
 
   int calls() {
     absl::MutexLock lock(&mu_);
@@ -156,8 +165,18 @@ TEST_F(HttpApiTest, AnUnknownPathIs404ListingTheRoutes) {
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(Json(r).Find("code")->string_value(), "NOT_FOUND");
   EXPECT_THAT(Json(r).Find("message")->string_value(),
-              HasSubstr("POST /v1/search, GET|POST /v1/index_info, GET "
-                        "/healthz/live, GET /healthz/ready"));
+              HasSubstr("POST /v1/search, GET|POST /v1/index_info, POST "
+                        "/v1/get, GET /healthz/live, GET /healthz/ready"));
+}
+
+TEST_F(HttpApiTest, GetTakesIdsAsStringsOrNumbersAndAnswersObjects) {
+  RawHttp::Response r = Call(
+      RawHttp::Request("POST", "/v1/get", R"({"ids": ["5", 6]})",
+                       absl::StrCat("Authorization: Bearer ", kToken, "\r\n")));
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, R"({"records":[{"id":"5","payload":{"n":5}},)"
+                    R"({"id":"6","payload":{"n":6}}]})");
+  EXPECT_EQ(Call(RawHttp::Request("GET", "/v1/get")).status, 405);
 }
 
 TEST_F(HttpApiTest, AMethodThePathDoesNotTakeIs405WithAllow) {

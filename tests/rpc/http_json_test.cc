@@ -202,6 +202,35 @@ TEST(HttpJson, PayloadsAreSplicedAsObjectsAndNullForMissingNeighbours) {
   EXPECT_EQ(response.payloads_size(), 3);
 }
 
+TEST(HttpJson, GetRecordsCarryTheirIdAndTheirJsonFieldsAsObjects) {
+  knnd::v1::GetResponse response;
+  response.set_index_version(2);
+  knnd::v1::Record* zero = response.add_records();  // id 0: still printed
+  zero->set_payload(R"({"text":"\"id\":\"9\"","page":0})");
+  zero->set_attributes(R"({"genre":"news","tags":["a"]})");
+  for (float v : {0.1f, -2.5f}) zero->add_vector(v);
+  response.add_records()->set_id(9);  // nothing asked beside the id
+  response.add_missing(5);
+  std::string json;
+  ASSERT_TRUE(ResponseJson(&response, &json).ok());
+  EXPECT_EQ(json,
+            R"({"missing":["5"],"index_version":"2","records":[)"
+            R"({"vector":[0.1,-2.5],"id":"0","payload":{"text":"\"id\":\"9\"",)"
+            R"("page":0},"attributes":{"genre":"news","tags":["a"]}},)"
+            R"({"id":"9"}]})");
+  ASSERT_TRUE(ParseJson(json).ok()) << json;
+  // The response keeps its records as they were.
+  EXPECT_EQ(response.records(0).id(), 0);
+  EXPECT_EQ(response.records(0).attributes(),
+            R"({"genre":"news","tags":["a"]})");
+  // Every id missing: "records" is still there, empty.
+  knnd::v1::GetResponse empty;
+  empty.add_missing(1);
+  json.clear();
+  ASSERT_TRUE(ResponseJson(&empty, &json).ok());
+  EXPECT_EQ(json, R"({"missing":["1"],"records":[]})");
+}
+
 TEST(HttpJson, TheDeadlineHeaderIsMillisecondsFromTheStart) {
   const absl::Time start = absl::FromUnixSeconds(1000);
   EXPECT_EQ(*DeadlineOf(absl::nullopt, start), absl::InfiniteFuture());

@@ -534,5 +534,46 @@ TEST_F(KnnServiceTest, ABadFilterIsRefusedNamingTheFieldAndCounted) {
               HasSubstr("\"u\": the index has no attributes"));
 }
 
+TEST_F(KnnServiceTest, GetAnswersFoundRecordsOnceAndNamesTheMissing) {
+  ServePayloads(4, /*own_ids=*/true);
+  auto get = [this](const knnd::v1::GetRequest& request,
+                    knnd::v1::GetResponse* response) {
+    grpc::ClientContext context;
+    return stub_->Get(&context, request, response);
+  };
+  knnd::v1::GetRequest request;
+  for (int64_t id : {17, 99, 3, 17}) request.add_ids(id);  // rows 2, -, 0
+  request.mutable_payloads()->set_all_fields(true);
+  knnd::v1::GetResponse response;
+  ASSERT_TRUE(get(request, &response).ok());
+  ASSERT_EQ(response.records_size(), 2);
+  EXPECT_EQ(response.records(0).id(), 17);
+  EXPECT_EQ(response.records(0).payload(), "{\"text\":\"row 2\",\"page\":2}");
+  EXPECT_EQ(response.records(1).id(), 3);
+  EXPECT_THAT(response.missing(), ::testing::ElementsAre(99));
+  EXPECT_EQ(response.index_version(), 4);
+  EXPECT_EQ(response.serving_version(), 4);
+
+  request.set_with_vectors(true);
+  grpc::Status refused = get(request, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(), HasSubstr("--keep_vectors"));
+
+  knnd::v1::ServerConfig config;
+  config.set_max_get_ids(3);
+  StartService(config);
+  request.set_with_vectors(false);
+  const double invalid = Rejected("invalid");
+  refused = get(request, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("ids holds 4 ids, more than max_get_ids=3"));
+  EXPECT_EQ(Rejected("invalid"), invalid + 1);
+  knnd::v1::GetIndexInfoResponse info;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->GetIndexInfo(&context, {}, &info).ok());
+  EXPECT_EQ(info.max_get_ids(), 3u);
+}
+
 }  // namespace
 }  // namespace knnd

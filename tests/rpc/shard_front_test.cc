@@ -29,7 +29,6 @@
 namespace knnd {
 namespace {
 
-using ::testing::HasSubstr;
 using knnd::testing::BuildIndex;
 using knnd::testing::BuildSpec;
 using knnd::testing::CallSearch;
@@ -37,11 +36,15 @@ using knnd::testing::FrontConfig;
 using knnd::testing::MakeData;
 using knnd::testing::MakeSearchRequest;
 using knnd::testing::RunningServer;
+using knnd::testing::ServedShardSet;
+using knnd::testing::ServeShardSet;
 using knnd::testing::StartServer;
 using knnd::testing::TempDir;
 using knnd::testing::TestConfig;
+using knnd::testing::WaitReady;
 using knnd::v1::SearchRequest;
 using knnd::v1::SearchResponse;
+using ::testing::HasSubstr;
 
 constexpr int kShards = 3;
 constexpr int kDim = 32;
@@ -56,18 +59,6 @@ BuildSpec Spec(uint32_t seed) {
   spec.vectors = VectorsDtype::kFloat32;
   spec.attributes = knnd::testing::MakeAttributes(spec.n, seed);
   return spec;
-}
-
-// Waits (at most 20 s) until `front` reports the shard set ready.
-bool WaitReady(const RunningServer& front) {
-  const absl::Time end = absl::Now() + absl::Seconds(20);
-  while (absl::Now() < end) {
-    grpc::ClientContext context;
-    knnd::v1::GetIndexInfoResponse info;
-    if (front.stub->GetIndexInfo(&context, {}, &info).ok()) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return false;
 }
 
 // Equal answers up to the order of equal distances: every distance equal,
@@ -339,16 +330,9 @@ TEST(ShardFrontOwnIds, MergedAnswersEqualTheUnshardedIndex) {
     spec.ids.push_back(static_cast<int64_t>(rng() >> 1));
   }
   BuildIndex(index, spec);
-  ASSERT_TRUE(ShardIndexFile(index, kShards, index, "test").ok());
-  RunningServer whole = StartServer(TestConfig(index));
-  std::vector<RunningServer> shards;
-  std::vector<std::string> targets;
-  for (int s = 0; s < kShards; ++s) {
-    shards.push_back(StartServer(TestConfig(ShardPath(index, s, kShards))));
-    targets.push_back(shards.back().address);
-  }
-  RunningServer front = StartServer(FrontConfig(targets));
-  ASSERT_TRUE(WaitReady(front));
+  ServedShardSet set = ServeShardSet(index, kShards);
+  const RunningServer& whole = set.whole;
+  const RunningServer& front = set.front;
   // The whole index and the front over its shards say the ids are the
   // index's own.
   for (const RunningServer* server : {&whole, &front}) {
@@ -399,16 +383,9 @@ TEST(ShardFrontPayloads, MergedPayloadsAreTheUnshardedIndexs) {
         absl::StrCat("{\"row\":", row, ",\"text\":\"chunk ", row, "\"}");
   }
   BuildIndex(index, spec);
-  ASSERT_TRUE(ShardIndexFile(index, kShards, index, "test").ok());
-  RunningServer whole = StartServer(TestConfig(index));
-  std::vector<RunningServer> shards;
-  std::vector<std::string> targets;
-  for (int s = 0; s < kShards; ++s) {
-    shards.push_back(StartServer(TestConfig(ShardPath(index, s, kShards))));
-    targets.push_back(shards.back().address);
-  }
-  RunningServer front = StartServer(FrontConfig(targets));
-  ASSERT_TRUE(WaitReady(front));
+  ServedShardSet set = ServeShardSet(index, kShards);
+  const RunningServer& whole = set.whole;
+  const RunningServer& front = set.front;
   grpc::ClientContext context;
   knnd::v1::GetIndexInfoResponse info;
   ASSERT_TRUE(front.stub->GetIndexInfo(&context, {}, &info).ok());

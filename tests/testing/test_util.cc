@@ -29,6 +29,7 @@
 #include "knnd/config/config.h"
 #include "knnd/faiss/faiss_runtime.h"
 #include "knnd/index/index_builder.h"
+#include "knnd/index/index_sharding.h"
 #include "knnd/index/prepared_filter.h"
 #include "knnd/lifecycle/index_source.h"
 #include "knnd/storage/id_table.h"
@@ -466,6 +467,33 @@ RunningServer StartServer(const knnd::v1::ServerConfig& config) {
       running.address, grpc::InsecureChannelCredentials(), args);
   running.stub = knnd::v1::KnnService::NewStub(running.channel);
   return running;
+}
+
+bool WaitReady(const RunningServer& front) {
+  const absl::Time end = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < end) {
+    grpc::ClientContext context;
+    knnd::v1::GetIndexInfoResponse info;
+    if (front.stub->GetIndexInfo(&context, {}, &info).ok()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+ServedShardSet ServeShardSet(const std::string& index, int count) {
+  ServedShardSet set;
+  absl::StatusOr<std::vector<ShardSpec>> split =
+      ShardIndexFile(index, count, index, "test");
+  EXPECT_TRUE(split.ok()) << split.status();
+  set.whole = StartServer(TestConfig(index));
+  std::vector<std::string> targets;
+  for (int s = 0; s < count; ++s) {
+    set.shards.push_back(StartServer(TestConfig(ShardPath(index, s, count))));
+    targets.push_back(set.shards.back().address);
+  }
+  set.front = StartServer(FrontConfig(targets));
+  EXPECT_TRUE(WaitReady(set.front));
+  return set;
 }
 
 std::shared_ptr<grpc::Channel> FreshChannel(const std::string& address,

@@ -253,6 +253,20 @@ struct RunningServer {
   std::string address;
 };
 RunningServer StartServer(const knnd::v1::ServerConfig& config);
+// Waits (at most 20 s) until the front of shards `front` reports the set
+// ready (its GetIndexInfo answers).
+bool WaitReady(const RunningServer& front);
+
+// The built index `index` served whole, split into `count` shards
+// (ShardIndexFile, knnctl shard's work) each served by its own Server, and
+// a front over them in the shards' order, ready; expects each step to
+// succeed.
+struct ServedShardSet {
+  RunningServer whole;
+  std::vector<RunningServer> shards;
+  RunningServer front;
+};
+ServedShardSet ServeShardSet(const std::string& index, int count);
 
 // A plaintext channel to `address` with a subchannel of its own, so that no
 // earlier failed connection (and its reconnect backoff) is shared with it.

@@ -285,8 +285,8 @@ TEST(Knnctl, HealthWaitPollsUntilKnndServes) {
 }
 
 constexpr const char* kCommands[] = {
-    "build",  "convert", "shard",  "update",  "analyze", "eval",    "tune",
-    "search", "info",    "health", "publish", "reload",  "versions"};
+    "build",  "convert", "shard",  "update", "analyze", "eval",   "tune",
+    "search", "info",    "health", "get",    "publish", "reload", "versions"};
 
 TEST(Knnctl, HelpListsEveryCommandAndExitsZero) {
   for (const char* help : {"--help", "help", "-h"}) {

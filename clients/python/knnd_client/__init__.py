@@ -15,8 +15,10 @@
                                 "dns:///knnd-shard-1:50051"])
     result = sharded.search(queries, k=10)      # the unsharded answer
     # AsyncShardedKnnClient: the same, awaited
+    got = client.get([7, 42], payloads=True)    # records by id: Chroma's
+    got.records, got.missing                    #   get, Qdrant's retrieve
 
-The four clients share one search() and info() (knnd_client._base); the
+The four clients share one search(), get() and info() (knnd_client._base); the
 types they return are defined in knnd_client.types, the errors they raise
 in knnd_client.errors; this module's __all__ is the public surface.
 
@@ -35,13 +37,13 @@ from knnd_client.errors import (Aborted, AlreadyExists, Cancelled, DataLoss,
                                 Unauthenticated, Unavailable, Unimplemented,
                                 Unknown)
 from knnd_client.sharding import SERVING_VERSION_METADATA_KEY
-from knnd_client.types import (FilterSpec, FusionName, Hit, Payload,
-                               PayloadFields, RetryPolicy, SearchResult,
-                               ShardedSearchResult, TextQueries)
+from knnd_client.types import (FilterSpec, FusionName, GetResult, Hit,
+                               Payload, PayloadFields, Record, RetryPolicy,
+                               SearchResult, ShardedSearchResult, TextQueries)
 
 __all__ = ["KnnClient", "AsyncKnnClient", "ShardedKnnClient",
            "AsyncShardedKnnClient", "SearchResult", "ShardedSearchResult",
-           "Hit", "Payload", "PayloadFields", "FilterSpec", "TextQueries",
+           "Hit", "GetResult", "Record", "Payload", "PayloadFields", "FilterSpec", "TextQueries",
            "FusionName", "RetryPolicy",
            "PUSHBACK_METADATA_KEY", "SERVING_VERSION_METADATA_KEY",
            "pushback_ms", "KnndError", "ShardedSearchError", "Aborted",
@@ -49,4 +51,4 @@ __all__ = ["KnnClient", "AsyncKnnClient", "ShardedKnnClient",
            "FailedPrecondition", "Internal", "InvalidArgument", "NotFound",
            "OutOfRange", "PermissionDenied", "ResourceExhausted",
            "Unauthenticated", "Unavailable", "Unimplemented", "Unknown"]
-__version__ = "0.5.0"
+__version__ = "0.6.0"

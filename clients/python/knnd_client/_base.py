@@ -1,7 +1,7 @@
 """ClientBase: the one declared surface of knnd_client's four clients.
 
 KnnClient, AsyncKnnClient, ShardedKnnClient and AsyncShardedKnnClient do
-not declare search() or info(): each inherits them from ClientBase,
+not declare search(), get() or info(): each inherits them from ClientBase,
 parameterised by what a call returns (chromadb's CollectionCommon is the
 model). A blocking client is ClientBase[SearchResult, ...], an asyncio one
 ClientBase[Coroutine[..., SearchResult], ...]: search() checks every
@@ -19,20 +19,22 @@ from typing import Any, Generic, List, Optional, Sequence, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from knnd_client import _common, sharding
+from knnd_client import _common, _records, sharding
 from knnd_client._common import SearchArgs
+from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
 from knnd_client.types import (FilterSpec, FusionName, PayloadFields,
                                RetryPolicy, TextQueries)
 
 __all__ = ["ClientBase", "ShardedClientBase"]
 
-# What search() and info() return: the result itself (a blocking client)
-# or a coroutine of it (an asyncio client).
+# What search(), info() and get() return: the result itself (a blocking
+# client) or a coroutine of it (an asyncio client).
 ResultT = TypeVar("ResultT")
 InfoT = TypeVar("InfoT")
+GetT = TypeVar("GetT")
 
 
-class ClientBase(Generic[ResultT, InfoT]):
+class ClientBase(Generic[ResultT, InfoT, GetT]):
     """What every client holds and checks the same way: the default
     deadline, the RetryPolicy, the bearer token's metadata and the fork
     guard; search() and info(), whose I/O is the subclass's."""
@@ -141,6 +143,34 @@ class ClientBase(Generic[ResultT, InfoT]):
         the order of its targets, checked to be one set."""
         return self._info(self._call_timeout_s(timeout_s))
 
+    def get(self, ids: npt.ArrayLike, *, payloads: PayloadFields = None,
+            attributes: bool = False, vectors: bool = False,
+            timeout_s: Optional[float] = None) -> GetT:
+        """The stored records of `ids` (Chroma's get, Qdrant's retrieve):
+        a GetResult whose records hold, per id the index holds, what was
+        asked for; ids it does not hold are in result.missing (not an
+        error); an id given twice is answered once. Awaited on an asyncio
+        client; a sharded client asks every shard and merges.
+
+        ids: 1-D integer ids (the index's: row numbers, or those given to
+          `knnctl build --ids`), at least one, each >= 0, at most the
+          server's max_get_ids (GetIndexInfo; INVALID_ARGUMENT beyond).
+        payloads: as search()'s: True, field names, or None.
+        attributes: each record's attributes as a dict (an index built
+          with --attributes, else FAILED_PRECONDITION).
+        vectors: each record's stored vector (an index served with its
+          raw vectors, --keep_vectors, else FAILED_PRECONDITION).
+        timeout_s: as search()'s.
+
+        Raises TypeError / ValueError for bad arguments at once, and
+        knnd_client.KnndError as search() does.
+        """
+        request = _records.get_request(ids, payloads, attributes, vectors)
+        return self._get(request, self._call_timeout_s(timeout_s))
+
+    def _get(self, request: pb.GetRequest, timeout_s: float) -> GetT:
+        raise NotImplementedError
+
     def _search(self, args: SearchArgs, timeout_s: float) -> ResultT:
         """The call of search(): the request built from `args` (its checks
         raise here, at once), then sent (blocking), or the coroutine that
@@ -155,7 +185,7 @@ class ClientBase(Generic[ResultT, InfoT]):
                 _common.positive_timeout_s("timeout_s", timeout_s))
 
 
-class ShardedClientBase(ClientBase[ResultT, InfoT]):
+class ShardedClientBase(ClientBase[ResultT, InfoT, GetT]):
     """What the two sharded clients add to ClientBase: their targets, the
     versions their calls pin, and the decisions of each call (a
     sharding.Scatter), which their I/O loops drive."""
@@ -190,6 +220,11 @@ class ShardedClientBase(ClientBase[ResultT, InfoT]):
         return sharding.SearchScatter(self._targets, self._versions,
                                       self._retry, timeout_s, request,
                                       allow_partial)
+
+    def _get_scatter(self, request: pb.GetRequest, timeout_s: float
+                     ) -> _records.GetScatter:
+        return _records.GetScatter(self._targets, self._versions,
+                                   self._retry, timeout_s, request)
 
     def _info_scatter(self, timeout_s: float) -> sharding.InfoScatter:
         return sharding.InfoScatter(self._targets, self._versions,

@@ -55,6 +55,7 @@ _METHODS: Dict[str, Tuple[str, Any, Any]] = {
                pb.SearchResponse),
     "GetIndexInfo": ("/knnd.v1.KnnService/GetIndexInfo",
                      pb.GetIndexInfoRequest, pb.GetIndexInfoResponse),
+    "Get": ("/knnd.v1.KnnService/Get", pb.GetRequest, pb.GetResponse),
 }
 
 # Target schemes whose resolver can return several addresses: a Kubernetes

@@ -15,11 +15,12 @@ from typing import (Any, Callable, Coroutine, Dict, List, Optional, Sequence,
 import grpc
 import grpc.aio
 
-from knnd_client import _common, errors, sharding
+from knnd_client import _common, _records, errors, sharding
 from knnd_client._base import ClientBase, ShardedClientBase
 from knnd_client._common import SearchArgs
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
-from knnd_client.types import RetryPolicy, SearchResult, ShardedSearchResult
+from knnd_client.types import (GetResult, RetryPolicy, SearchResult,
+                               ShardedSearchResult)
 
 __all__ = ["AsyncKnnClient", "AsyncShardedKnnClient"]
 
@@ -31,7 +32,8 @@ DEFAULT_MAX_CONCURRENT_CALLS = 64
 
 class AsyncKnnClient(ClientBase[Coroutine[Any, Any, SearchResult],
                                 Coroutine[Any, Any,
-                                          pb.GetIndexInfoResponse]]):
+                                          pb.GetIndexInfoResponse],
+                                Coroutine[Any, Any, GetResult]]):
     """asyncio client of knnd.v1.KnnService; the arguments, results, errors
     and retries of KnnClient (one search(), ClientBase's), awaited: its
     arguments are checked when search() is called, before anything is
@@ -76,6 +78,13 @@ class AsyncKnnClient(ClientBase[Coroutine[Any, Any, SearchResult],
         self._search_rpc = _common.unary_method(self._channel, "Search",
                                                 serialized=True)
         self._info_rpc = _common.unary_method(self._channel, "GetIndexInfo")
+        self._get_rpc = _common.unary_method(self._channel, "Get")
+
+    async def _get(self, request: pb.GetRequest, timeout_s: float
+                   ) -> GetResult:
+        return _records.get_result(
+            await self._call(self._get_rpc, request, timeout_s, "Get"),
+            request)
 
     def _search(self, args: SearchArgs, timeout_s: float
                 ) -> Coroutine[Any, Any, SearchResult]:
@@ -151,7 +160,8 @@ class AsyncKnnClient(ClientBase[Coroutine[Any, Any, SearchResult],
 class AsyncShardedKnnClient(
         ShardedClientBase[Coroutine[Any, Any, ShardedSearchResult],
                           Coroutine[Any, Any,
-                                    List[pb.GetIndexInfoResponse]]]):
+                                    List[pb.GetIndexInfoResponse]],
+                          Coroutine[Any, Any, GetResult]]):
     """asyncio client of an index split into shards: ShardedKnnClient's
     arguments, results, errors, retries and version pinning, awaited; the
     shards are asked at once (one task per shard) within one deadline, and
@@ -190,8 +200,15 @@ class AsyncShardedKnnClient(
             _common.open_channel(grpc.aio, target, credentials, options)
             for target in self._targets]
         self._methods = [{name: _common.unary_method(c, name)
-                          for name in ("Search", "GetIndexInfo")}
+                          for name in ("Search", "GetIndexInfo", "Get")}
                          for c in self._channels]
+
+    async def _get(self, request: pb.GetRequest, timeout_s: float
+                   ) -> GetResult:
+        self._check_loop()
+        return cast(GetResult,
+                    await self._run(self._get_scatter(request, timeout_s),
+                                    "Get"))
 
     def _search(self, args: SearchArgs, timeout_s: float
                 ) -> Coroutine[Any, Any, ShardedSearchResult]:

@@ -16,20 +16,22 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import grpc
 
-from knnd_client import _common, errors, sharding
+from knnd_client import _common, _records, errors, sharding
 from knnd_client._base import ClientBase, ShardedClientBase
 from knnd_client._common import (PUSHBACK_METADATA_KEY, SearchArgs,
                                  pushback_ms)
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
-from knnd_client.types import RetryPolicy, SearchResult, ShardedSearchResult
+from knnd_client.types import (GetResult, RetryPolicy, SearchResult,
+                               ShardedSearchResult)
 
 __all__ = ["KnnClient", "ShardedKnnClient", "RetryPolicy",
            "PUSHBACK_METADATA_KEY", "pushback_ms"]
 
 
-class KnnClient(ClientBase[SearchResult, pb.GetIndexInfoResponse]):
+class KnnClient(ClientBase[SearchResult, pb.GetIndexInfoResponse,
+                           GetResult]):
     """Blocking client of knnd.v1.KnnService: search() (ClientBase) returns
-    a SearchResult, info() a GetIndexInfoResponse.
+    a SearchResult, get() a GetResult, info() a GetIndexInfoResponse.
 
     target: a gRPC target. "dns:///knnd-headless.NAMESPACE.svc:50051" (a
       Kubernetes headless Service) resolves every replica and spreads calls
@@ -59,6 +61,11 @@ class KnnClient(ClientBase[SearchResult, pb.GetIndexInfoResponse]):
         self._search_rpc = _common.unary_method(self._channel, "Search",
                                                 serialized=True)
         self._info_rpc = _common.unary_method(self._channel, "GetIndexInfo")
+        self._get_rpc = _common.unary_method(self._channel, "Get")
+
+    def _get(self, request: pb.GetRequest, timeout_s: float) -> GetResult:
+        return _records.get_result(
+            self._call(self._get_rpc, request, timeout_s, "Get"), request)
 
     def _search(self, args: SearchArgs, timeout_s: float) -> SearchResult:
         request, shape = _common.serialized_search_request(args)
@@ -110,7 +117,8 @@ class KnnClient(ClientBase[SearchResult, pb.GetIndexInfoResponse]):
 
 
 class ShardedKnnClient(ShardedClientBase[ShardedSearchResult,
-                                         List[pb.GetIndexInfoResponse]]):
+                                         List[pb.GetIndexInfoResponse],
+                                         GetResult]):
     """Blocking client of an index split into shards (`knnctl build --shards N`),
     one knnd (or one Service of replicas) per shard: every search goes to
     every shard at once and their answers are merged into the answer of
@@ -159,8 +167,13 @@ class ShardedKnnClient(ShardedClientBase[ShardedSearchResult,
             _common.open_channel(grpc, target, credentials, options)
             for target in self._targets]
         self._methods = [{name: _common.unary_method(c, name)
-                          for name in ("Search", "GetIndexInfo")}
+                          for name in ("Search", "GetIndexInfo", "Get")}
                          for c in self._channels]
+
+    def _get(self, request: pb.GetRequest, timeout_s: float) -> GetResult:
+        scatter = self._get_scatter(request, timeout_s)
+        self._fork_guard.check()
+        return cast(GetResult, self._run(scatter, "Get"))
 
     def _search(self, args: SearchArgs, timeout_s: float
                 ) -> ShardedSearchResult:

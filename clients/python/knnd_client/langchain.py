@@ -27,7 +27,8 @@ The documents come from knnd itself when the index was built with payloads
 (`knnctl build --payloads chunks.jsonl`, one JSON object per vector, e.g.
 {"text": "...", "source": "a.pdf", "page": 3}): page_content is the
 payload's text field ("text" unless text_field says otherwise), metadata
-its other fields, and Document.id the vector's id as a decimal string. An
+its other fields, and Document.id the vector's id as a decimal string;
+get_by_ids reads them by id (knnd's Get, the client's get()). An
 index without payloads needs a docstore the application owns (a dict, a
 SQLite table behind a Mapping, a LangChain BaseStore), keyed by the ids the
 index was built with (`knnctl build --ids`, or row numbers); given one, the
@@ -61,7 +62,7 @@ except ImportError as error:  # pragma: no cover - depends on the install
 from knnd_client._generated.knnd.v1 import knn_service_pb2 as pb
 from knnd_client.aio import AsyncKnnClient, AsyncShardedKnnClient
 from knnd_client.client import KnnClient, ShardedKnnClient
-from knnd_client.types import Payload, SearchResult
+from knnd_client.types import GetResult, Payload, SearchResult
 
 __all__ = ["KnndVectorStore"]
 
@@ -238,18 +239,31 @@ class KnndVectorStore(VectorStore):
     # -- documents by id ---------------------------------------------------
 
     def get_by_ids(self, ids: Sequence[str], /) -> List[Document]:
-        """The docstore's documents for these vector ids (decimal strings);
-        ids it does not hold are left out, as LangChain specifies. Needs a
-        docstore: knnd returns payloads only with search results."""
-        if self._docstore is None:
-            raise NotImplementedError(
-                "get_by_ids needs a docstore: knnd returns payloads with "
-                "search results only, not by id")
-        found = self._lookup([int(i) for i in ids], missing_ok=True)
-        return [doc for doc in found if doc is not None]
+        """The documents of these vector ids (decimal strings), in their
+        order; ids the index (or the docstore) does not hold, and strings
+        that are no id, are left out, as LangChain specifies. Without a
+        docstore, from knnd's payloads by id (the client's get(): one call,
+        at most the server's max_get_ids ids)."""
+        if self._docstore is not None:
+            found = self._lookup(_vector_ids(ids), missing_ok=True)
+            return [doc for doc in found if doc is not None]
+        wanted = _vector_ids(ids)
+        if not wanted:
+            return []
+        client = self._sync_client("get_by_ids")
+        return self._records(client.get(
+            wanted, payloads=True, timeout_s=self._defaults["timeout_s"]))
 
     async def aget_by_ids(self, ids: Sequence[str], /) -> List[Document]:
-        return self.get_by_ids(ids)
+        wanted = _vector_ids(ids)
+        if (self._docstore is not None or not wanted
+                or isinstance(self._client, _SYNC_CLIENTS)):
+            return self.get_by_ids(ids)
+        return self._records(await self._async_client().get(
+            wanted, payloads=True, timeout_s=self._defaults["timeout_s"]))
+
+    def _records(self, result: GetResult) -> List[Document]:
+        return [self._from_payload(r.id, r.payload) for r in result.records]
 
     # -- read-only ---------------------------------------------------------
 
@@ -425,6 +439,17 @@ def _no_hybrid_relevance(kwargs: Mapping[str, Any]) -> None:
             "similarity_score_threshold retriever) map vector distances; a "
             "hybrid search's scores are fused ranks or weights: use "
             "similarity_search_with_score, or search without hybrid")
+
+
+def _vector_ids(ids: Sequence[str]) -> List[int]:
+    """The ids of get_by_ids as vector ids: decimal strings of ids >= 0;
+    others name no vector (left out, as an id not held is)."""
+    wanted: List[int] = []
+    for i in ids:
+        text = str(i)
+        if text.isdigit() and int(text) < 2**63:
+            wanted.append(int(text))
+    return wanted
 
 
 def _query_row(embedding: Sequence[float]) -> np.ndarray:

@@ -1,5 +1,6 @@
 """The types of knnd_client's public surface, defined here and nowhere
-else: what a search returns (SearchResult, ShardedSearchResult, Hit), how
+else: what a search returns (SearchResult, ShardedSearchResult, Hit), what
+get() returns (GetResult, Record), how
 the clients retry (RetryPolicy) and the shapes of search()'s arguments
 (Payload, PayloadFields, FilterSpec, TextQueries, FusionName).
 
@@ -21,8 +22,8 @@ import numpy.typing as npt
 if TYPE_CHECKING:  # errors.py imports the clients' helpers, not the reverse
     from knnd_client.errors import ShardedSearchError
 
-__all__ = ["Hit", "SearchResult", "ShardedSearchResult", "RetryPolicy",
-           "Payload", "PayloadFields", "FilterSpec", "TextQueries",
+__all__ = ["Hit", "SearchResult", "ShardedSearchResult", "Record",
+           "GetResult", "RetryPolicy", "Payload", "PayloadFields", "FilterSpec", "TextQueries",
            "FusionName"]
 
 # One result's payload (`knnctl build --payloads`): its JSON object.
@@ -202,3 +203,37 @@ class ShardedSearchResult(SearchResult):
     def complete(self) -> bool:
         """Whether every shard answered (the unsharded index's answer)."""
         return not self.missing_targets
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Record:
+    """One stored record of get(): its id and what get() asked for.
+
+    payload: the payload's asked fields (None when payloads were not
+      asked for).
+    attributes: its attributes (`knnctl build --attributes`) as the
+      attributes file holds them, timestamps as RFC 3339 UTC strings
+      (None when not asked for; {} for a row without any).
+    vector: its stored vector, float32 of the index's dim (the re-ranking
+      vectors: L2-normalised for a cosine index); None when not asked for.
+    """
+    id: int
+    payload: Optional[Payload] = None
+    attributes: Optional[Dict[str, Any]] = None
+    vector: Optional[npt.NDArray[np.float32]] = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GetResult:
+    """What get() returns: the records of the ids the index holds, once
+    each, in the order of their first mention; the ids it does not hold
+    (missing, not an error), in the order asked; and the index version
+    that answered (a sharded client: the lowest of the shards').
+    """
+    records: Tuple[Record, ...]
+    missing: Tuple[int, ...]
+    index_version: int
+
+    def by_id(self) -> Dict[int, Record]:
+        """The records keyed by id."""
+        return {r.id: r for r in self.records}

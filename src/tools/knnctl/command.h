@@ -53,6 +53,8 @@ std::function<int()> DefineTune(FlagSet& flags);
 std::function<int()> DefineSearch(FlagSet& flags);
 std::function<int()> DefineInfo(FlagSet& flags);
 std::function<int()> DefineHealth(FlagSet& flags);
+// get.cc: records by id.
+std::function<int()> DefineGet(FlagSet& flags);
 // versions.cc: index versions on disk and knnd's admin API.
 std::function<int()> DefinePublish(FlagSet& flags);
 std::function<int()> DefineSeal(FlagSet& flags);

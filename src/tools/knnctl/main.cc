@@ -52,6 +52,12 @@ constexpr Command kCommands[] = {
      "[--index FILE | --addr HOST:PORT] [flags]", DefineInfo},
     {"health", "exit 0 when knnd reports SERVING, 1 otherwise", "[flags]",
      DefineHealth},
+    {"get",
+     "prints the stored records (payload, attributes, vector) of ids, one "
+     "JSON line each",
+     "--ids ID,ID,... [--fields F,F,...|*] [--attributes] [--vectors] "
+     "[flags]",
+     DefineGet},
     {"publish",
      "copies a version (the files its manifest binds) into a versions "
      "directory, or uploads it to a bucket, as its next version",
