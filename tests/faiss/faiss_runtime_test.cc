@@ -214,7 +214,12 @@ TEST(IndexSnapshot, FastScanTablesStayUnderTheMmapThreshold) {
   }
   std::printf("page faults per %d-row FastScan call: %.1f\n", kRows,
               per_call);
-  EXPECT_LT(per_call, 32) << "the tables are mapped per call again";
+  // The bound sits between the mapped tables (102) and what the heap's
+  // own trimming costs: at the 1 MiB trim threshold, freed tables that
+  // end at the top of the heap are given back and faulted in again, by
+  // how the heap happens to be laid out. The same binary measured 0.0,
+  // 19.7 and 39.3 faults a call, run from different working directories.
+  EXPECT_LT(per_call, 64) << "the tables are mapped per call again";
 }
 
 }  // namespace
