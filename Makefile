@@ -55,10 +55,8 @@ WERROR ?= ON
 # test binaries; empty for the compiler's default.
 LINKER ?= $(shell command -v ld.lld >/dev/null 2>&1 && echo lld)
 # The plain build (the one users run and the Docker image ships) keeps the
-# compiler's own linker: linked by lld, faiss_runtime_test's FastScan search
-# took 19.8 page faults a call instead of 0.4 (IndexSnapshot.
-# FastScanTablesStayUnderTheMmapThreshold), not yet explained; the
-# sanitizer and fuzz builds, whose allocators that test skips, link with lld.
+# compiler's own linker, ld.bfd, as its binaries have been measured with;
+# PLAIN_LINKER=lld links it with lld too.
 PLAIN_LINKER ?=
 
 .PHONY: deps java-deps faiss configure build test-build test test-plain-build test-plain check-format bench-build demo bench bench-rerank bench-memory bench-designs bench-frontier bench-peers bench-shards bench-client bench-http bench-filter bench-hybrid bench-memory-limit clean asan-build test-asan tsan-build test-tsan fuzz-build fuzz check-thread-safety
